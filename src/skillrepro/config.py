@@ -1,0 +1,214 @@
+"""Configuration: schema validation with one clear message per problem, and typed views of the sections.
+
+`check_config` is what the Snakefile calls before any job is scheduled; the scripts call the `*_config`
+constructors to get typed dataclasses instead of passing dicts around.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = ROOT / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """Bad configuration; the message names the key and what is allowed."""
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    backend: str = "embedded"
+    model: str = "qwen2.5-coder-0.5b"
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float = 0.7
+    max_tokens: int = 96
+    seed: int = 0
+    slots: int = 2
+    ctx_per_slot: int = 8192
+    threads: int = 2
+    max_retries: int = 5
+    timeout_s: float = 600
+    tool_calling: str = "text"
+    vllm_args: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "LLMConfig":
+        known = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
+        if "vllm_args" in d:
+            d["vllm_args"] = tuple(d["vllm_args"])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    seeds: tuple[int, ...]
+    train_rollouts: int
+    sleep_every: int
+    eval_every: int
+    n_test: int
+    task_seed: int = 42
+
+    @property
+    def n_cycles(self) -> int:
+        return self.train_rollouts // self.sleep_every
+
+    @property
+    def checkpoints(self) -> list[int]:
+        """Library versions evaluated on the test set: v0 and every `eval_every` rollouts."""
+        step = self.eval_every // self.sleep_every
+        return sorted({0, *range(step, self.n_cycles + 1, step)})
+
+
+@dataclass(frozen=True)
+class Price:
+    input: float
+    output: float
+    cached_input: float | None = None
+
+    def cost(self, prompt: int, cached: int, completion: int) -> float:
+        cached_rate = self.input if self.cached_input is None else self.cached_input
+        return ((prompt - cached) * self.input + cached * cached_rate + completion * self.output) / 1e6
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    variant: str
+    learner: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BenchmarkConfig:
+    name: str
+    env: str
+    llm_call_budget: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def load(self):
+        from skillrepro.envs import get_benchmark
+
+        return get_benchmark(self.env, **self.options)
+
+    def call_budget(self) -> int:
+        return self.llm_call_budget or self.load().llm_call_budget
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    with open(path) as f:
+        return yaml.safe_load(f) or {}
+
+
+def _where(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "(top level)"
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    key = _where(error)
+    v = error.validator
+    if v == "enum":
+        return f"config key {key}: {error.instance!r} is not allowed; allowed values: {', '.join(map(str, error.validator_value))}"
+    if v == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        return f"config key {key}: unknown key(s) {', '.join(extra)}; allowed keys: {', '.join(allowed)}"
+    if v in ("minimum", "exclusiveMinimum"):
+        return f"config key {key}: {error.instance!r} must be {'>=' if v == 'minimum' else '>'} {error.validator_value}"
+    if v == "type":
+        return f"config key {key}: {error.instance!r} has the wrong type; expected {error.validator_value}"
+    if v == "required":
+        return f"config key {key}: {error.message}"
+    return f"config key {key}: {error.message}"
+
+
+def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[str, Any]:
+    """Validate `config` against the schema and the rules a schema cannot say; return it with defaults.
+
+    Raises ConfigError with one message naming the key. Nothing is started or written.
+    """
+    config = copy.deepcopy(config)
+    schema = yaml.safe_load(SCHEMA.read_text())
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise ConfigError(_describe(errors[0]))
+    # Defaults come from the schema, through snakemake's own validator, so there is one list of them.
+    from snakemake.utils import validate
+
+    validate(config, str(SCHEMA), set_default=True)
+
+    llm = LLMConfig.from_dict(config["llm"])
+    _check_llm(llm, config["pricing"], check_files)
+    proto = protocol(config)
+    if proto.train_rollouts % proto.sleep_every:
+        raise ConfigError(
+            f"config key protocol.train_rollouts: {proto.train_rollouts} must be a multiple of protocol.sleep_every ({proto.sleep_every})"
+        )
+    if proto.eval_every % proto.sleep_every:
+        raise ConfigError(
+            f"config key protocol.eval_every: {proto.eval_every} must be a multiple of protocol.sleep_every ({proto.sleep_every})"
+        )
+    from skillrepro.envs import TaskError
+
+    for b in benchmarks(config):
+        try:
+            b.load()
+        except TaskError as e:
+            raise ConfigError(f"config key benchmarks.{b.name}: {e}") from None
+    return config
+
+
+def _check_llm(llm: LLMConfig, pricing: dict[str, Any], check_files: bool) -> None:
+    from skillrepro.llm.models import MODELS
+
+    if llm.backend == "embedded" and llm.model not in MODELS:
+        if not llm.model.endswith(".gguf"):
+            raise ConfigError(
+                f"config key llm.model: {llm.model!r} is neither a shipped model ({', '.join(MODELS)}) nor a .gguf file"
+            )
+        if check_files and not Path(llm.model).is_file():
+            raise ConfigError(f"config key llm.model: model file {llm.model} does not exist")
+    if llm.backend == "openai":
+        if not llm.base_url:
+            raise ConfigError("config key llm.base_url: required for backend openai")
+        if check_files and not os.environ.get(llm.api_key_env):
+            raise ConfigError(f"config key llm.api_key_env: environment variable {llm.api_key_env} is not set")
+        if llm.model not in pricing:
+            raise ConfigError(f"config key pricing: no price for model {llm.model!r} (backend openai is billed)")
+
+
+def llm_config(config: dict[str, Any]) -> LLMConfig:
+    return LLMConfig.from_dict(config["llm"])
+
+
+def protocol(config: dict[str, Any]) -> Protocol:
+    p = dict(config["protocol"])
+    p["seeds"] = tuple(p["seeds"])
+    return Protocol(**p)
+
+
+def benchmarks(config: dict[str, Any]) -> list[BenchmarkConfig]:
+    return [BenchmarkConfig(name=k, **v) for k, v in config["benchmarks"].items()]
+
+
+def methods(config: dict[str, Any]) -> list[MethodConfig]:
+    return [
+        MethodConfig(variant=k, learner=v["learner"], options={o: x for o, x in v.items() if o != "learner"})
+        for k, v in config["methods"].items()
+    ]
+
+
+def price(config: dict[str, Any]) -> Price:
+    llm = llm_config(config)
+    p = config.get("pricing", {}).get(llm.model)
+    return Price(**p) if p else Price(0.0, 0.0)

@@ -1,0 +1,22 @@
+"""Benchmarks, each in one module; `get_benchmark` is the only place that maps a name to its module."""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from skillrepro.envs.base import ActionError, Benchmark, Env, Primitive, StepResult, TaskError, primitive
+
+# name -> "module:Class"; a module is imported only when its benchmark is used (heavy deps, Java).
+BENCHMARKS = {
+    "babyai": "skillrepro.envs.babyai:BabyAIBenchmark",
+}
+
+
+def get_benchmark(env: str, **options: Any) -> Benchmark:
+    if env not in BENCHMARKS:
+        raise TaskError(f"unknown benchmark env {env!r}; known: {', '.join(sorted(BENCHMARKS))}")
+    module, cls = BENCHMARKS[env].split(":")
+    return getattr(importlib.import_module(module), cls)(**options)
+
+
+__all__ = ["ActionError", "Benchmark", "Env", "Primitive", "StepResult", "TaskError", "get_benchmark", "primitive"]

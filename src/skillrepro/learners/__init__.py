@@ -1,0 +1,1 @@
+"""Methods: how a library (skills, notes) changes between rollout batches."""

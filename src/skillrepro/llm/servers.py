@@ -1,0 +1,161 @@
+"""LLM servers the pipeline can start itself: llama.cpp in-process (xllamacpp) and `vllm serve`.
+
+Snakemake starts one server per invocation in `onstart` (`start(cfg)`), in a child process so the
+scheduler never shares a GIL with inference, and exports its URL to every job as SKILLREPRO_LLM_URL.
+The child exits by itself when its parent dies, so a killed `snakemake` leaves no server behind.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from skillrepro.config import LLMConfig
+
+URL_ENV = "SKILLREPRO_LLM_URL"
+
+
+@dataclass
+class RunningServer:
+    url: str  # ends in /v1
+    process: subprocess.Popen | None
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def vllm_command(cfg: LLMConfig, port: int) -> list[str]:
+    """The `vllm serve` command line for `cfg` (GPU nodes only)."""
+    from skillrepro.llm.models import MODELS
+
+    model = MODELS[cfg.model].hf_id if cfg.model in MODELS else cfg.model
+    return [
+        "vllm", "serve", model,
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--enable-prompt-tokens-details",
+        "--enable-prefix-caching",
+        "--seed", str(cfg.seed),
+        "--max-num-seqs", str(cfg.slots),
+        "--max-model-len", str(cfg.ctx_per_slot),
+        *cfg.vllm_args,
+    ]
+
+
+def embedded_command(cfg: LLMConfig, log: Path | None = None) -> list[str]:
+    cmd = [sys.executable, "-m", "skillrepro.llm.servers", "--model", cfg.model, "--slots", str(cfg.slots),
+           "--ctx-per-slot", str(cfg.ctx_per_slot), "--threads", str(cfg.threads)]
+    return cmd
+
+
+def wait_healthy(url: str, process: subprocess.Popen | None, timeout_s: float, url_file: Path | None = None) -> str:
+    """Poll until the server answers /health; return its /v1 URL. `url_file` is read when the port is chosen by the child."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"LLM server exited with code {process.returncode} before it was ready")
+        if url_file is not None and not url and url_file.exists():
+            url = url_file.read_text().strip()
+        if url:
+            try:
+                with urllib.request.urlopen(url.removesuffix("/v1") + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return url
+            except OSError:
+                pass
+        time.sleep(0.5)
+    raise TimeoutError(f"LLM server not healthy after {timeout_s:.0f} s")
+
+
+def start(cfg: LLMConfig, workdir: str | Path = ".", timeout_s: float = 900) -> RunningServer:
+    """Start the server `cfg` asks for, or return the one it names (`base_url`)."""
+    if cfg.base_url:
+        return RunningServer(cfg.base_url.rstrip("/"), None)
+    if cfg.backend == "openai":
+        raise ValueError("backend openai needs llm.base_url")
+    logdir = Path(workdir) / "logs"
+    logdir.mkdir(parents=True, exist_ok=True)
+    log = open(logdir / f"llm_server_{cfg.backend}.log", "ab")
+    if cfg.backend == "vllm":
+        port = free_port()
+        proc = subprocess.Popen(vllm_command(cfg, port), stdout=log, stderr=subprocess.STDOUT)
+        url = wait_healthy(f"http://127.0.0.1:{port}/v1", proc, timeout_s)
+        return RunningServer(url, proc)
+    url_file = Path(workdir) / ".snakemake" / f"llm_server_{os.getpid()}.url"
+    url_file.parent.mkdir(parents=True, exist_ok=True)
+    url_file.unlink(missing_ok=True)
+    cmd = embedded_command(cfg) + ["--url-file", str(url_file), "--parent-pid", str(os.getpid())]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    url = wait_healthy("", proc, timeout_s, url_file)
+    return RunningServer(url, proc)
+
+
+def serve_embedded(model: str, slots: int, ctx_per_slot: int, threads: int):
+    """Start llama.cpp's server in this process on an ephemeral 127.0.0.1 port; return the xllamacpp Server."""
+    import xllamacpp
+
+    from skillrepro.llm.models import resolve
+
+    p = xllamacpp.CommonParams()
+    p.model.path = str(resolve(model))
+    p.n_ctx = ctx_per_slot * slots  # llama.cpp splits the context evenly over the slots
+    p.n_parallel = slots
+    p.cpuparams.n_threads = threads
+    p.cpuparams_batch.n_threads = threads
+    p.port = 0
+    p.use_jinja = True  # the GGUF's own chat template, which carries the tool-calling format
+    p.cache_prompt = True
+    return xllamacpp.Server(p)
+
+
+def _main() -> None:
+    ap = argparse.ArgumentParser(description="Run the embedded llama.cpp server until killed or orphaned.")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--slots", type=int, default=2)
+    ap.add_argument("--ctx-per-slot", type=int, default=8192)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--url-file")
+    ap.add_argument("--parent-pid", type=int)
+    a = ap.parse_args()
+    server = serve_embedded(a.model, a.slots, a.ctx_per_slot, a.threads)
+    url = server.listening_address + "/v1"
+    print(url, flush=True)
+    if a.url_file:
+        tmp = a.url_file + ".tmp"
+        Path(tmp).write_text(url)
+        os.replace(tmp, a.url_file)
+    stop = False
+
+    def on_term(*_):
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    while not stop:
+        if a.parent_pid and os.getppid() != a.parent_pid:
+            break  # orphaned: the snakemake that started us is gone
+        time.sleep(1)
+    del server
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,189 @@
+"""Records: one dataclass per Parquet table, atomic writers, and DuckDB views over a results folder.
+
+The dataclasses are the schema. `schema(cls)` derives the Arrow schema from their type hints, so a field
+added here reaches every writer and every reader at once. SCHEMA_VERSION goes up when a field changes
+meaning or is removed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Episode:
+    episode_id: str
+    run_id: str
+    benchmark: str
+    method: str
+    variant: str
+    seed: int
+    split: str  # train | test
+    cycle: int  # training batch index, or the checkpoint's library version for test episodes
+    library_version: int
+    task_id: str
+    success: bool
+    progression: float
+    score: float
+    n_steps: int
+    n_llm_calls: int
+    n_invalid_actions: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+    wall_s: float
+    termination: str  # success | env_done | budget | wall_clock | context | error
+
+
+@dataclass
+class Step:
+    episode_id: str
+    step: int
+    reasoning: str
+    action: str  # tool name as the model wrote it ("" when none could be parsed)
+    arguments: str  # JSON list of positional arguments
+    valid: bool
+    observation: str
+    reward: float
+    done: bool
+    harness_ms: float  # time in our code for this step, excluding env.step and the LLM call
+
+
+@dataclass
+class LLMCall:
+    call_id: str
+    session_id: str  # episode_id, or an inducer/optimizer/generator session id
+    role: str  # actor | inducer | optimizer | generator | scorer
+    model: str
+    backend: str
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+    latency_s: float
+    retries: int
+    finish_reason: str
+    prompt_sha256: str
+    prompt: str  # the request's messages (and tools) as JSON
+    response: str
+    started_at: float
+    prompt_token_ids: list[int] = field(default_factory=list)  # filled when a cache study asks for them
+
+
+@dataclass
+class SkillCall:
+    frame_id: str
+    parent_frame_id: str  # "" for a call the actor made
+    episode_id: str
+    step: int
+    function: str
+    arguments: str  # JSON
+    primitives: str  # JSON list of [name, args, observation] the frame issued itself
+    return_value: str
+    exception: str
+    duration_s: float
+
+
+@dataclass
+class LibraryFunction:
+    run_id: str
+    version: int
+    name: str
+    public: bool
+    source_sha256: str
+    lines: int
+    callees: list[str] = field(default_factory=list)
+
+
+TABLES: dict[str, type] = {
+    "episodes": Episode,
+    "steps": Step,
+    "llm_calls": LLMCall,
+    "skill_calls": SkillCall,
+    "libraries": LibraryFunction,
+}
+
+_ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
+
+
+def schema(cls: type) -> pa.Schema:
+    hints = typing.get_type_hints(cls)
+    fields = []
+    for f in dataclasses.fields(cls):
+        t = hints[f.name]
+        if typing.get_origin(t) is list:
+            fields.append(pa.field(f.name, pa.list_(_ARROW[typing.get_args(t)[0]])))
+        else:
+            fields.append(pa.field(f.name, _ARROW[t]))
+    return pa.schema(fields, metadata={"skillrepro_schema": str(SCHEMA_VERSION), "record": cls.__name__})
+
+
+def write_records(path: str | Path, records: Iterable[Any], cls: type) -> Path:
+    """Write dataclass records to Parquet atomically (temporary file in the same folder, then rename)."""
+    rows = [dataclasses.asdict(r) for r in records]
+    table = pa.Table.from_pylist(rows, schema=schema(cls))
+    return write_table(path, table)
+
+
+def write_table(path: str | Path, table: pa.Table) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Atomic text write, for manifests and small JSON outputs."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def read_records(path: str | Path, cls: type) -> list[Any]:
+    return [cls(**row) for row in pq.read_table(path).to_pylist()]
+
+
+def connect(root: str | Path = "results", read_only_files: Iterable[str | Path] | None = None):
+    """A DuckDB connection with one view per table over every Parquet file of that table under `root`.
+
+    Files are found by name (`episodes.parquet`, `steps.parquet`, ...), wherever they sit in the tree,
+    so a new rule that writes records is picked up without touching this function. A table with no file
+    yet is an empty view with the right columns.
+    """
+    import duckdb
+
+    con = duckdb.connect()
+    root = Path(root)
+    for name, cls in TABLES.items():
+        files = sorted(str(p) for p in root.rglob(f"{name}.parquet")) if root.exists() else []
+        if files:
+            listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+            con.execute(
+                f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{listing}], union_by_name=true, filename=true)"
+            )
+        else:
+            con.register(f"_{name}_empty", pa.Table.from_pylist([], schema=schema(cls)))
+            con.execute(f"CREATE VIEW {name} AS SELECT *, '' AS filename FROM _{name}_empty")
+    return con
