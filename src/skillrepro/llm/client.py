@@ -27,6 +27,7 @@ class LLMRequestError(RuntimeError):
 
 @dataclass
 class ToolCall:
+    id: str
     name: str
     arguments: dict[str, Any]
 
@@ -99,7 +100,7 @@ class LLMClient:
                 args = json.loads(tc.function.arguments or "{}")
             except json.JSONDecodeError:
                 args = {"__unparsed__": tc.function.arguments}
-            calls.append(ToolCall(tc.function.name, args if isinstance(args, dict) else {"__unparsed__": args}))
+            calls.append(ToolCall(tc.id or uuid.uuid4().hex[:8], tc.function.name, args if isinstance(args, dict) else {"__unparsed__": args}))
         usage = response.usage
         ptd = getattr(usage, "prompt_tokens_details", None)
         ctd = getattr(usage, "completion_tokens_details", None)

@@ -1,0 +1,233 @@
+"""The actor: a ReAct loop over a benchmark's primitives (and any public skills), one episode at a time.
+
+The full observation history stays in context. Actions come back either as native tool calls or, for
+small models, as a lenient text protocol ("Action: go_forward()"). A malformed, unknown or extra action
+becomes an observation the model reads next turn, and is counted; it never ends the episode.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from skillrepro.envs.base import ActionError, Env, Primitive
+from skillrepro.llm.client import LLMClient, LLMRequestError
+from skillrepro.store import Episode, LLMCall, Step
+
+PROMPTS = Path(__file__).parent / "prompts"
+
+
+@dataclass(frozen=True)
+class Tool:
+    """Something the actor can call: a primitive, or a skill from the library."""
+
+    name: str
+    params: tuple[tuple[str, str], ...]
+    doc: str
+    run: Callable[[list[Any]], str]  # raises ActionError for arguments it cannot take
+
+    @property
+    def signature(self) -> str:
+        return f"{self.name}({', '.join(f'{n}: {t}' for n, t in self.params)})"
+
+    def schema(self) -> dict[str, Any]:
+        return Primitive(self.name, self.params, self.doc, True).json_schema()
+
+
+def primitive_tools(env: Env) -> list[Tool]:
+    def runner(name: str) -> Callable[[list[Any]], str]:
+        return lambda args: env.step(name, args).observation
+
+    return [Tool(p.name, p.params, p.doc, runner(p.name)) for p in env.primitives()]
+
+
+@dataclass(frozen=True)
+class Prompts:
+    system: str = (PROMPTS / "actor_system.txt").read_text()
+    text_protocol: str = (PROMPTS / "actor_text_protocol.txt").read_text()
+    native_protocol: str = (PROMPTS / "actor_native_protocol.txt").read_text()
+
+    @classmethod
+    def from_files(cls, system: str | None = None, text_protocol: str | None = None) -> "Prompts":
+        kw = {}
+        if system:
+            kw["system"] = Path(system).read_text()
+        if text_protocol:
+            kw["text_protocol"] = Path(text_protocol).read_text()
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    name: str
+    args: list[Any]
+    reasoning: str
+    problem: str = ""  # why it could not be used as is; empty when fine
+    extra: int = 0  # further actions in the same reply, ignored
+
+
+_CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(\((?:[^()]|\([^()]*\))*\))?")
+
+
+def parse_text_action(text: str) -> ParsedAction:
+    """Read 'Action: name(args)' leniently: case, backticks, missing parentheses, JSON or keyword args."""
+    m = re.search(r"action\s*:\s*(.*)", text, re.IGNORECASE | re.DOTALL)
+    reasoning = text[: m.start()] if m else text
+    reasoning = re.sub(r"^\s*thought\s*:\s*", "", reasoning.strip(), flags=re.IGNORECASE)
+    body = m.group(1) if m else text
+    body = body.replace("`", " ").strip()
+    if body.startswith("{"):
+        try:
+            obj = json.loads(body[: body.rindex("}") + 1])
+            args = obj.get("arguments") or obj.get("args") or []
+            args = list(args.values()) if isinstance(args, dict) else list(args)
+            return ParsedAction(str(obj.get("name", "")), args, reasoning)
+        except (ValueError, AttributeError):
+            pass
+    calls = [c for c in _CALL.finditer(body) if c.group(1).lower() not in ("action", "thought")]
+    if not calls:
+        return ParsedAction("", [], reasoning, "no action found; answer with 'Action: function_name(arguments)'")
+    first = calls[0]
+    # Only calls written with parentheses count as extra actions; bare words after the first are prose.
+    extra = sum(1 for c in calls[1:] if c.group(2))
+    name, argtext = first.group(1), first.group(2) or "()"
+    try:
+        node = ast.parse(f"f{argtext}", mode="eval").body
+        args = [ast.literal_eval(a) for a in node.args] + [ast.literal_eval(k.value) for k in node.keywords]
+    except (SyntaxError, ValueError):
+        return ParsedAction(name, [], reasoning, f"could not read the arguments of {name}{argtext}")
+    return ParsedAction(name, args, reasoning, extra=extra)
+
+
+@dataclass
+class EpisodeRecords:
+    episode: Episode
+    steps: list[Step]
+    llm_calls: list[LLMCall]
+
+
+@dataclass
+class EpisodeSpec:
+    """Who the episode belongs to; copied into its records."""
+
+    run_id: str
+    benchmark: str
+    method: str
+    variant: str
+    seed: int
+    split: str
+    cycle: int
+    library_version: int
+
+
+@dataclass
+class Actor:
+    client: LLMClient
+    environment_text: str
+    call_budget: int
+    wall_s: float = 1800.0
+    tool_calling: str = "text"  # native | text
+    prompts: Prompts = field(default_factory=Prompts)
+    notes: str = ""  # learned prompt text (a library's notes.md), empty for ReAct
+
+    def system_prompt(self, tools: list[Tool]) -> str:
+        listing = "\n".join(f"- {t.signature}: {t.doc}" for t in tools)
+        example = next((f"{t.name}()" for t in tools if not t.params), f"{tools[0].name}(...)")
+        protocol = (
+            self.prompts.text_protocol.format(example=example)
+            if self.tool_calling == "text"
+            else self.prompts.native_protocol
+        )
+        notes = f"\nNotes from earlier episodes:\n{self.notes}\n" if self.notes.strip() else ""
+        return self.prompts.system.format(environment=self.environment_text, tools=listing, notes=notes,
+                                          protocol=protocol)
+
+    def run(self, env: Env, tools: list[Tool], spec: EpisodeSpec, log: Callable[[str], None] | None = None) -> EpisodeRecords:
+        episode_id = f"{spec.run_id}/{spec.split}/c{spec.cycle}/{env.task_id}/{uuid.uuid4().hex[:8]}"
+        started = time.time()
+        by_name = {t.name: t for t in tools}
+        by_lower = {t.name.lower(): t for t in tools}
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": self.system_prompt(tools)},
+            {"role": "user", "content": env.reset()},
+        ]
+        schemas = [t.schema() for t in tools] if self.tool_calling == "native" else None
+        steps: list[Step] = []
+        calls: list[LLMCall] = []
+        invalid = 0
+        termination = "budget"
+        for step in range(self.call_budget):
+            if time.time() - started > self.wall_s:
+                termination = "wall_clock"
+                break
+            try:
+                reply = self.client.chat(messages, role="actor", session_id=episode_id, tools=schemas,
+                                         stop=["\nObservation:"] if schemas is None else None)
+            except LLMRequestError:
+                termination = "context"  # the history outgrew the context window
+                break
+            calls.append(reply.record)
+            t0 = time.perf_counter()
+            if reply.tool_calls:
+                tc = reply.tool_calls[0]
+                args = tc.arguments.get("__unparsed__")
+                parsed = ParsedAction(
+                    tc.name, list(tc.arguments.values()) if args is None else [], reply.text,
+                    "" if args is None else f"could not read the arguments {args!r}",
+                    extra=len(reply.tool_calls) - 1,
+                )
+                messages.append({"role": "assistant", "content": reply.text, "tool_calls": [
+                    {"id": tc.id, "type": "function",
+                     "function": {"name": tc.name, "arguments": json.dumps(tc.arguments)}}]})
+            else:
+                parsed = parse_text_action(reply.text)
+                messages.append({"role": "assistant", "content": reply.text})
+                tc = None
+            tool = by_name.get(parsed.name) or by_lower.get(parsed.name.lower())
+            problem = parsed.problem or ("" if tool else f"unknown action {parsed.name!r}; valid actions: "
+                                         + ", ".join(by_name))
+            env_ms = 0.0
+            if not problem:
+                t_env = time.perf_counter()
+                try:
+                    observation = tool.run(parsed.args)
+                except ActionError as e:
+                    problem = str(e)
+                env_ms = (time.perf_counter() - t_env) * 1000
+            if problem:
+                observation = f"Invalid action: {problem}"
+            elif parsed.extra:
+                observation += f"\n(Only one action per turn: {parsed.extra} further action(s) ignored.)"
+            valid = not problem and not parsed.extra
+            invalid += not valid
+            if tc is not None:
+                messages.append({"role": "tool", "tool_call_id": tc.id, "content": observation})
+            else:
+                messages.append({"role": "user", "content": f"Observation: {observation}"})
+            harness_ms = (time.perf_counter() - t0) * 1000 - env_ms
+            steps.append(Step(episode_id, step, parsed.reasoning, parsed.name, json.dumps(parsed.args), valid,
+                              observation, 0.0, env.done, harness_ms))
+            if env.done:
+                termination = "success" if env.success() else "env_done"
+                break
+        episode = Episode(
+            episode_id=episode_id, run_id=spec.run_id, benchmark=spec.benchmark, method=spec.method,
+            variant=spec.variant, seed=spec.seed, split=spec.split, cycle=spec.cycle,
+            library_version=spec.library_version, task_id=env.task_id, success=env.success(),
+            progression=env.score(), score=env.total_reward, n_steps=len(steps), n_llm_calls=len(calls),
+            n_invalid_actions=invalid, prompt_tokens=sum(c.prompt_tokens for c in calls),
+            cached_tokens=sum(c.cached_tokens for c in calls),
+            completion_tokens=sum(c.completion_tokens for c in calls),
+            reasoning_tokens=sum(c.reasoning_tokens for c in calls), wall_s=time.time() - started,
+            termination=termination,
+        )
+        env.close()
+        if log:
+            log(f"{spec.split} task={env.task_id} success={episode.success} steps={episode.n_steps} "
+                f"output_tokens={episode.completion_tokens} termination={termination}")
+        return EpisodeRecords(episode, steps, calls)

@@ -1,0 +1,4 @@
+"""Skill libraries: versioned folders of Python source that the actor can call."""
+from skillrepro.skills.library import Library, SkillFunction
+
+__all__ = ["Library", "SkillFunction"]

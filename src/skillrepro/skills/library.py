@@ -1,0 +1,97 @@
+"""A library version is a folder `v{k}/`: `skills.py` (the functions), `notes.md` (prompt text a learner
+keeps for the actor, empty for code-only methods) and `manifest.json` (written last; its presence marks a
+complete version). A written version is never changed: learners write v{k+1} from v{k}.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class SkillFunction:
+    name: str
+    public: bool
+    signature: str
+    doc: str
+    source: str
+    callees: tuple[str, ...] = ()
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Library:
+    version: int
+    functions: tuple[SkillFunction, ...] = ()
+    notes: str = ""
+    meta: dict = field(default_factory=dict)  # who wrote it and how (learner, session id)
+
+    def public(self) -> list[SkillFunction]:
+        return [f for f in self.functions if f.public]
+
+    @property
+    def source(self) -> str:
+        return "\n\n".join(f.source.rstrip() for f in self.functions) + ("\n" if self.functions else "")
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "Library":
+        folder = Path(folder)
+        manifest = folder / "manifest.json"
+        if not manifest.is_file():
+            raise FileNotFoundError(f"{folder} is not a complete library version (no manifest.json)")
+        m = json.loads(manifest.read_text())
+        funcs = tuple(
+            SkillFunction(**{k: v for k, v in f.items() if k != "sha256"} | {"callees": tuple(f["callees"])})
+            for f in m["functions"]
+        )
+        return cls(m["version"], funcs, (folder / "notes.md").read_text(), m.get("meta", {}))
+
+    def write(self, folder: str | Path) -> Path:
+        """Write this version to `folder` atomically (a temporary sibling folder, then rename)."""
+        folder = Path(folder)
+        if (folder / "manifest.json").exists():
+            raise FileExistsError(f"library version {folder} already exists and is never rewritten")
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        (tmp / "skills.py").write_text(self.source)
+        (tmp / "notes.md").write_text(self.notes)
+        manifest = {
+            "version": self.version,
+            "functions": [asdict(f) | {"sha256": f.sha256} for f in self.functions],
+            "meta": self.meta,
+        }
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        if folder.exists():
+            shutil.rmtree(folder)  # an incomplete earlier attempt (no manifest)
+        os.replace(tmp, folder)
+        return folder
+
+    def next_version(self, **changes) -> "Library":
+        return replace(self, version=self.version + 1, **changes)
+
+
+def parse_functions(source: str, public: set[str] | None = None) -> tuple[SkillFunction, ...]:
+    """Split Python source into top-level functions; `public` names the ones the actor sees (default: all
+    whose names do not start with an underscore)."""
+    tree = ast.parse(source)
+    names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    out = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        callees = sorted({c.func.id for c in ast.walk(node) if isinstance(c, ast.Call)
+                          and isinstance(c.func, ast.Name) and c.func.id in names and c.func.id != node.name})
+        is_public = (node.name in public) if public is not None else not node.name.startswith("_")
+        out.append(SkillFunction(node.name, is_public, f"{node.name}({ast.unparse(node.args)})",
+                                 ast.get_docstring(node) or "", ast.get_source_segment(source, node) or "",
+                                 tuple(callees)))
+    return tuple(out)
