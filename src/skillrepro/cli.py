@@ -12,6 +12,7 @@ import sys
 
 COMMAND_MODULES = [
     "skillrepro.cli:_core",
+    "skillrepro.kvcache.cli",
 ]
 
 

@@ -397,3 +397,63 @@ def simulate_llamacpp(requests: Iterable[Request], cfg: LlamaCppConfig | None = 
         slot.last_used = t
         results.append(RequestResult(str(r.episode), int(r.step), len(prompt), cached, len(prompt) - cached, 0))
     return Summary.of(results), results
+
+
+# -- request streams ------------------------------------------------------------------------------------
+
+
+def read_requests(path: str, tokenizer=None) -> list[Request]:
+    """Read a JSONL stream: each line has `episode`, `step` and `token_ids` or `text` (the whole prompt as
+    sent, chat-template markers included; needs `tokenizer`). Optional: `completion_tokens`,
+    `response_token_ids` or `response_text`."""
+    import json
+
+    out = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not JSON: {e}") from None
+            if not isinstance(d, dict):
+                raise ValueError(f"{where}: expected an object")
+            for key in ("episode", "step"):
+                if key not in d:
+                    raise ValueError(f"{where}: missing key {key!r}")
+            if not isinstance(d["step"], int) or isinstance(d["step"], bool):
+                raise ValueError(f"{where}: 'step' must be an integer, got {d['step']!r}")
+            if "token_ids" in d:
+                ids = d["token_ids"]
+                if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+                    raise ValueError(f"{where}: 'token_ids' must be a list of integers")
+            elif "text" in d:
+                if tokenizer is None:
+                    raise ValueError(f"{where}: has 'text' but no tokenizer was given (--tokenizer)")
+                ids = tokenizer.encode(d["text"])
+            else:
+                raise ValueError(f"{where}: needs 'token_ids' or 'text'")
+            resp = d.get("response_token_ids")
+            if resp is None and "response_text" in d and tokenizer is not None:
+                resp = tokenizer.encode(d["response_text"])
+            try:
+                out.append(Request(str(d["episode"]), d["step"], np.asarray(ids, dtype=np.int64),
+                                   int(d.get("completion_tokens", 0)),
+                                   None if resp is None else np.asarray(resp, dtype=np.int64)))
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
+    if not out:
+        raise ValueError(f"{path}: no requests")
+    return out
+
+
+def results_table(results: Sequence[RequestResult]):
+    import dataclasses
+
+    import pyarrow as pa
+
+    schema = pa.schema([("episode", pa.string()), ("step", pa.int64()), ("prompt_tokens", pa.int64()),
+                        ("cached_tokens", pa.int64()), ("recomputed_tokens", pa.int64()), ("preemptions", pa.int64())])
+    return pa.Table.from_pylist([dataclasses.asdict(r) for r in results], schema=schema)

@@ -1,0 +1,51 @@
+"""`skillrepro kvcache ...`: replay a request stream through the prefix-cache simulator."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("kvcache", help="KV-cache reuse study")
+    ksub = p.add_subparsers(dest="kvcache_command", required=True)
+    s = ksub.add_parser("simulate", help="replay a JSONL request stream through a vLLM-style prefix cache")
+    s.add_argument("--requests", required=True, help="JSONL: episode, step, token_ids or text per line")
+    s.add_argument("--tokenizer", help="qwen2.5 | server | server:URL (needed when lines hold text)")
+    s.add_argument("--block-size", type=int, default=16)
+    s.add_argument("--capacity-tokens", type=int, required=True)
+    s.add_argument("--policy", choices=("retain", "flush"), default="retain")
+    s.add_argument("--schedule", choices=("lockstep", "sequential"), default="lockstep",
+                   help="lockstep: every episode's request of a step runs together (default)")
+    s.add_argument("--engine", choices=("vllm", "llamacpp"), default="vllm",
+                   help="llamacpp: token-level reuse of each slot's previous prompt and reply")
+    s.add_argument("--slots", type=int, default=1, help="llamacpp engine: number of slots")
+    s.add_argument("--max-num-seqs", type=int, default=256)
+    s.add_argument("--max-batched-tokens", type=int, default=8192)
+    s.add_argument("--out", required=True, help="folder for per_request.parquet")
+    s.set_defaults(func=_simulate)
+
+
+def _simulate(a: argparse.Namespace) -> int:
+    from skillrepro.kvcache import sim
+    from skillrepro.kvcache.tokenizers import get_tokenizer
+    from skillrepro.store import write_table
+
+    try:
+        tok = get_tokenizer(a.tokenizer) if a.tokenizer else None
+        reqs = sim.read_requests(a.requests, tok)
+        if a.engine == "llamacpp":
+            summary, results = sim.simulate_llamacpp(reqs, sim.LlamaCppConfig(slots=a.slots))
+        else:
+            cfg = sim.CacheConfig(capacity_tokens=a.capacity_tokens, block_size=a.block_size, policy=a.policy,
+                                  schedule=a.schedule, max_num_seqs=a.max_num_seqs,
+                                  max_batched_tokens=a.max_batched_tokens)
+            summary, results = sim.simulate(reqs, cfg)
+    except (ValueError, OSError) as e:
+        print(f"skillrepro kvcache simulate: error: {e}", file=sys.stderr)
+        return 2
+    write_table(Path(a.out) / "per_request.parquet", sim.results_table(results))
+    print(json.dumps(dataclasses.asdict(summary)))
+    return 0

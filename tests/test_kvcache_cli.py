@@ -1,0 +1,68 @@
+"""`skillrepro kvcache simulate` end to end on small streams, and the Qwen2.5 tokenizer."""
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from skillrepro.cli import main
+from skillrepro.kvcache.tokenizers import get_tokenizer
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_simulate_token_ids(tmp_path, capsys):
+    p = list(range(50))
+    f = write_jsonl(tmp_path / "r.jsonl", [{"episode": 0, "step": 0, "token_ids": p},
+                                            {"episode": 0, "step": 1, "token_ids": p + [7] * 30}])
+    rc = main(["kvcache", "simulate", "--requests", str(f), "--block-size", "16", "--capacity-tokens", "4096",
+               "--policy", "retain", "--out", str(tmp_path / "out")])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary == {"requests": 2, "prompt_tokens": 130, "cached_tokens": 48, "reuse_ratio": round(48 / 130, 6),
+                       "recomputed_tokens": 82, "preemptions": 0}
+    t = pq.read_table(tmp_path / "out" / "per_request.parquet").to_pylist()
+    assert [(r["episode"], r["step"], r["prompt_tokens"], r["cached_tokens"]) for r in t] == [("0", 0, 50, 0),
+                                                                                            ("0", 1, 80, 48)]
+    assert not list((tmp_path / "out").glob(".*tmp"))  # atomic write left no temporary file
+
+
+def test_simulate_text_with_qwen_tokenizer(tmp_path, capsys):
+    prompt = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n" + "look around. " * 40
+    f = write_jsonl(tmp_path / "r.jsonl", [{"episode": "a", "step": 0, "text": prompt},
+                                            {"episode": "a", "step": 1, "text": prompt}])
+    assert main(["kvcache", "simulate", "--requests", str(f), "--tokenizer", "qwen2.5", "--capacity-tokens", "4096",
+                 "--policy", "flush", "--out", str(tmp_path)]) == 0
+    s = json.loads(capsys.readouterr().out)
+    n = len(get_tokenizer("qwen2.5").encode(prompt))
+    assert s["prompt_tokens"] == 2 * n and s["cached_tokens"] == 0  # flushed before step 1
+
+
+@pytest.mark.parametrize("row,msg", [
+    ({"step": 0, "token_ids": [1]}, "missing key 'episode'"),
+    ({"episode": 1, "step": "x", "token_ids": [1]}, "'step' must be an integer"),
+    ({"episode": 1, "step": 0}, "needs 'token_ids' or 'text'"),
+    ({"episode": 1, "step": 0, "text": "hi"}, "no tokenizer"),
+])
+def test_bad_lines_name_file_line_and_key(tmp_path, capsys, row, msg):
+    f = write_jsonl(tmp_path / "r.jsonl", [{"episode": 0, "step": 0, "token_ids": [1, 2]}, row])
+    rc = main(["kvcache", "simulate", "--requests", str(f), "--capacity-tokens", "64", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"r.jsonl:2" in err and msg in err
+
+
+def test_qwen_tokenizer_encodes_chat_markers_as_specials():
+    tok = get_tokenizer("qwen2.5")
+    ids = tok.encode("<|im_start|>user\nHello world 123<|im_end|>\n")
+    assert ids[0] == 151644 and 151645 in ids
+    assert ids.count(16) + ids.count(17) + ids.count(18) == 3  # digits '1', '2', '3' are single tokens
+    assert tok.decode(ids) == "<|im_start|>user\nHello world 123<|im_end|>\n"
+
+
+def test_unknown_tokenizer_is_named():
+    with pytest.raises(ValueError, match="unknown tokenizer 'gpt9'"):
+        get_tokenizer("gpt9")
