@@ -74,13 +74,14 @@ class ParsedAction:
 _CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(\((?:[^()]|\([^()]*\))*\))?")
 
 
-def parse_text_action(text: str) -> ParsedAction:
-    """Read 'Action: name(args)' leniently: case, backticks, missing parentheses, JSON or keyword args."""
+def parse_text_action(text: str, names: list[str]) -> ParsedAction:
+    """Read 'Action: name(args)' leniently: case, backticks, missing parentheses, JSON, keyword args.
+
+    Without an 'Action:' line, the first known tool name written as a word in the reply is taken."""
     m = re.search(r"action\s*:\s*(.*)", text, re.IGNORECASE | re.DOTALL)
     reasoning = text[: m.start()] if m else text
     reasoning = re.sub(r"^\s*thought\s*:\s*", "", reasoning.strip(), flags=re.IGNORECASE)
-    body = m.group(1) if m else text
-    body = body.replace("`", " ").strip()
+    body = (m.group(1) if m else text).replace("`", " ").strip()
     if body.startswith("{"):
         try:
             obj = json.loads(body[: body.rindex("}") + 1])
@@ -89,7 +90,10 @@ def parse_text_action(text: str) -> ParsedAction:
             return ParsedAction(str(obj.get("name", "")), args, reasoning)
         except (ValueError, AttributeError):
             pass
-    calls = [c for c in _CALL.finditer(body) if c.group(1).lower() not in ("action", "thought")]
+    calls = list(_CALL.finditer(body))
+    if not m:
+        known = {n.lower() for n in names}
+        calls = [c for c in calls if c.group(1).lower() in known]
     if not calls:
         return ParsedAction("", [], reasoning, "no action found; answer with 'Action: function_name(arguments)'")
     first = calls[0]
@@ -185,7 +189,7 @@ class Actor:
                     {"id": tc.id, "type": "function",
                      "function": {"name": tc.name, "arguments": json.dumps(tc.arguments)}}]})
             else:
-                parsed = parse_text_action(reply.text)
+                parsed = parse_text_action(reply.text, list(by_name))
                 messages.append({"role": "assistant", "content": reply.text})
                 tc = None
             tool = by_name.get(parsed.name) or by_lower.get(parsed.name.lower())

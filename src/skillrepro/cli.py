@@ -13,6 +13,7 @@ import sys
 COMMAND_MODULES = [
     "skillrepro.cli:_core",
     "skillrepro.kvcache.cli",
+    "skillrepro.envs.cli",
 ]
 
 

@@ -9,6 +9,8 @@ from skillrepro.envs.base import ActionError, Benchmark, Env, Primitive, StepRes
 # name -> "module:Class"; a module is imported only when its benchmark is used (heavy deps, Java).
 BENCHMARKS = {
     "babyai": "skillrepro.envs.babyai:BabyAIBenchmark",
+    "scienceworld": "skillrepro.envs.scienceworld:ScienceWorldBenchmark",
+    "crafter": "skillrepro.envs.crafter:CrafterBenchmark",
 }
 
 

@@ -1,0 +1,40 @@
+# skillrepro: what skills do to an LLM agent's success and cost.
+#   snakemake --cores 8 results/tables/main.csv
+# The config is checked before anything is scheduled; one LLM server serves every job of this invocation.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+from skillrepro.config import check_config
+
+config.update(check_config(config))
+
+
+include: "rules/common.smk"
+include: "rules/tasks.smk"
+include: "rules/learn.smk"
+include: "rules/evaluate.smk"
+include: "rules/analytics.smk"
+
+
+rule all:
+    input:
+        "results/tables/main.csv",
+        "results/figures/learning_curves.png",
+    default_target: True
+
+
+onstart:
+    start_llm_server()
+
+
+onsuccess:
+    stop_llm_server()
+
+
+onerror:
+    stop_llm_server()

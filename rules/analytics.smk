@@ -1,0 +1,49 @@
+rule analytics:
+    input:
+        eval_outputs,
+        train=[r + f"/train/batch{i}/episodes.parquet" for r in all_runs(RUN) for i in range(PROTOCOL.n_cycles)],
+    output:
+        checkpoints="results/analytics/checkpoints.parquet",
+        training="results/analytics/training.parquet",
+    params:
+        pricing=config["pricing"],
+        protocol=PROTOCOL,
+    log:
+        "logs/analytics.log",
+    benchmark:
+        "results/benchmarks/analytics.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/analytics.py"
+
+
+rule tables:
+    input:
+        checkpoints="results/analytics/checkpoints.parquet",
+    output:
+        main=report("results/tables/main.csv", category="Tables"),
+        checkpoints=report("results/tables/checkpoints.csv", category="Tables"),
+    log:
+        "logs/tables.log",
+    benchmark:
+        "results/benchmarks/tables.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/tables.py"
+
+
+rule figure_learning_curves:
+    input:
+        "results/tables/checkpoints.csv",
+    output:
+        report("results/figures/learning_curves.png", category="Figures"),
+    log:
+        "logs/figures/learning_curves.log",
+    benchmark:
+        "results/benchmarks/figures/learning_curves.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/figure_learning_curves.py"

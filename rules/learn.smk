@@ -1,0 +1,71 @@
+# The online wake/sleep loop: rollout batch k uses library v{k}; induce k writes v{k+1} from v{k} and
+# every training batch <= k of the same run.
+
+
+rule init_library:
+    output:
+        RUN + "/library/v0/manifest.json",
+    log:
+        "logs/" + RUN + "/init_library.log",
+    benchmark:
+        "results/benchmarks/" + RUN + "/init_library.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/init_library.py"
+
+
+rule rollout:
+    input:
+        tasks="results/tasks/{bench}.json",
+        library=RUN + "/library/v{k}/manifest.json",
+    output:
+        episodes=RUN + "/train/batch{k}/episodes.parquet",
+        steps=RUN + "/train/batch{k}/steps.parquet",
+        llm_calls=RUN + "/train/batch{k}/llm_calls.parquet",
+        skill_calls=RUN + "/train/batch{k}/skill_calls.parquet",
+    params:
+        bench=lambda w: BENCHMARKS[w.bench],
+        method=lambda w: METHODS[w.variant],
+        llm=LLM,
+        protocol=PROTOCOL,
+        wall_s=config["budgets"]["rollout_wall_s"],
+    resources:
+        llm=1,
+        mem_mb=4000,
+        runtime=240,
+    log:
+        "logs/" + RUN + "/rollout_batch{k}.log",
+    benchmark:
+        "results/benchmarks/" + RUN + "/rollout_batch{k}.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/rollout.py"
+
+
+rule induce:
+    input:
+        library=lambda w: RUN.format(**w) + f"/library/v{int(w.k) - 1}/manifest.json",
+        batches=lambda w: [RUN.format(**w) + f"/train/batch{i}/episodes.parquet" for i in range(int(w.k))],
+    output:
+        RUN + "/library/v{k}/manifest.json",
+    params:
+        bench=lambda w: BENCHMARKS[w.bench],
+        method=lambda w: METHODS[w.variant],
+        llm=LLM,
+        request_budget=config["budgets"]["inducer_requests"],
+    wildcard_constraints:
+        k=r"[1-9]\d*",  # v0 comes from init_library
+    resources:
+        llm=1,
+        mem_mb=4000,
+        runtime=120,
+    log:
+        "logs/" + RUN + "/induce_v{k}.log",
+    benchmark:
+        "results/benchmarks/" + RUN + "/induce_v{k}.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/induce.py"

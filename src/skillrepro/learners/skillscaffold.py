@@ -1,0 +1,557 @@
+"""SkillScaffold (seed 002, sections 4.1-4.4): skill-free Scouts, candidate skill cards, likelihood-ratio
+utility and positive-gated injection. GRPO training of the shared policy is not reproduced.
+
+The pure decisions (`utility`, `select`, `check_card`, `group_kind`) take plain numbers and strings so a
+test can reach every branch. The rest turns stored records into those inputs: Scout trajectories from
+the runner's Parquet files, evidence text for the Generator, the conversations the scorer reads, and
+the tables of the validation experiment (section 5.4) and the exploration view (figure 6).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+VARIANTS = ("grp", "anc")
+PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Utility and selection (equations 8-10)
+
+
+def utility(d_success: Sequence[float], d_failure: Sequence[float], variant: str = "grp") -> float:
+    """Skill utility of one candidate from its per-Scout differences d(s, tau) = l(s; tau) - l(empty; tau).
+
+    `d_success` / `d_failure` hold d for the successful / failed Scouts, each in sampling order.
+    grp (eq. 8): mean over successes if no failure; minus the mean over failures if no success; otherwise
+    half the success mean minus half the failure mean, so each outcome class weighs 1/2 whatever its size.
+    anc (eq. 9): d on the anchor, the first successful Scout; failures are not used.
+    NaN when undefined (no Scout at all, or no success for anc) or when a needed d is not finite.
+    """
+    s = [float(x) for x in d_success]
+    f = [float(x) for x in d_failure]
+    if variant == "anc":
+        return s[0] if s and math.isfinite(s[0]) else math.nan
+    if variant != "grp":
+        raise ValueError(f"unknown utility variant {variant!r}; known: {', '.join(VARIANTS)}")
+    if not s and not f:
+        return math.nan
+    if not all(math.isfinite(x) for x in s + f):
+        return math.nan
+    if not f:
+        return sum(s) / len(s)
+    if not s:
+        return -sum(f) / len(f)
+    return 0.5 * sum(s) / len(s) - 0.5 * sum(f) / len(f)
+
+
+def select(utilities: Sequence[float], valid: Sequence[bool], threshold: float = 0.0) -> int | None:
+    """Positive-gated selection (eq. 10): index of the best valid candidate with a finite utility, if that
+    utility is above `threshold`; None (stay skill-free) otherwise. Ties go to the earlier candidate."""
+    if len(utilities) != len(valid):
+        raise ValueError(f"select: {len(utilities)} utilities but {len(valid)} validity flags")
+    best: int | None = None
+    for j, (u, ok) in enumerate(zip(utilities, valid)):
+        if ok and u is not None and math.isfinite(u) and (best is None or u > utilities[best]):
+            best = j
+    if best is None or not utilities[best] > threshold:
+        return None
+    return best
+
+
+def group_kind(outcomes: Sequence[bool]) -> str:
+    """all_success | all_failure | mixed, for a non-empty Scout group."""
+    if not outcomes:
+        raise ValueError("group_kind: empty Scout group")
+    n = sum(bool(o) for o in outcomes)
+    return "all_success" if n == len(outcomes) else "all_failure" if n == 0 else "mixed"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Skill cards
+
+
+@dataclass(frozen=True)
+class CardFormat:
+    """What a valid card looks like: a `# Skill: <name>` title, then exactly these `##` headings in order,
+    each with some text, and a word count within limits. Configurable so a user's own template can
+    ask for other headings (the paper's WebShop and tau2 cards have different ones)."""
+
+    headings: tuple[str, ...] = (
+        "When to apply",
+        "Success-preserving strategy",
+        "Failure patterns to suppress",
+        "Procedure",
+        "Decision rules",
+        "Verification and recovery",
+        "Stop conditions",
+    )
+    max_words: int = 400
+    min_words: int = 20
+
+
+@dataclass(frozen=True)
+class CardCheck:
+    card: str  # the extracted card (text between <skill> tags, or from '# Skill:' on); "" if none found
+    name: str
+    n_words: int
+    problems: tuple[str, ...]
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+
+_TITLE = re.compile(r"^#\s*Skill\s*:\s*(.*)$", re.IGNORECASE)
+_HEADING = re.compile(r"^(#{1,6})\s*(.*?)\s*#*\s*$")
+
+
+def extract_card(text: str) -> str:
+    """The card inside a Generator reply: between <skill> and </skill> if present, else from the first
+    '# Skill:' line on. Reasoning before it (a <think> block, a preface) is dropped."""
+    text = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL | re.IGNORECASE)
+    m = re.search(r"<skill>(.*?)(?:</skill>|$)", text, flags=re.DOTALL | re.IGNORECASE)
+    if m:
+        text = m.group(1)
+    m = re.search(r"^#\s*Skill\s*:", text, flags=re.MULTILINE | re.IGNORECASE)
+    return text[m.start():].strip() if m else ""
+
+
+def check_card(text: str, fmt: CardFormat = CardFormat()) -> CardCheck:
+    """Extract the card from a Generator reply and list every way it breaks `fmt` (none: valid)."""
+    card = extract_card(text)
+    if not card:
+        return CardCheck("", "", 0, ("no card: expected a line starting with '# Skill:'",))
+    lines = card.splitlines()
+    problems: list[str] = []
+    name = _TITLE.match(lines[0].strip()).group(1).strip()
+    if not name:
+        problems.append("the '# Skill:' title has no name")
+    found: list[tuple[str, int]] = []  # (heading, line index)
+    for i, line in enumerate(lines[1:], start=1):
+        m = _HEADING.match(line.strip())
+        if m:
+            level, title = len(m.group(1)), m.group(2).strip().rstrip(":")
+            if level <= 2:
+                found.append((title, i))
+    titles = [t for t, _ in found]
+    want = [h.lower() for h in fmt.headings]
+    if [t.lower() for t in titles] != want:
+        missing = [h for h in fmt.headings if h.lower() not in [t.lower() for t in titles]]
+        extra = [t for t in titles if t.lower() not in want]
+        if missing:
+            problems.append("missing heading(s): " + ", ".join(missing))
+        if extra:
+            problems.append("unexpected heading(s): " + ", ".join(extra))
+        if not missing and not extra:
+            problems.append("headings out of order or repeated: " + ", ".join(titles))
+    else:
+        bounds = [i for _, i in found] + [len(lines)]
+        for (title, start), end in zip(found, bounds[1:]):
+            if not "\n".join(lines[start + 1:end]).strip():
+                problems.append(f"section '{title}' is empty")
+    n_words = len(re.findall(r"[A-Za-z0-9][\w'-]*", card))
+    if n_words > fmt.max_words:
+        problems.append(f"{n_words} words, more than the limit of {fmt.max_words}")
+    if n_words < fmt.min_words:
+        problems.append(f"{n_words} words, fewer than the minimum of {fmt.min_words}")
+    return CardCheck(card, name, n_words, tuple(problems))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Scout trajectories and evidence
+
+
+@dataclass(frozen=True)
+class TrajectoryStep:
+    reasoning: str
+    action: str
+    arguments: str  # JSON list
+    observation: str
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One recorded episode as the scorer and the Generator need it."""
+
+    episode_id: str
+    task_id: str
+    success: bool
+    order: int  # sampling order within its query (the anchor is the first success in this order)
+    messages: tuple[dict[str, Any], ...]  # the actor's full conversation, its final reply included
+    steps: tuple[TrajectoryStep, ...]
+
+    @property
+    def task_text(self) -> str:
+        """The opening observation (it states the task)."""
+        return next((m["content"] for m in self.messages if m["role"] == "user"), "")
+
+    def with_system(self, system_prompt: str) -> list[dict[str, Any]]:
+        """The same conversation under another system prompt (a context c for scoring)."""
+        msgs = [dict(m) for m in self.messages]
+        if not msgs or msgs[0]["role"] != "system":
+            raise ValueError(f"episode {self.episode_id}: the recorded conversation has no system message")
+        msgs[0]["content"] = system_prompt
+        return msgs
+
+
+def conversation(prompt_json: str, response_json: str) -> list[dict[str, Any]]:
+    """The conversation of an actor call: its request messages plus its reply as an assistant message."""
+    msgs = json.loads(prompt_json)["messages"]
+    reply = json.loads(response_json)
+    last: dict[str, Any] = {"role": "assistant", "content": reply.get("content", "")}
+    if reply.get("tool_calls"):
+        last["tool_calls"] = [
+            {"id": c["id"], "type": "function",
+             "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
+            for c in reply["tool_calls"]
+        ]
+    return msgs + [last]
+
+
+def load_trajectories(run_dirs: Iterable[str | Path]) -> list[Trajectory]:
+    """Every episode in the runner's batch folders, in folder order then episode order.
+
+    The conversation is the episode's last actor call plus its reply: every earlier turn is inside it."""
+    import pandas as pd
+
+    out: list[Trajectory] = []
+    order: dict[str, int] = {}
+    for d in run_dirs:
+        d = Path(d)
+        eps = pd.read_parquet(d / "episodes.parquet")
+        steps = pd.read_parquet(d / "steps.parquet")
+        calls = pd.read_parquet(d / "llm_calls.parquet")
+        calls = calls[calls.role == "actor"].sort_values("started_at")
+        for ep in eps.itertuples():
+            ep_calls = calls[calls.session_id == ep.episode_id]
+            if ep_calls.empty:
+                raise ValueError(f"{d}: episode {ep.episode_id} has no actor LLM call to score")
+            last = ep_calls.iloc[-1]
+            st = steps[steps.episode_id == ep.episode_id].sort_values("step")
+            k = order.get(ep.task_id, 0)
+            order[ep.task_id] = k + 1
+            out.append(Trajectory(
+                ep.episode_id, str(ep.task_id), bool(ep.success), k,
+                tuple(conversation(last.prompt, last.response)),
+                tuple(TrajectoryStep(s.reasoning, s.action, s.arguments, s.observation) for s in st.itertuples()),
+            ))
+    return out
+
+
+def render_attempt(t: Trajectory, max_chars: int) -> str:
+    """A Scout as Generator evidence: numbered thought/action/observation lines. When too long, the first
+    and last steps are kept and the middle is elided (the start shows the approach, the end the outcome)."""
+    lines = []
+    for i, s in enumerate(t.steps):
+        args = ", ".join(json.dumps(a) for a in json.loads(s.arguments or "[]"))
+        thought = " ".join(s.reasoning.split())
+        lines.append(f"Turn {i}. Thought: {thought}\n  Action: {s.action}({args})\n  Observation: "
+                     + " ".join(s.observation.split()))
+    text = "\n".join(lines)
+    if len(text) <= max_chars:
+        return text
+    head, tail, used = [], [], 0
+    for a, b in zip(lines, reversed(lines)):
+        if used + len(a) + len(b) > max_chars:
+            break
+        head.append(a)
+        tail.insert(0, b)
+        used += len(a) + len(b)
+    omitted = len(lines) - len(head) - len(tail)
+    return "\n".join(head + [f"[{omitted} turns omitted]"] + tail)
+
+
+@dataclass
+class EvidenceRecord:
+    """The Generator's evidence for one query (appendix A.4). Parquet: evidence.parquet."""
+
+    benchmark: str
+    variant: str
+    task_id: str
+    kind: str  # all_success | all_failure | mixed
+    n_scouts: int
+    n_success: int
+    anchor_episode_id: str  # anc: first successful Scout in sampling order; "" otherwise
+    skip: bool  # anc with no success: no generation, the query stays skill-free
+    task: str
+    evidence: str  # the attempts block the template receives
+    scout_episode_ids: list[str] = field(default_factory=list)
+
+
+GROUP_GUIDANCE = {
+    "all_success": "Every attempt succeeded: extract the reusable decisions that made them work.",
+    "all_failure": "Every attempt failed: diagnose the recurring errors and give conditional corrections, "
+                   "without presenting an unobserved complete solution as verified.",
+    "mixed": "Some attempts succeeded and some failed: contrast the decisions that separate them.",
+    "anchor": "This attempt succeeded: extract the single most reusable decision mechanism it shows.",
+}
+
+
+def build_evidence(benchmark: str, variant: str, scouts: Sequence[Trajectory], max_chars: int = 6000) -> EvidenceRecord:
+    """grp: the task and every Scout with its outcome. anc: the first successful Scout only (skip if none)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown evidence variant {variant!r}; known: {', '.join(VARIANTS)}")
+    if not scouts:
+        raise ValueError(f"{benchmark}: a query with no Scouts")
+    scouts = sorted(scouts, key=lambda t: t.order)
+    task_id = scouts[0].task_id
+    kind = group_kind([t.success for t in scouts])
+    n_success = sum(t.success for t in scouts)
+    ids = [t.episode_id for t in scouts]
+    if variant == "anc":
+        anchor = next((t for t in scouts if t.success), None)
+        if anchor is None:
+            return EvidenceRecord(benchmark, variant, task_id, kind, len(scouts), 0, "", True,
+                                  scouts[0].task_text, "", ids)
+        body = f"<attempt outcome=SUCCESS>\n{render_attempt(anchor, max_chars)}\n</attempt>"
+        return EvidenceRecord(benchmark, variant, task_id, kind, len(scouts), n_success, anchor.episode_id, False,
+                              anchor.task_text, body, ids)
+    per = max(500, max_chars // len(scouts))
+    body = "\n".join(
+        f"<attempt index={i} outcome={'SUCCESS' if t.success else 'FAILURE'}>\n{render_attempt(t, per)}\n</attempt>"
+        for i, t in enumerate(scouts)
+    )
+    return EvidenceRecord(benchmark, variant, task_id, kind, len(scouts), n_success, "", False,
+                          scouts[0].task_text, body, ids)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Generator prompts
+
+
+@dataclass(frozen=True)
+class GeneratorTemplate:
+    """A generator prompt file: a system part and a user part separated by a line '=== user ==='.
+    Placeholders: {task}, {attempts}, {n_attempts}, {guidance}, {headings}, {max_words}."""
+
+    system: str
+    user: str
+    path: str
+
+    @classmethod
+    def load(cls, benchmark_env: str, path: str | Path | None = None) -> "GeneratorTemplate":
+        p = Path(path) if path else PROMPTS / f"scaffold_{benchmark_env}.txt"
+        if not p.is_file():
+            raise FileNotFoundError(f"generator template {p} does not exist (config key scaffold.generator_prompt)")
+        text = p.read_text()
+        if "=== user ===" not in text:
+            raise ValueError(f"generator template {p}: no '=== user ===' line between the system and user parts")
+        system, user = text.split("=== user ===", 1)
+        for key in ("{task}", "{attempts}"):
+            if key not in user:
+                raise ValueError(f"generator template {p}: the user part lacks the placeholder {key}")
+        return cls(system.strip(), user.strip(), str(p))
+
+    def messages(self, ev: EvidenceRecord, fmt: CardFormat) -> list[dict[str, str]]:
+        values = {
+            "task": ev.task,
+            "attempts": ev.evidence,
+            "n_attempts": str(1 if ev.variant == "anc" else ev.n_scouts),
+            "guidance": GROUP_GUIDANCE["anchor" if ev.variant == "anc" else ev.kind],
+            "headings": "\n".join(["# Skill: <short-kebab-case-name>"] + [f"## {h}" for h in fmt.headings]),
+            "max_words": str(fmt.max_words),
+        }
+
+        # Only known placeholders are replaced, so braces elsewhere in a user's template stay as written.
+        def fill(s: str) -> str:
+            return re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), s)
+
+        return [{"role": "system", "content": fill(self.system)}, {"role": "user", "content": fill(self.user)}]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Records of the scaffold rules
+
+
+@dataclass
+class CandidateRecord:
+    """One generated card (candidates.parquet). Invalid cards are kept but never selected."""
+
+    benchmark: str
+    variant: str
+    task_id: str
+    candidate: int
+    raw: str  # the Generator's reply as returned
+    card: str
+    name: str
+    n_words: int
+    valid: bool
+    problems: str  # "; "-joined
+    call_id: str  # the generator LLM call (llm_calls.parquet beside it)
+
+
+@dataclass
+class ScoreRecord:
+    """l(c; tau) for one Scout under one context (scores.parquet). candidate -1 = no skill."""
+
+    benchmark: str
+    task_id: str
+    episode_id: str
+    variant: str  # "" for the shared skill-free scores
+    candidate: int
+    n_tokens: int  # scored actor tokens
+    sum_logprob: float
+    mean_logprob: float
+    n_forward_tokens: int  # tokens the scorer had to process
+    scorer: str
+    model: str
+
+
+@dataclass
+class UtilityRecord:
+    benchmark: str
+    variant: str
+    task_id: str
+    candidate: int
+    kind: str
+    n_success: int
+    n_failure: int
+    utility: float  # NaN when undefined
+    valid: bool  # card format
+    eligible: bool  # valid and finite utility
+
+
+@dataclass
+class SelectionRecord:
+    benchmark: str
+    variant: str
+    task_id: str
+    kind: str
+    n_success: int
+    n_scouts: int
+    selected: int  # -1: skill-free
+    utility: float  # of the selected candidate, NaN if none
+    best_utility: float  # max over eligible candidates, NaN if none (the gate compares it to the threshold)
+    n_eligible: int
+    card: str  # "" when skill-free
+
+
+def utilities_for_query(
+    benchmark: str,
+    variant: str,
+    scouts: Sequence[Trajectory],
+    candidates: Sequence[CandidateRecord],
+    l_none: dict[str, float],
+    l_cand: dict[tuple[int, str], float],
+) -> list[UtilityRecord]:
+    """U for every candidate of one query. `l_none[episode_id]`, `l_cand[(candidate, episode_id)]`:
+    mean log-probs. Candidates with no score (invalid cards are not scored) get NaN."""
+    scouts = sorted(scouts, key=lambda t: t.order)
+    kind = group_kind([t.success for t in scouts])
+    n_s = sum(t.success for t in scouts)
+    out = []
+    for c in candidates:
+        d = {t.episode_id: l_cand.get((c.candidate, t.episode_id), math.nan) - l_none.get(t.episode_id, math.nan)
+             for t in scouts}
+        u = utility([d[t.episode_id] for t in scouts if t.success],
+                    [d[t.episode_id] for t in scouts if not t.success], variant)
+        out.append(UtilityRecord(benchmark, variant, c.task_id, c.candidate, kind, n_s, len(scouts) - n_s, u,
+                                 c.valid, c.valid and math.isfinite(u)))
+    return out
+
+
+def selection_for_query(benchmark: str, variant: str, scouts: Sequence[Trajectory],
+                        candidates: Sequence[CandidateRecord], utils: Sequence[UtilityRecord],
+                        threshold: float) -> SelectionRecord:
+    kind = group_kind([t.success for t in scouts])
+    n_s = sum(t.success for t in scouts)
+    by = {u.candidate: u for u in utils}
+    us = [by[c.candidate].utility if c.candidate in by else math.nan for c in candidates]
+    ok = [c.valid for c in candidates]
+    j = select(us, ok, threshold)
+    eligible = [u for u, v in zip(us, ok) if v and math.isfinite(u)]
+    return SelectionRecord(
+        benchmark, variant, scouts[0].task_id, kind, n_s, len(scouts),
+        -1 if j is None else candidates[j].candidate,
+        math.nan if j is None else us[j],
+        max(eligible) if eligible else math.nan, len(eligible),
+        "" if j is None else candidates[j].card,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# Validation experiment (section 5.4, figure 5) and exploration view (figure 6)
+
+RULES = ("skill_free", "random_injection", "forced_top1", "gated_top1")
+
+
+def decision_rules(utils: "Any", evals: "Any", threshold: float = 0.0) -> "Any":
+    """Success rate of the four decision rules on the same query-candidate sets.
+
+    `utils`: one row per (benchmark, variant, task_id, candidate) with utility, eligible.
+    `evals`: downstream evaluation success rates per (benchmark, variant, task_id, candidate), candidate -1 =
+    skill-free. Random injection is its expectation: the mean over a query's eligible candidates.
+    Queries without any evaluated eligible candidate are left out of every rule so all rules share one set.
+    """
+    import pandas as pd
+
+    rows = []
+    keys = ["benchmark", "variant", "task_id"]
+    merged = utils[utils.eligible].merge(evals, on=keys + ["candidate"], how="inner")
+    base = evals[evals.candidate == -1].set_index(keys)["success_rate"]
+    for (b, v, t), g in merged.groupby(keys):
+        if (b, v, t) not in base.index:
+            continue
+        free = float(base.loc[(b, v, t)])
+        top = g.sort_values(["utility", "candidate"], ascending=[False, True]).iloc[0]
+        rows.append({"benchmark": b, "variant": v, "task_id": t,
+                     "skill_free": free,
+                     "random_injection": float(g.success_rate.mean()),
+                     "forced_top1": float(top.success_rate),
+                     "gated_top1": float(top.success_rate) if top.utility > threshold else free})
+    per_query = pd.DataFrame(rows, columns=keys + list(RULES))
+    out = []
+    for (b, v), g in per_query.groupby(["benchmark", "variant"]):
+        for r in RULES:
+            out.append({"benchmark": b, "variant": v, "rule": r, "success_rate": float(g[r].mean()),
+                        "n_queries": len(g)})
+    return pd.DataFrame(out, columns=["benchmark", "variant", "rule", "success_rate", "n_queries"])
+
+
+def utility_quintiles(utils: "Any", evals: "Any", n_bins: int = 5) -> "Any":
+    """Mean measured gain over skill-free execution per utility quintile of the query-candidate pairs.
+
+    Bins are equal-count by rank (so ties in utility never leave a bin empty); with fewer pairs than bins,
+    there are as many bins as pairs."""
+    import pandas as pd
+
+    keys = ["benchmark", "variant", "task_id"]
+    base = evals[evals.candidate == -1][keys + ["success_rate"]].rename(columns={"success_rate": "free"})
+    pairs = utils[utils.eligible].merge(evals, on=keys + ["candidate"]).merge(base, on=keys)
+    pairs["gain"] = pairs.success_rate - pairs.free
+    out = []
+    for (b, v), g in pairs.groupby(["benchmark", "variant"]):
+        g = g.sort_values(["utility", "task_id", "candidate"]).reset_index(drop=True)
+        k = min(n_bins, len(g))
+        g["quintile"] = [1 + (i * k) // len(g) for i in range(len(g))]
+        for q, h in g.groupby("quintile"):
+            out.append({"benchmark": b, "variant": v, "quintile": int(q), "n_pairs": len(h),
+                        "utility_min": float(h.utility.min()), "utility_max": float(h.utility.max()),
+                        "utility_mean": float(h.utility.mean()), "mean_gain": float(h.gain.mean())})
+    return pd.DataFrame(out, columns=["benchmark", "variant", "quintile", "n_pairs", "utility_min", "utility_max",
+                                      "utility_mean", "mean_gain"])
+
+
+def exploration_view(selections: "Any", post: "Any") -> "Any":
+    """Figure 6: Scout vs Post-Scout success and injection rate per Scout-group kind.
+
+    `selections`: SelectionRecord rows. `post`: Post-Scout episodes with benchmark, variant, task_id, success."""
+    import pandas as pd
+
+    keys = ["benchmark", "variant", "task_id"]
+    p = post.groupby(keys).success.mean().rename("post_success").reset_index()
+    s = selections.assign(scout_success=selections.n_success / selections.n_scouts,
+                          injected=selections.selected >= 0).merge(p, on=keys, how="left")
+    out = []
+    for (b, v, k), g in s.groupby(["benchmark", "variant", "kind"]):
+        out.append({"benchmark": b, "variant": v, "group": k, "n_queries": len(g),
+                    "scout_success": float(g.scout_success.mean()),
+                    "post_scout_success": float(g.post_success.mean()),
+                    "injection_rate": float(g.injected.mean())})
+    return pd.DataFrame(out, columns=["benchmark", "variant", "group", "n_queries", "scout_success",
+                                      "post_scout_success", "injection_rate"])

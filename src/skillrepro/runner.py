@@ -1,0 +1,95 @@
+"""Run a batch of episodes of one benchmark with one library version and store their records.
+
+This is the one place that turns (tasks, library, LLM) into Parquet files; the rollout, evaluate and
+scout rules all call `run_batch`. A batch resumes: episodes already written to the batch's partial
+folder are kept, so a killed job redoes only the episode it was in.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from skillrepro import skills
+from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, Prompts, primitive_tools
+from skillrepro.config import BenchmarkConfig, LLMConfig
+from skillrepro.llm.client import LLMClient
+from skillrepro.store import Episode, LLMCall, SkillCall, Step, read_records, write_records
+
+RECORD_TABLES = {"episodes": Episode, "steps": Step, "llm_calls": LLMCall, "skill_calls": SkillCall}
+
+
+@dataclass
+class BatchOutcome:
+    episodes: list[Episode]
+    out_dir: Path
+
+
+def _episode_files(folder: Path) -> dict[str, Path]:
+    return {name: folder / f"{name}.parquet" for name in RECORD_TABLES}
+
+
+def run_batch(
+    *,
+    bench: BenchmarkConfig,
+    llm: LLMConfig,
+    library_dir: str | Path,
+    task_ids: list[str],
+    spec: EpisodeSpec,
+    out_dir: str | Path,
+    wall_s: float = 1800.0,
+    prompts: Prompts | None = None,
+    notes: str | None = None,
+    client: LLMClient | None = None,
+    logger: logging.Logger | None = None,
+) -> BatchOutcome:
+    """Play `task_ids` in order and write episodes/steps/llm_calls/skill_calls.parquet into `out_dir`.
+
+    `notes` overrides the library's notes (SkillScaffold injects a skill card this way).
+    """
+    log = logger or logging.getLogger("skillrepro.runner")
+    out_dir = Path(out_dir)
+    partial = out_dir.parent / f".{out_dir.name}.partial"
+    benchmark = bench.load()
+    library = skills.Library.load(library_dir)
+    client = client or LLMClient.connect(llm)
+    actor = Actor(client, benchmark.describe(), bench.call_budget(), wall_s, llm.tool_calling,
+                  prompts or Prompts(), library.notes if notes is None else notes)
+    progress = _progress(len(task_ids), f"{spec.benchmark}/{spec.variant}/seed{spec.seed} {spec.split} c{spec.cycle}")
+    for i, task_id in enumerate(task_ids):
+        done_dir = partial / f"{i:04d}"
+        if not (done_dir / "episodes.parquet").exists():
+            env = benchmark.make(task_id)
+            skill_calls: list[SkillCall] = []
+            tools = primitive_tools(env) + skills.tools_for(library, env, skill_calls.append)
+            rec: EpisodeRecords = actor.run(env, tools, spec, log.info)
+            # Episode file last: its presence marks the episode as complete.
+            write_records(done_dir / "steps.parquet", rec.steps, Step)
+            write_records(done_dir / "llm_calls.parquet", rec.llm_calls, LLMCall)
+            write_records(done_dir / "skill_calls.parquet", skill_calls, SkillCall)
+            write_records(done_dir / "episodes.parquet", [rec.episode], Episode)
+        else:
+            log.info("task=%s already done, kept", task_id)
+        progress.update(1)
+    progress.close()
+    # Merge the per-episode files into the batch's tables.
+    merged: dict[str, list] = {name: [] for name in RECORD_TABLES}
+    for i in range(len(task_ids)):
+        for name, cls in RECORD_TABLES.items():
+            merged[name] += read_records(partial / f"{i:04d}" / f"{name}.parquet", cls)
+    for name, cls in RECORD_TABLES.items():
+        write_records(out_dir / f"{name}.parquet", merged[name], cls)
+    (out_dir / "tasks.json").write_text(json.dumps(task_ids))
+    import shutil
+
+    shutil.rmtree(partial, ignore_errors=True)
+    return BatchOutcome(merged["episodes"], out_dir)
+
+
+def _progress(total: int, desc: str):
+    from tqdm import tqdm
+
+    # A bar on a terminal; in a log file (snakemake redirects stderr) one line per episode suffices.
+    return tqdm(total=total, desc=desc, disable=not sys.stderr.isatty(), leave=False)
