@@ -240,6 +240,9 @@ class ScienceWorldEnv(Env):
             reward += r
             if done:
                 break
+        if name == "wait" and len(commands) > 1:
+            # The simulator acknowledges only the last `wait1`; report the whole wait.
+            obs = obs.replace("wait for 1 iterations", f"wait for {len(commands)} iterations", 1)
         return StepResult(obs, reward, done)
 
     def score(self) -> float:
