@@ -1,0 +1,275 @@
+"""SkillScaffold's pure decisions on hand-made numbers and cards (no model, no env)."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from skillrepro.learners.skillscaffold import (
+    CandidateRecord, CardFormat, GeneratorTemplate, Trajectory, TrajectoryStep, build_evidence, check_card,
+    decision_rules, exploration_view, group_kind, select, selection_for_query, utilities_for_query, utility,
+    utility_quintiles,
+)
+
+# ---------------------------------------------------------------- utility, every branch of eq. 8 and 9
+
+
+def test_grp_all_success_is_mean_of_successes():
+    assert utility([0.2, 0.4], []) == pytest.approx(0.3)
+
+
+def test_grp_all_failure_is_minus_mean_of_failures():
+    assert utility([], [0.1, 0.5]) == pytest.approx(-0.3)
+
+
+def test_grp_mixed_weighs_each_class_one_half_whatever_its_size():
+    # 3 successes (mean 0.2) and 1 failure (-0.4): 0.5*0.2 - 0.5*(-0.4) = 0.3
+    assert utility([0.1, 0.2, 0.3], [-0.4]) == pytest.approx(0.3)
+    # Same means with other counts give the same utility (Proposition 1).
+    assert utility([0.2], [-0.4, -0.4, -0.4]) == pytest.approx(0.3)
+
+
+def test_grp_one_element_groups():
+    assert utility([0.7], []) == pytest.approx(0.7)
+    assert utility([], [0.7]) == pytest.approx(-0.7)
+    assert utility([0.7], [0.1]) == pytest.approx(0.3)
+
+
+def test_grp_undefined_and_nan_inputs():
+    assert math.isnan(utility([], []))
+    assert math.isnan(utility([0.1, float("nan")], []))
+    assert math.isnan(utility([0.1], [float("inf")]))
+
+
+def test_anc_is_d_on_the_first_success_and_ignores_failures():
+    assert utility([0.5, -1.0], [9.0], variant="anc") == pytest.approx(0.5)
+    assert math.isnan(utility([], [0.3], variant="anc"))
+    assert math.isnan(utility([float("nan"), 0.2], [], variant="anc"))
+
+
+def test_unknown_variant_is_named():
+    with pytest.raises(ValueError, match="'best'"):
+        utility([0.1], [], variant="best")
+
+
+# ---------------------------------------------------------------- select (eq. 10)
+
+
+def test_select_argmax_over_valid_finite():
+    assert select([0.1, 0.9, 0.3], [True, False, True]) == 2
+    assert select([float("nan"), 0.2, 0.1], [True, True, True]) == 1
+    assert select([0.2, 0.2], [True, True]) == 0  # ties: the earlier candidate
+
+
+def test_select_abstains_when_best_is_not_above_threshold():
+    assert select([-0.1, 0.0], [True, True]) is None
+    assert select([0.05, 0.02], [True, True], threshold=0.05) is None
+    assert select([0.06, 0.02], [True, True], threshold=0.05) == 0
+
+
+def test_select_abstains_when_no_candidate_is_valid_or_finite():
+    assert select([0.5, 0.7], [False, False]) is None
+    assert select([float("nan"), float("inf") * 0], [True, True]) is None
+    assert select([], []) is None
+
+
+def test_select_rejects_mismatched_lengths():
+    with pytest.raises(ValueError, match="2 utilities but 1"):
+        select([0.1, 0.2], [True])
+
+
+def test_group_kind():
+    assert group_kind([True, True]) == "all_success"
+    assert group_kind([False]) == "all_failure"
+    assert group_kind([False, True]) == "mixed"
+
+
+# ---------------------------------------------------------------- card validation
+
+GOOD = """<think>let me see</think>
+<skill>
+# Skill: pick-then-go
+## When to apply
+The mission asks to pick up one object and then go to another.
+## Success-preserving strategy
+Keep the object you picked up; do not drop it before the second goal.
+## Failure patterns to suppress
+Walking into walls; turning in circles without moving forward.
+## Procedure
+1. Face the first object. 2. Step next to it. 3. Pick it up. 4. Go to the second object.
+## Decision rules
+If the object is to your left, turn left; if it is ahead, go forward.
+## Verification and recovery
+After pick_up, check that you carry it; if not, step closer and retry.
+## Stop conditions
+Stop when standing next to the second object while facing it.
+</skill>"""
+
+
+def test_valid_card_is_accepted_and_extracted():
+    c = check_card(GOOD)
+    assert c.valid, c.problems
+    assert c.name == "pick-then-go"
+    assert c.card.startswith("# Skill: pick-then-go") and "</skill>" not in c.card and "think" not in c.card
+
+
+def test_card_without_tags_is_read_from_title():
+    c = check_card("Here is the card:\n" + GOOD.split("<skill>")[1].split("</skill>")[0])
+    assert c.valid, c.problems
+
+
+def test_card_missing_heading_is_rejected():
+    bad = GOOD.replace("## Decision rules\n", "")
+    c = check_card(bad)
+    assert not c.valid and any("missing heading(s): Decision rules" in p for p in c.problems)
+
+
+def test_card_headings_out_of_order_rejected():
+    a, b = "## Procedure", "## Decision rules"
+    bad = GOOD.replace(a, "@@").replace(b, a).replace("@@", b)
+    c = check_card(bad)
+    assert not c.valid and any("out of order" in p for p in c.problems)
+
+
+def test_card_extra_heading_empty_section_and_no_title_rejected():
+    assert any("unexpected heading(s): Notes" in p for p in check_card(GOOD.replace("</skill>", "## Notes\nx\n</skill>")).problems)
+    empty = GOOD.replace("Stop when standing next to the second object while facing it.", "")
+    assert any("section 'Stop conditions' is empty" in p for p in check_card(empty).problems)
+    assert check_card("I cannot help with that.").problems == ("no card: expected a line starting with '# Skill:'",)
+    assert any("no name" in p for p in check_card(GOOD.replace("# Skill: pick-then-go", "# Skill:")).problems)
+
+
+def test_card_word_limits():
+    long = GOOD.replace("Walking into walls;", "word " * 400 + "Walking into walls;")
+    assert any("more than the limit of 400" in p for p in check_card(long).problems)
+    assert any("fewer than the minimum" in p for p in check_card(GOOD, CardFormat(min_words=500, max_words=900)).problems)
+
+
+def test_custom_headings_from_config():
+    fmt = CardFormat(headings=("When to Use", "Workflow"), max_words=150, min_words=1)
+    ok = "# Skill: x\n## When to Use\nAlways.\n## Workflow\nDo it."
+    assert check_card(ok, fmt).valid
+    assert not check_card(GOOD, fmt).valid
+
+
+# ---------------------------------------------------------------- evidence, utilities per query, selection
+
+
+def traj(i: int, success: bool, task: str = "7") -> Trajectory:
+    msgs = ({"role": "system", "content": "S"}, {"role": "user", "content": f"Mission: task {task}"},
+            {"role": "assistant", "content": "Thought: go\nAction: go_forward()"})
+    return Trajectory(f"ep{i}", task, success, i, msgs,
+                      (TrajectoryStep("go", "go_forward", "[]", f"obs {i}"),))
+
+
+def test_group_evidence_has_every_attempt_with_its_outcome():
+    ev = build_evidence("babyai", "grp", [traj(1, True), traj(0, False)])
+    assert ev.kind == "mixed" and ev.n_success == 1 and not ev.skip
+    assert ev.evidence.index("index=0 outcome=FAILURE") < ev.evidence.index("index=1 outcome=SUCCESS")
+    assert ev.task == "Mission: task 7"
+
+
+def test_anchor_evidence_is_first_success_in_sampling_order_or_skips():
+    ev = build_evidence("babyai", "anc", [traj(2, True), traj(0, False), traj(1, True)])
+    assert ev.anchor_episode_id == "ep1" and "obs 1" in ev.evidence and "obs 2" not in ev.evidence
+    ev = build_evidence("babyai", "anc", [traj(0, False), traj(1, False)])
+    assert ev.skip and ev.anchor_episode_id == "" and ev.kind == "all_failure"
+
+
+def test_long_attempts_are_elided_in_the_middle():
+    from skillrepro.learners.skillscaffold import render_attempt
+
+    steps = tuple(TrajectoryStep(f"t{i}", "go_forward", "[]", "x" * 50) for i in range(40))
+    t = Trajectory("e", "1", False, 0, traj(0, False).messages, steps)
+    text = render_attempt(t, 1000)
+    assert "Turn 0." in text and "Turn 39." in text and "turns omitted]" in text and len(text) < 1200
+
+
+def test_template_fills_known_placeholders_only(tmp_path):
+    p = tmp_path / "t.txt"
+    p.write_text("sys {max_words} {json}\n=== user ===\nTask: {task}\n{attempts}\n{headings}")
+    ev = build_evidence("babyai", "grp", [traj(0, True)])
+    msgs = GeneratorTemplate.load("babyai", p).messages(ev, CardFormat())
+    assert msgs[0]["content"] == "sys 400 {json}"
+    assert "Task: Mission: task 7" in msgs[1]["content"] and "## Stop conditions" in msgs[1]["content"]
+    p.write_text("no separator")
+    with pytest.raises(ValueError, match="=== user ==="):
+        GeneratorTemplate.load("babyai", p)
+
+
+def test_shipped_templates_load():
+    for env in ("babyai", "alfworld", "scienceworld"):
+        t = GeneratorTemplate.load(env)
+        assert "{attempts}" in t.user
+
+
+def cand(j: int, valid: bool = True) -> CandidateRecord:
+    return CandidateRecord("babyai", "grp", "7", j, "raw", f"# Skill: c{j}", f"c{j}", 30, valid, "", "id")
+
+
+def test_utilities_and_selection_for_one_query():
+    scouts = [traj(0, True), traj(1, False)]
+    l_none = {"ep0": -1.0, "ep1": -2.0}
+    l_cand = {(0, "ep0"): -0.8, (0, "ep1"): -2.4,   # supports success, suppresses failure: U = 0.1 + 0.2
+              (1, "ep0"): -1.5, (1, "ep1"): -1.5}   # U = 0.5*(-0.5) - 0.5*(0.5) = -0.5
+    cands = [cand(0), cand(1), cand(2, valid=False)]
+    us = utilities_for_query("babyai", "grp", scouts, cands, l_none, l_cand)
+    assert us[0].utility == pytest.approx(0.3) and us[1].utility == pytest.approx(-0.5)
+    assert math.isnan(us[2].utility) and not us[2].eligible
+    sel = selection_for_query("babyai", "grp", scouts, cands, us, 0.0)
+    assert sel.selected == 0 and sel.card == "# Skill: c0" and sel.kind == "mixed"
+    sel = selection_for_query("babyai", "grp", scouts, cands, us, 0.5)
+    assert sel.selected == -1 and sel.card == "" and sel.best_utility == pytest.approx(0.3)
+
+
+# ---------------------------------------------------------------- validation tables
+
+
+def _frames():
+    utils = pd.DataFrame([
+        # query a: candidate 0 is best (U>0) and helps; candidate 1 hurts.
+        dict(benchmark="b", variant="grp", task_id="a", candidate=0, utility=0.4, eligible=True),
+        dict(benchmark="b", variant="grp", task_id="a", candidate=1, utility=-0.1, eligible=True),
+        # query c: the best candidate has U<0: gated stays skill-free, forced injects it and it hurts.
+        dict(benchmark="b", variant="grp", task_id="c", candidate=0, utility=-0.2, eligible=True),
+        dict(benchmark="b", variant="grp", task_id="c", candidate=1, utility=-0.3, eligible=True),
+        dict(benchmark="b", variant="grp", task_id="c", candidate=2, utility=0.9, eligible=False),
+    ])
+    evals = pd.DataFrame([
+        dict(benchmark="b", variant="grp", task_id="a", candidate=-1, success_rate=0.5),
+        dict(benchmark="b", variant="grp", task_id="a", candidate=0, success_rate=1.0),
+        dict(benchmark="b", variant="grp", task_id="a", candidate=1, success_rate=0.0),
+        dict(benchmark="b", variant="grp", task_id="c", candidate=-1, success_rate=0.5),
+        dict(benchmark="b", variant="grp", task_id="c", candidate=0, success_rate=0.0),
+        dict(benchmark="b", variant="grp", task_id="c", candidate=1, success_rate=0.5),
+    ])
+    return utils, evals
+
+
+def test_decision_rules_on_hand_made_sets():
+    utils, evals = _frames()
+    r = decision_rules(utils, evals).set_index("rule").success_rate
+    assert r["skill_free"] == pytest.approx(0.5)
+    assert r["random_injection"] == pytest.approx((0.5 + 0.25) / 2)
+    assert r["forced_top1"] == pytest.approx((1.0 + 0.0) / 2)
+    assert r["gated_top1"] == pytest.approx((1.0 + 0.5) / 2)
+
+
+def test_quintiles_rise_with_utility_on_hand_made_pairs():
+    utils, evals = _frames()
+    q = utility_quintiles(utils, evals)
+    assert list(q.quintile) == [1, 2, 3, 4] and q.n_pairs.sum() == 4  # 4 eligible pairs, 4 bins
+    assert list(q.mean_gain) == pytest.approx([0.0, -0.5, -0.5, 0.5])
+
+
+def test_exploration_view_groups_by_scout_outcomes():
+    sel = pd.DataFrame([
+        dict(benchmark="b", variant="grp", task_id="a", kind="all_failure", n_success=0, n_scouts=4, selected=1),
+        dict(benchmark="b", variant="grp", task_id="c", kind="all_success", n_success=4, n_scouts=4, selected=-1),
+    ])
+    post = pd.DataFrame([dict(benchmark="b", variant="grp", task_id="a", success=s) for s in (True, False)]
+                        + [dict(benchmark="b", variant="grp", task_id="c", success=True)])
+    v = exploration_view(sel, post).set_index("group")
+    assert v.loc["all_failure", "post_scout_success"] == 0.5 and v.loc["all_failure", "injection_rate"] == 1.0
+    assert v.loc["all_success", "scout_success"] == 1.0 and v.loc["all_success", "injection_rate"] == 0.0
