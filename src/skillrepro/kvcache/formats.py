@@ -1,0 +1,344 @@
+"""ALFWorld actor prompt formats built from a skill bank (seed 001, sections 1-1, 2-2 and 2-3).
+
+A format is a function of (bank, task sentence, category, history, observation, admissible actions, step)
+returning chat messages. The wording lives in template files (`templates/*.txt`, `string.Template` syntax:
+`$name`); pass `templates_dir` to use a copy you edited. Skill banks follow SkillRL's JSON schema.
+
+Formats:
+- `skillrl`: one user message rebuilt every step; the retrieved skills (first 6 general principles, every
+  skill of the task's category, first 5 mistakes) come after the task sentence; no skills at step 0.
+- `skillrl_skills_first`: the skills before the task sentence (general, category, mistakes).
+- `skillrl_common_first`: general principles and mistakes first, the category skills last before the task.
+- `skillrl_instruction_first`: like skills_first, with the reply instruction right after the role sentence.
+- `skillrl_split_actions`: like skills_first, with the `go to` actions listed once after the task (they do
+  not change within an episode) and only the other actions at the end.
+- `wikiskill_front` / `wikiskill_back`: the whole SKILL.md documents after the role sentence, before / after
+  the task sentence, at every step.
+- `evoskill`: skill names and descriptions in the system message; after the first reply, a Skill tool
+  result brings the category's SKILL.md (with the core sections) into the conversation, which is never
+  truncated. `evoskill_common_top`: the always-loaded core document sits in the system message instead.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from string import Template
+
+TEMPLATES_DIR = Path(__file__).parent / "templates"
+DEFAULT_BANK = Path(__file__).parent / "banks" / "alfworld_default.json"
+
+CATEGORIES = ("pick_and_place", "look_at_obj_in_light", "clean", "heat", "cool", "examine")
+CATEGORY_TITLES = {
+    "pick_and_place": "Pick and Place", "look_at_obj_in_light": "Look at Object in Light", "clean": "Clean",
+    "heat": "Heat", "cool": "Cool", "examine": "Examine",
+}
+SKILLRL_FORMATS = ("skillrl", "skillrl_skills_first", "skillrl_common_first", "skillrl_instruction_first",
+                   "skillrl_split_actions")
+FORMATS = SKILLRL_FORMATS + ("wikiskill_front", "wikiskill_back", "evoskill", "evoskill_common_top")
+# SkillRL's retrieval: how many general principles and mistakes go into a prompt
+N_GENERAL, N_MISTAKES, N_HISTORY = 6, 5, 2
+# Qwen's chat template adds this system message when a conversation has none.
+QWEN_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+
+# -- skill banks ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Skill:
+    skill_id: str
+    title: str
+    principle: str
+    when_to_apply: str
+
+
+@dataclass(frozen=True)
+class Mistake:
+    mistake_id: str
+    description: str
+    why_it_happens: str
+    how_to_avoid: str
+
+
+@dataclass(frozen=True)
+class SkillBank:
+    general_skills: tuple[Skill, ...]
+    task_specific_skills: dict[str, tuple[Skill, ...]]
+    common_mistakes: tuple[Mistake, ...]
+    source: str = ""
+
+
+def _records(items, cls, where: str):
+    if not isinstance(items, list):
+        raise ValueError(f"{where}: expected a list, got {type(items).__name__}")
+    keys = list(cls.__dataclass_fields__)
+    out = []
+    for i, it in enumerate(items):
+        w = f"{where}[{i}]"
+        if not isinstance(it, dict):
+            raise ValueError(f"{w}: expected an object")
+        for k in keys:
+            if k not in it:
+                raise ValueError(f"{w}: missing key {k!r}")
+            if not isinstance(it[k], str):
+                raise ValueError(f"{w}.{k}: expected a string, got {type(it[k]).__name__}")
+        out.append(cls(**{k: it[k] for k in keys}))
+    return tuple(out)
+
+
+def load_bank(path: str | Path | None = None) -> SkillBank:
+    """Load a skill bank in SkillRL's schema; every schema violation names the file and the key path."""
+    path = Path(path) if path else DEFAULT_BANK
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"skill bank {path}: file not found") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"skill bank {path}: not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"skill bank {path}: expected a JSON object at the top")
+    for k in ("general_skills", "task_specific_skills", "common_mistakes"):
+        if k not in data:
+            raise ValueError(f"skill bank {path}: missing key {k!r}")
+    ts = data["task_specific_skills"]
+    if not isinstance(ts, dict):
+        raise ValueError(f"skill bank {path}: task_specific_skills must map a category to a list of skills")
+    return SkillBank(
+        general_skills=_records(data["general_skills"], Skill, f"skill bank {path}: general_skills"),
+        task_specific_skills={c: _records(v, Skill, f"skill bank {path}: task_specific_skills.{c}")
+                              for c, v in ts.items()},
+        common_mistakes=_records(data["common_mistakes"], Mistake, f"skill bank {path}: common_mistakes"),
+        source=str(path),
+    )
+
+
+def detect_category(task: str) -> str:
+    """SkillRL's keyword rule, checked in order (so 'put a hot mug in cabinet' is pick_and_place)."""
+    t = task.lower()
+    if "look at" in t and "under" in t:
+        return "look_at_obj_in_light"
+    for word in ("clean", "heat", "cool"):
+        if word in t:
+            return word
+    if "examine" in t or "find" in t:
+        return "examine"
+    return "pick_and_place"
+
+
+def _category_skills(bank: SkillBank, category: str) -> tuple[Skill, ...]:
+    if category not in bank.task_specific_skills:
+        raise ValueError(f"skill bank {bank.source}: no task_specific_skills for category {category!r} "
+                         f"(has {sorted(bank.task_specific_skills)})")
+    return bank.task_specific_skills[category]
+
+
+def _title(category: str) -> str:
+    return CATEGORY_TITLES.get(category, category.replace("_", " ").title())
+
+
+# -- rendered skill sections ----------------------------------------------------------------------------
+
+
+def general_section(bank: SkillBank) -> str:
+    lines = [f"- **{s.title}**: {s.principle}" for s in bank.general_skills[:N_GENERAL]]
+    return "### General Principles\n" + "\n".join(lines)
+
+
+def category_section(bank: SkillBank, category: str) -> str:
+    lines = [f"- **{s.title}**: {s.principle}\n  _Apply when: {s.when_to_apply}_" for s in _category_skills(bank, category)]
+    return f"### {_title(category)} Skills\n" + "\n".join(lines)
+
+
+def mistakes_section(bank: SkillBank) -> str:
+    lines = [f"- **Don't**: {m.description}\n  **Instead**: {m.how_to_avoid}" for m in bank.common_mistakes[:N_MISTAKES]]
+    return "### Mistakes to Avoid\n" + "\n".join(lines)
+
+
+# -- SKILL.md documents ---------------------------------------------------------------------------------
+
+
+def _front(name: str, description: str) -> str:
+    return f"---\nname: {name}\ndescription: {description}\n---\n"
+
+
+def core_body(bank: SkillBank) -> str:
+    general = "\n".join(f"- **{s.title}**: {s.principle}\n  _When: {s.when_to_apply}_" for s in bank.general_skills)
+    mistakes = "\n".join(f"- **Don't**: {m.description}\n  **Instead**: {m.how_to_avoid}" for m in bank.common_mistakes)
+    return f"## General Principles\n{general}\n\n## Mistakes to Avoid\n{mistakes}"
+
+
+def instructions_body(bank: SkillBank, category: str) -> str:
+    skills = _category_skills(bank, category)
+    return f"## {_title(category)} Instructions\n" + "\n".join(
+        f"{i}. **{s.title}**: {s.principle}" for i, s in enumerate(skills, 1))
+
+
+def skill_name(category: str) -> str:
+    return "alfworld-" + category.replace("_", "-")
+
+
+def skill_docs(bank: SkillBank, always_loaded_core: bool = False) -> dict[str, str]:
+    """SKILL.md documents generated from a bank: `alfworld-core` (general principles and mistakes),
+    `alfworld-tasks` (every category's instructions) and one `alfworld-<category>` per category (when to
+    apply + instructions, followed by the core sections unless the core is always loaded)."""
+    core_desc = ("Principles and mistakes for every ALFWorld task (always loaded)." if always_loaded_core
+                 else "Exploration principles and mistakes for every ALFWorld task.")
+    docs = {
+        "alfworld-core": _front("alfworld-core", core_desc) + "\n" + core_body(bank),
+        "alfworld-tasks": _front("alfworld-tasks", "Step-by-step instructions per ALFWorld task type.") + "\n"
+        + "\n\n".join(instructions_body(bank, c) for c in bank.task_specific_skills),
+    }
+    for c, skills in bank.task_specific_skills.items():
+        when = "\n".join(f"- {s.when_to_apply}" for s in skills)
+        body = f"## When to Apply\n{when}\n\n{instructions_body(bank, c)}"
+        if not always_loaded_core:
+            body += "\n\n" + core_body(bank)
+        docs[skill_name(c)] = _front(skill_name(c), f"How to solve ALFWorld {_title(c)} tasks.") + "\n" + body
+    return docs
+
+
+def write_skill_docs(bank: SkillBank, out_dir: str | Path, always_loaded_core: bool = False) -> list[Path]:
+    """Write each document as out_dir/<name>/SKILL.md (the layout skill-loading agents expect)."""
+    from skillrepro.store import write_text
+
+    return [write_text(Path(out_dir) / name / "SKILL.md", text + "\n")
+            for name, text in skill_docs(bank, always_loaded_core).items()]
+
+
+# -- templates and messages -----------------------------------------------------------------------------
+
+
+@dataclass
+class Turn:
+    """One earlier step of the episode: what the agent saw, what it could do, what it did and said."""
+
+    observation: str
+    action: str
+    admissible: list[str] = field(default_factory=list)
+    reply: str = ""  # the model's whole reply; defaults to an <action> tag around `action`
+
+    def reply_text(self) -> str:
+        return self.reply or f"<action>{self.action}</action>"
+
+
+class Templates:
+    def __init__(self, directory: str | Path | None = None):
+        self.dir = Path(directory) if directory else TEMPLATES_DIR
+        if not self.dir.is_dir():
+            raise ValueError(f"templates folder {self.dir} does not exist")
+
+    def raw(self, name: str) -> str:
+        path = self.dir / f"{name}.txt"
+        if not path.exists():
+            raise ValueError(f"template {path} is missing")
+        text = path.read_text()
+        return text[:-1] if text.endswith("\n") else text
+
+    def has(self, name: str) -> bool:
+        return (self.dir / f"{name}.txt").exists()
+
+    def fill(self, name: str, **values: str) -> str:
+        try:
+            return Template(self.raw(name)).substitute(values)
+        except KeyError as e:
+            raise ValueError(f"template {self.dir / (name + '.txt')}: unknown placeholder ${e.args[0]} "
+                             f"(available: {', '.join(sorted(values))})") from None
+        except ValueError as e:
+            raise ValueError(f"template {self.dir / (name + '.txt')}: {e}") from None
+
+
+def format_actions(actions: list[str]) -> str:
+    """The admissible list as SkillRL prints it (a numpy array of strings: one per line, no commas)."""
+    return "[" + "\n ".join(f"'{a}'" for a in actions) + "]"
+
+
+def format_progress(history: list[Turn], step: int) -> str:
+    recent = history[-N_HISTORY:]
+    first = len(history) - len(recent)
+    items = "\n".join(f"[Observation {first + i + 1}: '{t.observation}', Action {first + i + 1}: '{t.action}']"
+                      for i, t in enumerate(recent))
+    return (f"Prior to this step, you have already taken {step} step(s). Below are the most recent "
+            f"{len(recent)} observations and the corresponding actions you took: {items}")
+
+
+def build_messages(fmt: str, bank: SkillBank, task: str, category: str | None, history: list[Turn],
+                   observation: str, admissible: list[str], step: int | None = None,
+                   templates: Templates | None = None) -> list[dict]:
+    """The chat messages the actor sends at `step` (default: len(history)) in format `fmt`."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown prompt format {fmt!r}; choose one of {FORMATS}")
+    tpl = templates or Templates()
+    step = len(history) if step is None else step
+    category = category or detect_category(task)
+    instruction = tpl.raw("instruction")
+    common = dict(task=task, observation=observation, actions=format_actions(admissible), instruction=instruction,
+                  step=str(step), step_next=str(step + 1))
+    if fmt.startswith("evoskill"):
+        return _evoskill(fmt, bank, category, history, observation, admissible, tpl, instruction)
+    if step == 0:
+        name = f"{fmt}_step0" if tpl.has(f"{fmt}_step0") else "skillrl_step0"
+        extra = {}
+        if fmt.startswith("wikiskill"):
+            extra["documents"] = _wiki_documents(bank)
+        return [{"role": "user", "content": tpl.fill(name, **common, **extra)}]
+    values = dict(common, progress=format_progress(history, step))
+    if fmt.startswith("wikiskill"):
+        values["documents"] = _wiki_documents(bank)
+    else:
+        values.update(general=general_section(bank), category=category_section(bank, category),
+                      mistakes=mistakes_section(bank))
+        goto = [a for a in admissible if a.startswith("go to ")]
+        values.update(goto_actions=format_actions(goto),
+                      other_actions=format_actions([a for a in admissible if not a.startswith("go to ")]))
+    return [{"role": "user", "content": tpl.fill(fmt, **values)}]
+
+
+def _wiki_documents(bank: SkillBank) -> str:
+    docs = skill_docs(bank)
+    return docs["alfworld-core"] + "\n\n" + docs["alfworld-tasks"]
+
+
+def _evoskill(fmt: str, bank: SkillBank, category: str, history: list[Turn], observation: str,
+              admissible: list[str], tpl: Templates, instruction: str) -> list[dict]:
+    common_top = fmt == "evoskill_common_top"
+    docs = skill_docs(bank, always_loaded_core=common_top)
+    listing = "\n".join(f"- {skill_name(c)}: How to solve ALFWorld {_title(c)} tasks."
+                        for c in bank.task_specific_skills)
+    values = dict(instruction_oneline=instruction.replace("\n", " "), skill_list=listing)
+    if common_top:
+        values["core_document"] = docs["alfworld-core"]
+    msgs = [{"role": "system", "content": tpl.fill(f"{fmt}_system", **values)}]
+    # the first user message is the step-0 prompt; later observations arrive as short turns
+    turns = [(t.observation, t.admissible) for t in history] + [(observation, admissible)]
+    first_obs, first_actions = turns[0]
+    msgs.append({"role": "user", "content": tpl.fill("skillrl_step0", observation=first_obs,
+                                                     actions=format_actions(first_actions), instruction=instruction)})
+    for i, t in enumerate(history):
+        msgs.append({"role": "assistant", "content": t.reply_text()})
+        if i == 0:  # the Skill tool loads the task's category document after the first reply
+            msgs.append({"role": "user", "content": tpl.fill("evoskill_tool", document=docs[skill_name(category)])})
+        obs, acts = turns[i + 1]
+        msgs.append({"role": "user", "content": tpl.fill("evoskill_turn", observation=obs, actions=format_actions(acts))})
+    return msgs
+
+
+def render_chatml(messages: list[dict], default_system: str | None = QWEN_DEFAULT_SYSTEM) -> str:
+    """The prompt text Qwen2.5's chat template produces (no tools), ending with the assistant header."""
+    parts = []
+    if messages and messages[0]["role"] != "system" and default_system is not None:
+        parts.append(f"<|im_start|>system\n{default_system}<|im_end|>\n")
+    for m in messages:
+        parts.append(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n")
+    return "".join(parts) + "<|im_start|>assistant\n"
+
+
+# -- static analysis ------------------------------------------------------------------------------------
+
+
+def shared_prefix_tokens(a: list[int], b: list[int]) -> int:
+    """How many leading tokens two prompts share: what one episode's cache can give the other."""
+    from skillrepro.kvcache.sim import common_prefix
+    import numpy as np
+
+    return common_prefix(np.asarray(a), np.asarray(b))

@@ -1,0 +1,156 @@
+"""Prompt formats from the shipped skill bank: structure, reuse boundaries (Qwen2.5 tokens), bank errors."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from skillrepro.kvcache import formats as F
+from skillrepro.kvcache.tokenizers import get_tokenizer
+
+BANK = F.load_bank()
+TOK = get_tokenizer("qwen2.5")
+ROOM = "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a countertop 1, a sinkbasin 1."
+ACTS = ["go to cabinet 1", "go to countertop 1", "go to sinkbasin 1", "inventory", "look"]
+
+
+def episode(task: str, steps: int) -> list[F.Turn]:
+    obs = [f"{ROOM}\n\nYour task is to: {task}"] + [f"You arrive at place {i}. Nothing happens." for i in range(1, steps)]
+    return [F.Turn(o, ACTS[i % 3], ACTS, f"<think>step {i}</think>\n<action>{ACTS[i % 3]}</action>")
+            for i, o in enumerate(obs)]
+
+
+def prompt_ids(fmt: str, task: str, step: int, **kw) -> list[int]:
+    hist = episode(task, step + 1)
+    msgs = F.build_messages(fmt, BANK, task, None, hist[:step], hist[step].observation, ACTS, **kw)
+    return TOK.encode(F.render_chatml(msgs))
+
+
+def text(fmt: str, task: str, step: int) -> str:
+    hist = episode(task, step + 1)
+    return F.render_chatml(F.build_messages(fmt, BANK, task, None, hist[:step], hist[step].observation, ACTS))
+
+
+@pytest.mark.parametrize("task,cat", [
+    ("look at bowl under the desklamp.", "look_at_obj_in_light"),
+    ("put a clean cloth in cabinet.", "clean"),
+    ("heat some egg and put it in garbagecan.", "heat"),
+    ("cool some apple and put it in fridge.", "cool"),
+    ("examine the book with the desklamp.", "examine"),
+    ("find two pen and put them in drawer.", "examine"),
+    ("put a hot mug in cabinet.", "pick_and_place"),  # SkillRL's rule misses "hot"
+    ("put some spraybottle on toilet.", "pick_and_place"),
+])
+def test_detect_category_in_skillrl_order(task, cat):
+    assert F.detect_category(task) == cat
+
+
+def test_default_bank_has_every_category():
+    assert set(BANK.task_specific_skills) == set(F.CATEGORIES)
+    assert len(BANK.general_skills) > F.N_GENERAL and len(BANK.common_mistakes) > F.N_MISTAKES
+
+
+def test_skillrl_sections():
+    assert "Retrieved Relevant Experience" not in text("skillrl", "put a clean cloth in cabinet.", 0)
+    t = text("skillrl", "put a clean cloth in cabinet.", 3)
+    general = t.split("### General Principles\n")[1].split("\n\n")[0]
+    assert general.count("- **") == 6
+    clean = t.split("### Clean Skills\n")[1].split("\n\n")[0]
+    assert clean.count("- **") == len(BANK.task_specific_skills["clean"]) and "_Apply when:" in clean
+    assert t.split("### Mistakes to Avoid\n")[1].split("\n\n")[0].count("- **Don't**") == 5
+    assert "already taken 3 step(s)" in t and "[Observation 2:" in t and "[Observation 3:" in t
+    assert "[Observation 1:" not in t  # only the last two pairs
+    assert "You are now at step 4" in t and t.endswith("</action> tags.\n<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_same_episode_reuse_stops_at_the_step_count():
+    a, b = prompt_ids("skillrl", "put a clean cloth in cabinet.", 2), prompt_ids("skillrl", "put a clean cloth in cabinet.", 3)
+    t = text("skillrl", "put a clean cloth in cabinet.", 2)
+    head = t[: t.index("already taken 2") + len("already taken ")]  # up to the step number
+    assert F.shared_prefix_tokens(a, b) == len(TOK.encode(head))
+
+
+def test_cross_episode_prefix_per_format():
+    same = ("put a clean cloth in cabinet.", "clean some soapbar and put it in toilet.")
+    other = ("put a clean cloth in cabinet.", "heat some egg and put it in garbagecan.")
+    share = {f: (F.shared_prefix_tokens(prompt_ids(f, same[0], 2), prompt_ids(f, same[1], 2)),
+                 F.shared_prefix_tokens(prompt_ids(f, other[0], 2), prompt_ids(f, other[1], 2)))
+             for f in ("skillrl", "skillrl_skills_first", "skillrl_common_first", "wikiskill_front", "wikiskill_back")}
+    t = text("skillrl", same[0], 2)
+    role = len(TOK.encode(t[: t.index(" put a clean")]))
+    assert share["skillrl"] == (role, role) == (44, 44)  # the task sentence comes first; seed 001 also finds 44
+    skills = len(TOK.encode(text("skillrl_skills_first", same[0], 2).split("Your task is to")[0]))
+    assert share["skillrl_skills_first"][0] >= skills - 1  # same category: the whole skill block
+    assert share["skillrl_skills_first"][1] < share["skillrl_common_first"][1] < share["skillrl_common_first"][0]
+    assert share["wikiskill_front"][0] == share["wikiskill_front"][1] > 1000  # documents do not depend on the task
+    assert share["wikiskill_back"] == share["skillrl"]
+
+
+def test_split_actions_lists_go_to_once_before_the_progress():
+    t = text("skillrl_split_actions", "put a clean cloth in cabinet.", 2)
+    head, tail = t.split("## Current Progress")
+    assert "'go to sinkbasin 1'" in head and "'go to sinkbasin 1'" not in tail and "'inventory'" in tail
+
+
+def test_instruction_first_moves_the_reply_instruction_up():
+    t = text("skillrl_instruction_first", "put a clean cloth in cabinet.", 2)
+    assert t.index("<think>") < t.index("## Retrieved Relevant Experience")
+    assert t.count("<action> </action>") == 1
+
+
+def test_evoskill_conversation_only_grows():
+    task = "put a clean cloth in cabinet."
+    t2, t3 = text("evoskill", task, 2), text("evoskill", task, 3)
+    assert t3.startswith(t2.removesuffix("<|im_start|>assistant\n"))
+    sys_msg = t2.split("<|im_end|>")[0]
+    assert "- alfworld-clean: How to solve ALFWorld Clean tasks." in sys_msg and "## General Principles" not in sys_msg
+    tool = t2.split("<tool_response>\n")[1].split("</tool_response>")[0]
+    assert tool.startswith("---\nname: alfworld-clean\n") and "## General Principles" in tool
+    top = text("evoskill_common_top", task, 2)
+    assert "## General Principles" in top.split("<|im_end|>")[0]
+    assert "## General Principles" not in top.split("<tool_response>\n")[1].split("</tool_response>")[0]
+    assert "<tool_response>" not in text("evoskill", task, 0)
+
+
+def test_skill_docs_written_as_skill_md(tmp_path):
+    paths = F.write_skill_docs(BANK, tmp_path)
+    names = {p.parent.name for p in paths}
+    assert {"alfworld-core", "alfworld-tasks", "alfworld-look-at-obj-in-light"} <= names
+    core = (tmp_path / "alfworld-core" / "SKILL.md").read_text()
+    assert core.startswith("---\nname: alfworld-core\n") and BANK.general_skills[-1].title in core
+
+
+def test_user_templates_replace_the_shipped_ones(tmp_path):
+    shutil.copytree(F.TEMPLATES_DIR, tmp_path / "t")
+    (tmp_path / "t" / "skillrl.txt").write_text("TASK=$task\n$general\n")
+    msgs = F.build_messages("skillrl", BANK, "put a clean cloth in cabinet.", None, episode("x", 2), "obs", ACTS,
+                            templates=F.Templates(tmp_path / "t"))
+    assert msgs[0]["content"].startswith("TASK=put a clean cloth in cabinet.\n### General Principles")
+    (tmp_path / "t" / "skillrl.txt").write_text("$nonsense")
+    with pytest.raises(ValueError, match=r"skillrl.txt: unknown placeholder \$nonsense"):
+        F.build_messages("skillrl", BANK, "t", None, episode("x", 2), "obs", ACTS, templates=F.Templates(tmp_path / "t"))
+
+
+@pytest.mark.parametrize("mutate,msg", [
+    (lambda b: b.pop("common_mistakes"), "missing key 'common_mistakes'"),
+    (lambda b: b["general_skills"][1].pop("principle"), r"general_skills\[1\]: missing key 'principle'"),
+    (lambda b: b["task_specific_skills"]["heat"][0].update(title=3), r"task_specific_skills.heat\[0\].title: expected a string"),
+    (lambda b: b.update(task_specific_skills=[]), "task_specific_skills must map"),
+])
+def test_bank_schema_violations_are_named(tmp_path, mutate, msg):
+    data = json.loads(F.DEFAULT_BANK.read_text())
+    mutate(data)
+    p = tmp_path / "bank.json"
+    p.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=msg) as e:
+        F.load_bank(p)
+    assert str(p) in str(e.value)
+
+
+def test_missing_category_and_unknown_format_are_named():
+    bank = F.SkillBank(BANK.general_skills, {"clean": BANK.task_specific_skills["clean"]}, BANK.common_mistakes, "b.json")
+    with pytest.raises(ValueError, match="b.json: no task_specific_skills for category 'heat'"):
+        F.build_messages("skillrl", bank, "heat some egg.", None, episode("x", 1), "o", ACTS)
+    with pytest.raises(ValueError, match="unknown prompt format 'skilrl'"):
+        F.build_messages("skilrl", BANK, "t", None, [], "o", ACTS)
