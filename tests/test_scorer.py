@@ -1,0 +1,149 @@
+"""Teacher-forced scorers on the real SmolLM2-135M GGUF: the CPU scorer against a direct reference
+forward pass, the token span it scores, and the vLLM request/response handling against a fake server."""
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+
+import pytest
+import torch  # the `scorer` extra
+
+from skillrepro.llm.models import resolve
+from skillrepro.llm.scorer import (
+    ChatSequencer, ScoringError, ScoringSequence, TransformersScorer, VLLMScorer, load_gguf_tokenizer,
+    score_conversations,
+)
+
+SYSTEM = "You are an agent in a grid world. Call one function per turn."
+
+
+def conv(turns: int, system: str = SYSTEM) -> list[dict]:
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Mission: pick up the red ball."}]
+    for t in range(turns):
+        msgs.append({"role": "assistant", "content": f"Thought: the ball is {t + 1} steps ahead.\nAction: go_forward()"})
+        msgs.append({"role": "user", "content": f"Observation: you moved; the red ball is {t} steps ahead."})
+    return msgs[:-1]  # ends with the actor's reply, as a recorded episode does
+
+
+@pytest.fixture(scope="module")
+def gguf():
+    return resolve("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(gguf):
+    return load_gguf_tokenizer(gguf)
+
+
+@pytest.fixture(scope="module")
+def cpu_scorer(gguf):
+    # batch_tokens large enough that sequences of different lengths share a padded batch.
+    return TransformersScorer(gguf, batch_tokens=100_000, threads=2)
+
+
+def test_scored_tokens_are_exactly_the_actor_replies(tokenizer):
+    msgs = conv(3)
+    seq = ChatSequencer(tokenizer).build(msgs)
+    text = tokenizer.decode([seq.token_ids[p] for p in seq.scored])
+    assert text == "".join(m["content"] for m in msgs if m["role"] == "assistant")
+    # Nothing of the system prompt or the observations is scored.
+    assert "Observation" not in text and "grid world" not in text
+
+
+def test_conversation_without_actor_turn_is_refused(tokenizer):
+    with pytest.raises(ScoringError, match="no assistant message"):
+        ChatSequencer(tokenizer).build(conv(0)[:2])
+
+
+def reference_mean_logprob(scorer: TransformersScorer, msgs: list[dict]) -> float:
+    """Independent of the scorer's span logic: token positions from separately tokenised pieces, and the
+    model's own full logits for the one sequence, no padding, no batching."""
+    tok = scorer.tokenizer
+    full_ids = tok(tok.apply_chat_template(msgs, tokenize=False), add_special_tokens=False)["input_ids"]
+    positions = []
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant":
+            continue
+        head = tok(tok.apply_chat_template(msgs[:i], tokenize=False, add_generation_prompt=True),
+                   add_special_tokens=False)["input_ids"]
+        body = tok(m["content"], add_special_tokens=False)["input_ids"]
+        assert full_ids[len(head):len(head) + len(body)] == body
+        positions += range(len(head), len(head) + len(body))
+    with torch.inference_mode():
+        logits = scorer.lm(input_ids=torch.tensor([full_ids])).logits[0].double()
+    lp = torch.log_softmax(logits, dim=-1)
+    return float(sum(lp[p - 1, full_ids[p]] for p in positions) / len(positions))
+
+
+def test_cpu_scorer_matches_reference_forward_pass(cpu_scorer):
+    convs = [conv(1), conv(4), conv(2, system=SYSTEM + "\nNotes:\n# Skill: walk-straight\nGo forward.")]
+    scores = score_conversations(cpu_scorer, convs)
+    for c, s in zip(convs, scores):
+        ref = reference_mean_logprob(cpu_scorer, c)
+        assert s.mean_logprob == pytest.approx(ref, abs=1e-4)
+        assert s.mean_logprob < 0 and s.n_tokens > 0
+    # A skill in the system prompt changes the scores of the same actor tokens.
+    plain, skilled = score_conversations(cpu_scorer, [conv(2), convs[2]])
+    assert plain.n_tokens == skilled.n_tokens and plain.sum_logprob != skilled.sum_logprob
+
+
+def test_cpu_scorer_batching_does_not_change_scores(gguf, cpu_scorer):
+    convs = [conv(1), conv(3), conv(2)]
+    together = score_conversations(cpu_scorer, convs)
+    cpu_scorer.batch_tokens = 1  # one sequence per forward pass
+    try:
+        alone = score_conversations(cpu_scorer, convs)
+    finally:
+        cpu_scorer.batch_tokens = 100_000
+    for a, b in zip(together, alone):
+        assert a.sum_logprob == pytest.approx(b.sum_logprob, abs=1e-3)
+
+
+class _FakeVLLM(http.server.BaseHTTPRequestHandler):
+    requests: list[dict] = []
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append({"path": self.path, "body": body})
+        ids = body["prompt"]
+        # Position p gets log-prob -0.01 * p for its own token, plus one other candidate token.
+        plp = [None] + [{str(t): {"logprob": -0.01 * p, "rank": 1, "decoded_token": "x"},
+                         "999999": {"logprob": -9.0, "rank": 2, "decoded_token": "y"}}
+                        for p, t in enumerate(ids) if p > 0]
+        data = json.dumps({"choices": [{"text": "", "prompt_logprobs": plp}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *a):
+        pass
+
+
+def test_vllm_scorer_requests_and_parsing_against_fake_server(tokenizer):
+    server = http.server.HTTPServer(("127.0.0.1", 0), _FakeVLLM)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        scorer = VLLMScorer(f"http://127.0.0.1:{server.server_port}/v1", "HuggingFaceTB/SmolLM2-135M-Instruct",
+                            tokenizer)
+        msgs = conv(2)
+        (score,) = score_conversations(scorer, [msgs])
+    finally:
+        server.shutdown()
+    (req,) = _FakeVLLM.requests
+    seq = ChatSequencer(tokenizer).build(msgs)  # the same sequence the CPU scorer would read
+    assert req["path"] == "/v1/completions"
+    assert req["body"]["prompt"] == list(seq.token_ids)
+    assert req["body"]["max_tokens"] == 1 and req["body"]["prompt_logprobs"] >= 0
+    assert score.n_tokens == len(seq.scored) and score.n_forward_tokens == len(seq.token_ids)
+    assert score.sum_logprob == pytest.approx(sum(-0.01 * p for p in seq.scored))
+
+
+def test_vllm_parse_rejects_short_or_missing_logprobs():
+    seq = ScoringSequence((5, 6, 7), (1, 2))
+    with pytest.raises(ScoringError, match="2 prompt log-probs for 3"):
+        VLLMScorer.parse({"choices": [{"prompt_logprobs": [None, {}]}]}, seq)
+    with pytest.raises(ScoringError, match="token 7 at position 2"):
+        VLLMScorer.parse({"choices": [{"prompt_logprobs": [None, {"6": {"logprob": -1}}, {"8": {"logprob": -1}}]}]}, seq)
