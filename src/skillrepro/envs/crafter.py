@@ -6,7 +6,9 @@ advancing primitives; its score is the fraction of the 22 achievements unlocked.
 
 Pixels are never rendered (the agent reads text), but upstream's night-time rendering draws noise from the
 world's random generator; `_World._obs` draws the same numbers so that at zombie_frequency 1 the dynamics stay
-identical to upstream Crafter for the same seed and actions.
+identical to upstream Crafter for the same seed and actions. One upstream quirk is fixed: the creature to
+despawn is picked from a set ordered by memory address, which makes upstream irreproducible across instances;
+we order it by position (see `_World._balance_chunk`).
 """
 from __future__ import annotations
 
@@ -82,6 +84,10 @@ def _world_class():
 
         def _balance_chunk(self, chunk, objs):
             # Upstream's balancing with the zombie line scaled by f (D.6); f = 1 gives upstream's numbers exactly.
+            # Upstream picks the creature to despawn from a set ordered by memory address, so two upstream
+            # worlds with one seed drift apart after the first despawn; ordering by position makes a seed
+            # reproducible and changes nothing else.
+            objs = sorted(objs, key=_position)
             f = self.zombie_frequency
             light = self._world.daylight
             self._balance_object(
@@ -101,6 +107,10 @@ def _world_class():
 
 
 _WORLD_CLASS = None
+
+
+def _position(obj: Any) -> tuple[int, int]:
+    return int(obj.pos[0]), int(obj.pos[1])  # one object per cell, so this orders a chunk's objects totally
 
 
 def make_world(seed: int, zombie_frequency: float = 1.0, length: int = MAX_STEPS):
