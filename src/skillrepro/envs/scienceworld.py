@@ -518,6 +518,8 @@ class ScienceWorldBenchmark(Benchmark):
 
     def make(self, task_id: str) -> ScienceWorldEnv:
         name, variation = parse_task_id(task_id)
+        if name not in task_names():
+            _check_exists(name, variation)  # raises: names the unknown task
         if name not in self.tasks:
             raise TaskError(
                 f"ScienceWorld task {name!r} (from task id {task_id!r}) is not in family {self.family!r}: "

@@ -1,0 +1,190 @@
+"""ScienceWorld: ScienceWorld's own gold paths, replayed through our primitives, are the oracle.
+
+One JVM serves the whole module (as in production: one per process), so the tests share it and run in order.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from skillrepro.envs import ActionError, TaskError, get_benchmark
+from skillrepro.envs import scienceworld as sw
+from skillrepro.envs.scienceworld import FAMILIES, ScienceWorldBenchmark, gold_path, parse_command, partitions
+
+PAPER_PRIMITIVES = [
+    "go", "look_around", "look_at", "look_in", "pick_up", "put_down", "move", "pour", "dunk", "open", "close",
+    "activate", "deactivate", "connect", "disconnect", "mix", "focus_on", "read", "use", "inventory",
+    "task_description", "eat", "flush", "wait", "disambiguate",
+]
+
+
+def _oracle_cases() -> list[tuple[str, str]]:
+    return [(family, task) for family, tasks in FAMILIES.items() for task in tasks]
+
+
+@pytest.mark.parametrize("family,task", _oracle_cases())
+def test_gold_path_through_our_primitives_reaches_100(family, task):
+    bench = ScienceWorldBenchmark(family=family)
+    parts = partitions(task)
+    # Five variations per task: three from ScienceWorld's train partition, two from its test partition.
+    variations = list(parts["train"][:2]) + [parts["train"][-1]] + list(parts["test"][:1]) + [parts["test"][-1]]
+    assert len(set(variations)) == 5
+    for v in variations:
+        task_id = f"{task}:{v}"
+        gold = gold_path(task_id)
+        assert gold and not gold[0].startswith("ERROR"), gold
+        env = bench.make(task_id)
+        env.reset()
+        for command in gold:
+            name, args = parse_command(command)
+            env.step(name, args)
+            if env.done:
+                break
+        assert env.raw_score == 100, f"{task_id}: gold path of {len(gold)} steps ended at score {env.raw_score}"
+        assert env.success() and env.done and env.score() == 1.0
+        env.close()
+
+
+def test_lean_step_says_what_the_shipped_step_says():
+    """Our lean step returns the same text and score as ScienceWorld's shipped `step` on the same commands."""
+    task_id = "test-conductivity:3"
+    gold = gold_path(task_id)
+    sim = sw.simulator()
+    sim.load("test-conductivity", 3, "", False)
+    shipped = []
+    for command in gold:
+        obs, _, done, info = sim.step(command)
+        shipped.append((obs.strip(), info["score"]))
+    env = ScienceWorldBenchmark(room_each_step=False).make(task_id)
+    env.reset()
+    ours = []
+    for command in gold:
+        obs = env.step(*parse_command(command)).observation
+        ours.append((obs, env.raw_score))
+        if env.done:
+            break
+    assert ours == shipped[: len(ours)]
+    assert ours[-1][1] == 100
+
+
+def test_primitives_are_the_paper_set_plus_submit_answer():
+    bench = get_benchmark("scienceworld", family="classification")
+    names = [p.name for p in bench.primitives()]
+    assert names == PAPER_PRIMITIVES + ["submit_answer"]
+    by_name = {p.name: p for p in bench.primitives()}
+    assert by_name["connect"].params == (("terminal_a", "str"), ("terminal_b", "str"))
+    assert by_name["wait"].params == (("ticks", "int"),)
+    assert not by_name["submit_answer"].advances
+    assert bench.llm_call_budget == 100
+    assert "find-plant" in bench.describe() and "submit_answer" in bench.describe()
+
+
+def test_opening_observation_has_task_and_room_but_no_valid_actions():
+    env = ScienceWorldBenchmark(family="classification").make("find-plant:2")
+    first = env.reset()
+    assert first.startswith("Task: Your task is to find a(n) plant")
+    assert "This room is called" in first
+    assert "valid action" not in first.lower()
+    obs = env.open("door to hallway") if "door to hallway" in first else env.look_around()
+    assert "This room is called" in obs  # the room description comes with every step
+    assert "valid action" not in obs.lower()
+
+
+def test_submit_and_wrong_focus_end_the_episode_as_failures():
+    bench = ScienceWorldBenchmark(family="classification")
+    env = bench.make("find-animal:1")
+    env.reset()
+    result = env.step("submit_answer")
+    assert result.done and env.done and not env.success()
+    assert env.step("look_around").observation == "The episode is over."
+
+    env = bench.make("find-animal:1")
+    env.reset()
+    # The agent itself is no animal the task accepts; ScienceWorld ends the task at once with -100.
+    obs = env.focus_on("air")
+    assert env.done and env.raw_score < 0 and env.score() == 0.0 and not env.success(), obs
+
+
+def test_wait_and_argument_checks():
+    env = ScienceWorldBenchmark().make("power-component:0")
+    env.reset()
+    assert "wait for 3 iterations" in env.wait(3)
+    assert env.n_primitive_steps == 1
+    with pytest.raises(ActionError, match="1..10"):
+        env.wait(11)
+    with pytest.raises(ActionError, match="non-empty string"):
+        env.step("go", [""])
+    with pytest.raises(ActionError, match="takes 2 argument"):
+        env.step("connect", ["battery anode"])
+
+
+def test_a_newer_episode_takes_the_simulator_over():
+    bench = ScienceWorldBenchmark()
+    first = bench.make("power-component:0")
+    first.reset()
+    second = bench.make("power-component:1")
+    second.reset()
+    with pytest.raises(RuntimeError, match="no longer owns"):
+        first.look_around()
+    assert "This room is called" in second.look_around()
+
+
+@pytest.mark.parametrize(
+    "task_id,needle",
+    [
+        ("fly-to-the-moon:1", "unknown ScienceWorld task 'fly-to-the-moon'"),
+        ("find-plant:300", "variation 300 is out of range"),
+        ("find-plant", "task-name:variation"),
+        ("find-plant:x", "task-name:variation"),
+        ("test-conductivity:1", "not in family 'classification'"),
+    ],
+)
+def test_bad_task_ids_are_task_errors(task_id, needle):
+    with pytest.raises(TaskError, match=re.escape(needle)):
+        ScienceWorldBenchmark(family="classification").make(task_id)
+
+
+def test_bad_options_are_task_errors():
+    with pytest.raises(TaskError, match="'chemistry'"):
+        get_benchmark("scienceworld", family="chemistry")
+    with pytest.raises(TaskError, match="famliy"):
+        get_benchmark("scienceworld", famliy="electricity")
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_sample_tasks_from_scienceworld_partitions(family):
+    bench = ScienceWorldBenchmark(family=family)
+    train, test = bench.sample_tasks("train", 200, 42), bench.sample_tasks("test", 30, 42)
+    assert len(set(train)) == 200 and len(set(test)) == 30
+    assert train == bench.sample_tasks("train", 200, 42) and train != bench.sample_tasks("train", 200, 7)
+    assert not set(train) & set(test)
+    for split, ids in (("train", train), ("test", test)):
+        tasks = set()
+        for task_id in ids:
+            name, var = sw.parse_task_id(task_id)
+            assert var in partitions(name)[split], task_id
+            tasks.add(name)
+        assert tasks == set(FAMILIES[family])  # stratified: every task of the family is drawn
+    with pytest.raises(TaskError, match="only"):
+        bench.sample_tasks("test", 10_000, 42)
+
+
+def test_parse_command_maps_every_gold_form():
+    assert parse_command("connect battery anode to red wire terminal 1") == (
+        "connect", ["battery anode", "red wire terminal 1"])
+    assert parse_command("move egg blue jay egg in inventory to red box") == (
+        "move", ["egg blue jay egg in inventory", "red box"])
+    assert parse_command("open door to kitchen") == ("open", ["door to kitchen"])
+    assert parse_command("drop aluminum foil") == ("put_down", ["aluminum foil"])
+    assert parse_command("wait1") == ("wait", [1]) and parse_command("wait") == ("wait", [10])
+    assert parse_command("0") == ("disambiguate", [0])
+    with pytest.raises(ValueError, match="teleport"):
+        parse_command("teleport to kitchen")
+
+
+def test_missing_java_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(sw, "_SIM", None)  # pretend no JVM was started in this process
+    monkeypatch.setattr(sw.shutil, "which", lambda name: None)
+    with pytest.raises(sw.JavaMissingError, match="apt-get install openjdk-17-jre-headless"):
+        sw.simulator()
