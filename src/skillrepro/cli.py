@@ -14,6 +14,7 @@ COMMAND_MODULES = [
     "skillrepro.cli:_core",
     "skillrepro.kvcache.cli",
     "skillrepro.envs.cli",
+    "skillrepro.skills.callgraph",
 ]
 
 
