@@ -222,3 +222,11 @@ def test_skill_tools_expose_public_skills_only_and_tag_steps():
 
     tag_skill_calls(calls, "ep1", [S(0, "turn_left"), S(1, "go")])
     assert {c.episode_id for c in calls} == {"ep1"} and {c.step for c in calls} == {1}
+
+
+def test_a_skill_that_outlives_the_episode_ends_cleanly():
+    s, calls, env = session("def two():\n    turn_left()\n    turn_left()\n    return 'both'\n")
+    env.done = True  # as if the previous action had finished the mission
+    out = s.call_skill("two", [])
+    assert out.exception.startswith("EpisodeOver") and out.primitives == 0
+    assert render_outcome("two", out).startswith("The episode ended while two was running")

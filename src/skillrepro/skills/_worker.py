@@ -351,18 +351,21 @@ class Worker:
         self.stack: list[str] = []
         self.counter = 0
         self.last_obs = None
+        self.done = False
         for name in init["primitives"]:
             self.ns[name] = self._primitive(name)
 
     # primitives are proxied: one request, one reply from the parent
     def _primitive(self, name: str):
         def call(*args):
+            if self.done:
+                raise EpisodeOver("the episode is over")
             send({"t": "prim", "frame": self.stack[-1] if self.stack else "", "name": name, "args": list(args)})
             reply = recv()
             if reply["t"] == "obs":
                 self.last_obs = reply["text"]
-                if reply.get("done"):
-                    raise EpisodeOver("the episode is over")
+                # The primitive that ends the episode returns normally; any further one raises.
+                self.done = bool(reply.get("done"))
                 return reply["text"]
             if reply["t"] == "prim_limit":
                 raise SandboxLimit(reply["msg"])
@@ -427,6 +430,7 @@ class Worker:
         except TypeError as e:
             return {"t": "badargs", "msg": f"{name}{inspect.signature(fn.__wrapped__)}: {e}"}
         self.stack, self.counter, self.frames_sent, self.last_obs = [msg["frame"]], 0, 0, None
+        self.done = bool(msg.get("done"))
         # The actor's call is frame msg["frame"] (the parent opened it); nested calls get child ids.
         fn_inner = fn.__wrapped__
         ret, exc, tb = None, "", ""

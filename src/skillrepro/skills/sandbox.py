@@ -237,7 +237,7 @@ class SandboxSession:
             return Outcome(None, exc, "", 0, None, 0)
         frames: dict[str, _Frame] = {top: _Frame(top, "", name, json.dumps([args, {}], default=repr), time.time())}
         deadline = time.monotonic() + self.limits.call_wall_s
-        self._send({"t": "call", "frame": top, "name": name, "args": args})
+        self._send({"t": "call", "frame": top, "name": name, "args": args, "done": bool(self.env.done)})
         n_prims, last_obs = 0, None
         while True:
             msg = self._recv(deadline)
@@ -336,6 +336,8 @@ def render_outcome(name: str, out: Outcome, output_chars: int = 4000) -> str:
         parts.append("Printed:\n" + out.output + (f"\n[output truncated: {more} more characters]" if more > 0 else ""))
     if out.killed:
         parts.append(f"Skill error in {name}: stopped, {out.killed}.")
+    elif out.exception.startswith("EpisodeOver"):
+        parts.append(f"The episode ended while {name} was running.")
     elif out.exception:
         parts.append(f"Skill error in {name}: {out.exception}")
     elif out.ret is not None:
