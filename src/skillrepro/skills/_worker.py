@@ -305,6 +305,12 @@ def _setup_db(db: dict) -> dict:
         elif db["empty_schemas"].get(table):
             cols = ", ".join(f'"{c}" {t}' for c, t in db["empty_schemas"][table])
             con.execute(f"CREATE TABLE {table} ({cols})")
+    for table, rows in db.get("inline", {}).items():  # small tables the parent computed (e.g. openings)
+        cols = list(rows[0]) if rows else ["task_id", "opening"]
+        con.execute(f"CREATE TABLE {table} ({', '.join(f'{c} VARCHAR' for c in cols)})")
+        if rows:
+            con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' for _ in cols)})",
+                            [[str(r[c]) for c in cols] for r in rows])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     versions = {}

@@ -1,0 +1,182 @@
+"""The SpeedRunner inducer: tool protocol, checks on writes, ablations, records; and one session on the
+real embedded model over recorded BabyAI trajectories."""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import uuid
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from skillrepro.agent import EpisodeSpec
+from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
+from skillrepro.learners import InduceContext, get_learner
+from skillrepro.learners.speedrunner import parse_action
+from skillrepro.llm.client import Reply
+from skillrepro.runner import run_batch
+from skillrepro.skills import Library, parse_functions
+from skillrepro.store import LLMCall
+
+BENCH = BenchmarkConfig(name="babyai", env="babyai", llm_call_budget=6)
+
+V0_SOURCE = 'def turn_around():\n    """Turn twice."""\n    turn_left()\n    return turn_left()\n'
+
+
+class Fake:
+    """Scripted LLM for unit tests: replays `replies` in a loop and records what it was sent."""
+
+    def __init__(self, replies):
+        self.replies, self.seen = itertools.cycle(replies), []
+
+    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None):
+        self.seen.append(messages)
+        text = next(self.replies)
+        rec = LLMCall(uuid.uuid4().hex, session_id, role, "fake", "fake", 100, 0, 20, 0, 0.01, 0, "stop", "0" * 64,
+                      json.dumps(messages)[:200], text, 0.0)
+        return Reply(text, [], "stop", rec)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A run folder with library v0 and one training batch of 3 BabyAI episodes (scripted actor)."""
+    run = tmp_path_factory.mktemp("run")
+    lib_root = run / "library"
+    Library(0, parse_functions(V0_SOURCE)).write(lib_root / "v0")
+    tasks = BENCH.load().sample_tasks("train", 3, 42)
+    actor = Fake(["Thought: look around.\nAction: turn_around()", "Thought: go.\nAction: go_forward()",
+                  "Thought: grab.\nAction: pick_up()"])
+    spec = EpisodeSpec("r1", "babyai", "speedrunner", "speedrunner", 0, "train", 0, 0)
+    run_batch(bench=BENCH, llm=LLMConfig(), library_dir=lib_root / "v0", task_ids=tasks, spec=spec,
+              out_dir=run / "batches" / "c0", client=actor)
+    return run
+
+
+def ctx_for(run: Path, llm: LLMConfig | None = None, budget: int = 8, **options) -> InduceContext:
+    lib_root = run / "library"
+    return InduceContext(library=Library.load(lib_root / "v0"), cycle=0, history_dirs=(run / "batches" / "c0",),
+                         library_root=lib_root, out_dir=lib_root / "v1", run_id="r1", bench=BENCH,
+                         method=MethodConfig("sr", "speedrunner", options), llm=llm or LLMConfig(ctx_per_slot=8192),
+                         request_budget=budget)
+
+
+def tree_hash(folder: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            h.update(p.name.encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+GOOD = '''Thought: parse the mission.
+Action: write_function(public=True)
+```python
+def mission_parts(text="pick up the red ball, then go to the blue key"):
+    """Split a mission into (pick-up target, go-to target), in execution order."""
+    import re
+    m = re.search(r"go to (?:the |a )?(\\w+ \\w+) after you pick up (?:the |a )?(\\w+ \\w+)", text)
+    if m:
+        return m.group(2), m.group(1)
+    m = re.search(r"pick up (?:the |a )?(\\w+ \\w+), then go to (?:the |a )?(\\w+ \\w+)", text)
+    return (m.group(1), m.group(2)) if m else (None, None)
+```'''
+
+
+def test_parse_action_is_lenient():
+    a = parse_action("Thought: x\nAction: `execute_code`\n```python\nprint(1)\n```", True)
+    assert (a.name, a.code) == ("execute_code", "print(1)")
+    a = parse_action("Action: write_function(public=False)\n```\ndef _h():\n    return 1\n```", True)
+    assert (a.name, a.public, a.code.startswith("def _h")) == ("write_function", False, True)
+    a = parse_action("Here is a function:\ndef f():\n    return go_forward()\nThis moves.", True)
+    assert a.name == "write_function" and a.code == "def f():\n    return go_forward()"
+    assert parse_action('Action: delete_function("old")', True).target == "old"
+    assert parse_action("Action: finish()", True).name == "finish"
+    assert parse_action("I am not sure.", True).problem
+
+
+def test_session_writes_checks_and_records(recorded):
+    v0_before = tree_hash(recorded / "library" / "v0")
+    fake = Fake([
+        'Thought: data.\nAction: execute_code\n```python\nshow("SELECT task_id, success, n_steps FROM episodes")\n'
+        'print(sql("SELECT count(*) AS n FROM steps")[0]["n"])\nsql("SELECT opening FROM openings")[0]["opening"][:40]\n```',
+        "Thought: try to escape.\nAction: execute_code\n```python\nopen('/tmp/evil_inducer.txt', 'w')\n```",
+        "Thought: peek at files.\nAction: execute_code\n```python\nimport os\nos.listdir('" + str(recorded.parent) + "')\n```",
+        "Action: write_function(public=True)\n```python\ndef broken(:\n    pass\n```",
+        "Action: write_function(public=True)\n```python\ndef crashes():\n    \"\"\"Bad.\"\"\"\n    return 1 / 0\n```",
+        GOOD,
+        'Action: write_function(public=False)\n```python\ndef _step_twice():\n    go_forward()\n    return go_forward()\n```',
+        "Action: finish()",
+    ])
+    ctx = ctx_for(recorded)
+    lib = get_learner("speedrunner").induce(ctx, client=fake)
+    assert lib.version == 1 and lib.meta["finished"] and lib.meta["requests"] == 8
+    names = {f.name: f.public for f in lib.functions}
+    assert names == {"turn_around": True, "mission_parts": True, "_step_twice": False}
+    assert tree_hash(recorded / "library" / "v0") == v0_before
+    log = [json.loads(x) for x in (recorded / "induce" / "c0" / "transcript.jsonl").read_text().splitlines()]
+    obs = [t["observation"] for t in log]
+    assert "success" in obs[0] and "Your mission" in obs[0]  # episodes table and openings reached the model
+    assert "PermissionError" in obs[1] and not Path("/tmp/evil_inducer.txt").exists()
+    assert "Permission" in obs[2] or "Error" in obs[2]  # outside the run's history nothing is readable
+    assert "does not parse" in obs[3] and "ZeroDivisionError" in obs[4]
+    assert obs[5].startswith("Saved mission_parts (public)")
+    calls = pq.read_table(recorded / "induce" / "c0" / "llm_calls.parquet").to_pylist()
+    assert len(calls) == 8 and {c["role"] for c in calls} == {"inducer"}
+    # The written library is a valid version: it loads and its functions run in the sandbox.
+    lib.write(ctx.out_dir)
+    again = Library.load(ctx.out_dir)
+    assert [f.name for f in again.functions] == [f.name for f in lib.functions]
+    from skillrepro.skills.sandbox import SandboxSession
+
+    s = SandboxSession(source=again.source)
+    assert s.exec_code("mission_parts('go to the blue key after you pick up the red ball')").ret == "('red ball', 'blue key')"
+    s.close()
+
+
+def test_ablations(recorded):
+    # interpreter off: no execute_code, trajectories in the context; all_public: helpers become public;
+    # asi_style: the other prompt file.
+    fake = Fake(["Action: execute_code\n```python\nprint(1)\n```",
+                 "Action: write_function(public=False)\n```python\ndef _helper():\n    return go_forward()\n```",
+                 "Action: finish()"])
+    ctx = ctx_for(recorded, interpreter="off", access="all_public", prompt="asi_style")
+    lib = get_learner("speedrunner").induce(ctx, client=fake)
+    first = fake.seen[0]
+    assert "ABSTRACT THE BEHAVIOUR" in first[0]["content"] and "execute_code" not in first[0]["content"]
+    assert "Recent episodes" in first[1]["content"] and "## Episode on task" in first[1]["content"]
+    assert {f.name: f.public for f in lib.functions}["_helper"] is True
+    log = [json.loads(x) for x in (recorded / "induce" / "c0" / "transcript.jsonl").read_text().splitlines()]
+    assert "not available" in log[0]["observation"]
+
+
+def test_missing_prompt_file_is_named(recorded):
+    with pytest.raises(FileNotFoundError, match="nope.txt"):
+        get_learner("speedrunner").induce(ctx_for(recorded, inducer_prompt_file="nope.txt"), client=Fake(["x"]))
+
+
+def test_real_model_session_writes_a_valid_v1(recorded, llm_cfg, llm_url, tmp_path):
+    """SmolLM2-135M drives a short session. Whatever it writes, v1 must be a valid library and v0 unchanged."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(recorded / "library", run / "library", ignore=shutil.ignore_patterns("v1"))
+    shutil.copytree(recorded / "batches", run / "batches")
+    v0_before = tree_hash(run / "library" / "v0")
+    ctx = ctx_for(run, llm=llm_cfg, budget=3)
+    lib = get_learner("speedrunner").induce(ctx)
+    lib.write(ctx.out_dir)
+    v1 = Library.load(ctx.out_dir)
+    assert tree_hash(run / "library" / "v0") == v0_before
+    for f in v1.functions:
+        compile(f.source, f.name, "exec")  # every function in v1 is syntactically valid
+    assert {"turn_around"} <= {f.name for f in v1.functions}
+    log = [json.loads(x) for x in (run / "induce" / "c0" / "transcript.jsonl").read_text().splitlines()]
+    calls = pq.read_table(run / "induce" / "c0" / "llm_calls.parquet").to_pylist()
+    assert len(calls) == len(log) == 3 and all(c["completion_tokens"] > 0 for c in calls)
+    new = [f.name for f in v1.functions if f.name != "turn_around"]
+    print("model tools:", [t["tool"] for t in log], "accepted:", v1.meta["writes_accepted"], "new functions:", new)
+    for t in log:
+        print("---", t["tool"], "|", t["reply"][:300].replace("\n", "\\n"), "=>", t["observation"][:200].replace("\n", "\\n"))
+    assert v1.meta["writes_accepted"] == len(new) or new == [] or v1.meta["writes_accepted"] >= 1
