@@ -140,7 +140,8 @@ def test_llamacpp_single_slot_keeps_prompt_and_reply():
         Request("e", 2, p2),  # full repeat: all but the last token
         Request("e", 3, p3),
     ])
-    assert [r.cached_tokens for r in res] == [0, 110, len(p2) - 1, 37]
+    # the reply's last token was sampled but never evaluated: 100 + 9 tokens are in the slot
+    assert [r.cached_tokens for r in res] == [0, 109, len(p2) - 1, 37]
     assert s.requests == 4
 
 

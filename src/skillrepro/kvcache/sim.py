@@ -378,7 +378,7 @@ def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
 
 
 def simulate_llamacpp(requests: Iterable[Request], cfg: LlamaCppConfig | None = None) -> tuple[Summary, list[RequestResult]]:
-    """llama.cpp's server cache: per slot, the previous prompt and its reply stay; a new prompt reuses its
+    """llama.cpp's server cache: per slot, the previous prompt and its reply (less its last token) stay; a new prompt reuses its
     longest common prefix with them (token granularity, i.e. block size 1), minus the last prompt token,
     which is always evaluated. Requests run one at a time in the given order."""
     cfg = cfg or LlamaCppConfig()
@@ -393,7 +393,9 @@ def simulate_llamacpp(requests: Iterable[Request], cfg: LlamaCppConfig | None = 
         cached = min(lcps[best], len(prompt) - 1)
         slot = slots[best]
         reply = r.response_token_ids if r.response_token_ids is not None else np.zeros(0, dtype=np.int64)
-        slot.tokens = np.concatenate([prompt, reply])
+        # The last sampled token is never evaluated, so its KV is not in the slot (measured: the server's
+        # cache_n stops one token short of a prompt that repeats the whole reply).
+        slot.tokens = np.concatenate([prompt, reply[:-1]])
         slot.last_used = t
         results.append(RequestResult(str(r.episode), int(r.step), len(prompt), cached, len(prompt) - cached, 0))
     return Summary.of(results), results
