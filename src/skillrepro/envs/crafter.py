@@ -158,14 +158,24 @@ def render_observation(world: Any, step: int, max_steps: int, new_achievements: 
     front = _thing_name(obj) if obj is not None else (material or "the edge of the world")
     lines.append(f"Facing {_DIRECTIONS[(fx, fy)]}; directly in front of you: {front}.")
 
+    # Read the 9x9 window straight from the world's id maps: per-cell world[...] lookups cost more than the
+    # simulation step itself.
+    w = world._world
+    x0, x1 = max(px - VIEW_RADIUS, 0), min(px + VIEW_RADIUS + 1, w.area[0])
+    y0, y1 = max(py - VIEW_RADIUS, 0), min(py + VIEW_RADIUS + 1, w.area[1])
+    mat_ids = w._mat_map[x0:x1, y0:y1].tolist()
+    obj_ids = w._obj_map[x0:x1, y0:y1].tolist()
     seen: dict[str, list[tuple[int, int, int]]] = {}
-    for dy in range(-VIEW_RADIUS, VIEW_RADIUS + 1):
-        for dx in range(-VIEW_RADIUS, VIEW_RADIUS + 1):
+    for i, column in enumerate(mat_ids):
+        dx = x0 + i - px
+        for j, mat in enumerate(column):
+            dy = y0 + j - py
             if dx == 0 and dy == 0:
                 continue
-            material, obj = world._world[(px + dx, py + dy)]
-            if obj is not None:
-                seen.setdefault(_thing_name(obj), []).append((abs(dx) + abs(dy), dx, dy))
+            obj_index = obj_ids[i][j]
+            if obj_index:
+                seen.setdefault(_thing_name(w._objects[obj_index]), []).append((abs(dx) + abs(dy), dx, dy))
+            material = w._mat_names[mat]
             if material is not None and material != "grass":
                 seen.setdefault(material, []).append((abs(dx) + abs(dy), dx, dy))
     lines.append(
@@ -196,6 +206,14 @@ class CrafterEnv(Env):
     """One Crafter world, keyed by its integer seed."""
 
     benchmark = "crafter"
+
+    @classmethod
+    def primitives(cls):
+        # Env.primitives introspects every method on each call (~0.9 ms, more than a Crafter tick), and
+        # Env.step calls it on every step; the set is fixed per class, so compute it once.
+        if "_primitive_cache" not in cls.__dict__:
+            cls._primitive_cache = super().primitives()
+        return cls._primitive_cache
 
     def __init__(self, task_id: str, zombie_frequency: float = 1.0, max_steps: int = MAX_STEPS):
         super().__init__(task_id)
