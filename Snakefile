@@ -1,12 +1,14 @@
 # skillrepro: what skills do to an LLM agent's success and cost.
 #   snakemake --cores 8 results/tables/main.csv
 # The config is checked before anything is scheduled; one LLM server serves every job of this invocation.
+import os
+
 from snakemake.utils import min_version
 
 min_version("9.0")
 
 
-configfile: "config.yaml"
+configfile: os.path.join(workflow.basedir, "config.yaml")
 
 
 from skillrepro.config import check_config

@@ -1,7 +1,7 @@
 rule analytics:
     input:
-        eval_outputs,
-        train=[r + f"/train/batch{i}/episodes.parquet" for r in all_runs(RUN) for i in range(PROTOCOL.n_cycles)],
+        evaluations=run_files([f"eval/v{k}/episodes.parquet" for k in PROTOCOL.checkpoints]),
+        training=run_files([f"train/batch{i}/episodes.parquet" for i in range(PROTOCOL.n_cycles)]),
     output:
         checkpoints="results/analytics/checkpoints.parquet",
         training="results/analytics/training.parquet",

@@ -6,7 +6,6 @@ LLM = cfg.llm_config(config)
 PROTOCOL = cfg.protocol(config)
 BENCHMARKS = {b.name: b for b in cfg.benchmarks(config)}
 METHODS = {m.variant: m for m in cfg.methods(config)}
-RUN = "results/runs/{bench}/{variant}/seed{seed}"
 
 # One shared server: jobs that call the LLM take one `llm` unit; there are as many units as server slots.
 workflow.global_resources.setdefault("llm", LLM.slots)
@@ -19,21 +18,19 @@ wildcard_constraints:
     k=r"\d+",
 
 
-def all_runs(pattern):
-    """`pattern` expanded over every (benchmark, method variant, seed) of the config."""
+def run_path(wildcards, name):
+    """A file of one run (benchmark x method variant x seed)."""
+    return f"results/runs/{wildcards.bench}/{wildcards.variant}/seed{wildcards.seed}/{name}"
+
+
+def run_files(names):
+    """Every name in `names`, for every run of the config."""
     return [
-        pattern.format(bench=b, variant=v, seed=s)
+        f"results/runs/{b}/{v}/seed{s}/{name}"
         for b in BENCHMARKS
         for v in METHODS
         for s in PROTOCOL.seeds
-    ]
-
-
-def eval_outputs(wildcards=None):
-    return [
-        f + f"/eval/v{k}/episodes.parquet"
-        for f in all_runs(RUN)
-        for k in PROTOCOL.checkpoints
+        for name in names
     ]
 
 
@@ -41,11 +38,12 @@ _server = None
 
 
 def start_llm_server():
-    """Start the configured server unless one is given (llm.base_url) or already exported."""
+    """Start the configured server unless one is given (llm.base_url) or already exported. On a cluster
+    each LLM job starts its own (skillrepro.llm.session) on the node it gets, with the resources it asks for."""
     global _server
     from skillrepro.llm import servers
 
-    if LLM.base_url or os.environ.get(servers.URL_ENV):
+    if LLM.base_url or LLM.backend == "openai" or os.environ.get(servers.URL_ENV) or not workflow.local_exec:
         return
     _server = servers.start(LLM, workdir=".")
     os.environ[servers.URL_ENV] = _server.url

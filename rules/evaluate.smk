@@ -1,12 +1,12 @@
 rule evaluate:
     input:
         tasks="results/tasks/{bench}.json",
-        library=RUN + "/library/v{k}/manifest.json",
+        library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
     output:
-        episodes=RUN + "/eval/v{k}/episodes.parquet",
-        steps=RUN + "/eval/v{k}/steps.parquet",
-        llm_calls=RUN + "/eval/v{k}/llm_calls.parquet",
-        skill_calls=RUN + "/eval/v{k}/skill_calls.parquet",
+        episodes="results/runs/{bench}/{variant}/seed{seed}/eval/v{k}/episodes.parquet",
+        steps="results/runs/{bench}/{variant}/seed{seed}/eval/v{k}/steps.parquet",
+        llm_calls="results/runs/{bench}/{variant}/seed{seed}/eval/v{k}/llm_calls.parquet",
+        skill_calls="results/runs/{bench}/{variant}/seed{seed}/eval/v{k}/skill_calls.parquet",
     params:
         bench=lambda w: BENCHMARKS[w.bench],
         method=lambda w: METHODS[w.variant],
@@ -18,9 +18,9 @@ rule evaluate:
         mem_mb=4000,
         runtime=240,
     log:
-        "logs/" + RUN + "/evaluate_v{k}.log",
+        "logs/runs/{bench}/{variant}/seed{seed}/evaluate_v{k}.log",
     benchmark:
-        "results/benchmarks/" + RUN + "/evaluate_v{k}.tsv"
+        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/evaluate_v{k}.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:

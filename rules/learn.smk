@@ -4,11 +4,11 @@
 
 rule init_library:
     output:
-        RUN + "/library/v0/manifest.json",
+        "results/runs/{bench}/{variant}/seed{seed}/library/v0/manifest.json",
     log:
-        "logs/" + RUN + "/init_library.log",
+        "logs/runs/{bench}/{variant}/seed{seed}/init_library.log",
     benchmark:
-        "results/benchmarks/" + RUN + "/init_library.tsv"
+        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/init_library.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -18,12 +18,12 @@ rule init_library:
 rule rollout:
     input:
         tasks="results/tasks/{bench}.json",
-        library=RUN + "/library/v{k}/manifest.json",
+        library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
     output:
-        episodes=RUN + "/train/batch{k}/episodes.parquet",
-        steps=RUN + "/train/batch{k}/steps.parquet",
-        llm_calls=RUN + "/train/batch{k}/llm_calls.parquet",
-        skill_calls=RUN + "/train/batch{k}/skill_calls.parquet",
+        episodes="results/runs/{bench}/{variant}/seed{seed}/train/batch{k}/episodes.parquet",
+        steps="results/runs/{bench}/{variant}/seed{seed}/train/batch{k}/steps.parquet",
+        llm_calls="results/runs/{bench}/{variant}/seed{seed}/train/batch{k}/llm_calls.parquet",
+        skill_calls="results/runs/{bench}/{variant}/seed{seed}/train/batch{k}/skill_calls.parquet",
     params:
         bench=lambda w: BENCHMARKS[w.bench],
         method=lambda w: METHODS[w.variant],
@@ -35,9 +35,9 @@ rule rollout:
         mem_mb=4000,
         runtime=240,
     log:
-        "logs/" + RUN + "/rollout_batch{k}.log",
+        "logs/runs/{bench}/{variant}/seed{seed}/rollout_batch{k}.log",
     benchmark:
-        "results/benchmarks/" + RUN + "/rollout_batch{k}.tsv"
+        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/rollout_batch{k}.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -46,10 +46,10 @@ rule rollout:
 
 rule induce:
     input:
-        library=lambda w: RUN.format(**w) + f"/library/v{int(w.k) - 1}/manifest.json",
-        batches=lambda w: [RUN.format(**w) + f"/train/batch{i}/episodes.parquet" for i in range(int(w.k))],
+        library=lambda w: run_path(w, f"library/v{int(w.k) - 1}/manifest.json"),
+        batches=lambda w: [run_path(w, f"train/batch{i}/episodes.parquet") for i in range(int(w.k))],
     output:
-        RUN + "/library/v{k}/manifest.json",
+        "results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
     params:
         bench=lambda w: BENCHMARKS[w.bench],
         method=lambda w: METHODS[w.variant],
@@ -62,9 +62,9 @@ rule induce:
         mem_mb=4000,
         runtime=120,
     log:
-        "logs/" + RUN + "/induce_v{k}.log",
+        "logs/runs/{bench}/{variant}/seed{seed}/induce_v{k}.log",
     benchmark:
-        "results/benchmarks/" + RUN + "/induce_v{k}.tsv"
+        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/induce_v{k}.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:

@@ -6,8 +6,8 @@ folder are kept, so a killed job redoes only the episode it was in.
 """
 from __future__ import annotations
 
-import json
 import logging
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +15,7 @@ from pathlib import Path
 from skillrepro import skills
 from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, Prompts, primitive_tools
 from skillrepro.config import BenchmarkConfig, LLMConfig
-from skillrepro.llm.client import LLMClient
+from skillrepro.llm.client import LLMClient, session
 from skillrepro.store import Episode, LLMCall, SkillCall, Step, read_records, write_records
 
 RECORD_TABLES = {"episodes": Episode, "steps": Step, "llm_calls": LLMCall, "skill_calls": SkillCall}
@@ -49,12 +49,16 @@ def run_batch(
 
     `notes` overrides the library's notes (SkillScaffold injects a skill card this way).
     """
+    if client is None:
+        with session(llm) as client:
+            return run_batch(bench=bench, llm=llm, library_dir=library_dir, task_ids=task_ids, spec=spec,
+                             out_dir=out_dir, wall_s=wall_s, prompts=prompts, notes=notes, client=client,
+                             logger=logger)
     log = logger or logging.getLogger("skillrepro.runner")
     out_dir = Path(out_dir)
     partial = out_dir.parent / f".{out_dir.name}.partial"
     benchmark = bench.load()
     library = skills.Library.load(library_dir)
-    client = client or LLMClient.connect(llm)
     actor = Actor(client, benchmark.describe(), bench.call_budget(), wall_s, llm.tool_calling,
                   prompts or Prompts(), library.notes if notes is None else notes)
     progress = _progress(len(task_ids), f"{spec.benchmark}/{spec.variant}/seed{spec.seed} {spec.split} c{spec.cycle}")
@@ -81,9 +85,6 @@ def run_batch(
             merged[name] += read_records(partial / f"{i:04d}" / f"{name}.parquet", cls)
     for name, cls in RECORD_TABLES.items():
         write_records(out_dir / f"{name}.parquet", merged[name], cls)
-    (out_dir / "tasks.json").write_text(json.dumps(task_ids))
-    import shutil
-
     shutil.rmtree(partial, ignore_errors=True)
     return BatchOutcome(merged["episodes"], out_dir)
 

@@ -7,8 +7,9 @@ import os
 import random
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import openai
 
@@ -151,3 +152,19 @@ class LLMClient:
     def take_records(self) -> list[LLMCall]:
         out, self.records = self.records, []
         return out
+
+
+@contextmanager
+def session(cfg: LLMConfig, workdir: str = ".") -> Iterator[LLMClient]:
+    """A client for the shared server of this run, or, when none is exported (a cluster job, a script run
+    by hand), for a server started for this job alone and stopped when the block ends."""
+    from skillrepro.llm import servers
+
+    if cfg.base_url or os.environ.get(URL_ENV) or cfg.backend == "openai":
+        yield LLMClient.connect(cfg)
+        return
+    server = servers.start(cfg, workdir=workdir)
+    try:
+        yield LLMClient(cfg, server.url)
+    finally:
+        server.stop()

@@ -1,0 +1,22 @@
+"""A scripted stand-in for the LLM client, for unit tests and the harness benchmark only."""
+from __future__ import annotations
+
+import itertools
+import uuid
+
+from skillrepro.llm.client import Reply, ToolCall
+from skillrepro.store import LLMCall
+
+
+class ScriptedClient:
+    def __init__(self, replies: list[str | ToolCall]):
+        self.replies = itertools.cycle(replies) if replies else iter(())
+        self.requests: list[list[dict]] = []
+
+    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None) -> Reply:
+        self.requests.append([dict(m) for m in messages])
+        reply = next(self.replies)
+        text, calls = (reply, []) if isinstance(reply, str) else ("", [reply])
+        rec = LLMCall(uuid.uuid4().hex, session_id, role, "scripted", "scripted", 10 * len(messages), 5, 4, 0,
+                      0.0, 0, "stop", "0" * 64, "", text, 0.0)
+        return Reply(text, calls, "stop", rec)

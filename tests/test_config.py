@@ -1,0 +1,73 @@
+"""Bad configuration stops with one message that names the key and what is allowed."""
+import copy
+from pathlib import Path
+
+import pytest
+
+from skillrepro.config import ConfigError, check_config, load_yaml, protocol
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = load_yaml(ROOT / "config.yaml")
+
+
+def with_change(path: str, value):
+    cfg = copy.deepcopy(BASE)
+    *parents, last = path.split(".")
+    node = cfg
+    for p in parents:
+        node = node[p]
+    node[last] = value
+    return cfg
+
+
+def test_default_and_shipped_configs_are_valid():
+    check_config(BASE)
+    for preset in sorted((ROOT / "configs").glob("*.yaml")):
+        merged = copy.deepcopy(BASE)
+        merged.update(load_yaml(preset))
+        check_config(merged, check_files=False)
+
+
+@pytest.mark.parametrize(
+    "path, value, expected",
+    [
+        ("llm.backend", "llamafile", "llm.backend: 'llamafile' is not allowed; allowed values: embedded, openai, vllm"),
+        ("llm.colour", "red", "config key llm: unknown key(s) colour; allowed keys:"),
+        ("llm.temperature", "hot", "config key llm.temperature: 'hot' has the wrong type"),
+        ("llm.model", "/nowhere/model.gguf", "config key llm.model: model file /nowhere/model.gguf does not exist"),
+        ("llm.model", "gpt-9", "config key llm.model: 'gpt-9' is neither a shipped model"),
+        ("benchmarks.babyai.env", "minecraft", "benchmarks.babyai.env: 'minecraft' is not allowed; allowed values: babyai,"),
+        ("methods.react.learner", "magic", "methods.react.learner: 'magic' is not allowed; allowed values: react,"),
+        ("budgets.rollout_wall_s", -5, "config key budgets.rollout_wall_s: -5 must be > 0"),
+        ("protocol.n_test", -1, "config key protocol.n_test: -1 must be >= 1"),
+        ("protocol.eval_every", 3, "protocol.eval_every: 3 must be a multiple of protocol.sleep_every"),
+        ("benchmarks.babyai.options", {"grid": 9}, "config key benchmarks.babyai: benchmark 'babyai' takes no options"),
+    ],
+)
+def test_bad_values_name_the_key(path, value, expected):
+    with pytest.raises(ConfigError) as err:
+        check_config(with_change(path, value))
+    assert expected in str(err.value)
+
+
+def test_openai_backend_needs_key_and_price(monkeypatch):
+    cfg = with_change("llm", {"backend": "openai", "model": "gpt-x", "base_url": "http://localhost:1/v1",
+                              "api_key_env": "SKILLREPRO_TEST_KEY"})
+    monkeypatch.delenv("SKILLREPRO_TEST_KEY", raising=False)
+    with pytest.raises(ConfigError, match="environment variable SKILLREPRO_TEST_KEY is not set"):
+        check_config(cfg)
+    monkeypatch.setenv("SKILLREPRO_TEST_KEY", "k")
+    with pytest.raises(ConfigError, match="no price for model 'gpt-x'"):
+        check_config(cfg)
+    cfg["pricing"] = {"gpt-x": {"input": 0.75, "cached_input": 0.075, "output": 4.5}}
+    check_config(cfg)
+
+
+def test_defaults_are_filled_and_checkpoints_follow_the_protocol():
+    cfg = check_config({**BASE, "protocol": {"seeds": [0, 1, 2], "train_rollouts": 200, "sleep_every": 10,
+                                             "eval_every": 50, "n_test": 30}})
+    assert cfg["protocol"]["task_seed"] == 42
+    assert cfg["llm"]["api_key_env"] == "OPENAI_API_KEY"
+    p = protocol(cfg)
+    assert p.n_cycles == 20
+    assert p.checkpoints == [0, 5, 10, 15, 20]
