@@ -555,3 +555,219 @@ def exploration_view(selections: "Any", post: "Any") -> "Any":
                     "injection_rate": float(g.injected.mean())})
     return pd.DataFrame(out, columns=["benchmark", "variant", "group", "n_queries", "scout_success",
                                       "post_scout_success", "injection_rate"])
+
+
+# ----------------------------------------------------------------------------------------------------
+# Configuration (the `scaffold:` section, checked by schemas/scaffold.schema.yaml)
+
+
+@dataclass(frozen=True)
+class ScaffoldConfig:
+    benchmarks: tuple[str, ...]  # benchmark instance names from `benchmarks:`
+    variants: tuple[str, ...] = ("grp",)
+    n_queries: int = 2
+    split: str = "train"
+    n_scouts: int = 4  # N
+    n_candidates: int = 4  # M
+    n_post: int = 4  # L
+    n_eval: int = 2  # downstream evaluation rollouts per condition (validation only)
+    threshold: float = 0.0
+    evidence_max_chars: int = 6000
+    generator_max_tokens: int = 600
+    generator_prompts: dict[str, str] = field(default_factory=dict)  # benchmark env -> template file
+    card: CardFormat = CardFormat()
+    scorer_backend: str = "auto"  # auto | transformers | vllm
+    scorer_model: str | None = None  # GGUF path or shipped name (transformers); served model id (vllm)
+    scorer_batch_tokens: int = 8192
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "ScaffoldConfig":
+        s = dict(config.get("scaffold") or {})
+        card = s.pop("card", {}) or {}
+        scorer = s.pop("scorer", {}) or {}
+        names = s.pop("benchmarks", None) or list(config.get("benchmarks", {}))
+        unknown = [b for b in names if b not in config.get("benchmarks", {})]
+        if unknown:
+            raise ValueError(f"config key scaffold.benchmarks: {', '.join(unknown)} not in benchmarks "
+                             f"({', '.join(config.get('benchmarks', {}))})")
+        bad = [v for v in s.get("variants", ["grp"]) if v not in VARIANTS]
+        if bad:
+            raise ValueError(f"config key scaffold.variants: {bad} not allowed; allowed: {', '.join(VARIANTS)}")
+        fmt = CardFormat(tuple(card.get("headings", CardFormat.headings)), card.get("max_words", 400),
+                         card.get("min_words", 20))
+        return cls(benchmarks=tuple(names), variants=tuple(s.pop("variants", ("grp",))), card=fmt,
+                   scorer_backend=scorer.get("backend", "auto"), scorer_model=scorer.get("model"),
+                   scorer_batch_tokens=scorer.get("batch_tokens", 8192),
+                   generator_prompts=dict(s.pop("generator_prompts", {}) or {}), **s)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Steps the workflow scripts call
+
+
+def episode_variant(variant: str, phase: str, candidate: int = -1) -> str:
+    """Episode.variant of scaffold episodes: scout | eval/free | {grp,anc}/post | {grp,anc}/eval/c{j}."""
+    if phase == "scout":
+        return "scout"
+    if phase == "eval_free":
+        return "eval/free"
+    if phase == "post":
+        return f"{variant}/post"
+    return f"{variant}/eval/c{candidate}"
+
+
+def phase_seed(llm: Any, phase: str, index: int) -> Any:
+    """Distinct sampling seeds, so the N Scouts (and L Post-Scouts, M candidates) of a query differ."""
+    from dataclasses import replace
+
+    base = {"scout": 0, "post": 1000, "eval": 2000, "generate": 3000}[phase]
+    return replace(llm, seed=llm.seed + base + index)
+
+
+def play(*, bench: Any, llm: Any, library_dir: str | Path, plan: Sequence[tuple[str, str, str]], run_id: str,
+         cycle: int, out_dir: str | Path, wall_s: float = 1800.0, logger: Any = None) -> Path:
+    """Play (task_id, notes, episode variant) items and merge their records into `out_dir`.
+
+    Items with the same notes share one runner batch (the runner takes one notes text per batch)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from skillrepro.agent import EpisodeSpec
+    from skillrepro.runner import RECORD_TABLES, run_batch
+    from skillrepro.store import schema, write_table
+
+    out_dir = Path(out_dir)
+    groups: dict[tuple[str, str], list[str]] = {}
+    for task_id, notes, variant in plan:
+        groups.setdefault((notes, variant), []).append(task_id)
+    parts = []
+    for g, ((notes, variant), tasks) in enumerate(groups.items()):
+        spec = EpisodeSpec(run_id, bench.name, "skillscaffold", variant, llm.seed, "train", cycle, 0)
+        part = out_dir / f"part{g:03d}"
+        run_batch(bench=bench, llm=llm, library_dir=library_dir, task_ids=tasks, spec=spec, out_dir=part,
+                  wall_s=wall_s, notes=notes, logger=logger)
+        parts.append(part)
+    for name, cls in RECORD_TABLES.items():
+        tables = [pq.read_table(p / f"{name}.parquet") for p in parts]
+        table = pa.concat_tables(tables) if tables else pa.Table.from_pylist([], schema=schema(cls))
+        write_table(out_dir / f"{name}.parquet", table)
+    return out_dir
+
+
+def actor_system_prompt(bench: Any, llm: Any, library_dir: str | Path, task_id: str, notes: str) -> str:
+    """The system prompt the actor gets for `task_id` with `notes` (a skill card, or "" for none)."""
+    from skillrepro import skills
+    from skillrepro.agent import Actor, Prompts, primitive_tools
+
+    benchmark = bench.load()
+    library = skills.Library.load(library_dir)
+    env = benchmark.make(task_id)
+    try:
+        tools = primitive_tools(env) + skills.tools_for(library, env, lambda _frame: None)
+        actor = Actor(None, benchmark.describe(), bench.call_budget(), tool_calling=llm.tool_calling,
+                      prompts=Prompts(), notes=notes)  # type: ignore[arg-type]
+        return actor.system_prompt(tools)
+    finally:
+        env.close()
+
+
+def score_contexts(scorer: Any, scouts: Sequence[Trajectory], contexts: dict[int, str], *, bench: Any, llm: Any,
+                   library_dir: str | Path, benchmark: str, variant: str) -> list[ScoreRecord]:
+    """l(c; tau) for every Scout and every context (candidate index -> notes; -1 is no skill).
+
+    The skill-free system prompt is rebuilt and must equal the recorded one: if the actor's prompt changed
+    since the Scouts ran, candidate contexts would differ from the Scouts' in more than the skill."""
+    from skillrepro.llm.scorer import ScoringError, score_conversations
+
+    convs, keys = [], []
+    for t in scouts:
+        plain = actor_system_prompt(bench, llm, library_dir, t.task_id, "")
+        if plain != t.messages[0]["content"]:
+            raise ScoringError(f"episode {t.episode_id}: the recorded system prompt differs from the rebuilt "
+                               "skill-free one; rerun the Scouts with the current actor prompt")
+        for c, notes in contexts.items():
+            sp = plain if not notes else actor_system_prompt(bench, llm, library_dir, t.task_id, notes)
+            convs.append(t.with_system(sp))
+            keys.append((t, c))
+    scores = score_conversations(scorer, convs)
+    return [ScoreRecord(benchmark, t.task_id, t.episode_id, variant, c, s.n_tokens, s.sum_logprob, s.mean_logprob,
+                        s.n_forward_tokens, scorer.name, scorer.model)
+            for (t, c), s in zip(keys, scores)]
+
+
+def load_scorer(cfg: ScaffoldConfig, llm: Any) -> Any:
+    """The configured scorer: transformers on the CPU from a GGUF file, or the vLLM server the run uses."""
+    backend = cfg.scorer_backend
+    if backend == "auto":
+        backend = "vllm" if llm.backend == "vllm" else "transformers"
+    from skillrepro.llm import scorer as sc
+    from skillrepro.llm.models import MODELS, resolve
+
+    if backend == "transformers":
+        model = cfg.scorer_model or llm.model
+        if llm.backend == "openai" and not cfg.scorer_model:
+            raise ValueError("config key scaffold.scorer.model: an API model cannot be scored; name a GGUF file "
+                             "or a shipped model for the CPU scorer")
+        return sc.TransformersScorer(resolve(model), batch_tokens=cfg.scorer_batch_tokens, threads=llm.threads,
+                                     model_name=model)
+    if backend == "vllm":
+        import os
+
+        from transformers import AutoTokenizer
+
+        from skillrepro.llm.servers import URL_ENV
+
+        served = cfg.scorer_model or (MODELS[llm.model].hf_id if llm.model in MODELS else llm.model)
+        url = llm.base_url or os.environ.get(URL_ENV)
+        if not url:
+            raise ValueError(f"scorer backend vllm: no server URL (llm.base_url or ${URL_ENV})")
+        return sc.VLLMScorer(url, served, AutoTokenizer.from_pretrained(served), timeout_s=llm.timeout_s)
+    raise ValueError(f"config key scaffold.scorer.backend: {backend!r}; allowed: auto, transformers, vllm")
+
+
+def generate_candidates(client_for: Any, ev: EvidenceRecord, template: GeneratorTemplate, fmt: CardFormat,
+                        n: int, max_tokens: int) -> tuple[list[CandidateRecord], list[Any]]:
+    """M independently sampled cards for one query; `client_for(j)` gives the LLM client for sample j."""
+    if ev.skip:
+        return [], []
+    messages = template.messages(ev, fmt)
+    cands, calls = [], []
+    for j in range(n):
+        reply = client_for(j).chat(messages, role="generator",
+                                   session_id=f"scaffold/{ev.benchmark}/{ev.variant}/{ev.task_id}/gen{j}",
+                                   max_tokens=max_tokens)
+        chk = check_card(reply.text, fmt)
+        cands.append(CandidateRecord(ev.benchmark, ev.variant, ev.task_id, j, reply.text, chk.card, chk.name,
+                                     chk.n_words, chk.valid, "; ".join(chk.problems), reply.record.call_id))
+        calls.append(reply.record)
+    return cands, calls
+
+
+def read_rows(path: str | Path, cls: type) -> list[Any]:
+    from skillrepro.store import read_records
+
+    return read_records(path, cls)
+
+
+def eval_table(free: Any, cand: Any, variants: Sequence[str]) -> Any:
+    """Downstream success rates per (benchmark, variant, task_id, candidate) from evaluation episodes.
+
+    `free`: skill-free evaluation episodes (shared by the variants, candidate -1); `cand`: candidate
+    episodes whose Episode.variant is '{variant}/eval/c{j}'."""
+    import pandas as pd
+
+    cols = ["benchmark", "variant", "task_id", "candidate", "success_rate", "n_rollouts"]
+    rows = []
+    for (b, t), g in free.groupby(["benchmark", "task_id"]):
+        for v in variants:
+            rows.append({"benchmark": b, "variant": v, "task_id": t, "candidate": -1,
+                         "success_rate": float(g.success.mean()), "n_rollouts": len(g)})
+    if len(cand):
+        parsed = cand.variant.str.extract(r"^(?P<v>\w+)/eval/c(?P<c>\d+)$")
+        if parsed.v.isna().any():
+            raise ValueError(f"evaluation episodes with an unexpected variant: {sorted(cand.variant[parsed.v.isna()].unique())}")
+        cand = cand.assign(v=parsed.v, c=parsed.c.astype(int))
+        for (b, v, t, c), g in cand.groupby(["benchmark", "v", "task_id", "c"]):
+            rows.append({"benchmark": b, "variant": v, "task_id": t, "candidate": int(c),
+                         "success_rate": float(g.success.mean()), "n_rollouts": len(g)})
+    return pd.DataFrame(rows, columns=cols)

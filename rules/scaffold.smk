@@ -1,0 +1,322 @@
+# SkillScaffold (seed 002, issue 6): skill-free Scouts -> evidence -> candidate cards -> paired scores ->
+# utility -> positive-gated selection -> Post-Scouts; plus the validation experiment (section 5.4) that
+# evaluates every candidate with separate downstream rollouts. Target: scaffold_all.
+# Paths: results/scaffold/{sbench}/... (per benchmark) and results/scaffold/{sbench}/{svariant}/... (grp|anc).
+import os
+
+from snakemake.utils import validate as _scaffold_validate
+
+from skillrepro import config as _scaffold_cfg
+from skillrepro.learners.skillscaffold import ScaffoldConfig
+
+config.setdefault("scaffold", {})
+_scaffold_validate(config["scaffold"], "../schemas/scaffold.schema.yaml", set_default=True)
+SCAFFOLD = ScaffoldConfig.from_config(config)
+_SC_LLM = _scaffold_cfg.llm_config(config)
+_SC_BENCH = {b.name: b for b in _scaffold_cfg.benchmarks(config) if b.name in SCAFFOLD.benchmarks}
+_SC_WALL = config.get("budgets", {}).get("rollout_wall_s", 1800)
+_SC_TASK_SEED = config.get("protocol", {}).get("task_seed", 42)
+_SC_SCORER_LLM = SCAFFOLD.scorer_backend == "vllm" or (SCAFFOLD.scorer_backend == "auto" and _SC_LLM.backend == "vllm")
+workflow.global_resources.setdefault("llm", _SC_LLM.slots)
+
+_SC = "results/scaffold/{sbench}"
+_SCV = "results/scaffold/{sbench}/{svariant}"
+_SC_SCOUTS = [f"{_SC}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts)]
+_SC_CONSTRAINTS = dict(sbench="|".join(_SC_BENCH) or "none", svariant="grp|anc", i=r"\d+")
+_SC_COMMON = dict(bench=lambda w: _SC_BENCH[w.sbench], llm=_SC_LLM, scaffold=SCAFFOLD)
+
+
+def _sc_all(pattern):
+    return [pattern.format(sbench=b, svariant=v) for b in _SC_BENCH for v in SCAFFOLD.variants]
+
+
+rule scaffold_all:
+    input:
+        "results/tables/scaffold_rules.csv",
+        "results/tables/scaffold_quintiles.csv",
+        "results/tables/scaffold_exploration.csv",
+        "results/figures/scaffold_validation.png",
+        "results/figures/scaffold_exploration.png",
+
+
+rule scaffold_queries:
+    output:
+        queries=f"{_SC}/queries.json",
+        library=f"{_SC}/library/v0/manifest.json",
+    wildcard_constraints:
+        **_SC_CONSTRAINTS,
+    params:
+        task_seed=_SC_TASK_SEED,
+        **_SC_COMMON,
+    log:
+        "logs/scaffold/{sbench}/queries.log",
+    benchmark:
+        "results/benchmarks/scaffold/{sbench}/queries.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_queries.py"
+
+
+rule scaffold_scout:
+    input:
+        queries=f"{_SC}/queries.json",
+        library=f"{_SC}/library/v0/manifest.json",
+    output:
+        episodes=f"{_SC}/scouts/s{{i}}/episodes.parquet",
+    wildcard_constraints:
+        **_SC_CONSTRAINTS,
+    params:
+        wall_s=_SC_WALL,
+        **_SC_COMMON,
+    resources:
+        llm=1,
+    log:
+        "logs/scaffold/{sbench}/scout_{i}.log",
+    benchmark:
+        "results/benchmarks/scaffold/{sbench}/scout_{i}.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_scout.py"
+
+
+rule scaffold_evidence:
+    input:
+        scouts=_SC_SCOUTS,
+    output:
+        f"{_SCV}/evidence.parquet",
+    wildcard_constraints:
+        **_SC_CONSTRAINTS,
+    params:
+        **_SC_COMMON,
+    log:
+        "logs/scaffold/{sbench}/{svariant}/evidence.log",
+    benchmark:
+        "results/benchmarks/scaffold/{sbench}/{svariant}/evidence.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_evidence.py"
+
+
+rule scaffold_generate:
+    input:
+        evidence=f"{_SCV}/evidence.parquet",
+    output:
+        candidates=f"{_SCV}/candidates.parquet",
+        llm_calls=f"{_SCV}/generate/llm_calls.parquet",
+    wildcard_constraints:
+        **_SC_CONSTRAINTS,
+    params:
+        **_SC_COMMON,
+    resources:
+        llm=1,
+    log:
+        "logs/scaffold/{sbench}/{svariant}/generate.log",
+    benchmark:
+        "results/benchmarks/scaffold/{sbench}/{svariant}/generate.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_generate.py"
+
+
+rule scaffold_score_free:
+    input:
+        scouts=_SC_SCOUTS,
+        library=f"{_SC}/library/v0/manifest.json",
+    output:
+        f"{_SC}/scores_free.parquet",
+    wildcard_constraints:
+        **_SC_CONSTRAINTS,
+    params:
+        **_SC_COMMON,
+    resources:
+        llm=1 if _SC_SCORER_LLM else 0,
+        mem_mb=8000,
+    log:
+        "logs/scaffold/{sbench}/score_free.log",
+    benchmark:
+        "results/benchmarks/scaffold/{sbench}/score_free.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_score_free.py"
+
+
+rule scaffold_score:
+    input:
+        scouts=_SC_SCOUTS,
+        library=f"{_SC}/library/v0/manifest.json",
+        candidates=f"{_SCV}/candidates.parquet",
+    output:
+        f"{_SCV}/scores.parquet",
+    wildcard_constraints:
+        **_SC_CONSTRAINTS,
+    params:
+        **_SC_COMMON,
+    resources:
+        llm=1 if _SC_SCORER_LLM else 0,
+        mem_mb=8000,
+    log:
+        "logs/scaffold/{sbench}/{svariant}/score.log",
+    benchmark:
+        "results/benchmarks/scaffold/{sbench}/{svariant}/score.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_score.py"
+
+
+rule scaffold_utility:
+    input:
+        scouts=_SC_SCOUTS,
+        candidates=f"{_SCV}/candidates.parquet",
+        scores_free=f"{_SC}/scores_free.parquet",
+        scores=f"{_SCV}/scores.parquet",
+    output:
+        f"{_SCV}/utilities.parquet",
+    wildcard_constraints:
+        **_SC_CONSTRAINTS,
+    log:
+        "logs/scaffold/{sbench}/{svariant}/utility.log",
+    benchmark:
+        "results/benchmarks/scaffold/{sbench}/{svariant}/utility.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_utility.py"
+
+
+rule scaffold_select:
+    input:
+        scouts=_SC_SCOUTS,
+        candidates=f"{_SCV}/candidates.parquet",
+        utilities=f"{_SCV}/utilities.parquet",
+    output:
+        f"{_SCV}/selection.parquet",
+    wildcard_constraints:
+        **_SC_CONSTRAINTS,
+    params:
+        **_SC_COMMON,
+    log:
+        "logs/scaffold/{sbench}/{svariant}/select.log",
+    benchmark:
+        "results/benchmarks/scaffold/{sbench}/{svariant}/select.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_select.py"
+
+
+rule scaffold_post_scout:
+    input:
+        selection=f"{_SCV}/selection.parquet",
+        library=f"{_SC}/library/v0/manifest.json",
+    output:
+        episodes=f"{_SCV}/post/l{{i}}/episodes.parquet",
+    wildcard_constraints:
+        **_SC_CONSTRAINTS,
+    params:
+        wall_s=_SC_WALL,
+        **_SC_COMMON,
+    resources:
+        llm=1,
+    log:
+        "logs/scaffold/{sbench}/{svariant}/post_scout_{i}.log",
+    benchmark:
+        "results/benchmarks/scaffold/{sbench}/{svariant}/post_scout_{i}.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_post_scout.py"
+
+
+rule scaffold_eval_free:
+    input:
+        queries=f"{_SC}/queries.json",
+        library=f"{_SC}/library/v0/manifest.json",
+    output:
+        episodes=f"{_SC}/eval_free/k{{i}}/episodes.parquet",
+    wildcard_constraints:
+        **_SC_CONSTRAINTS,
+    params:
+        wall_s=_SC_WALL,
+        **_SC_COMMON,
+    resources:
+        llm=1,
+    log:
+        "logs/scaffold/{sbench}/eval_free_{i}.log",
+    benchmark:
+        "results/benchmarks/scaffold/{sbench}/eval_free_{i}.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_eval_free.py"
+
+
+rule scaffold_eval:
+    input:
+        candidates=f"{_SCV}/candidates.parquet",
+        library=f"{_SC}/library/v0/manifest.json",
+    output:
+        episodes=f"{_SCV}/eval/k{{i}}/episodes.parquet",
+    wildcard_constraints:
+        **_SC_CONSTRAINTS,
+    params:
+        wall_s=_SC_WALL,
+        **_SC_COMMON,
+    resources:
+        llm=1,
+    log:
+        "logs/scaffold/{sbench}/{svariant}/eval_{i}.log",
+    benchmark:
+        "results/benchmarks/scaffold/{sbench}/{svariant}/eval_{i}.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_eval.py"
+
+
+rule scaffold_tables:
+    input:
+        utilities=_sc_all(f"{_SCV}/utilities.parquet"),
+        selections=_sc_all(f"{_SCV}/selection.parquet"),
+        post=[f for i in range(SCAFFOLD.n_post) for f in _sc_all(f"{_SCV}/post/l{i}/episodes.parquet")],
+        evals=[f for i in range(SCAFFOLD.n_eval) for f in _sc_all(f"{_SCV}/eval/k{i}/episodes.parquet")],
+        eval_free=[f"results/scaffold/{b}/eval_free/k{i}/episodes.parquet" for b in _SC_BENCH for i in range(SCAFFOLD.n_eval)],
+    output:
+        rules=report("results/tables/scaffold_rules.csv", category="SkillScaffold"),
+        quintiles=report("results/tables/scaffold_quintiles.csv", category="SkillScaffold"),
+        exploration=report("results/tables/scaffold_exploration.csv", category="SkillScaffold"),
+        evals="results/scaffold/evaluations.csv",
+    params:
+        variants=list(SCAFFOLD.variants),
+        threshold=SCAFFOLD.threshold,
+    log:
+        "logs/scaffold/tables.log",
+    benchmark:
+        "results/benchmarks/scaffold/tables.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_tables.py"
+
+
+rule scaffold_figures:
+    input:
+        rules="results/tables/scaffold_rules.csv",
+        quintiles="results/tables/scaffold_quintiles.csv",
+        exploration="results/tables/scaffold_exploration.csv",
+    output:
+        validation=report("results/figures/scaffold_validation.png", category="SkillScaffold"),
+        exploration=report("results/figures/scaffold_exploration.png", category="SkillScaffold"),
+    log:
+        "logs/scaffold/figures.log",
+    benchmark:
+        "results/benchmarks/scaffold/figures.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_figures.py"

@@ -1,0 +1,13 @@
+"""SkillScaffold: the fixed queries of a benchmark, and the empty library every scaffold episode uses."""
+import json
+
+from skillrepro.pipeline import setup_logging
+from skillrepro.skills import Library
+from skillrepro.store import write_text
+
+log = setup_logging(snakemake)
+p = snakemake.params
+tasks = p.bench.load().sample_tasks(p.scaffold.split, p.scaffold.n_queries, p.task_seed)
+Library(version=0, meta={"learner": "skillscaffold"}).write(snakemake.output.library.removesuffix("/manifest.json"))
+write_text(snakemake.output.queries, json.dumps(tasks))
+log.info("%d %s queries: %s", len(tasks), p.scaffold.split, tasks)
