@@ -11,6 +11,7 @@ BENCHMARKS = {
     "babyai": "skillrepro.envs.babyai:BabyAIBenchmark",
     "scienceworld": "skillrepro.envs.scienceworld:ScienceWorldBenchmark",
     "crafter": "skillrepro.envs.crafter:CrafterBenchmark",
+    "alfworld": "skillrepro.envs.alfworld:AlfWorldBenchmark",
 }
 
 
