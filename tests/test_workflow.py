@@ -71,5 +71,5 @@ def test_tiny_run_end_to_end_then_only_the_figure_reruns(tmp_path):
     figure = tmp_path / "workflow/scripts/figure_learning_curves.py"
     figure.write_text(figure.read_text() + "\n# edited\n")
     dry = snakemake("results/figures/learning_curves.png", "-n", "--cores", "2", "--configfile", cfg, cwd=tmp_path)
-    jobs = [l.split(":")[0].strip() for l in dry.stdout.split("Job stats:")[1].splitlines()[3:] if l.strip()]
+    jobs = [l.split()[0] for l in dry.stdout.split("Job stats:")[1].splitlines()[3:] if l.strip()]
     assert jobs[0] == "figure_learning_curves" and "rollout" not in jobs and "evaluate" not in jobs

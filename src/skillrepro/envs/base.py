@@ -83,6 +83,13 @@ class Env(ABC):
 
     @classmethod
     def primitives(cls) -> tuple[Primitive, ...]:
+        # Computed once per class: Env.step consults it on every action.
+        if "_primitive_index" not in cls.__dict__:
+            cls._primitive_index = {p.name: p for p in cls._collect_primitives()}
+        return tuple(cls._primitive_index.values())
+
+    @classmethod
+    def _collect_primitives(cls) -> tuple[Primitive, ...]:
         out = []
         for name, fn in inspect.getmembers(cls, inspect.isfunction):
             if not hasattr(fn, "__primitive__"):
@@ -116,7 +123,8 @@ class Env(ABC):
     def step(self, name: str, args: list[Any] | None = None) -> StepResult:
         """Apply primitive `name`; unknown names and wrong arity raise ActionError."""
         args = list(args or [])
-        prims = {p.name: p for p in self.primitives()}
+        self.primitives()
+        prims = type(self)._primitive_index
         if name not in prims:
             raise ActionError(f"unknown action {name!r}; valid actions: {', '.join(prims)}")
         want = len(prims[name].params)

@@ -207,13 +207,6 @@ class CrafterEnv(Env):
 
     benchmark = "crafter"
 
-    @classmethod
-    def primitives(cls):
-        # Env.primitives introspects every method on each call (~0.9 ms, more than a Crafter tick), and
-        # Env.step calls it on every step; the set is fixed per class, so compute it once.
-        if "_primitive_cache" not in cls.__dict__:
-            cls._primitive_cache = super().primitives()
-        return cls._primitive_cache
 
     def __init__(self, task_id: str, zombie_frequency: float = 1.0, max_steps: int = MAX_STEPS):
         super().__init__(task_id)

@@ -177,13 +177,6 @@ class ScienceWorldEnv(Env):
 
     benchmark = "scienceworld"
 
-    @classmethod
-    def primitives(cls):
-        # Env.primitives introspects every method on each call (~1 ms) and Env.step calls it on every step;
-        # the set is fixed per class, so compute it once.
-        if "_primitive_cache" not in cls.__dict__:
-            cls._primitive_cache = super().primitives()
-        return cls._primitive_cache
 
     def __init__(self, task_id: str, room_each_step: bool = True):
         super().__init__(task_id)
