@@ -33,7 +33,7 @@ from skillrepro.store import LLMCall, schema, write_records, write_text
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 HISTORY_TABLES = ("episodes", "steps", "llm_calls", "skill_calls")
-MAX_TOKENS = 600  # per inducer reply; a function needs room
+MIN_REPLY_TOKENS = 256  # an inducer reply is llm.max_tokens long, but at least this: a function needs room
 OBS_CHARS = 3000  # tool output shown to the model per request
 INTERPRETER_LIMITS = SandboxLimits(call_wall_s=60, call_cpu_s=30, memory_bytes=4 << 30, output_chars=OBS_CHARS)
 SMOKE_LIMITS = SandboxLimits(call_wall_s=15, call_cpu_s=5, max_primitives=100, output_chars=1000)
@@ -324,6 +324,10 @@ def _trim(messages: list[dict], budget_chars: int) -> list[dict]:
 
 
 def induce(ctx: InduceContext, client=None) -> Library:
+    """Run one inducer session on library v{k} and return v{k+1} (not yet written)."""
+    if client is None:
+        with _client(ctx) as c:
+            return induce(ctx, c)
     opts = ctx.method.options
     interpreter = opts.get("interpreter", "on") not in ("off", False)
     all_public = opts.get("access", "split") == "all_public"
@@ -354,7 +358,8 @@ def induce(ctx: InduceContext, client=None) -> Library:
         environment=bench.describe(),
         primitives="\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives()),
         access_rule=access_rule, tools=protocol)
-    ctx_chars = max(2000, (ctx.llm.ctx_per_slot - MAX_TOKENS) * 3)  # ~3 characters per token, to be safe
+    max_tokens = max(ctx.llm.max_tokens, MIN_REPLY_TOKENS)
+    ctx_chars = max(2000, (ctx.llm.ctx_per_slot - max_tokens) * 3)  # ~3 characters per token, to be safe
     facts = "\n".join(json.dumps(r, default=str) for r in summary) or "(no episodes yet)"
     task_msg = [f"Training so far (per cycle):\n{facts}",
                 f"Current library (version {ctx.library.version}):\n{sess.library_text()[:3000]}"]
@@ -377,8 +382,6 @@ def induce(ctx: InduceContext, client=None) -> Library:
     task_msg.append("Improve the library now. One tool call per reply.")
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(task_msg)[:ctx_chars // 2]}]
 
-    if client is None:
-        client = _client(ctx)
     native = ctx.llm.tool_calling == "native"
     schemas = tool_schemas(interpreter) if native else None
     records: list[LLMCall] = []
@@ -393,8 +396,10 @@ def induce(ctx: InduceContext, client=None) -> Library:
             from skillrepro.llm.client import LLMRequestError
 
             try:
+                # Small models go on to invent the tool's answer: stop them there.
                 reply = client.chat(_trim(messages, ctx_chars), role="inducer", session_id=session_id,
-                                    tools=schemas, max_tokens=MAX_TOKENS)
+                                    tools=schemas, max_tokens=max_tokens,
+                                    stop=None if native else ["\nObservation:", "\nThought:"])
             except LLMRequestError as e:  # the context overflowed even after trimming
                 sess.transcript.append({"request": req, "error": str(e)})
                 break
@@ -483,6 +488,11 @@ def _duck_types(cols: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 def _client(ctx: InduceContext):
-    from skillrepro.llm.client import LLMClient
+    """The run's shared LLM server, or one started for this job (llm.client.session, where it exists)."""
+    import contextlib
 
-    return LLMClient.connect(ctx.llm)
+    from skillrepro.llm import client as llm_client
+
+    if hasattr(llm_client, "session"):
+        return llm_client.session(ctx.llm)
+    return contextlib.nullcontext(llm_client.LLMClient.connect(ctx.llm))

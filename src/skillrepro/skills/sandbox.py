@@ -91,9 +91,12 @@ class Outcome:
 
 def _system_read_paths() -> list[str]:
     """Paths a Python worker needs to read: the interpreter, its standard library and site-packages."""
+    import site
+
+    # Not sys.path: it may hold the working directory or a test folder, which could contain results.
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, "/usr", "/lib", "/lib64",
              "/etc", "/dev", "/proc", "/sys", str(WORKER.parent)}
-    paths |= {p for p in sys.path if p and os.path.isdir(p)}
+    paths |= set(site.getsitepackages())
     return sorted(paths)
 
 
