@@ -21,6 +21,7 @@ include: "rules/tasks.smk"
 include: "rules/learn.smk"
 include: "rules/evaluate.smk"
 include: "rules/analytics.smk"
+include: "rules/kvcache.smk"
 
 
 rule all:

@@ -13,7 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from skillrepro.envs.base import ActionError, Env, Primitive
 from skillrepro.llm.client import LLMClient, LLMRequestError
@@ -108,6 +108,30 @@ def parse_text_action(text: str, names: list[str]) -> ParsedAction:
     return ParsedAction(name, args, reasoning, extra=extra)
 
 
+@dataclass(frozen=True)
+class PromptTurn:
+    """One earlier step as a formatter sees it: what its prompt showed, the reply, the action taken."""
+
+    observation: str
+    admissible: tuple[str, ...]
+    reply: str
+    action: ParsedAction
+
+
+class Formatter(Protocol):
+    """Rebuilds the whole prompt of every step (a prompt-format study, e.g. skillrepro.kvcache.actor).
+
+    With a formatter the actor keeps no conversation of its own: each step's messages come from
+    `messages(env, turns so far, current observation, admissible actions)`, and replies are read by `parse`."""
+
+    def admissible(self, env: Env) -> list[str]: ...
+
+    def messages(self, env: Env, turns: list[PromptTurn], observation: str,
+                 admissible: list[str]) -> list[dict[str, Any]]: ...
+
+    def parse(self, reply: str, tools: list[Tool]) -> ParsedAction: ...
+
+
 @dataclass
 class EpisodeRecords:
     episode: Episode
@@ -138,6 +162,9 @@ class Actor:
     tool_calling: str = "text"  # native | text
     prompts: Prompts = field(default_factory=Prompts)
     notes: str = ""  # learned prompt text (a library's notes.md), empty for ReAct
+    formatter: Formatter | None = None  # None: the ReAct conversation below
+    # When set, each actor call's LLMCall.prompt_token_ids is filled with what this returns for its messages.
+    prompt_token_ids: Callable[[list[dict[str, Any]]], list[int]] | None = None
 
     def system_prompt(self, tools: list[Tool]) -> str:
         listing = "\n".join(f"- {t.signature}: {t.doc}" for t in tools)
@@ -156,11 +183,14 @@ class Actor:
         started = time.time()
         by_name = {t.name: t for t in tools}
         by_lower = {t.name.lower(): t for t in tools}
+        shown = env.reset()  # the observation the next prompt shows
+        fmt = self.formatter
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": self.system_prompt(tools)},
-            {"role": "user", "content": env.reset()},
-        ]
-        schemas = [t.schema() for t in tools] if self.tool_calling == "native" else None
+            {"role": "user", "content": shown},
+        ] if fmt is None else []
+        turns: list[PromptTurn] = []
+        schemas = [t.schema() for t in tools] if self.tool_calling == "native" and fmt is None else None
         steps: list[Step] = []
         calls: list[LLMCall] = []
         invalid = 0
@@ -169,15 +199,23 @@ class Actor:
             if time.time() - started > self.wall_s:
                 termination = "wall_clock"
                 break
+            if fmt is not None:
+                admissible = fmt.admissible(env)
+                messages = fmt.messages(env, turns, shown, admissible)
             try:
                 reply = self.client.chat(messages, role="actor", session_id=episode_id, tools=schemas,
-                                         stop=["\nObservation:"] if schemas is None else None)
+                                         stop=["\nObservation:"] if schemas is None and fmt is None else None)
             except LLMRequestError:
                 termination = "context"  # the history outgrew the context window
                 break
+            if self.prompt_token_ids is not None:
+                reply.record.prompt_token_ids = list(self.prompt_token_ids(messages))
             calls.append(reply.record)
             t0 = time.perf_counter()
-            if reply.tool_calls:
+            if fmt is not None:
+                parsed = fmt.parse(reply.text, tools)
+                tc = None
+            elif reply.tool_calls:
                 tc = reply.tool_calls[0]
                 args = tc.arguments.get("__unparsed__")
                 parsed = ParsedAction(
@@ -209,10 +247,13 @@ class Actor:
                 observation += f"\n(Only one action per turn: {parsed.extra} further action(s) ignored.)"
             valid = not problem and not parsed.extra
             invalid += not valid
-            if tc is not None:
+            if fmt is not None:
+                turns.append(PromptTurn(shown, tuple(admissible), reply.text, parsed))
+            elif tc is not None:
                 messages.append({"role": "tool", "tool_call_id": tc.id, "content": observation})
             else:
                 messages.append({"role": "user", "content": f"Observation: {observation}"})
+            shown = observation
             harness_ms = (time.perf_counter() - t0) * 1000 - env_ms
             steps.append(Step(episode_id, step, parsed.reasoning, parsed.name, json.dumps(parsed.args), valid,
                               observation, 0.0, env.done, harness_ms))

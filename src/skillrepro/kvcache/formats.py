@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
+from typing import Callable, Sequence
 
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 DEFAULT_BANK = Path(__file__).parent / "banks" / "alfworld_default.json"
@@ -342,3 +343,59 @@ def shared_prefix_tokens(a: list[int], b: list[int]) -> int:
     import numpy as np
 
     return common_prefix(np.asarray(a), np.asarray(b))
+
+
+@dataclass(frozen=True)
+class EpisodeView:
+    """One episode at the step the static analysis looks at: enough to build its prompt in any format."""
+
+    episode: str
+    task: str  # the task sentence as the prompt quotes it
+    history: tuple[Turn, ...]
+    observation: str
+    admissible: tuple[str, ...]
+
+    @property
+    def category(self) -> str:
+        return detect_category(self.task)
+
+
+@dataclass(frozen=True)
+class SharedPrefixRow:
+    format: str
+    relation: str  # same_category | different_category
+    pairs: int
+    shared_tokens_mean: float
+    shared_tokens_min: int
+    shared_tokens_max: int
+    prompt_tokens_mean: float
+    shared_fraction_mean: float  # shared tokens / the shorter prompt of the pair
+
+
+def shared_prefix_table(formats: Sequence[str], bank: SkillBank, views: Sequence[EpisodeView],
+                        encode: Callable[[str], list[int]], templates: Templates | None = None,
+                        render: Callable[[list[dict]], str] = render_chatml) -> list[SharedPrefixRow]:
+    """Static analysis (seed 001, 2-2): for every pair of episodes, how many leading tokens their prompts
+    share in each format, split by whether the two tasks fall in the same SkillRL category. The longer this
+    prefix, the more of one episode's cache another can use. No LLM involved: prompts are rendered
+    (`render`, default Qwen2.5's chat template) and tokenised (`encode`)."""
+    if len(views) < 2:
+        raise ValueError("shared-prefix analysis needs at least two episodes")
+    rows = []
+    for fmt in formats:
+        ids = [encode(render(build_messages(fmt, bank, v.task, None, list(v.history), v.observation,
+                                            list(v.admissible), templates=templates))) for v in views]
+        by_rel: dict[str, list[tuple[int, int, int]]] = {"same_category": [], "different_category": []}
+        for i in range(len(views)):
+            for j in range(i + 1, len(views)):
+                rel = "same_category" if views[i].category == views[j].category else "different_category"
+                by_rel[rel].append((shared_prefix_tokens(ids[i], ids[j]), len(ids[i]), len(ids[j])))
+        for rel, got in by_rel.items():
+            if not got:
+                continue
+            shared = [g[0] for g in got]
+            rows.append(SharedPrefixRow(
+                fmt, rel, len(got), sum(shared) / len(got), min(shared), max(shared),
+                sum(a + b for _, a, b in got) / (2 * len(got)),
+                sum(s / min(a, b) for s, a, b in got) / len(got)))
+    return rows

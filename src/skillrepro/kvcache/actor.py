@@ -1,0 +1,237 @@
+"""The ALFWorld actor in each prompt format, with the prompt token ids of every request recorded.
+
+`AlfWorldFormatter` plugs a format of `formats.py` into `skillrepro.agent.Actor` (its `formatter` hook): every
+step's messages are rebuilt from the turns so far, the current observation and the game's admissible
+actions, and the reply's `<action>...</action>` is sent to the game as one command. `prompt_ids_fn` asks the
+server for the token ids of a request exactly as it tokenises it (llama.cpp: /apply-template + /tokenize;
+vLLM: /tokenize with the messages). `run_format` plays a list of games and returns the records plus the
+request stream (`StreamRequest`) the simulator replays.
+"""
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, ParsedAction, PromptTurn, Tool, primitive_tools
+from skillrepro.config import LLMConfig
+from skillrepro.kvcache import formats as F
+
+_ACTION = re.compile(r"<action>(.*?)(?:</action>|$)", re.IGNORECASE | re.DOTALL)
+
+
+class AlfWorldFormatter:
+    """One prompt format of the ALFWorld actor (SkillRL's protocol: reason in <think>, act in <action>)."""
+
+    def __init__(self, fmt: str, bank: F.SkillBank | None = None, templates: F.Templates | None = None):
+        if fmt not in F.FORMATS:
+            raise ValueError(f"unknown prompt format {fmt!r}; choose one of {F.FORMATS}")
+        self.fmt = fmt
+        self.bank = bank or F.load_bank()
+        self.templates = templates or F.Templates()
+
+    def admissible(self, env) -> list[str]:
+        return list(env.admissible_actions)
+
+    @staticmethod
+    def task_sentence(env) -> str:
+        # SkillRL quotes the sentence as the game states it, with its full stop.
+        task = env.task.strip()
+        return task if task.endswith(".") else task + "."
+
+    def messages(self, env, turns: list[PromptTurn], observation: str, admissible: list[str]) -> list[dict]:
+        history = [F.Turn(t.observation, action_text(t.action), list(t.admissible), t.reply) for t in turns]
+        return F.build_messages(self.fmt, self.bank, self.task_sentence(env), None, history, observation,
+                                admissible, templates=self.templates)
+
+    def parse(self, reply: str, tools: list[Tool]) -> ParsedAction:
+        m = _ACTION.search(reply)
+        reasoning = reply[: m.start()] if m else reply
+        command = " ".join(m.group(1).split()).lower() if m else ""
+        if not command:
+            return ParsedAction("", [], reasoning, "no action found; put one admissible action in <action> </action> tags")
+        # The game itself answers a command it does not admit ("Nothing happens."), as in ALFWorld.
+        return ParsedAction("act", [command], reasoning)
+
+
+def action_text(action: ParsedAction) -> str:
+    if action.name == "act" and action.args:
+        return str(action.args[0])
+    return action.name or "(none)"
+
+
+# -- prompt token ids from the server -------------------------------------------------------------------
+
+
+def _post(url: str, body: dict, timeout_s: float) -> dict:
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return json.load(r)
+    except OSError as e:
+        raise RuntimeError(f"prompt token ids: {url} failed: {e}") from e
+
+
+def prompt_ids_fn(llm: LLMConfig, base_url: str) -> Callable[[list[dict]], list[int]]:
+    """messages -> the prompt token ids the server computes for them (chat template applied)."""
+    base = base_url.rstrip("/").removesuffix("/v1")
+    if llm.backend == "embedded":
+        def ids(messages: list[dict]) -> list[int]:
+            prompt = _post(base + "/apply-template", {"messages": messages}, llm.timeout_s)["prompt"]
+            out = _post(base + "/tokenize", {"content": prompt, "add_special": True, "parse_special": True},
+                        llm.timeout_s)["tokens"]
+            return [t if isinstance(t, int) else t["id"] for t in out]
+        return ids
+    if llm.backend == "vllm":
+        def ids(messages: list[dict]) -> list[int]:
+            return _post(base + "/tokenize", {"model": llm.model, "messages": messages,
+                                              "add_generation_prompt": True}, llm.timeout_s)["tokens"]
+        return ids
+    raise ValueError(f"llm.backend {llm.backend!r}: prompt token ids need a server with /tokenize "
+                     "(embedded or vllm), which the KV-cache study needs")
+
+
+def text_ids_fn(llm: LLMConfig, base_url: str) -> Callable[[str], list[int]]:
+    """text -> token ids without special handling (for replies, which the server generated as plain text)."""
+    base = base_url.rstrip("/").removesuffix("/v1")
+    if llm.backend == "embedded":
+        return lambda text: [t if isinstance(t, int) else t["id"] for t in _post(
+            base + "/tokenize", {"content": text, "add_special": False, "parse_special": False}, llm.timeout_s)["tokens"]]
+    return lambda text: _post(base + "/tokenize", {"model": llm.model, "prompt": text, "add_special_tokens": False},
+                              llm.timeout_s)["tokens"]
+
+
+# -- runs -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StreamRequest:
+    """One actor request as the server received it: one line of a request stream."""
+
+    episode: str
+    step: int
+    task_id: str
+    category: str  # SkillRL's keyword category of the task sentence
+    started_at: float
+    token_ids: list[int]
+    completion_tokens: int
+    server_cached_tokens: int
+    response_token_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class FormatRun:
+    records: list[EpisodeRecords]
+    stream: list[StreamRequest]
+
+
+def run_format(*, formatter: AlfWorldFormatter, benchmark, task_ids: list[str], client, spec: EpisodeSpec,
+               call_budget: int, wall_s: float = 1800.0, prompt_ids: Callable[[list[dict]], list[int]] | None = None,
+               reply_ids: Callable[[str], list[int]] | None = None, parallel: int = 1,
+               log: Callable[[str], None] | None = None) -> FormatRun:
+    """Play `task_ids` with `formatter`'s prompts; `parallel` episodes at a time (a batching server such as
+    vLLM serves them together). Records come back in task order; the stream in request start order."""
+    def play(task_id: str) -> tuple[str, EpisodeRecords]:
+        env = benchmark.make(task_id)
+        actor = Actor(client, benchmark.describe(), call_budget, wall_s, "text", formatter=formatter,
+                      prompt_token_ids=prompt_ids)
+        rec = actor.run(env, primitive_tools(env), spec, log)
+        return F.detect_category(env.task), rec
+
+    if parallel > 1:
+        with ThreadPoolExecutor(parallel) as pool:
+            played = list(pool.map(play, task_ids))
+    else:
+        played = [play(t) for t in task_ids]
+    stream = []
+    for category, rec in played:
+        for step, call in enumerate(rec.llm_calls):
+            response = _reply_content(call.response) if reply_ids else ""
+            stream.append(StreamRequest(rec.episode.episode_id, step, rec.episode.task_id, category, call.started_at,
+                                        list(call.prompt_token_ids), call.completion_tokens, call.cached_tokens,
+                                        reply_ids(response) if reply_ids and response else []))
+    stream.sort(key=lambda r: r.started_at)
+    return FormatRun([rec for _, rec in played], stream)
+
+
+def _reply_content(response: str) -> str:
+    """The reply text of an LLMCall.response (the client stores {"content", "tool_calls"} as JSON)."""
+    try:
+        return str(json.loads(response).get("content") or "")
+    except (ValueError, AttributeError):
+        return response
+
+
+def write_stream(path, stream: list[StreamRequest]) -> None:
+    """JSONL in the simulator's input format (`skillrepro kvcache simulate --requests`), plus our columns."""
+    import dataclasses
+
+    from skillrepro.store import write_text
+
+    write_text(path, "".join(json.dumps(dataclasses.asdict(r)) + "\n" for r in stream))
+
+
+def walk_views(benchmark, task_ids: list[str], step: int) -> list[F.EpisodeView]:
+    """Each game at `step`, reached without a model by visiting receptacles in the order the game lists
+    them (the history only has to be real ALFWorld text: every format's cross-episode prefix ends before
+    it). For the static shared-prefix analysis."""
+    views = []
+    for task_id in task_ids:
+        env = benchmark.make(task_id)
+        try:
+            observation = env.reset()
+            history: list[F.Turn] = []
+            visited: set[str] = set()
+            for _ in range(step):
+                admissible = list(env.admissible_actions)
+                moves = [a for a in admissible if a.startswith("go to ") and a not in visited] or admissible
+                command = moves[0]
+                visited.add(command)
+                history.append(F.Turn(observation, command, admissible))
+                observation = env.step("act", [command]).observation
+                if env.done:
+                    break
+            views.append(F.EpisodeView(task_id, AlfWorldFormatter.task_sentence(env), tuple(history), observation,
+                                       tuple(env.admissible_actions)))
+        finally:
+            env.close()
+    return views
+
+
+def format_benchmark(bench):
+    """The ALFWorld benchmark of `bench` (a config.BenchmarkConfig) with observations that leave the
+    admissible actions out: each prompt format places them itself."""
+    from skillrepro.envs import get_benchmark
+
+    return get_benchmark(bench.env, **{**bench.options, "show_admissible": False})
+
+
+def record_run(*, fmt: str, seed: int, bench, llm: LLMConfig, task_ids: list[str], call_budget: int,
+               out_dir: str, split: str = "test", bank_path: str | None = None, templates_dir: str | None = None,
+               max_tokens: int | None = None, parallel: int = 1, wall_s: float = 1800.0,
+               log: Callable[[str], None] | None = None) -> FormatRun:
+    """One (format, seed) run of the study: play the games with the server this job may use, record every
+    request's prompt and reply token ids, and write episodes/steps/llm_calls.parquet and requests.jsonl."""
+    import dataclasses
+    from pathlib import Path
+
+    from skillrepro.llm.client import session
+    from skillrepro.store import Episode, LLMCall, Step, write_records
+
+    llm = dataclasses.replace(llm, max_tokens=max_tokens or llm.max_tokens)
+    formatter = AlfWorldFormatter(fmt, F.load_bank(bank_path), F.Templates(templates_dir))
+    spec = EpisodeSpec(f"kvcache/{fmt}/seed{seed}", bench.name, "kvcache", fmt, seed, split, 0, 0)
+    benchmark = format_benchmark(bench)
+    with session(llm) as client:
+        run = run_format(formatter=formatter, benchmark=benchmark, task_ids=task_ids, client=client, spec=spec,
+                         call_budget=call_budget, wall_s=wall_s, prompt_ids=prompt_ids_fn(llm, client.base_url),
+                         reply_ids=text_ids_fn(llm, client.base_url), parallel=parallel, log=log)
+    out = Path(out_dir)
+    write_records(out / "episodes.parquet", [r.episode for r in run.records], Episode)
+    write_records(out / "steps.parquet", [s for r in run.records for s in r.steps], Step)
+    write_records(out / "llm_calls.parquet", [c for r in run.records for c in r.llm_calls], LLMCall)
+    write_stream(out / "requests.jsonl", run.stream)
+    return run

@@ -1,0 +1,287 @@
+"""The seminar's analyses on recorded request streams (seed 001, sections 2-1..2-3).
+
+A stream is one (format, seed) actor run: every request's prompt token ids, completion length, reply ids
+and the cached tokens the server reported. From it:
+- `simulate_settings`: the vLLM-faithful simulator under each (policy, capacity, lockstep concurrency N):
+  the run's episodes are replayed N at a time, advancing in lockstep (step t of every episode of a group is
+  one batch), groups one after another with the cache kept between them (unless flushed);
+- `step_load`: the prompt+response tokens of all running episodes per step (every episode at once, as the
+  seminar's 64 games), to hold against the KV capacity;
+- `server_comparison`: what the simulator predicts for the server that served the run (llama.cpp's slot
+  model, or vLLM's block cache at full capacity, requests in arrival order) next to what it reported.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from skillrepro.kvcache import sim
+from skillrepro.kvcache.actor import StreamRequest
+
+
+def read_stream(path: str | Path) -> list[StreamRequest]:
+    out = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    out.append(StreamRequest(**json.loads(line)))
+                except (TypeError, ValueError) as e:
+                    raise ValueError(f"{path}:{n}: not a request-stream line: {e}") from None
+    return out
+
+
+def _episodes_in_order(stream: Sequence[StreamRequest]) -> list[str]:
+    seen: dict[str, None] = {}
+    for r in stream:
+        seen.setdefault(r.episode, None)
+    return list(seen)
+
+
+def lockstep_requests(stream: Sequence[StreamRequest], concurrency: int) -> list[sim.Request]:
+    """The run's requests rearranged for N episodes in lockstep: group g (episodes gN..gN+N-1, in order of
+    their first request) runs its steps after every step of group g-1."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    by_ep: dict[str, list[StreamRequest]] = {}
+    for r in stream:
+        by_ep.setdefault(r.episode, []).append(r)
+    eps = _episodes_in_order(stream)
+    out, offset = [], 0
+    for g in range(0, len(eps), concurrency):
+        group = eps[g:g + concurrency]
+        for step in range(max(len(by_ep[e]) for e in group)):
+            for e in group:
+                if step < len(by_ep[e]):
+                    r = by_ep[e][step]
+                    out.append(_request(r, offset + step))
+        longest = max(len(by_ep[e]) for e in group)
+        offset += longest
+    return out
+
+
+def _request(r: StreamRequest, step: int) -> sim.Request:
+    if not r.token_ids:
+        raise ValueError(f"episode {r.episode!r} step {r.step}: no prompt token ids recorded")
+    resp = np.asarray(r.response_token_ids, dtype=np.int64) if r.response_token_ids else None
+    return sim.Request(r.episode, step, np.asarray(r.token_ids, dtype=np.int64), r.completion_tokens, resp)
+
+
+@dataclass(frozen=True)
+class Setting:
+    policy: str
+    capacity_tokens: int
+    concurrency: int
+
+
+@dataclass
+class SimRow:
+    policy: str
+    capacity_tokens: int
+    concurrency: int
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    reuse_ratio: float
+    recomputed_tokens: int
+    preemptions: int
+
+
+@dataclass
+class StepRow:
+    policy: str
+    capacity_tokens: int
+    concurrency: int
+    step: int  # the episode's own step
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+
+
+def simulate_settings(stream: Sequence[StreamRequest], settings: Iterable[Setting], block_size: int = 16,
+                      max_num_seqs: int = 256, max_batched_tokens: int = 8192) -> tuple[list[SimRow], list[StepRow]]:
+    rows, steps = [], []
+    for s in settings:
+        n = min(s.concurrency, len(_episodes_in_order(stream)))
+        reqs = lockstep_requests(stream, n)
+        cfg = sim.CacheConfig(capacity_tokens=s.capacity_tokens, block_size=block_size, policy=s.policy,
+                              max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens)
+        try:
+            summary, results = sim.simulate(reqs, cfg)
+        except ValueError as e:
+            raise ValueError(f"kvcache.capacity_tokens {s.capacity_tokens}: {e}") from None
+        rows.append(SimRow(s.policy, s.capacity_tokens, s.concurrency, **asdict(summary)))
+        # Per episode step (not lockstep round): the seminar's "reuse per step". An episode's results come
+        # in its step order, so its i-th result is its step i.
+        agg: dict[int, list[int]] = {}
+        counters: dict[str, int] = {}
+        for res in results:
+            i = counters.get(res.episode, 0)
+            counters[res.episode] = i + 1
+            a = agg.setdefault(i, [0, 0, 0])
+            a[0] += 1
+            a[1] += res.prompt_tokens
+            a[2] += res.cached_tokens
+        steps += [StepRow(s.policy, s.capacity_tokens, s.concurrency, k, *v) for k, v in sorted(agg.items())]
+    return rows, steps
+
+
+@dataclass
+class LoadRow:
+    step: int
+    running: int  # episodes that sent a request at this step
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int  # what the KV cache must hold for this step: prompts + responses
+
+
+def step_load(stream: Sequence[StreamRequest]) -> list[LoadRow]:
+    agg: dict[int, list[int]] = {}
+    for r in stream:
+        a = agg.setdefault(r.step, [0, 0, 0])
+        a[0] += 1
+        a[1] += len(r.token_ids)
+        a[2] += r.completion_tokens
+    return [LoadRow(k, n, p, c, p + c) for k, (n, p, c) in sorted(agg.items())]
+
+
+@dataclass
+class ServerRow:
+    episode: str
+    step: int
+    started_at: float
+    prompt_tokens: int
+    server_cached_tokens: int
+    sim_llamacpp_cached_tokens: int
+    sim_vllm_cached_tokens: int
+
+
+def server_comparison(stream: Sequence[StreamRequest], slots: int = 1, block_size: int = 16) -> list[ServerRow]:
+    """Each request in arrival order through llama.cpp's slot model (`slots` slots) and through vLLM's
+    block cache with room for everything (sequential: one request at a time), next to the server's count."""
+    ordered = sorted(stream, key=lambda r: r.started_at)
+    reqs = [_request(r, i) for i, r in enumerate(ordered)]
+    _, lcpp = sim.simulate_llamacpp(reqs, sim.LlamaCppConfig(slots=slots))
+    total = sum(len(r.token_ids) + len(r.response_token_ids) + r.completion_tokens for r in ordered)
+    cap = max(block_size, -(-total // block_size) * block_size)
+    _, vl = sim.simulate(reqs, sim.CacheConfig(capacity_tokens=cap, block_size=block_size, schedule="sequential"))
+    return [ServerRow(r.episode, r.step, r.started_at, len(r.token_ids), r.server_cached_tokens, a.cached_tokens,
+                      b.cached_tokens) for r, a, b in zip(ordered, lcpp, vl)]
+
+
+# -- configuration --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KVConfig:
+    """The `kvcache:` section (schemas/kvcache.schema.yaml), defaults filled in by the schema."""
+
+    benchmark: str
+    formats: tuple[str, ...]
+    n_games: int
+    split: str
+    task_seed: int
+    seeds: tuple[int, ...]
+    call_budget: int
+    max_tokens: int | None
+    parallel_episodes: int
+    bank: str | None
+    templates_dir: str | None
+    prefix_step: int
+    prefix_tokenizer: str
+    block_size: int
+    capacity_tokens: tuple[int, ...]
+    policies: tuple[str, ...]
+    concurrency: tuple[int, ...]
+    max_num_seqs: int
+    max_batched_tokens: int
+    server_slots: int
+
+    @classmethod
+    def from_config(cls, config: dict) -> "KVConfig":
+        kv = dict(config.get("kvcache") or {})
+        names = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(kv) - names)
+        if unknown:
+            raise ValueError(f"kvcache: unknown key(s) {', '.join(unknown)}")
+        for key in ("formats", "seeds", "capacity_tokens", "policies", "concurrency"):
+            if key in kv:
+                kv[key] = tuple(kv[key])
+        for key in ("bank", "templates_dir"):
+            if kv.get(key) and not Path(kv[key]).exists():
+                raise ValueError(f"kvcache.{key}: {kv[key]} does not exist")
+        return cls(**kv)
+
+    def bench(self, config: dict):
+        """The benchmark instance the runs play: `benchmarks.<name>` when the config has it (its env must be
+        alfworld), else plain generated ALFWorld when the name is `alfworld`."""
+        from skillrepro.config import BenchmarkConfig
+
+        benches = config.get("benchmarks") or {}
+        if self.benchmark in benches:
+            b = benches[self.benchmark]
+            if b.get("env") != "alfworld":
+                raise ValueError(f"kvcache.benchmark: {self.benchmark!r} has env {b.get('env')!r}; the prompt "
+                                 "formats are ALFWorld's, so it must be alfworld")
+            return BenchmarkConfig(self.benchmark, "alfworld", b.get("llm_call_budget"), dict(b.get("options") or {}))
+        if self.benchmark == "alfworld":
+            return BenchmarkConfig("alfworld", "alfworld")
+        raise ValueError(f"kvcache.benchmark: {self.benchmark!r} is not a benchmark of `benchmarks:` "
+                         f"(has {', '.join(sorted(benches)) or 'none'})")
+
+    def settings(self) -> list[Setting]:
+        return [Setting(p, c, n) for p in self.policies for c in self.capacity_tokens for n in self.concurrency]
+
+
+# -- tables ---------------------------------------------------------------------------------------------
+
+
+def arrow(df):
+    import pyarrow as pa
+
+    return pa.Table.from_pandas(df, preserve_index=False)
+
+
+def tables(*, summary, steps, load, server, episodes, backend: str) -> dict:
+    """The study's CSV tables (pandas DataFrames) from every run's simulation outputs and episodes."""
+    import pandas as pd
+
+    setting = ["format", "policy", "capacity_tokens", "concurrency"]
+    s = summary.assign(run_reuse=summary.cached_tokens / summary.prompt_tokens.clip(lower=1))
+    reuse = s.groupby(setting, sort=False).agg(
+        seeds=("seed", "nunique"), requests=("requests", "sum"), prompt_tokens=("prompt_tokens", "sum"),
+        cached_tokens=("cached_tokens", "sum"), reuse_ratio_sd=("run_reuse", "std"),
+        recomputed_tokens_per_run=("recomputed_tokens", "mean"), preemptions_per_run=("preemptions", "mean"),
+        preemptions_max=("preemptions", "max")).reset_index()
+    reuse.insert(len(setting) + 4, "reuse_ratio", reuse.cached_tokens / reuse.prompt_tokens.clip(lower=1))
+    reuse["reuse_ratio_sd"] = reuse.reuse_ratio_sd.fillna(0.0)
+
+    st = steps.groupby(setting + ["step"], sort=False)[["requests", "prompt_tokens", "cached_tokens"]].sum().reset_index()
+    st["reuse_ratio"] = st.cached_tokens / st.prompt_tokens.clip(lower=1)
+
+    ld = load.groupby(["format", "step"], sort=False).agg(
+        seeds=("seed", "nunique"), running=("running", "mean"), prompt_tokens=("prompt_tokens", "mean"),
+        completion_tokens=("completion_tokens", "mean"), total_tokens=("total_tokens", "mean"),
+        total_tokens_max=("total_tokens", "max")).reset_index()
+
+    ep = episodes.rename(columns={"variant": "format"})
+    per_seed = ep.groupby(["format", "seed"], sort=False).agg(
+        episodes=("success", "size"), success_rate=("success", "mean"), steps_mean=("n_steps", "mean")).reset_index()
+    per_format = per_seed.groupby("format", sort=False).success_rate.agg(["mean", "std"]).fillna(0.0)
+    success = per_seed.join(per_format.rename(columns={"mean": "success_mean", "std": "success_sd"}), on="format")
+
+    sim_col = "sim_llamacpp_cached_tokens" if backend == "embedded" else "sim_vllm_cached_tokens"
+    sv = server.assign(match=server.server_cached_tokens == server[sim_col])
+    srv = sv.groupby(["format", "seed"], sort=False).agg(
+        requests=("prompt_tokens", "size"), prompt_tokens=("prompt_tokens", "sum"),
+        server_cached_tokens=("server_cached_tokens", "sum"),
+        sim_llamacpp_cached_tokens=("sim_llamacpp_cached_tokens", "sum"),
+        sim_vllm_cached_tokens=("sim_vllm_cached_tokens", "sum"), requests_matching=("match", "sum")).reset_index()
+    srv.insert(2, "backend", backend)
+    srv["server_reuse_ratio"] = srv.server_cached_tokens / srv.prompt_tokens.clip(lower=1)
+    srv["sim_reuse_ratio"] = srv[sim_col] / srv.prompt_tokens.clip(lower=1)
+    return {"reuse": reuse, "steps": st, "load": ld, "success": success, "server": srv}

@@ -1,0 +1,22 @@
+"""Static analysis: shared-prefix length between two episodes' prompts, same vs different category."""
+import dataclasses
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from skillrepro.kvcache import formats as F
+from skillrepro.kvcache.actor import format_benchmark, walk_views
+from skillrepro.kvcache.tokenizers import get_tokenizer
+from skillrepro.pipeline import setup_logging
+from skillrepro.store import write_text
+
+log = setup_logging(snakemake)
+kv = snakemake.params.kv
+tasks = json.loads(Path(snakemake.input.tasks).read_text())["tasks"]
+views = walk_views(format_benchmark(snakemake.params.bench), tasks, kv.prefix_step)
+rows = F.shared_prefix_table(kv.formats, F.load_bank(kv.bank), views, get_tokenizer(kv.prefix_tokenizer).encode,
+                             F.Templates(kv.templates_dir))
+table = pd.DataFrame([dataclasses.asdict(r) for r in rows]).assign(step=kv.prefix_step, tokenizer=kv.prefix_tokenizer)
+write_text(snakemake.output[0], table.to_csv(index=False))
+log.info("shared prefix:\n%s", table.to_string(index=False))

@@ -1,0 +1,25 @@
+"""Replay one run's request stream: every (policy, capacity, concurrency), the per-step load, and the
+simulator's prediction for the server that served it next to what the server reported."""
+import dataclasses
+
+import pandas as pd
+
+from skillrepro.kvcache import study
+from skillrepro.pipeline import setup_logging
+from skillrepro.store import write_table
+
+log = setup_logging(snakemake)
+w, kv = snakemake.wildcards, snakemake.params.kv
+stream = study.read_stream(snakemake.input.requests)
+rows, steps = study.simulate_settings(stream, kv.settings(), kv.block_size, kv.max_num_seqs, kv.max_batched_tokens)
+tables = {
+    "summary": rows,
+    "steps": steps,
+    "load": study.step_load(stream),
+    "server": study.server_comparison(stream, snakemake.params.slots, kv.block_size),
+}
+for name, records in tables.items():
+    df = pd.DataFrame([dataclasses.asdict(r) for r in records]).assign(format=w.kvfmt, seed=int(w.kvseed))
+    write_table(snakemake.output[name], study.arrow(df))
+for r in rows:
+    log.info("%s seed %s %s", w.kvfmt, w.kvseed, r)

@@ -1,0 +1,21 @@
+"""kvcache_{reuse,steps,load,success,server}.csv from every run's simulations and episodes."""
+import pandas as pd
+
+from skillrepro.kvcache import study
+from skillrepro.pipeline import setup_logging
+from skillrepro.store import write_text
+
+log = setup_logging(snakemake)
+inp = snakemake.input
+
+
+def cat(paths):
+    return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
+
+
+tables = study.tables(summary=cat(inp.summary), steps=cat(inp.steps), load=cat(inp.load), server=cat(inp.server),
+                      episodes=cat(inp.episodes), backend=snakemake.params.backend)
+for name, df in tables.items():
+    write_text(snakemake.output[name], df.to_csv(index=False))
+log.info("reuse:\n%s", tables["reuse"].to_string(index=False))
+log.info("server vs simulated:\n%s", tables["server"].to_string(index=False))
