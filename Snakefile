@@ -8,7 +8,10 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: os.path.join(workflow.basedir, "config.yaml")
+# A preset given with --configfile replaces config.yaml instead of merging into it, so its benchmarks
+# and methods are exactly the ones it lists.
+if not workflow.overwrite_configfiles:
+    workflow.configfile(os.path.join(workflow.basedir, "config.yaml"))
 
 
 from skillrepro.config import check_config

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -26,9 +27,10 @@ def test_lint_is_clean():
 def test_paper_scale_dry_run_builds_every_job():
     out = snakemake("results/tables/main.csv", "-n", "--cores", "8", "--configfile", "configs/paper.yaml")
     text = out.stdout
-    # 3 seeds x 6 variants (react + speedrunner and its 3 ablations + default config's react merged in).
-    runs = len({l.split("/seed")[0] for l in text.splitlines() if "results/runs/" in l and "output:" in l})
-    assert runs >= 5
+    # Every (benchmark, variant, seed) of the preset, and only those: babyai x 5 variants x 3 seeds.
+    runs = {l.split("results/runs/")[1].split("/eval")[0] for l in text.splitlines()
+            if "output:" in l and "/eval/v20/episodes.parquet" in l}
+    assert len(runs) == 15 and {r.split("/")[0] for r in runs} == {"babyai"}
     assert "rollout" in text and "induce" in text and "evaluate" in text
 
 
@@ -38,18 +40,24 @@ def test_slurm_profile_dry_run():
 
 
 def test_bad_config_stops_before_any_job(tmp_path):
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg["methods"]["react"]["learner"] = "telepathy"
     bad = tmp_path / "bad.yaml"
-    bad.write_text("methods:\n  react:\n    learner: telepathy\n")
+    bad.write_text(yaml.safe_dump(cfg))
     out = snakemake("-n", "--configfile", str(bad), check=False)
     assert out.returncode != 0
     assert "methods.react.learner: 'telepathy' is not allowed; allowed values: react" in out.stdout + out.stderr
 
 
-@pytest.mark.workflow
-def test_tiny_run_end_to_end_then_only_the_figure_reruns(tmp_path):
+def copy_workflow(dest: Path) -> None:
     for part in ("Snakefile", "config.yaml", "rules", "workflow", "envs"):
         src = ROOT / part
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / part)
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / part)
+
+
+@pytest.mark.workflow
+def test_tiny_run_end_to_end_then_only_the_figure_reruns(tmp_path):
+    copy_workflow(tmp_path)
     cfg = str(ROOT / "tests" / "data" / "tiny.yaml")
     snakemake("results/tables/main.csv", "results/figures/learning_curves.png", "--cores", "2",
               "--configfile", cfg, cwd=tmp_path)
@@ -73,3 +81,16 @@ def test_tiny_run_end_to_end_then_only_the_figure_reruns(tmp_path):
     dry = snakemake("results/figures/learning_curves.png", "-n", "--cores", "2", "--configfile", cfg, cwd=tmp_path)
     jobs = [l.split()[0] for l in dry.stdout.split("Job stats:")[1].splitlines()[3:] if l.strip()]
     assert jobs[0] == "figure_learning_curves" and "rollout" not in jobs and "evaluate" not in jobs
+
+
+@pytest.mark.workflow
+def test_every_benchmark_runs_through_the_dag_with_react(tmp_path):
+    copy_workflow(tmp_path)
+    cfg = str(ROOT / "tests" / "data" / "all_benchmarks.yaml")
+    snakemake("results/tables/main.csv", "--cores", "2", "--configfile", cfg, cwd=tmp_path)
+    main = pd.read_csv(tmp_path / "results/tables/main.csv")
+    assert set(main.benchmark) == {"sciworld_electricity", "crafter_z2", "alfworld"}
+    assert (main.n_episodes == 1).all() and (main.variant == "react").all()
+    assert (main.llm_calls_per_episode > 0).all()
+    crafter = main[main.benchmark == "crafter_z2"].iloc[0]
+    assert 0 <= crafter.progression_mean <= 1
