@@ -1,0 +1,155 @@
+"""The KV-cache study's pieces: the actor's formatter hook on real ALFWorld games (scripted LLM), request
+streams in lockstep, simulations per setting, per-step load, the server comparison, the static
+shared-prefix table and the kvcache config section."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scripted import ScriptedClient
+from skillrepro.agent import EpisodeSpec
+from skillrepro.kvcache import formats as F
+from skillrepro.kvcache import study
+from skillrepro.kvcache.actor import AlfWorldFormatter, StreamRequest, format_benchmark, run_format, walk_views
+from skillrepro.config import BenchmarkConfig
+from skillrepro.kvcache.tokenizers import get_tokenizer
+
+TOK = get_tokenizer("qwen2.5")
+SPEC = EpisodeSpec("kvcache/skillrl/seed0", "alfworld", "kvcache", "skillrl", 0, "test", 0, 0)
+
+
+@pytest.fixture(scope="module")
+def alfworld():
+    bench = format_benchmark(BenchmarkConfig("alfworld", "alfworld"))
+    return bench, bench.sample_tasks("test", 3, 42)
+
+
+def qwen_ids(messages):
+    return TOK.encode(F.render_chatml(messages))
+
+
+def test_formatter_rebuilds_every_prompt_and_records_token_ids(alfworld):
+    bench, tasks = alfworld
+    env = bench.make(tasks[0])
+    env.reset()
+    first_room = env.feedback
+    target = next(a for a in env.admissible_actions if a.startswith("go to "))
+    env.close()
+    client = ScriptedClient([f"<think>look around</think>\n<action>{target}</action>", "no tags at all",
+                             "<think>?</think><action>fly to the moon</action>"])
+    run = run_format(formatter=AlfWorldFormatter("skillrl"), benchmark=bench, task_ids=tasks[:1], client=client,
+                     spec=SPEC, call_budget=4, prompt_ids=qwen_ids)
+    rec = run.records[0]
+    assert [len(r) for r in client.requests] == [1, 1, 1, 1]  # one user message, rebuilt every step
+    p0, p1, p2, p3 = (r[0]["content"] for r in client.requests)
+    assert "Retrieved Relevant Experience" not in p0 and first_room in p0  # no skills at step 0
+    assert "already taken 1 step(s)" in p1 and f"Action 1: '{target}'" in p1
+    assert p1.index("Your task is to: ") < p1.index("### General Principles")
+    assert [(s.action, s.valid) for s in rec.steps[:3]] == [("act", True), ("", False), ("act", True)]
+    assert "put one admissible action in <action>" in p2.split("your current observation is: ")[1]
+    assert "Nothing happens." in p3.split("your current observation is: ")[1]  # the game answered the bad command
+    # every request's ids are those of its messages, in order
+    assert [r.token_ids for r in run.stream] == [qwen_ids([{"role": "user", "content": p}]) for p in (p0, p1, p2, p3)]
+    assert [r.step for r in run.stream] == [0, 1, 2, 3] and {r.category for r in run.stream} == {F.detect_category(env.task)}
+    assert all(c.prompt_token_ids for c in rec.llm_calls)
+
+
+def test_evoskill_formatter_keeps_the_conversation(alfworld):
+    bench, tasks = alfworld
+    client = ScriptedClient(["<action>look</action>", "<action>inventory</action>"])
+    run_format(formatter=AlfWorldFormatter("evoskill"), benchmark=bench, task_ids=tasks[1:2], client=client,
+               spec=SPEC, call_budget=3)
+    last = client.requests[-1]
+    assert [m["role"] for m in last] == ["system", "user", "assistant", "user", "user", "assistant", "user"]
+    assert last[2]["content"] == "<action>look</action>" and last[3]["content"].startswith("<tool_response>")
+
+
+def stream_of(prompts: dict[str, list[list[int]]], completion: int = 4) -> list[StreamRequest]:
+    out, t = [], 0.0
+    for step in range(max(len(v) for v in prompts.values())):
+        for ep, ps in prompts.items():
+            if step < len(ps):
+                t += 1
+                out.append(StreamRequest(ep, step, "gen:x:1", "clean", t, ps[step], completion, 0))
+    return out
+
+
+def test_lockstep_groups_run_one_after_another():
+    s = stream_of({"a": [[1] * 20, [1] * 30], "b": [[2] * 20], "c": [[3] * 20, [3] * 30, [3] * 40]})
+    reqs = study.lockstep_requests(s, 2)
+    assert [(r.episode, r.step) for r in reqs] == [("a", 0), ("b", 0), ("a", 1), ("c", 2), ("c", 3), ("c", 4)]
+    with pytest.raises(ValueError, match="concurrency"):
+        study.lockstep_requests(s, 0)
+
+
+def test_settings_retain_beats_flush_and_steps_add_up():
+    rng = np.random.default_rng(0)
+    head = list(rng.integers(0, 1000, 64))
+    s = stream_of({e: [head + list(rng.integers(0, 1000, 10 + 5 * k)) for k in range(3)] for e in "abcd"}, completion=40)
+    settings = [study.Setting(p, c, 4) for p in ("retain", "flush") for c in (10_000, 160)]
+    rows, steps = study.simulate_settings(s, settings)
+    by = {(r.policy, r.capacity_tokens): r for r in rows}
+    assert by["retain", 10_000].reuse_ratio > by["flush", 10_000].reuse_ratio
+    # flush: only the head blocks written by the step's first request are hit by the other three (4 blocks)
+    assert by["flush", 10_000].cached_tokens == 3 * 3 * 64
+    assert by["retain", 160].preemptions > 0 and by["retain", 10_000].preemptions == 0
+    for r in rows:
+        mine = [x for x in steps if (x.policy, x.capacity_tokens) == (r.policy, r.capacity_tokens)]
+        assert sum(x.cached_tokens for x in mine) == r.cached_tokens and [x.step for x in mine] == [0, 1, 2]
+    with pytest.raises(ValueError, match="kvcache.capacity_tokens 32"):
+        study.simulate_settings(s, [study.Setting("retain", 32, 4)])
+
+
+def test_step_load_sums_running_episodes():
+    s = stream_of({"a": [[1] * 10, [1] * 20], "b": [[2] * 30]}, completion=5)
+    assert [(r.step, r.running, r.total_tokens) for r in study.step_load(s)] == [(0, 2, 50), (1, 1, 25)]
+
+
+def test_server_comparison_single_slot_and_block_cache():
+    a0, b0 = list(range(40)), list(range(20)) + [99] * 20
+    s = [StreamRequest("a", 0, "t", "clean", 1.0, a0, 2, 0, [7, 8]),
+         StreamRequest("a", 1, "t", "clean", 2.0, a0 + [7, 8, 5], 2, 41, [1, 2]),
+         StreamRequest("b", 0, "t", "clean", 3.0, b0, 2, 20, [3])]
+    rows = study.server_comparison(s, slots=1)
+    # llama.cpp keeps the prompt and the reply less its last token: 40 + 1 tokens; vLLM only full blocks
+    assert [r.sim_llamacpp_cached_tokens for r in rows] == [0, 41, 20]
+    assert [r.sim_vllm_cached_tokens for r in rows] == [0, 32, 16]
+    assert [r.server_cached_tokens for r in rows] == [0, 41, 20]
+
+
+def test_shared_prefix_table_from_real_games(alfworld):
+    bench, tasks = alfworld
+    views = walk_views(bench, tasks, 2)
+    assert all(len(v.history) == 2 and v.task.endswith(".") for v in views)
+    # a same-category twin of the first game: its own task sentence, so only the category matches
+    twin = F.EpisodeView("twin", views[0].task.replace("put", "puts", 1), views[0].history, views[0].observation,
+                         views[0].admissible)
+    rows = F.shared_prefix_table(["skillrl", "skillrl_skills_first", "wikiskill_front"], F.load_bank(),
+                                 views + [twin], TOK.encode)
+    got = {(r.format, r.relation): r for r in rows}
+    assert got["skillrl", "same_category"].pairs + got["skillrl", "different_category"].pairs == 6
+    assert got["skillrl", "same_category"].shared_tokens_max < 60  # the task sentence ends it
+    # skills first: same category shares the whole skill block, different ones part ways at the category skills
+    same, other = (got["skillrl_skills_first", r].shared_tokens_max for r in ("same_category", "different_category"))
+    text = F.render_chatml(F.build_messages("skillrl_skills_first", F.load_bank(), twin.task, None,
+                                            list(twin.history), twin.observation, list(twin.admissible)))
+    assert same >= len(TOK.encode(text.split("Your task is to")[0])) - 1 > 2 * other > 400
+    assert got["wikiskill_front", "different_category"].shared_tokens_min > 1000
+    with pytest.raises(ValueError, match="at least two"):
+        F.shared_prefix_table(["skillrl"], F.load_bank(), views[:1], TOK.encode)
+
+
+def test_kvcache_config_errors_name_the_key(tmp_path):
+    base = dict(benchmarks={"babyai": {"env": "babyai"}})
+    full = dict(benchmark="alfworld", formats=["skillrl"], n_games=1, split="test", task_seed=1, seeds=[0],
+                call_budget=2, max_tokens=None, parallel_episodes=1, bank=None, templates_dir=None, prefix_step=2,
+                prefix_tokenizer="qwen2.5", block_size=16, capacity_tokens=[1000], policies=["retain"],
+                concurrency=[2], max_num_seqs=8, max_batched_tokens=100, server_slots=1)
+    kv = study.KVConfig.from_config({**base, "kvcache": full})
+    assert kv.bench(base).env == "alfworld" and kv.settings() == [study.Setting("retain", 1000, 2)]
+    with pytest.raises(ValueError, match="kvcache.benchmark: 'babyai' has env 'babyai'"):
+        study.KVConfig.from_config({**base, "kvcache": {**full, "benchmark": "babyai"}}).bench(base)
+    with pytest.raises(ValueError, match="kvcache: unknown key\\(s\\) capacity"):
+        study.KVConfig.from_config({**base, "kvcache": {**full, "capacity": 3}})
+    with pytest.raises(ValueError, match="kvcache.bank: .*nope.json does not exist"):
+        study.KVConfig.from_config({**base, "kvcache": {**full, "bank": str(tmp_path / "nope.json")}})
