@@ -28,7 +28,8 @@ def run_files(names):
     return [
         f"results/runs/{b}/{v}/seed{s}/{name}"
         for b in BENCHMARKS
-        for v in METHODS
+        for v, m in METHODS.items()
+        if m.runs_on(b)
         for s in PROTOCOL.seeds
         for name in names
     ]

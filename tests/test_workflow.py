@@ -27,10 +27,12 @@ def test_lint_is_clean():
 def test_paper_scale_dry_run_builds_every_job():
     out = snakemake("results/tables/main.csv", "-n", "--cores", "8", "--configfile", "configs/paper.yaml")
     text = out.stdout
-    # Every (benchmark, variant, seed) of the preset, and only those: babyai x 5 variants x 3 seeds.
+    # Every (benchmark, variant, seed) of the preset, and only those: 6 benchmarks x (react, speedrunner)
+    # x 3 seeds, plus the 3 ablations on babyai alone x 3 seeds.
     runs = {l.split("results/runs/")[1].split("/eval")[0] for l in text.splitlines()
             if "output:" in l and "/eval/v20/episodes.parquet" in l}
-    assert len(runs) == 15 and {r.split("/")[0] for r in runs} == {"babyai"}
+    assert len(runs) == 6 * 2 * 3 + 3 * 3
+    assert {r.split("/")[0] for r in runs if "speedrunner-" in r} == {"babyai"}
     assert "rollout" in text and "induce" in text and "evaluate" in text
 
 

@@ -84,6 +84,10 @@ class MethodConfig:
     variant: str
     learner: str
     options: dict[str, Any] = field(default_factory=dict)
+    benchmarks: tuple[str, ...] | None = None  # None: every configured benchmark
+
+    def runs_on(self, benchmark: str) -> bool:
+        return self.benchmarks is None or benchmark in self.benchmarks
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,11 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
         raise ConfigError(
             f"config key protocol.eval_every: {proto.eval_every} must be a multiple of protocol.sleep_every ({proto.sleep_every})"
         )
+    for variant, m in config["methods"].items():
+        unknown = sorted(set(m.get("benchmarks") or []) - set(config["benchmarks"]))
+        if unknown:
+            raise ConfigError(f"config key methods.{variant}.benchmarks: unknown benchmark(s) {', '.join(unknown)}; "
+                              f"configured: {', '.join(config['benchmarks'])}")
     from skillrepro.envs import TaskError
 
     for b in benchmarks(config):
@@ -203,7 +212,11 @@ def benchmarks(config: dict[str, Any]) -> list[BenchmarkConfig]:
 
 def methods(config: dict[str, Any]) -> list[MethodConfig]:
     return [
-        MethodConfig(variant=k, learner=v["learner"], options={o: x for o, x in v.items() if o != "learner"})
+        MethodConfig(
+            variant=k, learner=v["learner"],
+            options={o: x for o, x in v.items() if o not in ("learner", "benchmarks")},
+            benchmarks=tuple(v["benchmarks"]) if v.get("benchmarks") is not None else None,
+        )
         for k, v in config["methods"].items()
     ]
 
