@@ -31,6 +31,7 @@ rule all:
     input:
         "results/tables/main.csv",
         "results/figures/learning_curves.png",
+        "results/tables/callgraph.csv",
     default_target: True
 
 

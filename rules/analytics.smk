@@ -47,3 +47,18 @@ rule figure_learning_curves:
         "../envs/skillrepro.yaml"
     script:
         "../workflow/scripts/figure_learning_curves.py"
+
+
+rule callgraph_table:
+    input:
+        run_files([f"library/v{PROTOCOL.n_cycles}/manifest.json"]),
+    output:
+        report("results/tables/callgraph.csv", category="Tables"),
+    log:
+        "logs/callgraph_table.log",
+    benchmark:
+        "results/benchmarks/callgraph_table.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/callgraph_table.py"
