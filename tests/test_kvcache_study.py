@@ -153,3 +153,14 @@ def test_kvcache_config_errors_name_the_key(tmp_path):
         study.KVConfig.from_config({**base, "kvcache": {**full, "capacity": 3}})
     with pytest.raises(ValueError, match="kvcache.bank: .*nope.json does not exist"):
         study.KVConfig.from_config({**base, "kvcache": {**full, "bank": str(tmp_path / "nope.json")}})
+
+
+def test_parallel_episodes_share_the_engine_safely(alfworld):
+    # textworld's parser is not thread-safe: parallel episodes serialise their env calls
+    bench, tasks = alfworld
+    client = ScriptedClient(["<action>look</action>", "<action>inventory</action>"])
+    run = run_format(formatter=AlfWorldFormatter("skillrl"), benchmark=bench, task_ids=tasks, client=client,
+                     spec=SPEC, call_budget=3, parallel=3)
+    assert [r.episode.task_id for r in run.records] == tasks
+    assert all(r.episode.n_steps == 3 and not r.steps[0].observation.startswith("Invalid") for r in run.records)
+    assert len(run.stream) == 9 and len({r.episode for r in run.stream}) == 3

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -134,8 +135,13 @@ def run_format(*, formatter: AlfWorldFormatter, benchmark, task_ids: list[str], 
                log: Callable[[str], None] | None = None) -> FormatRun:
     """Play `task_ids` with `formatter`'s prompts; `parallel` episodes at a time (a batching server such as
     vLLM serves them together). Records come back in task order; the stream in request start order."""
+    lock = threading.Lock()
+
     def play(task_id: str) -> tuple[str, EpisodeRecords]:
-        env = benchmark.make(task_id)
+        with lock:
+            env = benchmark.make(task_id)
+        if parallel > 1:
+            env = _Serialized(env, lock)
         actor = Actor(client, benchmark.describe(), call_budget, wall_s, "text", formatter=formatter,
                       prompt_token_ids=prompt_ids)
         rec = actor.run(env, primitive_tools(env), spec, log)
@@ -155,6 +161,24 @@ def run_format(*, formatter: AlfWorldFormatter, benchmark, task_ids: list[str], 
                                         reply_ids(response) if reply_ids and response else []))
     stream.sort(key=lambda r: r.started_at)
     return FormatRun([rec for _, rec in played], stream)
+
+
+class _Serialized:
+    """An env whose every method call holds a shared lock: textworld's PDDL parser and the game engines are
+    not thread-safe, while the model calls of parallel episodes may overlap freely."""
+
+    def __init__(self, env, lock: threading.Lock):
+        self._env, self._lock = env, lock
+
+    def __getattr__(self, name: str):
+        value = getattr(self._env, name)
+        if not callable(value):
+            return value
+
+        def locked(*args, **kwargs):
+            with self._lock:
+                return value(*args, **kwargs)
+        return locked
 
 
 def _reply_content(response: str) -> str:
