@@ -164,3 +164,12 @@ def test_parallel_episodes_share_the_engine_safely(alfworld):
     assert [r.episode.task_id for r in run.records] == tasks
     assert all(r.episode.n_steps == 3 and not r.steps[0].observation.startswith("Invalid") for r in run.records)
     assert len(run.stream) == 9 and len({r.episode for r in run.stream}) == 3
+
+
+def test_schema_lists_every_format():
+    import yaml
+
+    from skillrepro.config import ROOT
+
+    props = yaml.safe_load((ROOT / "schemas/kvcache.schema.yaml").read_text())["properties"]["formats"]
+    assert tuple(props["items"]["enum"]) == tuple(props["default"]) == F.FORMATS
