@@ -70,7 +70,8 @@ rule kvcache_run:
         llm=_KV_LLM,
         wall_s=_KV_WALL,
     resources:
-        llm=1,
+        # a run with P episodes in flight takes P server slots, so runs do not crowd each other's batch
+        llm=min(KV.parallel_episodes, _KV_LLM.slots),
         mem_mb=4000,
     log:
         "logs/kvcache/run_{kvfmt}_seed{kvseed}.log",
