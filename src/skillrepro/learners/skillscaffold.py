@@ -679,15 +679,20 @@ def score_contexts(scorer: Any, scouts: Sequence[Trajectory], contexts: dict[int
     since the Scouts ran, candidate contexts would differ from the Scouts' in more than the skill."""
     from skillrepro.llm.scorer import ScoringError, score_conversations
 
+    prompts: dict[tuple[str, str], str] = {}  # building one makes an env: once per task and context
+
+    def prompt(task_id: str, notes: str) -> str:
+        if (task_id, notes) not in prompts:
+            prompts[(task_id, notes)] = actor_system_prompt(bench, llm, library_dir, task_id, notes)
+        return prompts[(task_id, notes)]
+
     convs, keys = [], []
     for t in scouts:
-        plain = actor_system_prompt(bench, llm, library_dir, t.task_id, "")
-        if plain != t.messages[0]["content"]:
+        if prompt(t.task_id, "") != t.messages[0]["content"]:
             raise ScoringError(f"episode {t.episode_id}: the recorded system prompt differs from the rebuilt "
                                "skill-free one; rerun the Scouts with the current actor prompt")
         for c, notes in contexts.items():
-            sp = plain if not notes else actor_system_prompt(bench, llm, library_dir, t.task_id, notes)
-            convs.append(t.with_system(sp))
+            convs.append(t.with_system(prompt(t.task_id, notes)))
             keys.append((t, c))
     scores = score_conversations(scorer, convs)
     return [ScoreRecord(benchmark, t.task_id, t.episode_id, variant, c, s.n_tokens, s.sum_logprob, s.mean_logprob,
