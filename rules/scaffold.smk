@@ -24,10 +24,8 @@ _SCV = "results/scaffold/{sbench}/{svariant}"
 _SC_SCOUTS = [f"{_SC}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts)]
 _SC_CONSTRAINTS = dict(sbench="|".join(_SC_BENCH) or "none", svariant="grp|anc", i=r"\d+")
 _SC_COMMON = dict(bench=lambda w: _SC_BENCH[w.sbench], llm=_SC_LLM, scaffold=SCAFFOLD)
-
-
-def _sc_all(pattern):
-    return [pattern.format(sbench=b, svariant=v) for b in _SC_BENCH for v in SCAFFOLD.variants]
+# Every benchmark x variant instance of a path pattern.
+_sc_all = lambda pattern: [pattern.format(sbench=b, svariant=v) for b in _SC_BENCH for v in SCAFFOLD.variants]  # noqa: E731
 
 
 rule scaffold_all:
