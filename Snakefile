@@ -25,6 +25,7 @@ include: "rules/learn.smk"
 include: "rules/evaluate.smk"
 include: "rules/analytics.smk"
 include: "rules/kvcache.smk"
+include: "rules/scaffold.smk"
 
 
 rule all:
