@@ -157,7 +157,7 @@ def test_missing_prompt_file_is_named(recorded):
 
 
 def test_real_model_session_writes_a_valid_v1(recorded, llm_cfg, llm_url, tmp_path):
-    """SmolLM2-135M drives a short session. Whatever it writes, v1 must be a valid library and v0 unchanged."""
+    """SmolLM2-135M drives a short session: v1 holds a valid new function, v0 is unchanged."""
     import shutil
 
     run = tmp_path / "run"
@@ -179,4 +179,18 @@ def test_real_model_session_writes_a_valid_v1(recorded, llm_cfg, llm_url, tmp_pa
     print("model tools:", [t["tool"] for t in log], "accepted:", v1.meta["writes_accepted"], "new functions:", new)
     for t in log:
         print("---", t["tool"], "|", t["reply"][:300].replace("\n", "\\n"), "=>", t["observation"][:200].replace("\n", "\\n"))
-    assert v1.meta["writes_accepted"] == len(new) or new == [] or v1.meta["writes_accepted"] >= 1
+    # The last request is pre-filled with the start of a write_function call; SmolLM2 completes a def.
+    assert log[-1]["prefill"] and new, "the model's last reply did not yield a function that passed the checks"
+    assert v1.meta["writes_accepted"] >= 1
+
+
+def test_last_request_is_prefilled_when_nothing_was_saved(recorded):
+    # The server answers a trailing assistant message with its continuation only.
+    fake = Fake(["I think the library is fine.",
+                 'step_ahead():\n    """Step forward."""\n    return go_forward()\n\ndef cut_off(x):\n    if x'])
+    ctx = ctx_for(recorded, budget=2)
+    lib = get_learner("speedrunner").induce(ctx, client=fake)
+    assert fake.seen[1][-1] == {"role": "assistant", "content": "Action: write_function(public=True)\n```python\ndef "}
+    assert {f.name: f.public for f in lib.functions} == {"turn_around": True, "step_ahead": True}
+    log = [json.loads(x) for x in (recorded / "induce" / "c0" / "transcript.jsonl").read_text().splitlines()]
+    assert "did not parse and were dropped" in log[-1]["observation"]  # the half function cut by the token limit

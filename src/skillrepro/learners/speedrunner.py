@@ -33,6 +33,7 @@ from skillrepro.store import LLMCall, schema, write_records, write_text
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 HISTORY_TABLES = ("episodes", "steps", "llm_calls", "skill_calls")
+LAST_CHANCE_PREFILL = "Action: write_function(public=True)\n```python\ndef "
 MIN_REPLY_TOKENS = 256  # an inducer reply is llm.max_tokens long, but at least this: a function needs room
 OBS_CHARS = 3000  # tool output shown to the model per request
 INTERPRETER_LIMITS = SandboxLimits(call_wall_s=60, call_cpu_s=30, memory_bytes=4 << 30, output_chars=OBS_CHARS)
@@ -252,10 +253,19 @@ def smoke_check(functions: dict[str, SkillFunction], new: list[str], bench, task
 def write_function(sess: Session, code: str, public: bool | None, bench, task_ids: list[str]) -> str:
     if not code.strip():
         return "Error: no code block found; put the function in a ```python block."
+    dropped = ""
     try:
         tree = ast.parse(code)
     except SyntaxError as e:
-        return f"Error: the code does not parse: {e.msg} (line {e.lineno}). Nothing was saved."
+        # A reply cut off by the token limit ends in half a function: keep the complete ones before it.
+        lines = code.splitlines()
+        cut = next((n for n in range(len(lines) - 1, 0, -1) if _parses("\n".join(lines[:n]))
+                    and lines[n].startswith("def ")), None)
+        if cut is None:
+            return f"Error: the code does not parse: {e.msg} (line {e.lineno}). Nothing was saved."
+        dropped = f" (lines {cut + 1}-{len(lines)} did not parse and were dropped: {e.msg})"
+        code = "\n".join(lines[:cut])
+        tree = ast.parse(code)
     defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
     if not defs:
         return "Error: no function definition (def name(...):) in the code block. Nothing was saved."
@@ -280,7 +290,7 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
     sess.writes_ok += 1
     note = f" (ignored top-level statements: {'; '.join(other)[:200]}; put imports inside functions)" if other else ""
     saved = ", ".join(f"{f.name} ({'public' if candidate[f.name].public else 'private'})" for f in parsed)
-    return f"Saved {saved}{note}. Library: {', '.join(sess.functions)}."
+    return f"Saved {saved}{note}{dropped}. Library: {', '.join(sess.functions)}."
 
 
 def delete_function(sess: Session, name: str) -> str:
@@ -386,19 +396,23 @@ def induce(ctx: InduceContext, client=None) -> Library:
     schemas = tool_schemas(interpreter) if native else None
     records: list[LLMCall] = []
     try:
+        from skillrepro.llm.client import LLMRequestError
+
         for req in range(ctx.request_budget):
             left = ctx.request_budget - req
+            prefill = ""
             if left == 1 and sess.writes_ok == 0:
-                # A last reminder: a session that never writes leaves the library unchanged.
+                # A last reminder: a session that never writes leaves the library unchanged. In the text
+                # protocol the reply is also started for the model (servers continue a trailing assistant
+                # message), which is what gets a 135M model to write a function at all.
                 messages.append({"role": "user", "content": "This is your last request and you have not saved a "
                                  "function yet. Reply with Action: write_function(public=True) and one "
                                  "```python block containing a complete function that calls the primitive actions."})
-            from skillrepro.llm.client import LLMRequestError
-
+                prefill = "" if native else LAST_CHANCE_PREFILL
+            sent = _trim(messages, ctx_chars) + ([{"role": "assistant", "content": prefill}] if prefill else [])
             try:
                 # Small models go on to invent the tool's answer: stop them there.
-                reply = client.chat(_trim(messages, ctx_chars), role="inducer", session_id=session_id,
-                                    tools=schemas, max_tokens=max_tokens,
+                reply = client.chat(sent, role="inducer", session_id=session_id, tools=schemas, max_tokens=max_tokens,
                                     stop=None if native else ["\nObservation:", "\nThought:"])
             except LLMRequestError as e:  # the context overflowed even after trimming
                 sess.transcript.append({"request": req, "error": str(e)})
@@ -408,10 +422,14 @@ def induce(ctx: InduceContext, client=None) -> Library:
                 tc = reply.tool_calls[0]
                 action = native_action(tc.name, tc.arguments)
             else:
-                action = parse_action(reply.text, interpreter)
+                text = reply.text
+                # Servers differ: some return the continuation only, some a fresh reply (or prefix included).
+                if prefill and not text.lstrip().startswith(("Action", "```", "def ", "Thought")):
+                    text = prefill + text
+                action = parse_action(text, interpreter)
             t0 = time.time()
             observation = _apply(action, sess, sandbox, interpreter, bench, task_ids)
-            sess.transcript.append({"request": req, "reply": reply.text, "tool": action.name, "code": action.code,
+            sess.transcript.append({"request": req, "prefill": prefill, "reply": reply.text, "tool": action.name, "code": action.code,
                                     "public": action.public, "target": action.target, "observation": observation,
                                     "tool_s": round(time.time() - t0, 3), "prompt_tokens": reply.record.prompt_tokens,
                                     "completion_tokens": reply.record.completion_tokens})
@@ -464,6 +482,14 @@ def _final_functions(sess: Session, bench, task_ids) -> dict[str, SkillFunction]
         bad = [n for n, f in funcs.items() if _does_not_compile(f.source)] or [list(funcs)[-1]]
         del funcs[bad[0]]
     return funcs
+
+
+def _parses(src: str) -> bool:
+    try:
+        ast.parse(src)
+        return True
+    except SyntaxError:
+        return False
 
 
 def _does_not_compile(src: str) -> bool:
