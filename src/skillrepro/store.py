@@ -165,7 +165,7 @@ def read_records(path: str | Path, cls: type) -> list[Any]:
     return [cls(**row) for row in pq.read_table(path).to_pylist()]
 
 
-def connect(root: str | Path = "results", read_only_files: Iterable[str | Path] | None = None):
+def connect(root: str | Path = "results"):
     """A DuckDB connection with one view per table over every Parquet file of that table under `root`.
 
     Files are found by name (`episodes.parquet`, `steps.parquet`, ...), wherever they sit in the tree,

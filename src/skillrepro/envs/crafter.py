@@ -15,7 +15,6 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import numpy as np
 
 from skillrepro.envs.base import Benchmark, Env, StepResult, TaskError, check_split, primitive
 

@@ -7,7 +7,6 @@ The child exits by itself when its parent dies, so a killed `snakemake` leaves n
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import socket
@@ -61,10 +60,9 @@ def vllm_command(cfg: LLMConfig, port: int) -> list[str]:
     ]
 
 
-def embedded_command(cfg: LLMConfig, log: Path | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "skillrepro.llm.servers", "--model", cfg.model, "--slots", str(cfg.slots),
-           "--ctx-per-slot", str(cfg.ctx_per_slot), "--threads", str(cfg.threads)]
-    return cmd
+def embedded_command(cfg: LLMConfig) -> list[str]:
+    return [sys.executable, "-m", "skillrepro.llm.servers", "--model", cfg.model, "--slots", str(cfg.slots),
+            "--ctx-per-slot", str(cfg.ctx_per_slot), "--threads", str(cfg.threads)]
 
 
 def wait_healthy(url: str, process: subprocess.Popen | None, timeout_s: float, url_file: Path | None = None) -> str:
