@@ -117,7 +117,7 @@ def test_session_writes_checks_and_records(recorded):
     assert tree_hash(recorded / "library" / "v0") == v0_before
     log = [json.loads(x) for x in (recorded / "induce" / "c0" / "transcript.jsonl").read_text().splitlines()]
     obs = [t["observation"] for t in log]
-    assert "success" in obs[0] and "Your mission" in obs[0]  # episodes table and openings reached the model
+    assert "success" in obs[0] and "go to" in obs[0]  # the episodes table and the missions (openings) reached the model
     assert "PermissionError" in obs[1] and not Path("/tmp/evil_inducer.txt").exists()
     assert "Permission" in obs[2] or "Error" in obs[2]  # outside the run's history nothing is readable
     assert "does not parse" in obs[3] and "ZeroDivisionError" in obs[4]
