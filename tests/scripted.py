@@ -13,7 +13,7 @@ class ScriptedClient:
         self.replies = itertools.cycle(replies) if replies else iter(())
         self.requests: list[list[dict]] = []
 
-    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None) -> Reply:
+    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0) -> Reply:
         self.requests.append([dict(m) for m in messages])
         reply = next(self.replies)
         text, calls = (reply, []) if isinstance(reply, str) else ("", [reply])

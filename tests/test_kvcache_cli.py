@@ -52,7 +52,7 @@ def test_bad_lines_name_file_line_and_key(tmp_path, capsys, row, msg):
     f = write_jsonl(tmp_path / "r.jsonl", [{"episode": 0, "step": 0, "token_ids": [1, 2]}, row])
     rc = main(["kvcache", "simulate", "--requests", str(f), "--capacity-tokens", "64", "--out", str(tmp_path)])
     err = capsys.readouterr().err
-    assert rc == 2 and f"r.jsonl:2" in err and msg in err
+    assert rc == 2 and "r.jsonl:2" in err and msg in err
 
 
 def test_qwen_tokenizer_encodes_chat_markers_as_specials():

@@ -11,6 +11,7 @@ import json
 import re
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -179,7 +180,8 @@ class Actor:
                                           protocol=protocol)
 
     def run(self, env: Env, tools: list[Tool], spec: EpisodeSpec, log: Callable[[str], None] | None = None) -> EpisodeRecords:
-        episode_id = f"{spec.run_id}/{spec.split}/c{spec.cycle}/{env.task_id}/{uuid.uuid4().hex[:8]}"
+        seed_key = f"{spec.run_id}/{spec.split}/c{spec.cycle}/{env.task_id}"  # same episode, same draws
+        episode_id = f"{seed_key}/{uuid.uuid4().hex[:8]}"
         started = time.time()
         by_name = {t.name: t for t in tools}
         by_lower = {t.name.lower(): t for t in tools}
@@ -204,7 +206,8 @@ class Actor:
                 messages = fmt.messages(env, turns, shown, admissible)
             try:
                 reply = self.client.chat(messages, role="actor", session_id=episode_id, tools=schemas,
-                                         stop=["\nObservation:"] if schemas is None and fmt is None else None)
+                                         stop=["\nObservation:"] if schemas is None and fmt is None else None,
+                                         seed=zlib.crc32(f"{seed_key}/{step}".encode()))
             except LLMRequestError:
                 termination = "context"  # the history outgrew the context window
                 break

@@ -16,6 +16,7 @@ from skillrepro import skills
 from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, Prompts, primitive_tools
 from skillrepro.config import BenchmarkConfig, LLMConfig
 from skillrepro.llm.client import LLMClient, session
+from skillrepro.skills.sandbox import tag_skill_calls
 from skillrepro.store import Episode, LLMCall, SkillCall, Step, read_records, write_records
 
 RECORD_TABLES = {"episodes": Episode, "steps": Step, "llm_calls": LLMCall, "skill_calls": SkillCall}
@@ -69,6 +70,7 @@ def run_batch(
             skill_calls: list[SkillCall] = []
             tools = primitive_tools(env) + skills.tools_for(library, env, skill_calls.append)
             rec: EpisodeRecords = actor.run(env, tools, spec, log.info)
+            tag_skill_calls(skill_calls, rec.episode.episode_id, rec.steps)
             # Episode file last: its presence marks the episode as complete.
             write_records(done_dir / "steps.parquet", rec.steps, Step)
             write_records(done_dir / "llm_calls.parquet", rec.llm_calls, LLMCall)

@@ -88,10 +88,11 @@ class BabyAIEnv(Env):
     def reset(self) -> str:
         with contextlib.redirect_stdout(io.StringIO()):  # level generation prints "Sampling rejected"
             self._obs, _ = self._env.reset(seed=self.seed)
-        return f"Your mission: {self.mission}\n\n{self.observe()}"
+        return self.observe()
 
     def observe(self) -> str:
-        return describe_view(self._obs["image"], self._env.unwrapped.carrying)
+        # The mission is repeated in every observation: small models lose track of it in a long history.
+        return f"Mission: {self.mission}\n" + describe_view(self._obs["image"], self._env.unwrapped.carrying)
 
     def _apply(self, name, args) -> StepResult:
         self._obs, reward, terminated, truncated, _ = self._env.step(_ACTIONS[name])
@@ -143,8 +144,10 @@ class BabyAIBenchmark(Benchmark):
         return (
             "You are an agent in a BabyAI grid world, a room with walls, seen from your own point of view. "
             "Objects are keys, balls and boxes of different colours. Positions are given as steps to your "
-            "left or right and steps forward. You go to an object by standing on the cell next to it while "
-            "facing it. You pick up an object that is directly in front of you."
+            "left or right and steps forward. You can only pick up an object that is directly in front of "
+            "you, and you have gone to an object when it is directly in front of you. To reach an object "
+            "that is to one side, turn toward that side and walk forward; objects block the cells they are "
+            "on. The mission says which object to pick up and which to go to, and in which order."
         )
 
     def _pools(self, seed: int) -> tuple[list[int], list[int]]:

@@ -15,7 +15,7 @@ import threading
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, ParsedAction, PromptTurn, Tool, primitive_tools
 from skillrepro.config import LLMConfig

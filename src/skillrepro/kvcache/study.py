@@ -248,7 +248,6 @@ def arrow(df):
 
 def tables(*, summary, steps, load, server, episodes, backend: str) -> dict:
     """The study's CSV tables (pandas DataFrames) from every run's simulation outputs and episodes."""
-    import pandas as pd
 
     setting = ["format", "policy", "capacity_tokens", "concurrency"]
     s = summary.assign(run_reuse=summary.cached_tokens / summary.prompt_tokens.clip(lower=1))

@@ -76,13 +76,16 @@ class LLMClient:
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
         stop: list[str] | None = None,
+        seed: int = 0,
     ) -> Reply:
+        """One chat completion. `seed` is added to the configured seed: callers vary it per request, since
+        one fixed seed makes a small model draw the same reply again whenever its context barely changes."""
         request: dict[str, Any] = dict(
             model=self.cfg.model,
             messages=messages,
             temperature=self.cfg.temperature,
             max_tokens=max_tokens or self.cfg.max_tokens,
-            seed=self.cfg.seed,
+            seed=(self.cfg.seed + seed) % 2**31,
         )
         if tools:
             request["tools"] = tools
