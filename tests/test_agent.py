@@ -91,3 +91,4 @@ def test_solving_ends_the_episode_with_success():
     rec, _ = run([f"Action: {a}()" for a in plan], budget=len(plan) + 5)
     assert rec.episode.success and rec.episode.termination == "success"
     assert rec.episode.n_steps == len(plan) and rec.episode.progression == 1.0
+    assert rec.steps[-1].reward > 0 and all(s.reward == 0 for s in rec.steps[:-1])

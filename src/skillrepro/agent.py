@@ -236,7 +236,7 @@ class Actor:
             tool = by_name.get(parsed.name) or by_lower.get(parsed.name.lower())
             problem = parsed.problem or ("" if tool else f"unknown action {parsed.name!r}; valid actions: "
                                          + ", ".join(by_name))
-            env_ms = 0.0
+            env_ms, reward_before = 0.0, env.total_reward
             if not problem:
                 t_env = time.perf_counter()
                 try:
@@ -259,7 +259,7 @@ class Actor:
             shown = observation
             harness_ms = (time.perf_counter() - t0) * 1000 - env_ms
             steps.append(Step(episode_id, step, parsed.reasoning, parsed.name, json.dumps(parsed.args), valid,
-                              observation, 0.0, env.done, harness_ms))
+                              observation, env.total_reward - reward_before, env.done, harness_ms))
             if env.done:
                 termination = "success" if env.success() else "env_done"
                 break
