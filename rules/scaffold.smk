@@ -10,7 +10,7 @@ from skillrepro import config as _scaffold_cfg
 from skillrepro.learners.skillscaffold import ScaffoldConfig
 
 config.setdefault("scaffold", {})
-_scaffold_validate(config["scaffold"], "../schemas/scaffold.schema.yaml", set_default=True)
+_scaffold_validate(config["scaffold"], str(_scaffold_cfg.ROOT / "schemas" / "scaffold.schema.yaml"), set_default=True)
 SCAFFOLD = ScaffoldConfig.from_config(config)
 _SC_LLM = _scaffold_cfg.llm_config(config)
 _SC_BENCH = {b.name: b for b in _scaffold_cfg.benchmarks(config) if b.name in SCAFFOLD.benchmarks}

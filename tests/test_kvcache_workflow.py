@@ -1,27 +1,13 @@
 """The KV-cache study's DAG on a tiny config with the real embedded model (SmolLM2), in a temp copy."""
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def snakemake(*args, cwd):
-    proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
+from test_workflow import ROOT, copy_workflow, snakemake
 
 
 @pytest.mark.workflow
 def test_kvcache_study_end_to_end(tmp_path):
-    for part in ("Snakefile", "config.yaml", "rules", "workflow", "envs"):
-        src = ROOT / part
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / part)
+    copy_workflow(tmp_path)
     snakemake("kvcache_all", "--cores", "2", "--configfile", str(ROOT / "tests/data/kvcache_tiny.yaml"), cwd=tmp_path)
     t = tmp_path / "results/tables"
 
