@@ -179,8 +179,9 @@ def test_real_model_session_writes_a_valid_v1(recorded, llm_cfg, llm_url, tmp_pa
     print("model tools:", [t["tool"] for t in log], "accepted:", v1.meta["writes_accepted"], "new functions:", new)
     for t in log:
         print("---", t["tool"], "|", t["reply"][:300].replace("\n", "\\n"), "=>", t["observation"][:200].replace("\n", "\\n"))
-    # The last request is pre-filled with the start of a write_function call; SmolLM2 completes a def.
-    assert log[-1]["prefill"] and new, "the model's last reply did not yield a function that passed the checks"
+    # Either SmolLM2 wrote a function on its own, or the last request (pre-filled with the start of a
+    # write_function call, tested with a fake above) made it complete one: v1 gained a checked function.
+    assert new, "no reply yielded a function that passed the checks"
     assert v1.meta["writes_accepted"] >= 1
 
 
