@@ -61,18 +61,24 @@ def copy_workflow(dest: Path) -> None:
 def test_tiny_run_end_to_end_then_only_the_figure_reruns(tmp_path):
     copy_workflow(tmp_path)
     cfg = str(ROOT / "tests" / "data" / "tiny.yaml")
-    snakemake("results/tables/main.csv", "results/figures/learning_curves.png", "--cores", "2",
-              "--configfile", cfg, cwd=tmp_path)
+    snakemake("all", "--cores", "2", "--configfile", cfg, cwd=tmp_path)
 
     main = pd.read_csv(tmp_path / "results/tables/main.csv")
-    assert len(main) == 1
-    row = main.iloc[0]
-    assert (row.benchmark, row.method, row.variant, row.n_seeds, row.n_episodes) == ("babyai", "react", "react", 1, 2)
-    assert row.library_version == 2 and row.train_rollouts == 2
-    assert 1 <= row.llm_calls_per_episode <= 4 and row.output_tokens_per_episode_mean > 0
-    assert 0 < row.cached_token_ratio < 1 and row.cost_per_episode == 0
+    assert list(main.variant) == ["react", "speedrunner"]
+    for _, row in main.iterrows():
+        assert (row.benchmark, row.method, row.n_seeds, row.n_episodes) == ("babyai", row.variant, 1, 2)
+        assert row.library_version == 2 and row.train_rollouts == 2
+        assert 1 <= row.llm_calls_per_episode <= 4 and row.output_tokens_per_episode_mean > 0
+        assert 0 < row.cached_token_ratio < 1 and row.cost_per_episode == 0
     checkpoints = pd.read_csv(tmp_path / "results/tables/checkpoints.csv")
-    assert list(checkpoints.library_version) == [0, 2]
+    assert list(checkpoints.library_version) == [0, 2, 0, 2]
+    # SpeedRunner's sleep phases ran the inducer on the real model and wrote v1, v2; ReAct's carried v0 on.
+    graph = pd.read_csv(tmp_path / "results/tables/callgraph.csv")
+    assert sorted(graph[graph.variant == "speedrunner"].version) == [0, 1, 2]
+    assert (graph[graph.variant == "react"]["size"] == 0).all()
+    inducer = tmp_path / "results/runs/babyai/speedrunner/seed0/induce"
+    assert sorted(p.name for p in inducer.iterdir()) == ["c0", "c1"]
+    assert all((inducer / c / "llm_calls.parquet").exists() for c in ("c0", "c1"))
     log = (tmp_path / "logs/runs/babyai/react/seed0/rollout_batch0.log").read_text()
     assert "train task=" in log and "success=" in log and "output_tokens=" in log
     assert (tmp_path / "results/benchmarks/runs/babyai/react/seed0/rollout_batch0.tsv").exists()
@@ -80,9 +86,10 @@ def test_tiny_run_end_to_end_then_only_the_figure_reruns(tmp_path):
     # Editing the figure script re-makes the figure and nothing else.
     figure = tmp_path / "workflow/scripts/figure_learning_curves.py"
     figure.write_text(figure.read_text() + "\n# edited\n")
-    dry = snakemake("results/figures/learning_curves.png", "-n", "--cores", "2", "--configfile", cfg, cwd=tmp_path)
-    jobs = [l.split()[0] for l in dry.stdout.split("Job stats:")[1].splitlines()[3:] if l.strip()]
-    assert jobs[0] == "figure_learning_curves" and "rollout" not in jobs and "evaluate" not in jobs
+    dry = snakemake("all", "-n", "--cores", "2", "--configfile", cfg, cwd=tmp_path)
+    table = dry.stdout.split("Job stats:")[1].split("\n\n")[0].splitlines()[3:]  # after "job count" and "---"
+    jobs = [line.split()[0] for line in table if line.strip()]
+    assert set(jobs) - {"all", "total"} == {"figure_learning_curves"}
 
 
 @pytest.mark.workflow
