@@ -46,7 +46,7 @@ def _reset_seconds(name: str, resets: int, **options) -> float:
     for task_id in bench.sample_tasks("train", resets, 0):
         env = bench.make(task_id)
         times.append(_timed(env.reset))
-        env.close()
+        env.release()
     return statistics.mean(times)
 
 

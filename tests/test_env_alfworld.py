@@ -57,7 +57,7 @@ def test_planner_wins_generated_game(bench, task_type, seed):
         assert env.success() and env.score() == 1.0
         assert env.n_primitive_steps == len(plan)
     finally:
-        env.close()
+        env.release()
 
 
 def test_generator_is_deterministic_and_splits_rooms(tmp_path):
@@ -103,7 +103,7 @@ def test_inadmissible_command_and_step_limit(tmp_path):
         assert r.done and not env.success() and env.score() == 0.0
         assert env.step("look").observation == "The episode is over."
     finally:
-        env.close()
+        env.release()
 
 
 def test_bad_input_is_named(tmp_path, monkeypatch):
@@ -170,7 +170,7 @@ def test_official_layout_loader(tmp_path, monkeypatch):
             result = env.step("act", [command])
         assert result.done and env.success()
     finally:
-        env.close()
+        env.release()
 
     # The same folder through ALFWORLD_DATA, and its json_2.1.1 subfolder as data_path, work alike.
     monkeypatch.setattr(alf, "_USER_ALFWORLD_DATA", None)

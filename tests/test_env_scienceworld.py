@@ -43,7 +43,7 @@ def test_gold_path_through_our_primitives_reaches_100(family, task):
                 break
         assert env.raw_score == 100, f"{task_id}: gold path of {len(gold)} steps ended at score {env.raw_score}"
         assert env.success() and env.done and env.score() == 1.0
-        env.close()
+        env.release()
 
 
 def test_lean_step_says_what_the_shipped_step_says():

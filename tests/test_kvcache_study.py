@@ -34,7 +34,7 @@ def test_formatter_rebuilds_every_prompt_and_records_token_ids(alfworld):
     env.reset()
     first_room = env.feedback
     target = next(a for a in env.admissible_actions if a.startswith("go to "))
-    env.close()
+    env.release()
     client = ScriptedClient([f"<think>look around</think>\n<action>{target}</action>", "no tags at all",
                              "<think>?</think><action>fly to the moon</action>"])
     run = run_format(formatter=AlfWorldFormatter("skillrl"), benchmark=bench, task_ids=tasks[:1], client=client,

@@ -274,7 +274,7 @@ class Actor:
             reasoning_tokens=sum(c.reasoning_tokens for c in calls), wall_s=time.time() - started,
             termination=termination,
         )
-        env.close()
+        env.release()
         if log:
             log(f"{spec.split} task={env.task_id} success={episode.success} steps={episode.n_steps} "
                 f"output_tokens={episode.completion_tokens} termination={termination}")

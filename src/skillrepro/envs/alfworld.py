@@ -245,7 +245,7 @@ class AlfWorldEnv(Env):
     def success(self) -> bool:
         return self._won
 
-    def close(self) -> None:
+    def release(self) -> None:
         if self._engine is not None:
             stop_engine(self._engine)
             self._engine = None

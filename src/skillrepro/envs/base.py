@@ -139,8 +139,8 @@ class Env(ABC):
         self.done = self.done or result.done
         return result
 
-    def close(self) -> None:
-        pass
+    def release(self) -> None:
+        """Free what the episode holds (engines, JVM hold). Not `close`: ScienceWorld has a primitive of that name."""
 
 
 class Benchmark(ABC):

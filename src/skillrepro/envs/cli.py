@@ -170,6 +170,6 @@ def _replay(a: argparse.Namespace) -> int:
             "steps": env.n_primitive_steps,
         }
     finally:
-        env.close()
+        env.release()
     print(json.dumps(summary))
     return 0

@@ -304,16 +304,15 @@ class ScienceWorldEnv(Env):
         return self.step("open", [obj]).observation
 
     @primitive
-    def close(self, obj: str = None) -> str:  # type: ignore[assignment]
+    def close(self, obj: str) -> str:
         """Close a door or container."""
-        # `close` is both the paper's primitive and Env's lifecycle hook: without an object it releases this
-        # episode's hold on the simulator (the JVM stays up for the next episode).
-        if obj is None:
-            global _OWNER
-            if _OWNER is self:
-                _OWNER = None
-            return ""
         return self.step("close", [obj]).observation
+
+    def release(self) -> None:
+        # Give up this episode's hold on the simulator; the JVM stays up for the next episode.
+        global _OWNER
+        if _OWNER is self:
+            _OWNER = None
 
     @primitive
     def activate(self, device: str) -> str:

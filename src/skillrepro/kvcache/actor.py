@@ -221,7 +221,7 @@ def walk_views(benchmark, task_ids: list[str], step: int) -> list[F.EpisodeView]
             views.append(F.EpisodeView(task_id, AlfWorldFormatter.task_sentence(env), tuple(history), observation,
                                        tuple(env.admissible_actions)))
         finally:
-            env.close()
+            env.release()
     return views
 
 

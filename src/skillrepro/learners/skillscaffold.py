@@ -668,7 +668,7 @@ def actor_system_prompt(bench: Any, llm: Any, library_dir: str | Path, task_id: 
                       prompts=Prompts(), notes=notes)  # type: ignore[arg-type]
         return actor.system_prompt(tools)
     finally:
-        env.close()
+        env.release()
 
 
 def score_contexts(scorer: Any, scouts: Sequence[Trajectory], contexts: dict[int, str], *, bench: Any, llm: Any,

@@ -169,7 +169,7 @@ def _openings(bench, task_ids: list[str]) -> list[tuple[str, str]]:
     for t in task_ids:
         env = bench.make(t)
         out.append((t, env.reset()))
-        env.close()
+        env.release()
     return out
 
 
@@ -247,7 +247,7 @@ def smoke_check(functions: dict[str, SkillFunction], new: list[str], bench, task
         return ""
     finally:
         s.close()
-        env.close()
+        env.release()
 
 
 def write_function(sess: Session, code: str, public: bool | None, bench, task_ids: list[str]) -> str:
