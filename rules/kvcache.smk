@@ -13,7 +13,6 @@ KV = KVConfig.from_config(config)
 _KV_LLM = _kv_cfg.llm_config(config)
 _KV_BENCH = KV.bench(config)
 _KV_WALL = config.get("budgets", {}).get("rollout_wall_s", 1800)
-workflow.global_resources.setdefault("llm", _KV_LLM.slots)
 
 _KV_RUN = "results/kvcache/runs/{kvfmt}/seed{kvseed}"
 _KV_SIM = "results/kvcache/sim/{kvfmt}/seed{kvseed}"

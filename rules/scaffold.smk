@@ -17,7 +17,6 @@ _SC_BENCH = {b.name: b for b in _scaffold_cfg.benchmarks(config) if b.name in SC
 _SC_WALL = config.get("budgets", {}).get("rollout_wall_s", 1800)
 _SC_TASK_SEED = config.get("protocol", {}).get("task_seed", 42)
 _SC_SCORER_LLM = SCAFFOLD.scorer_backend == "vllm" or (SCAFFOLD.scorer_backend == "auto" and _SC_LLM.backend == "vllm")
-workflow.global_resources.setdefault("llm", _SC_LLM.slots)
 
 _SC = "results/scaffold/{sbench}"
 _SCV = "results/scaffold/{sbench}/{svariant}"
