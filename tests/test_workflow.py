@@ -37,7 +37,8 @@ def test_paper_scale_dry_run_builds_every_job():
 
 
 def test_slurm_profile_dry_run():
-    out = snakemake("--profile", "profiles/slurm", "-n", "results/tables/main.csv")
+    # --forceall: list every job even when an earlier local run left results/ behind.
+    out = snakemake("--profile", "profiles/slurm", "-n", "--forceall", "results/tables/main.csv")
     assert "rollout" in out.stdout and "This was a dry-run" in out.stdout
 
 
