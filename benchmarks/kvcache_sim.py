@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from skillrepro.kvcache.sim import CacheConfig, Request, simulate, simulate_llamacpp
+from skillrepro.studies.kvcache.sim import CacheConfig, Request, simulate, simulate_llamacpp
 
 TARGET = 5_000_000
 

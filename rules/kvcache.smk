@@ -4,7 +4,7 @@
 from snakemake.utils import validate as _kv_validate
 
 from skillrepro import config as _kv_cfg
-from skillrepro.kvcache.study import KVConfig
+from skillrepro.studies.kvcache.study import KVConfig
 
 config.setdefault("kvcache", {})
 # The schema ships with the package (like the main one), so a copied workflow folder validates too.

@@ -19,6 +19,7 @@ rule rollout:
     input:
         tasks="results/tasks/{bench}.json",
         library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
+        batches=lambda w: [run_path(w, f"train/batch{i}/episodes.parquet") for i in range(int(w.k))],
     output:
         episodes="results/runs/{bench}/{variant}/seed{seed}/train/batch{k}/episodes.parquet",
         steps="results/runs/{bench}/{variant}/seed{seed}/train/batch{k}/steps.parquet",
@@ -49,7 +50,9 @@ rule induce:
         library=lambda w: run_path(w, f"library/v{int(w.k) - 1}/manifest.json"),
         batches=lambda w: [run_path(w, f"train/batch{i}/episodes.parquet") for i in range(int(w.k))],
     output:
-        "results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
+        library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
+        llm_calls="results/runs/{bench}/{variant}/seed{seed}/induce/v{k}/llm_calls.parquet",
+        transcript="results/runs/{bench}/{variant}/seed{seed}/induce/v{k}/transcript.jsonl",
     params:
         bench=lambda w: BENCHMARKS[w.bench],
         method=lambda w: METHODS[w.variant],

@@ -7,7 +7,7 @@ import os
 from snakemake.utils import validate as _scaffold_validate
 
 from skillrepro import config as _scaffold_cfg
-from skillrepro.learners.skillscaffold import ScaffoldConfig
+from skillrepro.studies.scaffold import ScaffoldConfig
 
 config.setdefault("scaffold", {})
 _scaffold_validate(config["scaffold"], str(_scaffold_cfg.ROOT / "schemas" / "scaffold.schema.yaml"), set_default=True)

@@ -37,7 +37,9 @@ def test_default_and_shipped_configs_are_valid():
         ("llm.model", "/nowhere/model.gguf", "config key llm.model: model file /nowhere/model.gguf does not exist"),
         ("llm.model", "gpt-9", "config key llm.model: 'gpt-9' is neither a shipped model"),
         ("benchmarks.babyai.env", "minecraft", "benchmarks.babyai.env: 'minecraft' is not allowed; allowed values: babyai,"),
-        ("methods.react.learner", "magic", "methods.react.learner: 'magic' is not allowed; allowed values: react,"),
+        ("methods.react.method", "magic", "config key methods.react.method: unknown method 'magic'; known: "),
+        ("methods.react.method", "skillscaffold", "config key methods.react.method: unknown method 'skillscaffold'"),
+        ("methods.react.options", {"rounds": 2}, "config key methods.react.options: unknown option(s) rounds; allowed: none"),
         ("budgets.rollout_wall_s", -5, "config key budgets.rollout_wall_s: -5 must be > 0"),
         ("protocol.n_test", -1, "config key protocol.n_test: -1 must be >= 1"),
         ("protocol.eval_every", 3, "protocol.eval_every: 3 must be a multiple of protocol.sleep_every"),
@@ -71,3 +73,14 @@ def test_defaults_are_filled_and_checkpoints_follow_the_protocol():
     p = protocol(cfg)
     assert p.n_cycles == 20
     assert p.checkpoints == [0, 5, 10, 15, 20]
+
+
+def test_method_options_are_checked_by_the_methods_options_class():
+    cfg = with_change("methods.react", {"method": "speedrunner", "options": {"interpreter": "off"}})
+    with pytest.raises(ConfigError, match=r"config key methods.react.options.interpreter: 'off' is not a bool"):
+        check_config(cfg)
+    cfg = with_change("methods.react", {"method": "speedrunner", "options": {"prompt": "verbose"}})
+    with pytest.raises(ConfigError, match=r"methods.react.options.prompt: 'verbose' is not one of 'default', 'asi_style'"):
+        check_config(cfg)
+    cfg = with_change("methods.react", {"method": "speedrunner", "options": {"interpreter": False, "access": "all_public"}})
+    assert check_config(cfg)["methods"]["react"]["options"] == {"interpreter": False, "access": "all_public"}

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from skillrepro.cli import main
-from skillrepro.kvcache.tokenizers import get_tokenizer
+from skillrepro.studies.kvcache.tokenizers import get_tokenizer
 
 
 def write_jsonl(path, rows):

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from skillrepro.kvcache import formats as F
-from skillrepro.kvcache.tokenizers import get_tokenizer
+from skillrepro.studies.kvcache import formats as F
+from skillrepro.studies.kvcache.tokenizers import get_tokenizer
 
 BANK = F.load_bank()
 TOK = get_tokenizer("qwen2.5")

@@ -12,9 +12,9 @@ import urllib.request
 
 import pytest
 
-from skillrepro.kvcache import formats as F
-from skillrepro.kvcache.sim import Request, simulate_llamacpp
-from skillrepro.kvcache.tokenizers import ServerTokenizer, get_tokenizer
+from skillrepro.studies.kvcache import formats as F
+from skillrepro.studies.kvcache.sim import Request, simulate_llamacpp
+from skillrepro.studies.kvcache.tokenizers import ServerTokenizer, get_tokenizer
 
 pytestmark = pytest.mark.integration
 

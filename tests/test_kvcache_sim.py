@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from skillrepro.kvcache.sim import (
+from skillrepro.studies.kvcache.sim import (
     BlockPool,
     CacheConfig,
     LlamaCppConfig,

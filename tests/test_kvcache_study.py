@@ -8,11 +8,11 @@ import pytest
 
 from scripted import ScriptedClient
 from skillrepro.agent import EpisodeSpec
-from skillrepro.kvcache import formats as F
-from skillrepro.kvcache import study
-from skillrepro.kvcache.actor import AlfWorldFormatter, StreamRequest, format_benchmark, run_format, walk_views
+from skillrepro.studies.kvcache import formats as F
+from skillrepro.studies.kvcache import study
+from skillrepro.studies.kvcache.actor import AlfWorldFormatter, StreamRequest, format_benchmark, run_format, walk_views
 from skillrepro.config import BenchmarkConfig
-from skillrepro.kvcache.tokenizers import get_tokenizer
+from skillrepro.studies.kvcache.tokenizers import get_tokenizer
 
 TOK = get_tokenizer("qwen2.5")
 SPEC = EpisodeSpec("kvcache/skillrl/seed0", "alfworld", "kvcache", "skillrl", 0, "test", 0, 0)

@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from skillrepro.learners.skillscaffold import (
+from skillrepro.studies.scaffold import (
     CandidateRecord, CardFormat, GeneratorTemplate, Trajectory, TrajectoryStep, build_evidence, check_card,
     decision_rules, exploration_view, group_kind, select, selection_for_query, utilities_for_query, utility,
     utility_quintiles,
@@ -178,7 +178,7 @@ def test_anchor_evidence_is_first_success_in_sampling_order_or_skips():
 
 
 def test_long_attempts_are_elided_in_the_middle():
-    from skillrepro.learners.skillscaffold import render_attempt
+    from skillrepro.studies.scaffold import render_attempt
 
     steps = tuple(TrajectoryStep(f"t{i}", "go_forward", "[]", "x" * 50) for i in range(40))
     t = Trajectory("e", "1", False, 0, traj(0, False).messages, steps)

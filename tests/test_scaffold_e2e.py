@@ -96,7 +96,7 @@ def test_every_record_is_produced(workdir):
 
 def test_scoring_chain_on_real_scouts_with_a_valid_card(workdir, llm_cfg):
     from skillrepro.config import BenchmarkConfig
-    from skillrepro.learners import skillscaffold as ss
+    from skillrepro.studies import scaffold as ss
 
     s = workdir / "results" / "scaffold" / "babyai"
     scouts = ss.load_trajectories(s / f"scouts/s{i}" for i in range(N))

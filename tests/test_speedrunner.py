@@ -13,8 +13,8 @@ import pytest
 
 from skillrepro.agent import EpisodeSpec
 from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
-from skillrepro.learners import InduceContext, get_learner
-from skillrepro.learners.speedrunner import parse_action
+from skillrepro.methods import InduceContext, get_method
+from skillrepro.methods.speedrunner import parse_action
 from skillrepro.llm.client import Reply
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
@@ -57,7 +57,7 @@ def recorded(tmp_path_factory):
 def ctx_for(run: Path, llm: LLMConfig | None = None, budget: int = 8, **options) -> InduceContext:
     lib_root = run / "library"
     return InduceContext(library=Library.load(lib_root / "v0"), cycle=0, history_dirs=(run / "batches" / "c0",),
-                         library_root=lib_root, out_dir=lib_root / "v1", run_id="r1", bench=BENCH,
+                         library_root=lib_root, out_dir=lib_root / "v1", record_dir=run / "induce" / "v1", run_id="r1", bench=BENCH,
                          method=MethodConfig("sr", "speedrunner", options), llm=llm or LLMConfig(ctx_per_slot=8192),
                          request_budget=budget)
 
@@ -84,6 +84,20 @@ def mission_parts(text="pick up the red ball, then go to the blue key"):
 ```'''
 
 
+def test_replay_check_is_an_explicit_option(recorded, monkeypatch):
+    """The replay check exists only as `replay_check: true` (a deviation from the online protocol): it then
+    runs a new zero-argument function on a past training task and rejects `crashes`."""
+    from skillrepro.envs.base import Env
+
+    stepped = []
+    step = Env.step
+    monkeypatch.setattr(Env, "step", lambda self, *a, **k: stepped.append(a) or step(self, *a, **k))
+    get_method("speedrunner").induce(ctx_for(recorded), client=Fake(session_replies(recorded)))
+    assert not stepped  # off (the default): no environment is stepped in the sleep phase
+    lib = get_method("speedrunner").induce(ctx_for(recorded, replay_check=True), client=Fake(session_replies(recorded)))
+    assert stepped and "crashes" not in {f.name for f in lib.functions} and lib.meta["replay_check"] is True
+
+
 def test_parse_action_is_lenient():
     a = parse_action("Thought: x\nAction: `execute_code`\n```python\nprint(1)\n```", True)
     assert (a.name, a.code) == ("execute_code", "print(1)")
@@ -96,9 +110,8 @@ def test_parse_action_is_lenient():
     assert parse_action("I am not sure.", True).problem
 
 
-def test_session_writes_checks_and_records(recorded):
-    v0_before = tree_hash(recorded / "library" / "v0")
-    fake = Fake([
+def session_replies(recorded: Path) -> list[str]:
+    return [
         'Thought: data.\nAction: execute_code\n```python\nshow("SELECT task_id, success, n_steps FROM episodes")\n'
         'print(sql("SELECT count(*) AS n FROM steps")[0]["n"])\nsql("SELECT opening FROM openings")[0]["opening"][:40]\n```',
         "Thought: try to escape.\nAction: execute_code\n```python\nopen('/tmp/evil_inducer.txt', 'w')\n```",
@@ -108,21 +121,29 @@ def test_session_writes_checks_and_records(recorded):
         GOOD,
         'Action: write_function(public=False)\n```python\ndef _step_twice():\n    go_forward()\n    return go_forward()\n```',
         "Action: finish()",
-    ])
+    ]
+
+
+def test_session_writes_checks_and_records(recorded):
+    """Appendix E, section 2: online induction never re-runs a finished task, so a write is checked for
+    parsing and loading only; `crashes` (a runtime error) is kept, as no environment may reveal it."""
+    v0_before = tree_hash(recorded / "library" / "v0")
+    fake = Fake(session_replies(recorded))
     ctx = ctx_for(recorded)
-    lib = get_learner("speedrunner").induce(ctx, client=fake)
+    lib = get_method("speedrunner").induce(ctx, client=fake)
     assert lib.version == 1 and lib.meta["finished"] and lib.meta["requests"] == 8
+    assert lib.meta["replay_check"] is False
     names = {f.name: f.public for f in lib.functions}
-    assert names == {"turn_around": True, "mission_parts": True, "_step_twice": False}
+    assert names == {"crashes": True, "turn_around": True, "mission_parts": True, "_step_twice": False}
     assert tree_hash(recorded / "library" / "v0") == v0_before
-    log = [json.loads(x) for x in (recorded / "induce" / "c0" / "transcript.jsonl").read_text().splitlines()]
+    log = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     obs = [t["observation"] for t in log]
     assert "success" in obs[0] and "go to" in obs[0]  # the episodes table and the missions (openings) reached the model
     assert "PermissionError" in obs[1] and not Path("/tmp/evil_inducer.txt").exists()
     assert "Permission" in obs[2] or "Error" in obs[2]  # outside the run's history nothing is readable
-    assert "does not parse" in obs[3] and "ZeroDivisionError" in obs[4]
+    assert "does not parse" in obs[3] and obs[4].startswith("Saved crashes (public)")
     assert obs[5].startswith("Saved mission_parts (public)")
-    calls = pq.read_table(recorded / "induce" / "c0" / "llm_calls.parquet").to_pylist()
+    calls = pq.read_table(recorded / "induce" / "v1" / "llm_calls.parquet").to_pylist()
     assert len(calls) == 8 and {c["role"] for c in calls} == {"inducer"}
     # The written library is a valid version: it loads and its functions run in the sandbox.
     lib.write(ctx.out_dir)
@@ -141,19 +162,21 @@ def test_ablations(recorded):
     fake = Fake(["Action: execute_code\n```python\nprint(1)\n```",
                  "Action: write_function(public=False)\n```python\ndef _helper():\n    return go_forward()\n```",
                  "Action: finish()"])
-    ctx = ctx_for(recorded, interpreter="off", access="all_public", prompt="asi_style")
-    lib = get_learner("speedrunner").induce(ctx, client=fake)
+    ctx = ctx_for(recorded, interpreter=False, access="all_public", prompt="asi_style")
+    lib = get_method("speedrunner").induce(ctx, client=fake)
     first = fake.seen[0]
     assert "ABSTRACT THE BEHAVIOUR" in first[0]["content"] and "execute_code" not in first[0]["content"]
     assert "Recent episodes" in first[1]["content"] and "## Episode on task" in first[1]["content"]
     assert {f.name: f.public for f in lib.functions}["_helper"] is True
-    log = [json.loads(x) for x in (recorded / "induce" / "c0" / "transcript.jsonl").read_text().splitlines()]
+    log = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     assert "not available" in log[0]["observation"]
 
 
 def test_missing_prompt_file_is_named(recorded):
-    with pytest.raises(FileNotFoundError, match="nope.txt"):
-        get_learner("speedrunner").induce(ctx_for(recorded, inducer_prompt_file="nope.txt"), client=Fake(["x"]))
+    from skillrepro.config import ConfigError
+
+    with pytest.raises(ConfigError, match="config key methods.sr.options: inducer_prompt_file: nope.txt does not exist"):
+        get_method("speedrunner").induce(ctx_for(recorded, inducer_prompt_file="nope.txt"), client=Fake(["x"]))
 
 
 def test_real_model_session_writes_a_valid_v1(recorded, llm_cfg, llm_url, tmp_path):
@@ -165,15 +188,15 @@ def test_real_model_session_writes_a_valid_v1(recorded, llm_cfg, llm_url, tmp_pa
     shutil.copytree(recorded / "batches", run / "batches")
     v0_before = tree_hash(run / "library" / "v0")
     ctx = ctx_for(run, llm=llm_cfg, budget=2)
-    lib = get_learner("speedrunner").induce(ctx)
+    lib = get_method("speedrunner").induce(ctx)
     lib.write(ctx.out_dir)
     v1 = Library.load(ctx.out_dir)
     assert tree_hash(run / "library" / "v0") == v0_before
     for f in v1.functions:
         compile(f.source, f.name, "exec")  # every function in v1 is syntactically valid
     assert {"turn_around"} <= {f.name for f in v1.functions}
-    log = [json.loads(x) for x in (run / "induce" / "c0" / "transcript.jsonl").read_text().splitlines()]
-    calls = pq.read_table(run / "induce" / "c0" / "llm_calls.parquet").to_pylist()
+    log = [json.loads(x) for x in (run / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
+    calls = pq.read_table(run / "induce" / "v1" / "llm_calls.parquet").to_pylist()
     assert len(calls) == len(log) == 2 and all(c["completion_tokens"] > 0 for c in calls)
     new = [f.name for f in v1.functions if f.name != "turn_around"]
     print("model tools:", [t["tool"] for t in log], "accepted:", v1.meta["writes_accepted"], "new functions:", new)
@@ -190,8 +213,8 @@ def test_last_request_is_prefilled_when_nothing_was_saved(recorded):
     fake = Fake(["I think the library is fine.",
                  'step_ahead():\n    """Step forward."""\n    return go_forward()\n\ndef cut_off(x):\n    if x'])
     ctx = ctx_for(recorded, budget=2)
-    lib = get_learner("speedrunner").induce(ctx, client=fake)
+    lib = get_method("speedrunner").induce(ctx, client=fake)
     assert fake.seen[1][-1] == {"role": "assistant", "content": "Action: write_function(public=True)\n```python\ndef "}
     assert {f.name: f.public for f in lib.functions} == {"turn_around": True, "step_ahead": True}
-    log = [json.loads(x) for x in (recorded / "induce" / "c0" / "transcript.jsonl").read_text().splitlines()]
+    log = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     assert "did not parse and were dropped" in log[-1]["observation"]  # the half function cut by the token limit

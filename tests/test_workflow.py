@@ -44,12 +44,12 @@ def test_slurm_profile_dry_run():
 
 def test_bad_config_stops_before_any_job(tmp_path):
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
-    cfg["methods"]["react"]["learner"] = "telepathy"
+    cfg["methods"]["react"]["method"] = "telepathy"
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(cfg))
     out = snakemake("-n", "--configfile", str(bad), check=False)
     assert out.returncode != 0
-    assert "methods.react.learner: 'telepathy' is not allowed; allowed values: react" in out.stdout + out.stderr
+    assert "config key methods.react.method: unknown method 'telepathy'; known: react" in out.stdout + out.stderr
 
 
 def copy_workflow(dest: Path) -> None:
@@ -78,8 +78,8 @@ def test_tiny_run_end_to_end_then_only_the_figure_reruns(tmp_path):
     assert sorted(graph[graph.variant == "speedrunner"].version) == [0, 1, 2]
     assert (graph[graph.variant == "react"]["size"] == 0).all()
     inducer = tmp_path / "results/runs/babyai/speedrunner/seed0/induce"
-    assert sorted(p.name for p in inducer.iterdir()) == ["c0", "c1"]
-    assert all((inducer / c / "llm_calls.parquet").exists() for c in ("c0", "c1"))
+    assert sorted(p.name for p in inducer.iterdir()) == ["v1", "v2"]
+    assert all((inducer / v / "llm_calls.parquet").exists() for v in ("v1", "v2"))
     log = (tmp_path / "logs/runs/babyai/react/seed0/rollout_batch0.log").read_text()
     assert "train task=" in log and "success=" in log and "output_tokens=" in log
     assert (tmp_path / "results/benchmarks/runs/babyai/react/seed0/rollout_batch0.tsv").exists()

@@ -120,7 +120,7 @@ class PromptTurn:
 
 
 class Formatter(Protocol):
-    """Rebuilds the whole prompt of every step (a prompt-format study, e.g. skillrepro.kvcache.actor).
+    """Rebuilds the whole prompt of every step (a prompt-format study, e.g. skillrepro.studies.kvcache.actor).
 
     With a formatter the actor keeps no conversation of its own: each step's messages come from
     `messages(env, turns so far, current observation, admissible actions)`, and replies are read by `parse`."""

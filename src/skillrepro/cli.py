@@ -12,7 +12,7 @@ import sys
 
 COMMAND_MODULES = [
     "skillrepro.cli:_core",
-    "skillrepro.kvcache.cli",
+    "skillrepro.studies.kvcache.cli",
     "skillrepro.envs.cli",
     "skillrepro.skills.callgraph",
 ]

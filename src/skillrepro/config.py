@@ -82,8 +82,8 @@ class Price:
 @dataclass(frozen=True)
 class MethodConfig:
     variant: str
-    learner: str
-    options: dict[str, Any] = field(default_factory=dict)
+    method: str  # a name registered in skillrepro.methods
+    options: dict[str, Any] = field(default_factory=dict)  # raw; the method's options class checks them
     benchmarks: tuple[str, ...] | None = None  # None: every configured benchmark
 
     def runs_on(self, benchmark: str) -> bool:
@@ -162,7 +162,14 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
         raise ConfigError(
             f"config key protocol.eval_every: {proto.eval_every} must be a multiple of protocol.sleep_every ({proto.sleep_every})"
         )
+    from skillrepro.methods import get_method
+
     for variant, m in config["methods"].items():
+        try:
+            get_method(m["method"]).parse_options(m["options"], variant)
+        except ConfigError as e:
+            where = "" if str(e).startswith("config key") else f"config key methods.{variant}.method: "
+            raise ConfigError(f"{where}{e}") from None
         unknown = sorted(set(m.get("benchmarks") or []) - set(config["benchmarks"]))
         if unknown:
             raise ConfigError(f"config key methods.{variant}.benchmarks: unknown benchmark(s) {', '.join(unknown)}; "
@@ -213,8 +220,7 @@ def benchmarks(config: dict[str, Any]) -> list[BenchmarkConfig]:
 def methods(config: dict[str, Any]) -> list[MethodConfig]:
     return [
         MethodConfig(
-            variant=k, learner=v["learner"],
-            options={o: x for o, x in v.items() if o not in ("learner", "benchmarks")},
+            variant=k, method=v["method"], options=dict(v.get("options") or {}),
             benchmarks=tuple(v["benchmarks"]) if v.get("benchmarks") is not None else None,
         )
         for k, v in config["methods"].items()

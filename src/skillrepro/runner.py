@@ -9,13 +9,15 @@ from __future__ import annotations
 import logging
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from skillrepro import skills
 from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, Prompts, primitive_tools
-from skillrepro.config import BenchmarkConfig, LLMConfig
+from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.llm.client import LLMClient, session
+from skillrepro.methods import TaskContext, get_method
 from skillrepro.skills.sandbox import tag_skill_calls
 from skillrepro.store import Episode, LLMCall, SkillCall, Step, read_records, write_records
 
@@ -43,33 +45,48 @@ def run_batch(
     wall_s: float = 1800.0,
     prompts: Prompts | None = None,
     notes: str | None = None,
+    method: MethodConfig | None = None,
+    history_dirs: tuple[Path, ...] = (),
     client: LLMClient | None = None,
     logger: logging.Logger | None = None,
 ) -> BatchOutcome:
-    """Play `task_ids` in order and write episodes/steps/llm_calls/skill_calls.parquet into `out_dir`.
+    """Play `task_ids` and write episodes/steps/llm_calls/skill_calls.parquet into `out_dir`.
 
-    `notes` overrides the library's notes (SkillScaffold injects a skill card this way).
+    `method` decides what the actor is shown of the library (its notes and visible skills) and, for
+    training batches, which task comes next (a curriculum; by default `task_ids` in order). `notes`
+    overrides the notes (SkillScaffold injects a skill card this way).
     """
     if client is None:
         with session(llm) as client:
             return run_batch(bench=bench, llm=llm, library_dir=library_dir, task_ids=task_ids, spec=spec,
-                             out_dir=out_dir, wall_s=wall_s, prompts=prompts, notes=notes, client=client,
-                             logger=logger)
+                             out_dir=out_dir, wall_s=wall_s, prompts=prompts, notes=notes, method=method,
+                             history_dirs=history_dirs, client=client, logger=logger)
     log = logger or logging.getLogger("skillrepro.runner")
     out_dir = Path(out_dir)
     partial = out_dir.parent / f".{out_dir.name}.partial"
     benchmark = bench.load()
     library = skills.Library.load(library_dir)
+    impl, options = _method(method)
+    if notes is None:
+        notes = impl.notes(library, options) if impl else library.notes
+    visible = impl.visible(library, options) if impl else None
     actor = Actor(client, benchmark.describe(), bench.call_budget(), wall_s, llm.tool_calling,
-                  prompts or Prompts(), library.notes if notes is None else notes)
+                  prompts or Prompts(), notes)
     progress = _progress(len(task_ids), f"{spec.benchmark}/{spec.variant}/seed{spec.seed} {spec.split} c{spec.cycle}")
     for i, task_id in enumerate(task_ids):
         done_dir = partial / f"{i:04d}"
         if not (done_dir / "episodes.parquet").exists():
+            episode_actor = actor
+            if impl is not None and spec.split == "train":
+                choice = impl.next_task(TaskContext(library, options, spec.cycle, i, tuple(task_ids),
+                                                    tuple(history_dirs) + _finished(partial), llm, bench, client))
+                task_id = choice.task_id
+                if choice.goal:
+                    episode_actor = replace(actor, notes=f"{notes}\nGoal for this episode: {choice.goal}".strip())
             env = benchmark.make(task_id)
             skill_calls: list[SkillCall] = []
-            tools = primitive_tools(env) + skills.tools_for(library, env, skill_calls.append)
-            rec: EpisodeRecords = actor.run(env, tools, spec, log.info)
+            tools = primitive_tools(env) + skills.tools_for(library, env, skill_calls.append, visible)
+            rec: EpisodeRecords = episode_actor.run(env, tools, spec, log.info)
             tag_skill_calls(skill_calls, rec.episode.episode_id, rec.steps)
             # Episode file last: its presence marks the episode as complete.
             write_records(done_dir / "steps.parquet", rec.steps, Step)
@@ -89,6 +106,18 @@ def run_batch(
         write_records(out_dir / f"{name}.parquet", merged[name], cls)
     shutil.rmtree(partial, ignore_errors=True)
     return BatchOutcome(merged["episodes"], out_dir)
+
+
+def _finished(partial: Path) -> tuple[Path, ...]:
+    """This batch's finished episodes, one folder each (same tables as a batch folder)."""
+    return tuple(sorted(d for d in partial.glob("[0-9]*") if (d / "episodes.parquet").exists()))
+
+
+def _method(method: MethodConfig | None) -> tuple[Any, Any]:
+    if method is None:
+        return None, None
+    impl = get_method(method.method)
+    return impl, impl.parse_options(method.options, method.variant)
 
 
 def _progress(total: int, desc: str):

@@ -1,19 +1,25 @@
-"""Sleep phase k: the method's learner turns library v{k-1} and the training history into v{k}."""
+"""Sleep phase k: the variant's method turns library v{k-1} and the training history into v{k}."""
 from pathlib import Path
 
-from skillrepro.learners import InduceContext, get_learner
+from skillrepro.methods import InduceContext, get_method
 from skillrepro.pipeline import run_id, seeded, setup_logging
 from skillrepro.skills import Library
+from skillrepro.store import LLMCall, write_records, write_text
 
 log = setup_logging(snakemake)
-w, p = snakemake.wildcards, snakemake.params
+w, p, out = snakemake.wildcards, snakemake.params, snakemake.output
 previous = Path(snakemake.input.library).parent
 ctx = InduceContext(
     library=Library.load(previous), cycle=int(w.k) - 1,
     history_dirs=tuple(Path(b).parent for b in snakemake.input.batches),
-    library_root=previous.parent, out_dir=Path(snakemake.output[0]).parent, run_id=run_id(w),
-    bench=p.bench, method=p.method, llm=seeded(p.llm, w.seed), request_budget=p.request_budget,
+    library_root=previous.parent, out_dir=Path(out.library).parent, record_dir=Path(out.llm_calls).parent,
+    run_id=run_id(w), bench=p.bench, method=p.method, llm=seeded(p.llm, w.seed), request_budget=p.request_budget,
 )
-library = get_learner(p.method.learner).induce(ctx)
+library = get_method(p.method.method).induce(ctx)
+# Every sleep phase leaves the same declared records, even a method that makes no LLM call.
+if not Path(out.llm_calls).exists():
+    write_records(out.llm_calls, [], LLMCall)
+if not Path(out.transcript).exists():
+    write_text(out.transcript, "")
 library.write(ctx.out_dir)
 log.info("v%d -> v%d: %d functions (%d public)", int(w.k) - 1, library.version, len(library.functions), len(library.public()))

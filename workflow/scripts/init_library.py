@@ -6,5 +6,5 @@ from skillrepro.skills import Library
 
 log = setup_logging(snakemake)
 folder = Path(snakemake.output[0]).parent
-Library(version=0, meta={"learner": "init"}).write(folder)
+Library(version=0, meta={"method": "init"}).write(folder)
 log.info("wrote empty library %s", folder)

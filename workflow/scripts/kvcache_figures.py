@@ -1,7 +1,7 @@
 """The seminar's views of the KV-cache study, one PNG each."""
 import pandas as pd
 
-from skillrepro.kvcache import figures
+from skillrepro.studies.kvcache import figures
 from skillrepro.pipeline import setup_logging
 
 log = setup_logging(snakemake)

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from skillrepro.kvcache import formats as F
-from skillrepro.kvcache.actor import format_benchmark, walk_views
-from skillrepro.kvcache.tokenizers import get_tokenizer
+from skillrepro.studies.kvcache import formats as F
+from skillrepro.studies.kvcache.actor import format_benchmark, walk_views
+from skillrepro.studies.kvcache.tokenizers import get_tokenizer
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
 

@@ -2,7 +2,7 @@
 import json
 from pathlib import Path
 
-from skillrepro.kvcache.actor import record_run
+from skillrepro.studies.kvcache.actor import record_run
 from skillrepro.pipeline import seeded, setup_logging
 
 log = setup_logging(snakemake)

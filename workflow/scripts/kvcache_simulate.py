@@ -4,7 +4,7 @@ import dataclasses
 
 import pandas as pd
 
-from skillrepro.kvcache import study
+from skillrepro.studies.kvcache import study
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_table
 

@@ -1,7 +1,7 @@
 """kvcache_{reuse,steps,load,success,server}.csv from every run's simulations and episodes."""
 import pandas as pd
 
-from skillrepro.kvcache import study
+from skillrepro.studies.kvcache import study
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
 

@@ -1,7 +1,7 @@
 """The games every (format, seed) run plays: n_games ids of the configured split."""
 import json
 
-from skillrepro.kvcache.actor import format_benchmark
+from skillrepro.studies.kvcache.actor import format_benchmark
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
 

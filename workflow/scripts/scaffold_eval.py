@@ -1,7 +1,7 @@
 """SkillScaffold validation: evaluation rollout i of every query with each format-valid candidate injected."""
 from pathlib import Path
 
-from skillrepro.learners import skillscaffold as ss
+from skillrepro.studies import scaffold as ss
 from skillrepro.pipeline import setup_logging
 
 log = setup_logging(snakemake)

@@ -1,7 +1,7 @@
 """SkillScaffold: the Generator's evidence per query (grp: every Scout with its outcome; anc: the first success)."""
 from pathlib import Path
 
-from skillrepro.learners import skillscaffold as ss
+from skillrepro.studies import scaffold as ss
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_records
 

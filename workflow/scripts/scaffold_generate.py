@@ -1,5 +1,5 @@
 """SkillScaffold: M candidate skill cards per query from the benchmark's generator template (section 4.2)."""
-from skillrepro.learners import skillscaffold as ss
+from skillrepro.studies import scaffold as ss
 from skillrepro.llm.client import LLMClient
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import LLMCall, write_records

@@ -1,7 +1,7 @@
 """SkillScaffold: Post-Scout i of every query, with its selected card in the actor's notes or skill-free (4.4)."""
 from pathlib import Path
 
-from skillrepro.learners import skillscaffold as ss
+from skillrepro.studies import scaffold as ss
 from skillrepro.pipeline import setup_logging
 
 log = setup_logging(snakemake)

@@ -8,6 +8,6 @@ from skillrepro.store import write_text
 log = setup_logging(snakemake)
 p = snakemake.params
 tasks = p.bench.load().sample_tasks(p.scaffold.split, p.scaffold.n_queries, p.task_seed)
-Library(version=0, meta={"learner": "skillscaffold"}).write(snakemake.output.library.removesuffix("/manifest.json"))
+Library(version=0, meta={"method": "skillscaffold"}).write(snakemake.output.library.removesuffix("/manifest.json"))
 write_text(snakemake.output.queries, json.dumps(tasks))
 log.info("%d %s queries: %s", len(tasks), p.scaffold.split, tasks)

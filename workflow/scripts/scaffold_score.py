@@ -1,7 +1,7 @@
 """SkillScaffold: l(s; tau) for every Scout of a query under each of its format-valid candidates (eq. 7)."""
 from pathlib import Path
 
-from skillrepro.learners import skillscaffold as ss
+from skillrepro.studies import scaffold as ss
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_records
 

@@ -1,7 +1,7 @@
 """SkillScaffold: l(empty; tau) for every Scout, computed once and shared by every variant and candidate."""
 from pathlib import Path
 
-from skillrepro.learners import skillscaffold as ss
+from skillrepro.studies import scaffold as ss
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_records
 

@@ -2,7 +2,7 @@
 import json
 from pathlib import Path
 
-from skillrepro.learners import skillscaffold as ss
+from skillrepro.studies import scaffold as ss
 from skillrepro.pipeline import setup_logging
 
 log = setup_logging(snakemake)

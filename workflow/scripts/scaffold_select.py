@@ -1,7 +1,7 @@
 """SkillScaffold: positive-gated selection per query (eq. 10): the best eligible card if its utility > threshold."""
 from pathlib import Path
 
-from skillrepro.learners import skillscaffold as ss
+from skillrepro.studies import scaffold as ss
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_records
 

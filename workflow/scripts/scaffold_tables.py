@@ -1,7 +1,7 @@
 """SkillScaffold validation tables: decision rules and utility quintiles (section 5.4), exploration view (fig. 6)."""
 import pandas as pd
 
-from skillrepro.learners import skillscaffold as ss
+from skillrepro.studies import scaffold as ss
 from skillrepro.pipeline import setup_logging
 
 log = setup_logging(snakemake)

@@ -1,7 +1,7 @@
 """SkillScaffold: utility of every candidate from the paired scores (eq. 8 grp, eq. 9 anc)."""
 from pathlib import Path
 
-from skillrepro.learners import skillscaffold as ss
+from skillrepro.studies import scaffold as ss
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_records
 

@@ -4,12 +4,14 @@ from skillrepro.skills.library import Library, SkillFunction, parse_functions
 __all__ = ["Library", "SkillFunction", "parse_functions", "tools_for"]
 
 
-def tools_for(library: Library, env, record) -> list:
-    """The library's public skills as actor tools bound to `env`; each invocation's frames go to `record`.
+def tools_for(library: Library, env, record, visible: list[str] | None = None) -> list:
+    """The skills named in `visible` (default: the public ones) as actor tools bound to `env`; every
+    function of the library stays callable from them. Each invocation's frames go to `record`.
 
     An empty library (ReAct, OPO, v0 of every method) adds no tools."""
-    if not library.public():
+    names = [f.name for f in library.public()] if visible is None else list(visible)
+    if not names:
         return []
     from skillrepro.skills.sandbox import skill_tools
 
-    return skill_tools(library, env, record)
+    return skill_tools(library, env, record, names=names)

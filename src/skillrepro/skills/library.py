@@ -1,6 +1,6 @@
-"""A library version is a folder `v{k}/`: `skills.py` (the functions), `notes.md` (prompt text a learner
+"""A library version is a folder `v{k}/`: `skills.py` (the functions), `notes.md` (prompt text a method
 keeps for the actor, empty for code-only methods) and `manifest.json` (written last; its presence marks a
-complete version). A written version is never changed: learners write v{k+1} from v{k}.
+complete version). A written version is never changed: methods write v{k+1} from v{k}.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class Library:
     version: int
     functions: tuple[SkillFunction, ...] = ()
     notes: str = ""
-    meta: dict = field(default_factory=dict)  # who wrote it and how (learner, session id)
+    meta: dict = field(default_factory=dict)  # who wrote it and how (method, session id)
 
     def public(self) -> list[SkillFunction]:
         return [f for f in self.functions if f.public]

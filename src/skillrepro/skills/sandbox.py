@@ -358,8 +358,9 @@ def _params(signature: str) -> tuple[tuple[str, str], ...]:
 
 
 def skill_tools(library, env: Env, record: Callable[[SkillCall], None],
-                limits: SandboxLimits | None = None) -> list:
-    """One actor Tool per public skill, all sharing one sandbox worker for this episode."""
+                limits: SandboxLimits | None = None, names: list[str] | None = None) -> list:
+    """One actor Tool per skill in `names` (default: the public ones), all sharing one sandbox worker
+    for this episode."""
     from skillrepro.agent import Tool
 
     session = SandboxSession(source=library.source, env=env, limits=limits, record=record)
@@ -374,7 +375,8 @@ def skill_tools(library, env: Env, record: Callable[[SkillCall], None],
         run.session = session  # keeps the worker alive as long as the tool is
         return run
 
-    return [Tool(f.name, _params(f.signature), f.doc, runner(f.name)) for f in library.public()]
+    shown = set(names) if names is not None else {f.name for f in library.public()}
+    return [Tool(f.name, _params(f.signature), f.doc, runner(f.name)) for f in library.functions if f.name in shown]
 
 
 def tag_skill_calls(calls: list[SkillCall], episode_id: str, steps: list) -> None:

@@ -19,7 +19,7 @@ from typing import Callable
 
 from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, ParsedAction, PromptTurn, Tool, primitive_tools
 from skillrepro.config import LLMConfig
-from skillrepro.kvcache import formats as F
+from skillrepro.studies.kvcache import formats as F
 
 _ACTION = re.compile(r"<action>(.*?)(?:</action>|$)", re.IGNORECASE | re.DOTALL)
 

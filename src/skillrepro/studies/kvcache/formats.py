@@ -339,7 +339,7 @@ def render_chatml(messages: list[dict], default_system: str | None = QWEN_DEFAUL
 
 def shared_prefix_tokens(a: list[int], b: list[int]) -> int:
     """How many leading tokens two prompts share: what one episode's cache can give the other."""
-    from skillrepro.kvcache.sim import common_prefix
+    from skillrepro.studies.kvcache.sim import common_prefix
     import numpy as np
 
     return common_prefix(np.asarray(a), np.asarray(b))

@@ -2,8 +2,10 @@
 
 The inducer is an LLM with tools: `execute_code` (Python in the sandbox, with the run's history in a
 read-only DuckDB), `read_library`, `write_function`, `delete_function`, `finish`. It works on a copy of
-library v{k}; every write is checked (it parses, the library loads in the sandbox, and a new function
-without required arguments runs on a fresh recorded training task without raising) before it is kept.
+library v{k}; every write is checked before it is kept: it parses and the library loads in the sandbox.
+The online protocol forbids replay (appendix E, section 2: a finished rollout's task is never re-run), so
+no check steps an environment; `replay_check: true` re-runs a new zero-argument function on a fresh copy of
+a past training task, a deviation kept as an explicit option (recorded in the manifest, off by default).
 Whatever the model manages, the result is a valid v{k+1}: v{k} plus the writes that passed.
 
 Small CPU models rarely produce native tool calls, so replies are read with a lenient text protocol
@@ -11,9 +13,9 @@ Small CPU models rarely produce native tool calls, so replies are read with a le
 too). Native tool calls are used when `llm.tool_calling` is native, with the text reading as fallback.
 
 Ablations (method options): prompt asi_style (the ASI-like prompt file), access all_public (every
-function public), interpreter off (no execute_code; the recent trajectories are put in the context).
+function public), interpreter false (no execute_code; the recent trajectories are put in the context).
 
-Records: the session's LLM calls go to <run>/induce/c{k}/llm_calls.parquet (role "inducer") and every
+Records: the session's LLM calls go to <run>/induce/v{k+1}/llm_calls.parquet (role "inducer") and every
 tool call, its input and its output to transcript.jsonl beside it.
 """
 from __future__ import annotations
@@ -24,9 +26,9 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from skillrepro.learners import InduceContext
+from skillrepro.methods import InduceContext, register
 from skillrepro.skills.library import Library, SkillFunction, parse_functions
 from skillrepro.skills.sandbox import SandboxLimits, SandboxSession, _system_read_paths
 from skillrepro.store import LLMCall, schema, write_records, write_text
@@ -54,6 +56,19 @@ TOOL_DOCS = {
     "delete_function": "delete_function(\"name\"): remove a function.",
     "finish": "finish(\"summary\"): end the session; the library as it is now becomes the next version.",
 }
+
+
+@dataclass(frozen=True)
+class Options:
+    prompt: Literal["default", "asi_style"] = "default"  # inducer prompt file prompts/inducer_{prompt}.txt
+    access: Literal["split", "all_public"] = "split"  # all_public: every function is shown to the actor
+    interpreter: bool = True  # false: no execute_code; recent trajectories go into the context instead
+    inducer_prompt_file: str | None = None  # replaces the prompt file
+    replay_check: bool = False  # deviation: run new functions on a past training task (not online)
+
+    def check(self) -> None:
+        if self.inducer_prompt_file and not Path(self.inducer_prompt_file).is_file():
+            raise ValueError(f"inducer_prompt_file: {self.inducer_prompt_file} does not exist")
 
 
 @dataclass
@@ -220,13 +235,23 @@ def recent_trajectories(files: dict[str, list[str]], openings: dict[str, str], c
 
 
 # ------------------------------------------------------------------------------------------ tools
+def load_check(functions: dict[str, SkillFunction]) -> str:
+    """'' if the library loads in the sandbox (no environment is stepped); otherwise what went wrong."""
+    s = SandboxSession(source=Library(0, tuple(functions.values())).source, limits=SMOKE_LIMITS)
+    try:
+        s._ensure()
+        return f"the library does not load: {s.load_error}" if s.load_error else ""
+    finally:
+        s.close()
+
+
 def smoke_check(functions: dict[str, SkillFunction], new: list[str], bench, task_ids: list[str]) -> str:
-    """'' if the library loads in the sandbox and each new function without required arguments runs on a
-    fresh recorded training task without raising; otherwise what went wrong."""
+    """Replay check (option `replay_check`, off in every paper preset): '' if the library loads and each new
+    function without required arguments runs on a fresh past training task without raising."""
     lib = Library(0, tuple(functions.values()))
     env = bench.make(task_ids[0]) if task_ids else None
     if env is None:
-        return ""
+        return load_check(functions)
     env.reset()
     s = SandboxSession(source=lib.source, env=env, limits=SMOKE_LIMITS)
     try:
@@ -250,7 +275,8 @@ def smoke_check(functions: dict[str, SkillFunction], new: list[str], bench, task
         env.release()
 
 
-def write_function(sess: Session, code: str, public: bool | None, bench, task_ids: list[str]) -> str:
+def write_function(sess: Session, code: str, public: bool | None, bench, task_ids: list[str],
+                   replay: bool = False) -> str:
     if not code.strip():
         return "Error: no code block found; put the function in a ```python block."
     dropped = ""
@@ -283,7 +309,8 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
     # Callees were computed within the written block; recompute over the whole library.
     whole = {f.name: f for f in parse_functions(Library(0, tuple(candidate.values())).source)}
     candidate = {n: SkillFunction(n, c.public, c.signature, c.doc, c.source, whole[n].callees) for n, c in candidate.items()}
-    problem = smoke_check(candidate, [f.name for f in parsed], bench, task_ids)
+    problem = (smoke_check(candidate, [f.name for f in parsed], bench, task_ids) if replay
+               else load_check(candidate))
     if problem:
         return f"Error: not saved, the check failed: {problem}"
     sess.functions = candidate
@@ -338,21 +365,21 @@ def induce(ctx: InduceContext, client=None) -> Library:
     if client is None:
         with _client(ctx) as c:
             return induce(ctx, c)
-    opts = ctx.method.options
-    interpreter = opts.get("interpreter", "on") not in ("off", False)
-    all_public = opts.get("access", "split") == "all_public"
-    style = opts.get("prompt", "default")
-    prompt_file = Path(opts.get("inducer_prompt_file") or PROMPTS / f"inducer_{style}.txt")
+    opts: Options = ctx.options
+    interpreter = opts.interpreter
+    all_public = opts.access == "all_public"
+    style = opts.prompt
+    prompt_file = Path(opts.inducer_prompt_file or PROMPTS / f"inducer_{style}.txt")
     if not prompt_file.is_file():
         raise FileNotFoundError(f"method {ctx.method.variant}: inducer prompt file {prompt_file} does not exist")
     bench = ctx.bench.load()
     files = history_files(ctx.history_dirs)
     summary, task_ids = _history_facts(files)
-    openings = _openings(bench, task_ids)
+    openings = _openings(bench, task_ids)  # resets only: the task's first observation, nothing is stepped
     primitives = {p.name for p in bench.primitives()}
     sess = Session({f.name: f for f in ctx.library.functions}, primitives, all_public)
-    session_id = f"{ctx.run_id}/induce/c{ctx.cycle}"
-    record_dir = ctx.out_dir.parent.parent / "induce" / f"c{ctx.cycle}"
+    session_id = f"{ctx.run_id}/induce/v{ctx.library.version + 1}"
+    record_dir = ctx.record_dir
 
     tools = [t for t in TOOL_DOCS if interpreter or t != "execute_code"]
     access_rule = ("Every function you write is offered to the agent." if all_public else
@@ -428,7 +455,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
                     text = prefill + text
                 action = parse_action(text, interpreter)
             t0 = time.time()
-            observation = _apply(action, sess, sandbox, interpreter, bench, task_ids)
+            observation = _apply(action, sess, sandbox, interpreter, bench, task_ids, opts.replay_check)
             sess.transcript.append({"request": req, "prefill": prefill, "reply": reply.text, "tool": action.name, "code": action.code,
                                     "public": action.public, "target": action.target, "observation": observation,
                                     "tool_s": round(time.time() - t0, 3), "prompt_tokens": reply.record.prompt_tokens,
@@ -444,14 +471,15 @@ def induce(ctx: InduceContext, client=None) -> Library:
         write_records(record_dir / "llm_calls.parquet", records, LLMCall)
         write_text(record_dir / "transcript.jsonl", "".join(json.dumps(t, default=str) + "\n" for t in sess.transcript))
 
-    final = _final_functions(sess, bench, task_ids)
+    final = _final_functions(sess)
     return Library(ctx.library.version + 1, tuple(final.values()), ctx.library.notes, {
-        "learner": "speedrunner", "variant": ctx.method.variant, "cycle": ctx.cycle, "session_id": session_id,
+        "method": "speedrunner", "variant": ctx.method.variant, "cycle": ctx.cycle, "session_id": session_id,
         "requests": len(records), "writes_accepted": sess.writes_ok, "finished": sess.finished,
-        "prompt": style, "access": "all_public" if all_public else "split", "interpreter": interpreter})
+        "prompt": style, "access": "all_public" if all_public else "split", "interpreter": interpreter,
+        "replay_check": opts.replay_check})
 
 
-def _apply(action: Action, sess: Session, sandbox, interpreter: bool, bench, task_ids) -> str:
+def _apply(action: Action, sess: Session, sandbox, interpreter: bool, bench, task_ids, replay: bool) -> str:
     if action.problem:
         return (f"Error: {action.problem}. Reply with 'Action: <tool>' and, for execute_code or "
                 f"write_function, one ```python block.")
@@ -464,7 +492,7 @@ def _apply(action: Action, sess: Session, sandbox, interpreter: bool, bench, tas
     if action.name == "read_library":
         return sess.library_text()[:OBS_CHARS * 2]
     if action.name == "write_function":
-        return write_function(sess, action.code, action.public, bench, task_ids)
+        return write_function(sess, action.code, action.public, bench, task_ids, replay)
     if action.name == "delete_function":
         return delete_function(sess, action.target)
     if action.name == "finish":
@@ -473,11 +501,11 @@ def _apply(action: Action, sess: Session, sandbox, interpreter: bool, bench, tas
     return f"Error: unknown tool {action.name!r}."
 
 
-def _final_functions(sess: Session, bench, task_ids) -> dict[str, SkillFunction]:
+def _final_functions(sess: Session) -> dict[str, SkillFunction]:
     """Every write was checked; still, keep only what parses and loads together (belt and braces)."""
     funcs = dict(sess.functions)
     while funcs:
-        if not smoke_check(funcs, [], bench, task_ids):
+        if not load_check(funcs):
             return funcs
         bad = [n for n, f in funcs.items() if _does_not_compile(f.source)] or [list(funcs)[-1]]
         del funcs[bad[0]]
@@ -514,11 +542,10 @@ def _duck_types(cols: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 def _client(ctx: InduceContext):
-    """The run's shared LLM server, or one started for this job (llm.client.session, where it exists)."""
-    import contextlib
+    """The run's shared LLM server, or one started for this job."""
+    from skillrepro.llm.client import session
 
-    from skillrepro.llm import client as llm_client
+    return session(ctx.llm)
 
-    if hasattr(llm_client, "session"):
-        return llm_client.session(ctx.llm)
-    return contextlib.nullcontext(llm_client.LLMClient.connect(ctx.llm))
+
+register("speedrunner", Options, induce)

@@ -19,8 +19,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from skillrepro.kvcache import sim
-from skillrepro.kvcache.actor import StreamRequest
+from skillrepro.studies.kvcache import sim
+from skillrepro.studies.kvcache.actor import StreamRequest
 
 
 def read_stream(path: str | Path) -> list[StreamRequest]:

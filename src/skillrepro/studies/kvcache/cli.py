@@ -29,8 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _simulate(a: argparse.Namespace) -> int:
-    from skillrepro.kvcache import sim
-    from skillrepro.kvcache.tokenizers import get_tokenizer
+    from skillrepro.studies.kvcache import sim
+    from skillrepro.studies.kvcache.tokenizers import get_tokenizer
     from skillrepro.store import write_table
 
     try:

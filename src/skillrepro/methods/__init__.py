@@ -1,0 +1,194 @@
+"""Methods of the online loop: how a library (skills, notes) changes between rollout batches, and what the
+actor is shown of it.
+
+A method is one module in this folder. At import it registers itself:
+
+    @dataclass(frozen=True)
+    class Options:                 # methods.<variant>.options, checked field by field
+        rounds: int = 1
+
+    def induce(ctx: InduceContext) -> Library: ...   # library v{k} + training history -> v{k+1}
+
+    register("mymethod", Options, induce)
+
+Optional hooks (keyword arguments of `register`) change what the actor gets from a library:
+`notes(library, options) -> str` (the text put in the actor's prompt; OPO's rewritten notes),
+`visible(library, options) -> list[str]` (the skills listed to the actor; the others stay callable from
+them, as in Voyager's truncation), and `next_task(TaskContext) -> TaskChoice` (which training task comes
+next and with what goal; Voyager's curriculum). Methods never see test episodes: `history_dirs` holds
+training batches only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig
+from skillrepro.skills import Library
+
+
+@dataclass(frozen=True)
+class InduceContext:
+    library: Library  # version k
+    cycle: int  # k
+    history_dirs: tuple[Path, ...]  # training batch folders of cycles <= k (episodes/steps/llm_calls/skill_calls.parquet)
+    library_root: Path  # folder holding v0..vk, for methods that compare versions
+    out_dir: Path  # where v{k+1} will be written
+    record_dir: Path  # the sleep phase's own records (llm_calls.parquet, transcript.jsonl, replay episodes)
+    run_id: str
+    bench: BenchmarkConfig
+    method: MethodConfig
+    llm: LLMConfig
+    request_budget: int
+
+    @property
+    def options(self) -> Any:
+        """The variant's options as its method's typed dataclass."""
+        return get_method(self.method.method).parse_options(self.method.options, self.method.variant)
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What a curriculum sees before a training episode: the library it will be played with, the batch's
+    planned tasks, and the training history so far (earlier batches, and this batch's finished episodes)."""
+
+    library: Library
+    options: Any
+    cycle: int
+    index: int  # position of the episode in its batch
+    planned: tuple[str, ...]  # the protocol's training tasks for this batch
+    history_dirs: tuple[Path, ...]
+    llm: LLMConfig
+    bench: BenchmarkConfig
+    client: Any = None  # the batch's LLM client, for curricula that ask the model
+
+
+@dataclass(frozen=True)
+class TaskChoice:
+    task_id: str
+    goal: str = ""  # shown to the actor with the task's own instruction; empty for none
+
+
+def default_notes(library: Library, options: Any) -> str:
+    return library.notes
+
+
+def default_visible(library: Library, options: Any) -> list[str]:
+    return [f.name for f in library.public()]
+
+
+def default_next_task(ctx: TaskContext) -> TaskChoice:
+    return TaskChoice(ctx.planned[ctx.index])
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """A method without options."""
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    options: type
+    induce: Callable[[InduceContext], Library]
+    notes: Callable[[Library, Any], str] = default_notes
+    visible: Callable[[Library, Any], list[str]] = default_visible
+    next_task: Callable[[TaskContext], TaskChoice] = default_next_task
+
+    def parse_options(self, raw: dict[str, Any] | None, variant: str) -> Any:
+        """`raw` as an instance of the options class; a ConfigError names the key otherwise."""
+        return parse_options(self.options, raw or {}, f"methods.{variant}.options")
+
+
+_REGISTRY: dict[str, Method] = {}
+
+
+def register(name: str, options: type, induce: Callable[[InduceContext], Library], **hooks: Callable) -> Method:
+    if name in _REGISTRY and _REGISTRY[name].induce.__module__ != induce.__module__:
+        raise ValueError(f"method {name!r} is registered twice ({_REGISTRY[name].induce.__module__}, {induce.__module__})")
+    if not dataclasses.is_dataclass(options):
+        raise TypeError(f"method {name!r}: options must be a dataclass")
+    _REGISTRY[name] = method = Method(name, options, induce, **hooks)
+    return method
+
+
+def registry() -> dict[str, Method]:
+    """Every method in this folder, by name (importing each module registers it)."""
+    for mod in pkgutil.iter_modules(__path__):
+        if not mod.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{mod.name}")
+    return dict(_REGISTRY)
+
+
+def get_method(name: str) -> Method:
+    methods = registry()
+    if name not in methods:
+        raise ConfigError(f"unknown method {name!r}; known: {', '.join(sorted(methods))}")
+    return methods[name]
+
+
+# ------------------------------------------------------------------------------------------ options
+def parse_options(cls: type, raw: dict[str, Any], where: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config key {where}: expected a mapping of option names to values")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        allowed = ", ".join(fields) or "none"
+        raise ConfigError(f"config key {where}: unknown option(s) {', '.join(unknown)}; allowed: {allowed}")
+    values = {}
+    for key, value in raw.items():
+        if not _fits(value, hints[key]):
+            raise ConfigError(f"config key {where}.{key}: {value!r} is not {_describe(hints[key])}")
+        values[key] = value
+    obj = cls(**values)
+    check = getattr(obj, "check", None)
+    if check is not None:
+        try:
+            check()
+        except ValueError as e:
+            raise ConfigError(f"config key {where}: {e}") from None
+    return obj
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin is typing.Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf")
+    if origin in (tuple, list):
+        return isinstance(value, (list, tuple)) and all(_fits(v, args[0]) for v in value)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True
+
+
+def _describe(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args)
+    if hint is type(None):
+        return "null"
+    if origin in (tuple, list):
+        return f"a list of {_describe(args[0])}"
+    return f"a {getattr(hint, '__name__', str(hint))}"
