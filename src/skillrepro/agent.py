@@ -179,9 +179,12 @@ class Actor:
         return self.prompts.system.format(environment=self.environment_text, tools=listing, notes=notes,
                                           protocol=protocol)
 
-    def run(self, env: Env, tools: list[Tool], spec: EpisodeSpec, log: Callable[[str], None] | None = None) -> EpisodeRecords:
+    def run(self, env: Env, tools: list[Tool], spec: EpisodeSpec, log: Callable[[str], None] | None = None,
+            episode_id: str | None = None) -> EpisodeRecords:
+        """Play one episode. `episode_id` names it (the batch runner derives one from the batch's settings, so a
+        replayed batch keeps its ids); by default a random suffix after the seed key."""
         seed_key = f"{spec.run_id}/{spec.split}/c{spec.cycle}/{env.task_id}"  # same episode, same draws
-        episode_id = f"{seed_key}/{uuid.uuid4().hex[:8]}"
+        episode_id = episode_id or f"{seed_key}/{uuid.uuid4().hex[:8]}"
         started = time.time()
         by_name = {t.name: t for t in tools}
         by_lower = {t.name.lower(): t for t in tools}

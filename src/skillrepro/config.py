@@ -38,6 +38,7 @@ class LLMConfig:
     timeout_s: float = 600
     tool_calling: str = "text"
     vllm_args: tuple[str, ...] = ()
+    episodes_in_flight: int = 1  # episodes of one batch played at once (each job takes as many `llm` units)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LLMConfig":

@@ -149,6 +149,9 @@ class Benchmark(ABC):
     name: ClassVar[str]
     env_class: ClassVar[type[Env]]
     llm_call_budget: ClassVar[int]
+    # True when the envs of one process share one simulator (ScienceWorld's JVM): the batch runner then
+    # plays one episode at a time; parallelism comes from Snakemake jobs.
+    one_episode_per_process: ClassVar[bool] = False
 
     def __init__(self, **options: Any):
         if options:

@@ -473,6 +473,7 @@ class ScienceWorldBenchmark(Benchmark):
     name = "scienceworld"
     env_class = ScienceWorldEnv
     llm_call_budget = 100
+    one_episode_per_process = True  # the process's one JVM holds one episode's world at a time
 
     def __init__(self, family: str = "electricity", room_each_step: bool = True, **unknown: Any):
         if unknown:
