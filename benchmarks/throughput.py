@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -45,6 +46,13 @@ class Recording(LLMClient):
         with self._lock:
             self.sent.append(dict(request))
         return super()._with_retries(request)
+
+
+def server_cpu_s(server) -> float:
+    """CPU seconds the server process has used: on a shared machine, a cost that does not move with the load
+    as wall time does (one thread: llama.cpp's threads spin while they wait for each other)."""
+    fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def play(cfg: LLMConfig, url: str, tasks: list[str], budget: int, out: Path, client: LLMClient | None = None):
@@ -78,12 +86,16 @@ def straight(url: str, requests: list[dict], streams: int) -> list[tuple[float, 
         return list(pool.map(send, requests))
 
 
-def per_call(a, cfg: LLMConfig, url: str, tmp: Path) -> None:
+def per_call(a, cfg: LLMConfig, server, tmp: Path) -> None:
+    url = server.url
     tasks = BenchmarkConfig("babyai", "babyai").load().sample_tasks("train", a.episodes, 7)
     cfg = replace(cfg, episodes_in_flight=a.streams)
     client = Recording(cfg, url)
+    cpu0 = server_cpu_s(server)
     wall, episodes, calls = play(cfg, url, tasks, a.budget, tmp / "pipeline", client)
+    cpu1 = server_cpu_s(server)
     direct = straight(url, client.sent, a.streams)
+    cpu2 = server_cpu_s(server)
     pipe_lat = statistics.mean(c.latency_s for c in calls)
     pipe_wall = sum(e.wall_s for e in episodes) / len(calls)
     raw = statistics.mean(t for t, _ in direct)
@@ -91,24 +103,31 @@ def per_call(a, cfg: LLMConfig, url: str, tmp: Path) -> None:
     print(f"{'measure':<52}{'pipeline':>10}{'straight':>10}{'ratio':>8}")
     print(f"{'seconds per call (client latency vs raw HTTP)':<52}{pipe_lat:>10.3f}{raw:>10.3f}{pipe_lat / raw:>8.2f}")
     print(f"{'seconds per call (episode wall / calls vs raw HTTP)':<52}{pipe_wall:>10.3f}{raw:>10.3f}{pipe_wall / raw:>8.2f}")
+    print(f"{'server CPU seconds per call':<52}{(cpu1 - cpu0) / len(calls):>10.3f}{(cpu2 - cpu1) / len(direct):>10.3f}"
+          f"{(cpu1 - cpu0) / max(cpu2 - cpu1, 1e-9):>8.2f}")
     print(f"{'completion tokens per call':<52}{statistics.mean(c.completion_tokens for c in calls):>10.1f}"
           f"{statistics.mean(n for _, n in direct):>10.1f}")
+    print(f"{'prompt tokens per call (cached)':<52}{statistics.mean(c.prompt_tokens for c in calls):>10.1f}"
+          f"{'':>10}  ({statistics.mean(c.cached_tokens for c in calls):.1f} cached)")
     print("target: ratio <= 1.2")
 
 
-def episodes_per_minute(a, cfg: LLMConfig, url: str, tmp: Path) -> None:
+def episodes_per_minute(a, cfg: LLMConfig, server, tmp: Path) -> None:
     pool = BenchmarkConfig("babyai", "babyai").load().sample_tasks("train", a.episodes * len(a.in_flight), 11)
     rows = []
     for j, n in enumerate(a.in_flight):
         tasks = pool[j * a.episodes:(j + 1) * a.episodes]
-        wall, episodes, calls = play(replace(cfg, episodes_in_flight=n), url, tasks, a.budget, tmp / f"inflight{n}")
+        cpu0 = server_cpu_s(server)
+        wall, episodes, calls = play(replace(cfg, episodes_in_flight=n), server.url, tasks, a.budget, tmp / f"inflight{n}")
+        cpu = server_cpu_s(server) - cpu0
         tokens = sum(c.completion_tokens for c in calls)
         rows.append((n, len(episodes), len(calls), wall, 60 * len(episodes) / wall, tokens / wall,
-                     statistics.mean(c.latency_s for c in calls)))
+                     statistics.mean(c.latency_s for c in calls), cpu / len(episodes)))
     print(f"model={cfg.model} server slots={cfg.slots} threads={cfg.threads} call budget={a.budget}")
-    print(f"{'in flight':>9}{'episodes':>9}{'calls':>7}{'wall s':>9}{'episodes/min':>14}{'gen tok/s':>11}{'s/call':>8}{'speedup':>9}")
-    for n, ne, nc, wall, epm, tps, lat in rows:
-        print(f"{n:>9}{ne:>9}{nc:>7}{wall:>9.1f}{epm:>14.2f}{tps:>11.1f}{lat:>8.2f}{epm / rows[0][4]:>9.2f}")
+    print(f"{'in flight':>9}{'episodes':>9}{'calls':>7}{'wall s':>9}{'episodes/min':>14}{'gen tok/s':>11}{'s/call':>8}"
+          f"{'speedup':>9}{'CPU s/episode':>15}")
+    for n, ne, nc, wall, epm, tps, lat, cpu in rows:
+        print(f"{n:>9}{ne:>9}{nc:>7}{wall:>9.1f}{epm:>14.2f}{tps:>11.1f}{lat:>8.2f}{epm / rows[0][4]:>9.2f}{cpu:>15.2f}")
 
 
 def main() -> None:
@@ -128,7 +147,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         server = servers.start(cfg, workdir=tmp)
         try:
-            (per_call if a.what == "per-call" else episodes_per_minute)(a, cfg, server.url, Path(tmp))
+            (per_call if a.what == "per-call" else episodes_per_minute)(a, cfg, server, Path(tmp))
         finally:
             server.stop()
 

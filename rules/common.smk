@@ -1,3 +1,4 @@
+import functools
 import os
 
 from skillrepro import config as cfg
@@ -13,9 +14,22 @@ METHODS = {m.variant: m for m in cfg.methods(config)}
 workflow.global_resources.setdefault("llm", LLM.slots)
 
 
-def llm_units(n_episodes):
-    """`llm` units of a job that plays `n_episodes` episodes, `llm.episodes_in_flight` of them at once."""
-    return max(1, min(LLM.episodes_in_flight, n_episodes, LLM.slots))
+def llm_units(n_episodes, split):
+    """`llm` units of a job that plays `n_episodes` episodes of `split`: as many as it has in flight."""
+
+    def units(wildcards):
+        if _one_at_a_time(wildcards.bench, wildcards.variant, split):
+            return 1
+        return max(1, min(LLM.episodes_in_flight, n_episodes, LLM.slots))
+
+    return units
+
+
+@functools.cache
+def _one_at_a_time(bench, variant, split):
+    from skillrepro.runner import plays_one_at_a_time
+
+    return plays_one_at_a_time(BENCHMARKS[bench].load(), METHODS[variant], split)
 
 
 # A snakemake killed with -9 leaves its locks behind; release them so the plain rerun works (see pipeline).

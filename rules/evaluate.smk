@@ -14,7 +14,7 @@ rule evaluate:
         protocol=PROTOCOL,
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
-        llm=llm_units(PROTOCOL.n_test),
+        llm=llm_units(PROTOCOL.n_test, "test"),
         mem_mb=4000,
         runtime=240,
     log:

@@ -32,7 +32,7 @@ rule rollout:
         protocol=PROTOCOL,
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
-        llm=llm_units(PROTOCOL.sleep_every),
+        llm=llm_units(PROTOCOL.sleep_every, "train"),
         mem_mb=4000,
         runtime=240,
     log:

@@ -91,7 +91,7 @@ def run_batch(
     out_dir = Path(out_dir)
     prompts = prompts or Prompts()
     impl, options = _method(method)
-    curriculum = impl is not None and spec.split == "train" and impl.next_task is not default_next_task
+    curriculum = _curriculum(impl, spec.split)
     key = batch_key(bench=bench, llm=llm, library_dir=library_dir, task_ids=task_ids, spec=spec, wall_s=wall_s,
                     prompts=prompts, notes=notes, method=method, history_dirs=history_dirs if curriculum else ())
     partial = _open_resume_dir(resume_dir(out_dir), key, log)
@@ -130,11 +130,17 @@ def run_batch(
     if len(todo) < len(task_ids):
         log.info("resuming: %d of %d episodes already finished, kept", len(task_ids) - len(todo), len(task_ids))
         progress.update(len(task_ids) - len(todo))
-    in_flight = 1 if curriculum or benchmark.one_episode_per_process else min(llm.episodes_in_flight, len(todo))
+    in_flight = 1 if plays_one_at_a_time(benchmark, method, spec.split) else min(llm.episodes_in_flight, len(todo))
     _play_all(play, todo, in_flight)
     progress.close()
     _merge(partial, len(task_ids))
     return BatchOutcome(_link_outputs(partial, out_dir), out_dir)
+
+
+def plays_one_at_a_time(benchmark: Any, method: MethodConfig | None, split: str) -> bool:
+    """True when a batch's episodes cannot be in flight together: a curriculum's training batch (each choice
+    sees the episodes before it) or a benchmark whose envs share one simulator per process."""
+    return _curriculum(_method(method)[0], split) or benchmark.one_episode_per_process
 
 
 def batch_key(*, bench: BenchmarkConfig, llm: LLMConfig, library_dir: str | Path, task_ids: list[str],
@@ -264,6 +270,10 @@ class _Locked:
                 return value(*args, **kwargs)
 
         return locked
+
+
+def _curriculum(impl: Any, split: str) -> bool:
+    return impl is not None and split == "train" and impl.next_task is not default_next_task
 
 
 def _method(method: MethodConfig | None) -> tuple[Any, Any]:
