@@ -9,6 +9,9 @@ requests running and waiting, generated tokens/s and the prefix-cache hit rate f
 at the end their summary beside what the pipeline asked for (llm.slots requests in flight, episodes in
 flight per job), and the cached-token share the requests themselves reported. It stops the run after
 --seconds, so it fits a short lease.
+
+Needs `vllm` on PATH and the model's weights: a node without internet needs --model pointing at a local
+folder (a shipped GGUF name maps to its Hugging Face id, which vLLM would try to download).
 """
 from __future__ import annotations
 
