@@ -88,7 +88,7 @@ def _kill_and_rerun(tmp_path: Path, env: dict, flag: Path, before: dict, procs: 
     batch0 = tmp_path / "results/runs/babyai/react/seed0/train/batch0/episodes.parquet"
     assert batch0.exists()
     before |= finished_episodes(tmp_path)
-    assert len(before) == 2
+    assert sum(r["split"] == "train" for r in before.values()) == 2  # the test at v0 may have run beside it
 
     # 2. The same command again (no --unlock): batch 0 is restored, not replayed; kill as soon as a later
     #    batch or evaluation has finished an episode.
