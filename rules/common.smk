@@ -16,6 +16,21 @@ wildcard_constraints:
     variant="|".join(METHODS),
     seed=r"\d+",
     k=r"\d+",
+    split="train|test",
+
+
+# What every rollout, sleep phase and evaluation of a run reads from the config (its seed is in its path).
+RUN_SETTINGS = ("llm", "benchmark", "call_budget", "method")
+
+
+def settings(*reads):
+    """A params entry: the fingerprint of exactly the config settings a job reads (see
+    skillrepro.config.settings_fingerprint). Snakemake records params of plain types only, so the scripts
+    rebuild their typed settings from snakemake.config and the rule carries this string instead; the job
+    reruns when one of those settings changes, and only then (key order is no change)."""
+    return lambda w: cfg.settings_fingerprint(
+        config, reads, bench=getattr(w, "bench", None), variant=getattr(w, "variant", None)
+    )
 
 
 def run_path(wildcards, name):
