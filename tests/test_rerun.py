@@ -160,3 +160,23 @@ def test_reordered_keys_defaults_written_out_and_operational_settings_rerun_noth
         cfg["protocol"] = dict(reversed(list(cfg["protocol"].items())))
         cfg["benchmarks"]["crafter"]["options"]["zombie_frequency"] = 1  # 1 == 1.0
     assert changed(finished, change) == {}
+
+
+def test_a_job_refuses_a_run_folder_made_under_other_settings(tmp_path):
+    """The second line of defence, for when Snakemake's records are gone and cannot rerun the chain."""
+    from types import SimpleNamespace
+
+    from skillrepro.config import check_config
+    from skillrepro.pipeline import RunSettingsError, run_settings
+    from skillrepro.skills import Library
+
+    library = tmp_path / "library"
+    Library(0, meta={"method": "init", "settings": "made-before"}).write(library / "v0")
+    Library(1).write(library / "v1")
+    job = SimpleNamespace(wildcards=SimpleNamespace(bench="crafter", variant="speedrunner", seed="2"),
+                          config=check_config(BASE), params=SimpleNamespace(settings="this-config"))
+    with pytest.raises(RunSettingsError, match="run crafter/speedrunner/seed2 was started under other settings"):
+        run_settings(job, library / "v1")
+    job.params.settings = "made-before"
+    run = run_settings(job, library / "v1")
+    assert (run.bench.options, run.method.method, run.llm.seed) == ({"zombie_frequency": 1.0}, "speedrunner", 2000)
