@@ -23,8 +23,9 @@ def test_simulate_token_ids(tmp_path, capsys):
                "--policy", "retain", "--out", str(tmp_path / "out")])
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary == {"requests": 2, "prompt_tokens": 130, "cached_tokens": 48, "reuse_ratio": round(48 / 130, 6),
-                       "recomputed_tokens": 82, "preemptions": 0}
+    assert summary == {"engine": "vllm", "vllm_version": "0.11.0", "requests": 2, "prompt_tokens": 130,
+                       "cached_tokens": 48, "reuse_ratio": round(48 / 130, 6), "recomputed_tokens": 82,
+                       "preemptions": 0, "prefix_cache_queries": 130, "prefix_cache_hits": 48}
     t = pq.read_table(tmp_path / "out" / "per_request.parquet").to_pylist()
     assert [(r["episode"], r["step"], r["prompt_tokens"], r["cached_tokens"]) for r in t] == [("0", 0, 50, 0),
                                                                                             ("0", 1, 80, 48)]

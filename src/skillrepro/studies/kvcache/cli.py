@@ -22,8 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--engine", choices=("vllm", "llamacpp"), default="vllm",
                    help="llamacpp: token-level reuse of each slot's previous prompt and reply")
     s.add_argument("--slots", type=int, default=1, help="llamacpp engine: number of slots")
-    s.add_argument("--max-num-seqs", type=int, default=256)
-    s.add_argument("--max-batched-tokens", type=int, default=8192)
+    s.add_argument("--max-num-seqs", type=int, default=1024,
+                   help="vLLM --max-num-seqs (0.11.0's default for `vllm serve` on an H100-class GPU: 1024)")
+    s.add_argument("--max-batched-tokens", type=int, default=8192,
+                   help="vLLM --max-num-batched-tokens: tokens per scheduler step (0.11.0, H100-class: 8192)")
     s.add_argument("--out", required=True, help="folder for per_request.parquet")
     s.set_defaults(func=_simulate)
 
@@ -47,5 +49,6 @@ def _simulate(a: argparse.Namespace) -> int:
         print(f"skillrepro kvcache simulate: error: {e}", file=sys.stderr)
         return 2
     write_table(Path(a.out) / "per_request.parquet", sim.results_table(results))
-    print(json.dumps(dataclasses.asdict(summary)))
+    engine = {"engine": "llamacpp"} if a.engine == "llamacpp" else {"engine": "vllm", "vllm_version": sim.VLLM_VERSION}
+    print(json.dumps({**engine, **dataclasses.asdict(summary)}))
     return 0

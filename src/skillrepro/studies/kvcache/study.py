@@ -89,6 +89,8 @@ class SimRow:
     reuse_ratio: float
     recomputed_tokens: int
     preemptions: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
 
 
 @dataclass
@@ -103,7 +105,8 @@ class StepRow:
 
 
 def simulate_settings(stream: Sequence[StreamRequest], settings: Iterable[Setting], block_size: int = 16,
-                      max_num_seqs: int = 256, max_batched_tokens: int = 8192) -> tuple[list[SimRow], list[StepRow]]:
+                      max_num_seqs: int = sim.DEFAULT_MAX_NUM_SEQS,
+                      max_batched_tokens: int = sim.DEFAULT_MAX_BATCHED_TOKENS) -> tuple[list[SimRow], list[StepRow]]:
     rows, steps = [], []
     for s in settings:
         n = min(s.concurrency, len(_episodes_in_order(stream)))
