@@ -530,18 +530,35 @@ def simulate_llamacpp(requests: Iterable[Request], cfg: LlamaCppConfig | None = 
 # -- request streams ------------------------------------------------------------------------------------
 
 
-def read_requests(path: str, tokenizer=None) -> list[Request]:
+MAX_TOKEN_ID = 2**63  # token ids are held as int64
+
+
+def _token_ids(value, key: str, where: str, vocab_size: int) -> list[int]:
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: {key!r} must be a list of token ids, got {type(value).__name__}")
+    for i, t in enumerate(value):
+        # bool is an int in Python and JSON's true/false would pass as 1/0
+        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size:
+            raise ValueError(f"{where}: {key!r}[{i}] = {t!r} is not a token id (an integer in [0, {vocab_size}))")
+    return value
+
+
+def read_requests(path: str, tokenizer=None, vocab_size: int = MAX_TOKEN_ID) -> list[Request]:
     """Read a JSONL stream: each line has `episode`, `step` and `token_ids` or `text` (the whole prompt as
     sent, chat-template markers included; needs `tokenizer`). Optional: `completion_tokens`,
-    `response_token_ids` or `response_text`."""
+    `response_token_ids` or `response_text`. Every error names the file, the line and the key."""
     import json
 
     out = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            where = f"{path}:{n}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{where}: not valid UTF-8 (byte {e.start})") from None
             if not line.strip():
                 continue
-            where = f"{path}:{n}"
             try:
                 d = json.loads(line)
             except json.JSONDecodeError as e:
@@ -551,24 +568,32 @@ def read_requests(path: str, tokenizer=None) -> list[Request]:
             for key in ("episode", "step"):
                 if key not in d:
                     raise ValueError(f"{where}: missing key {key!r}")
-            if not isinstance(d["step"], int) or isinstance(d["step"], bool):
-                raise ValueError(f"{where}: 'step' must be an integer, got {d['step']!r}")
+            if not isinstance(d["step"], int) or isinstance(d["step"], bool) or d["step"] < 0:
+                raise ValueError(f"{where}: 'step' must be a non-negative integer, got {d['step']!r}")
             if "token_ids" in d:
-                ids = d["token_ids"]
-                if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
-                    raise ValueError(f"{where}: 'token_ids' must be a list of integers")
+                ids = _token_ids(d["token_ids"], "token_ids", where, vocab_size)
             elif "text" in d:
+                if not isinstance(d["text"], str):
+                    raise ValueError(f"{where}: 'text' must be a string")
                 if tokenizer is None:
                     raise ValueError(f"{where}: has 'text' but no tokenizer was given (--tokenizer)")
                 ids = tokenizer.encode(d["text"])
             else:
                 raise ValueError(f"{where}: needs 'token_ids' or 'text'")
-            resp = d.get("response_token_ids")
-            if resp is None and "response_text" in d and tokenizer is not None:
+            completion = d.get("completion_tokens", 0)
+            if not isinstance(completion, int) or isinstance(completion, bool) or completion < 0:
+                raise ValueError(f"{where}: 'completion_tokens' must be a non-negative integer, got {completion!r}")
+            resp = None
+            if "response_token_ids" in d:
+                resp = _token_ids(d["response_token_ids"], "response_token_ids", where, vocab_size)
+            elif "response_text" in d:
+                if not isinstance(d["response_text"], str):
+                    raise ValueError(f"{where}: 'response_text' must be a string")
+                if tokenizer is None:
+                    raise ValueError(f"{where}: has 'response_text' but no tokenizer was given (--tokenizer)")
                 resp = tokenizer.encode(d["response_text"])
             try:
-                out.append(Request(str(d["episode"]), d["step"], np.asarray(ids, dtype=np.int64),
-                                   int(d.get("completion_tokens", 0)),
+                out.append(Request(str(d["episode"]), d["step"], np.asarray(ids, dtype=np.int64), completion,
                                    None if resp is None else np.asarray(resp, dtype=np.int64)))
             except ValueError as e:
                 raise ValueError(f"{where}: {e}") from None
