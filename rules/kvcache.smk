@@ -13,6 +13,8 @@ KV = KVConfig.from_config(config)
 _KV_LLM = _kv_cfg.llm_config(config)
 _KV_BENCH = KV.bench(config)
 _KV_WALL = config.get("budgets", {}).get("rollout_wall_s", 1800)
+# what served the runs: the LLM backend, or "replay" when kvcache.replay plays trajectories without one
+_KV_BACKEND = "replay" if KV.replay else _KV_LLM.backend
 
 _KV_RUN = "results/kvcache/runs/{kvfmt}/seed{kvseed}"
 _KV_SIM = "results/kvcache/sim/{kvfmt}/seed{kvseed}"
@@ -23,7 +25,8 @@ _KV_CONSTRAINTS = dict(kvfmt="|".join(KV.formats), kvseed=r"\d+")
 _kv_all = lambda pattern: [pattern.format(kvfmt=f, kvseed=s) for f in KV.formats for s in KV.seeds]
 
 
-KV_TABLES = [f"results/tables/kvcache_{n}.csv" for n in ("reuse", "steps", "load", "success", "server")]
+KV_TABLE_NAMES = ("reuse", "steps", "load", "success", "server", "overload")
+KV_TABLES = [f"results/tables/kvcache_{n}.csv" for n in KV_TABLE_NAMES]
 KV_FIGURES = [
     f"results/figures/kvcache_{n}.png"
     for n in ("reuse", "prefix", "load", "reuse_steps", "recomputed", "preemptions", "success", "server")
@@ -53,9 +56,29 @@ rule kvcache_tasks:
         "../workflow/scripts/kvcache_tasks.py"
 
 
+rule kvcache_trajectories:
+    input:
+        tasks="results/kvcache/tasks.json",
+    output:
+        "results/kvcache/trajectories.json",
+    params:
+        bench=_KV_BENCH,
+        kv=KV,
+    log:
+        "logs/kvcache/trajectories.log",
+    benchmark:
+        "results/benchmarks/kvcache/trajectories.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/kvcache_trajectories.py"
+
+
 rule kvcache_run:
     input:
         tasks="results/kvcache/tasks.json",
+        # replay mode: every format replays the same recorded games
+        **({"trajectories": "results/kvcache/trajectories.json"} if KV.replay else {}),
     output:
         episodes=f"{_KV_RUN}/episodes.parquet",
         steps=f"{_KV_RUN}/steps.parquet",
@@ -70,7 +93,7 @@ rule kvcache_run:
         wall_s=_KV_WALL,
     resources:
         # a run with P episodes in flight takes P server slots, so runs do not crowd each other's batch
-        llm=min(KV.parallel_episodes, _KV_LLM.slots),
+        llm=0 if KV.replay else min(KV.parallel_episodes, _KV_LLM.slots),
         mem_mb=4000,
     log:
         "logs/kvcache/run_{kvfmt}_seed{kvseed}.log",
@@ -108,6 +131,7 @@ rule kvcache_simulate:
 rule kvcache_prefix:
     input:
         tasks="results/kvcache/tasks.json",
+        **({"trajectories": "results/kvcache/trajectories.json"} if KV.replay else {}),
     output:
         report("results/tables/kvcache_prefix.csv", category="KV cache"),
     params:
@@ -132,10 +156,10 @@ rule kvcache_tables:
         episodes=_kv_all(f"{_KV_RUN}/episodes.parquet"),
     output:
         **{n: report(f"results/tables/kvcache_{n}.csv", category="KV cache")
-           for n in ("reuse", "steps", "load", "success", "server")},
+           for n in KV_TABLE_NAMES},
     params:
         kv=KV,
-        backend=_KV_LLM.backend,
+        backend=_KV_BACKEND,
     log:
         "logs/kvcache/tables.log",
     benchmark:
@@ -149,7 +173,7 @@ rule kvcache_tables:
 rule kvcache_figures:
     input:
         prefix="results/tables/kvcache_prefix.csv",
-        **{n: f"results/tables/kvcache_{n}.csv" for n in ("reuse", "steps", "load", "success", "server")},
+        **{n: f"results/tables/kvcache_{n}.csv" for n in KV_TABLE_NAMES},
     output:
         **{n: report(f"results/figures/kvcache_{n}.png", category="KV cache")
            for n in ("reuse", "prefix", "load", "reuse_steps", "recomputed", "preemptions", "success", "server")},

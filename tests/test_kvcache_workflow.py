@@ -39,3 +39,31 @@ def test_kvcache_study_end_to_end(tmp_path):
         assert (tmp_path / f"results/figures/kvcache_{name}.png").stat().st_size > 5000
     log = (tmp_path / "logs/kvcache/run_skillrl_seed0.log").read_text()
     assert "prompt tokens, server cached" in log
+
+
+@pytest.mark.workflow
+def test_kvcache_study_replayed_without_a_model(tmp_path):
+    """Every table and figure of the study from recorded trajectories: no LLM, no game engine."""
+    copy_workflow(tmp_path)
+    cfg = (ROOT / "tests/data/kvcache_replay.yaml").read_text().replace(
+        "replay: planner", f"replay: {ROOT / 'tests/data/kvcache_trajectories.json'}")
+    (tmp_path / "replay.yaml").write_text(cfg)
+    snakemake("kvcache_all", "--cores", "2", "--configfile", "replay.yaml", cwd=tmp_path)
+    t = tmp_path / "results/tables"
+    reuse = pd.read_csv(t / "kvcache_reuse.csv").set_index(["format", "policy", "capacity_tokens"])
+    assert (reuse.requests == 13).all()  # the two recorded games: 6 + 7 steps, replayed in every format
+    for f in ("skillrl", "evoskill", "noskill"):
+        assert reuse.loc[(f, "retain", 65536), "reuse_ratio"] > reuse.loc[(f, "flush", 65536), "reuse_ratio"]
+    # evoskill's growing conversation outgrows 4240 tokens for two episodes at once: one preempts the other
+    assert reuse.loc[("evoskill", "retain", 4240), "preemptions_per_run"] == 1
+    assert reuse.loc[("noskill", "retain", 65536), "preemptions_per_run"] == 0
+    over = pd.read_csv(t / "kvcache_overload.csv").set_index(["format", "capacity_tokens"])
+    assert pd.isna(over.loc[("noskill", 65536), "first_step_over"])
+    assert over.loc[("evoskill", 4240), "first_step_over"] == 3 and pd.isna(over.loc[("skillrl", 4240), "first_step_over"])
+    server = pd.read_csv(t / "kvcache_server.csv")
+    assert (server.backend == "replay").all() and (server.server_cached_tokens == 0).all()
+    success = pd.read_csv(t / "kvcache_success.csv")
+    assert (success.success_rate == 1.0).all()  # the planner solves both games
+    for name in ("reuse", "prefix", "load", "reuse_steps", "recomputed", "preemptions", "success", "server"):
+        assert (tmp_path / f"results/figures/kvcache_{name}.png").stat().st_size > 5000
+    assert not (tmp_path / "logs/kvcache/run_skillrl_seed0.log").read_text().count("LLM server")

@@ -1,7 +1,7 @@
 """The seminar's figures (seed 001, 2-1..2-3) from the study's tables; each function writes one PNG.
 
 `FIGURES` maps an output name of the `kvcache_figures` rule to its function(tables, kv, path), where
-`tables` holds the CSVs as DataFrames (reuse, prefix, steps, load, success, server).
+`tables` holds the CSVs as DataFrames (reuse, prefix, steps, load, success, server, overload).
 """
 from __future__ import annotations
 
@@ -60,15 +60,18 @@ def load(tables, kv, path) -> None:
     """Prompt+response tokens of all running episodes per step against the KV capacity (2-3)."""
     t = tables["load"]
     fig, ax = plt.subplots(figsize=(8, 4))
-    for f, g in t.groupby("format", sort=False):
-        ax.plot(g.step, g.total_tokens, marker=".", label=f)
+    over = tables["overload"].dropna(subset=["first_step_over"])
+    for i, (f, g) in enumerate(t.groupby("format", sort=False)):
+        ax.plot(g.step, g.total_tokens, marker=".", label=f, color=f"C{i}")
+        for step in over[over.format == f].first_step_over:  # the first step each capacity is exceeded
+            ax.plot(step, g[g.step == step].total_tokens.iloc[0], "x", markersize=10, color=f"C{i}")
     for c in kv.capacity_tokens:
         ax.axhline(c, color="red", linewidth=1)
     ax.set_xlabel("step")
     ax.set_ylabel("tokens of running episodes")
     ax.set_yscale("log")
     ax.legend(fontsize=7)
-    ax.set_title("Per-step KV demand (all episodes at once) vs capacity (red)")
+    ax.set_title("Per-step KV demand (all episodes at once) vs capacity (red); x: first step over it")
     _save(fig, path)
 
 

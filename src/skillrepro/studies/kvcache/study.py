@@ -203,6 +203,7 @@ class KVConfig:
     max_num_seqs: int
     max_batched_tokens: int
     server_slots: int
+    replay: str | None = None  # model-free: "planner", a trajectories JSON file or a recorded run folder
 
     @classmethod
     def from_config(cls, config: dict) -> "KVConfig":
@@ -217,6 +218,8 @@ class KVConfig:
         for key in ("bank", "templates_dir"):
             if kv.get(key) and not Path(kv[key]).exists():
                 raise ValueError(f"kvcache.{key}: {kv[key]} does not exist")
+        if kv.get("replay") not in (None, "planner") and not Path(kv["replay"]).exists():
+            raise ValueError(f"kvcache.replay: {kv['replay']} is neither 'planner' nor an existing file or folder")
         return cls(**kv)
 
     def bench(self, config: dict):
@@ -249,7 +252,26 @@ def arrow(df):
     return pa.Table.from_pandas(df, preserve_index=False)
 
 
-def tables(*, summary, steps, load, server, episodes, backend: str) -> dict:
+def overload(load, capacities: Sequence[int]):
+    """Per format and capacity: the first step at which the per-step load (prompts + responses of all
+    running episodes, mean over seeds) exceeds the capacity, and the peak load (seed 001, 2-3)."""
+    import pandas as pd
+
+    rows = []
+    for fmt, g in load.groupby("format", sort=False):
+        g = g.sort_values("step")
+        peak = g.loc[g.total_tokens.idxmax()]
+        for cap in capacities:
+            over = g[g.total_tokens > cap]
+            rows.append(dict(format=fmt, capacity_tokens=cap, first_step_over=int(over.step.iloc[0]) if len(over) else None,
+                             steps_over=len(over), steps=len(g), peak_tokens=float(peak.total_tokens),
+                             peak_step=int(peak.step), peak_over_capacity=float(peak.total_tokens) / cap))
+    out = pd.DataFrame(rows)
+    out["first_step_over"] = out.first_step_over.astype("Int64")  # empty when the load never exceeds it
+    return out
+
+
+def tables(*, summary, steps, load, server, episodes, backend: str, capacities: Sequence[int] = ()) -> dict:
     """The study's CSV tables (pandas DataFrames) from every run's simulation outputs and episodes."""
 
     setting = ["format", "policy", "capacity_tokens", "concurrency"]
@@ -286,4 +308,5 @@ def tables(*, summary, steps, load, server, episodes, backend: str) -> dict:
     srv.insert(2, "backend", backend)
     srv["server_reuse_ratio"] = srv.server_cached_tokens / srv.prompt_tokens.clip(lower=1)
     srv["sim_reuse_ratio"] = srv[sim_col] / srv.prompt_tokens.clip(lower=1)
-    return {"reuse": reuse, "steps": st, "load": ld, "success": success, "server": srv}
+    return {"reuse": reuse, "steps": st, "load": ld, "success": success, "server": srv,
+            "overload": overload(ld, capacities)}
