@@ -1,16 +1,20 @@
 """One (format, seed) run: the ALFWorld actor in that prompt format, every request's token ids recorded;
 with `kvcache.replay`, the recorded trajectories replayed in that format without an LLM."""
 import json
+import os
 from pathlib import Path
 
 from skillrepro.studies.kvcache.actor import record_run
 from skillrepro.studies.kvcache.replay import replay_run
+from skillrepro.llm.servers import URL_ENV
 from skillrepro.pipeline import seeded, setup_logging
 
 log = setup_logging(snakemake)
 w, p = snakemake.wildcards, snakemake.params
 tasks = json.loads(Path(snakemake.input.tasks).read_text())
 out_dir = str(Path(snakemake.output.requests).parent)
+if p.own_server:  # another model than the shared server's: record_run starts this job's own server
+    os.environ.pop(URL_ENV, None)
 if p.kv.replay:
     stream = replay_run(fmt=w.kvfmt, seed=int(w.kvseed), bench_name=p.bench.name, split=tasks["split"],
                         trajectories=snakemake.input.trajectories, out_dir=out_dir, tokenizer=p.kv.prefix_tokenizer,

@@ -19,7 +19,7 @@ tables = {
     "server": study.server_comparison(stream, snakemake.params.slots, kv.block_size),
 }
 for name, records in tables.items():
-    df = pd.DataFrame([dataclasses.asdict(r) for r in records]).assign(format=w.kvfmt, seed=int(w.kvseed))
+    df = pd.DataFrame([dataclasses.asdict(r) for r in records]).assign(model=w.kvmodel, format=w.kvfmt, seed=int(w.kvseed))
     write_table(snakemake.output[name], study.arrow(df))
 for r in rows:
-    log.info("%s seed %s %s", w.kvfmt, w.kvseed, r)
+    log.info("%s %s seed %s %s", w.kvmodel, w.kvfmt, w.kvseed, r)

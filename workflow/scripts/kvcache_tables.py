@@ -17,7 +17,7 @@ tables = study.tables(summary=cat(inp.summary), steps=cat(inp.steps), load=cat(i
                       episodes=cat(inp.episodes), backend=snakemake.params.backend,
                       capacities=snakemake.params.kv.capacity_tokens)
 for name, df in tables.items():
-    write_text(snakemake.output[name], df.to_csv(index=False))
+    write_text(snakemake.output[name], df.assign(model=snakemake.wildcards.kvmodel).to_csv(index=False))
 log.info("reuse:\n%s", tables["reuse"].to_string(index=False))
 log.info("first step over capacity:\n%s", tables["overload"].to_string(index=False))
 log.info("server vs simulated:\n%s", tables["server"].to_string(index=False))

@@ -143,3 +143,22 @@ def server(tables, kv, path) -> None:
 
 FIGURES = {"reuse": reuse, "prefix": prefix, "load": load, "reuse_steps": reuse_steps, "recomputed": recomputed,
            "preemptions": preemptions, "success": success, "server": server}
+
+
+def models(table, kv, path) -> None:
+    """Per format, each model's reuse (cache retained, headline setting) and success (seed 001, 2-3)."""
+    fmts = list(dict.fromkeys(table.format))
+    names = list(dict.fromkeys(table.model))
+    col = f"reuse_ratio_{kv.policies[0]}"
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
+
+    def series(column):
+        return {m: [table[(table.model == m) & (table.format == f)][column].sum() for f in fmts] for m in names}
+
+    _grouped_bars(a, fmts, series(col), f"reuse ratio ({kv.policies[0]})")
+    a.set_ylim(0, 1)
+    a.set_title(f"Reuse per model, capacity {max(kv.capacity_tokens):,} tokens")
+    _grouped_bars(b, fmts, series("success_mean"), "success (mean over seeds)")
+    b.set_ylim(0, 1)
+    b.set_title("Success per model")
+    _save(fig, path)

@@ -204,6 +204,7 @@ class KVConfig:
     max_batched_tokens: int
     server_slots: int
     replay: str | None = None  # model-free: "planner", a trajectories JSON file or a recorded run folder
+    models: tuple[tuple[str, str], ...] = ()  # (name, JSON of llm overrides); empty: the llm section's model
 
     @classmethod
     def from_config(cls, config: dict) -> "KVConfig":
@@ -215,6 +216,14 @@ class KVConfig:
         for key in ("formats", "seeds", "capacity_tokens", "policies", "concurrency"):
             if key in kv:
                 kv[key] = tuple(kv[key])
+        models = kv.get("models") or []
+        names = [m["name"] for m in models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"kvcache.models: names must be unique, got {', '.join(names)}")
+        if models and kv.get("replay"):
+            raise ValueError("kvcache.models: a replay (kvcache.replay) has no model; leave one of them out")
+        # frozen and hashable, and a plain value in Snakemake's params: the overrides as sorted JSON
+        kv["models"] = tuple((m["name"], json.dumps(m.get("llm") or {}, sort_keys=True)) for m in models)
         for key in ("bank", "templates_dir"):
             if kv.get(key) and not Path(kv[key]).exists():
                 raise ValueError(f"kvcache.{key}: {kv[key]} does not exist")
@@ -239,8 +248,35 @@ class KVConfig:
         raise ValueError(f"kvcache.benchmark: {self.benchmark!r} is not a benchmark of `benchmarks:` "
                          f"(has {', '.join(sorted(benches)) or 'none'})")
 
+    def model_llms(self, config: dict) -> dict:
+        """Model name -> its LLMConfig: each `kvcache.models` entry is the llm section with its overrides;
+        without entries, the llm section's model, named after it ("replay" in replay mode)."""
+        from skillrepro.config import LLMConfig
+
+        base = dict(config.get("llm") or {})
+        if self.replay:
+            return {"replay": LLMConfig.from_dict(base)}
+        if not self.models:
+            return {model_name(LLMConfig.from_dict(base).model): LLMConfig.from_dict(base)}
+        out = {}
+        for name, overrides in self.models:
+            extra = json.loads(overrides)
+            unknown = sorted(set(extra) - set(LLMConfig.__dataclass_fields__))
+            if unknown:
+                raise ValueError(f"kvcache.models[{name}].llm: unknown key(s) {', '.join(unknown)}")
+            out[name] = LLMConfig.from_dict({**base, **extra})
+        return out
+
     def settings(self) -> list[Setting]:
         return [Setting(p, c, n) for p in self.policies for c in self.capacity_tokens for n in self.concurrency]
+
+
+def model_name(model: str) -> str:
+    """A path-safe name for a model id or file ("Qwen/Qwen2.5-7B-Instruct" -> "Qwen2.5-7B-Instruct")."""
+    import re
+
+    stem = Path(model).name.removesuffix(".gguf") or model
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", stem)
 
 
 # -- tables ---------------------------------------------------------------------------------------------
@@ -310,3 +346,24 @@ def tables(*, summary, steps, load, server, episodes, backend: str, capacities: 
     srv["sim_reuse_ratio"] = srv[sim_col] / srv.prompt_tokens.clip(lower=1)
     return {"reuse": reuse, "steps": st, "load": ld, "success": success, "server": srv,
             "overload": overload(ld, capacities)}
+
+
+def model_comparison(reuse, success, overload, kv: KVConfig):
+    """One row per (model, format) from the models' tables (each with its `model` column): reuse with the
+    cache retained and flushed at the headline setting (largest capacity and concurrency), preemptions and
+    the first step over capacity at the smallest capacity, and success (seed 001, 2-3 compares models)."""
+    cap, small, n = max(kv.capacity_tokens), min(kv.capacity_tokens), max(kv.concurrency)
+    keys = ["model", "format"]
+    head = reuse[(reuse.capacity_tokens == cap) & (reuse.concurrency == n)]
+    out = head.pivot_table(index=keys, columns="policy", values="reuse_ratio", sort=False)
+    out.columns = [f"reuse_ratio_{p}" for p in out.columns]
+    per_req = head.groupby(keys, sort=False).agg(requests=("requests", "max"), prompt_tokens=("prompt_tokens", "max"))
+    out = out.join(per_req.assign(prompt_tokens_per_request=per_req.prompt_tokens / per_req.requests.clip(lower=1))
+                   [["requests", "prompt_tokens_per_request"]])
+    tight = reuse[(reuse.capacity_tokens == small) & (reuse.concurrency == n) & (reuse.policy == kv.policies[0])]
+    out = out.join(tight.set_index(keys)[["preemptions_per_run", "recomputed_tokens_per_run"]]
+                   .add_suffix(f"_at_{small}"))
+    over = overload[overload.capacity_tokens == small].set_index(keys)[["first_step_over", "peak_tokens"]]
+    out = out.join(over.rename(columns={"first_step_over": f"first_step_over_{small}"}))
+    succ = success.groupby(keys, sort=False)[["success_mean", "success_sd"]].first()
+    return out.join(succ).reset_index()
