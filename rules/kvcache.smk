@@ -22,7 +22,7 @@ _KV_BACKEND = "replay" if KV.replay else _KV_LLM.backend
 _KV_RUN = "results/kvcache/{kvmodel}/runs/{kvfmt}/seed{kvseed}"
 _KV_SIM = "results/kvcache/{kvmodel}/sim/{kvfmt}/seed{kvseed}"
 _KV_CONSTRAINTS = dict(kvmodel="|".join(_KV_LLMS), kvfmt="|".join(KV.formats), kvseed=r"\d+")
-_KV_TABLE_NAMES = ("reuse", "steps", "load", "success", "server", "overload")
+_KV_TABLE_NAMES = ("reuse", "steps", "load", "success", "server", "overload", "counters")
 _KV_FIGURE_NAMES = ("reuse", "prefix", "load", "reuse_steps", "recomputed", "preemptions", "success", "server")
 
 
@@ -87,6 +87,7 @@ rule kvcache_run:
         steps=f"{_KV_RUN}/steps.parquet",
         llm_calls=f"{_KV_RUN}/llm_calls.parquet",
         requests=f"{_KV_RUN}/requests.jsonl",
+        counters=f"{_KV_RUN}/server_counters.json",
     wildcard_constraints:
         **_KV_CONSTRAINTS,
     params:
@@ -113,11 +114,13 @@ rule kvcache_run:
 rule kvcache_simulate:
     input:
         requests=f"{_KV_RUN}/requests.jsonl",
+        counters=f"{_KV_RUN}/server_counters.json",
     output:
         summary=f"{_KV_SIM}/summary.parquet",
         steps=f"{_KV_SIM}/steps.parquet",
         load=f"{_KV_SIM}/load.parquet",
         server=f"{_KV_SIM}/server.parquet",
+        counters=f"{_KV_SIM}/counters.parquet",
     wildcard_constraints:
         **_KV_CONSTRAINTS,
     params:
@@ -158,6 +161,7 @@ rule kvcache_tables:
         steps=_kv_model_runs(f"{_KV_SIM}/steps.parquet"),
         load=_kv_model_runs(f"{_KV_SIM}/load.parquet"),
         server=_kv_model_runs(f"{_KV_SIM}/server.parquet"),
+        counters=_kv_model_runs(f"{_KV_SIM}/counters.parquet"),
         episodes=_kv_model_runs(f"{_KV_RUN}/episodes.parquet"),
     output:
         **{n: report(f"results/tables/kvcache/{{kvmodel}}/{n}.csv", category="KV cache", subcategory="{kvmodel}")

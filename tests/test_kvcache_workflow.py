@@ -65,6 +65,8 @@ def test_kvcache_study_replayed_without_a_model(tmp_path):
     assert (server.backend == "replay").all() and (server.server_cached_tokens == 0).all()
     success = pd.read_csv(t / "success.csv")
     assert (success.success_rate == 1.0).all()  # the planner solves both games
+    counters = pd.read_csv(t / "counters.csv")  # no server to ask: only the simulator's counters
+    assert counters.server_prefix_cache_queries.isna().all() and (counters.sim_prefix_cache_queries > 0).all()
     for name in ("reuse", "prefix", "load", "reuse_steps", "recomputed", "preemptions", "success", "server"):
         assert (tmp_path / f"results/figures/kvcache/replay/{name}.png").stat().st_size > 5000
     models = pd.read_csv(tmp_path / "results/tables/kvcache_models.csv").set_index("format")

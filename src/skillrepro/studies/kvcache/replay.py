@@ -211,7 +211,7 @@ def replay_run(*, fmt: str, seed: int, bench_name: str, split: str, trajectories
     """One (format, seed) run replayed: the same files as `actor.record_run` writes. The seed changes
     nothing (a replay has no sampling); it only names the run, as a model run's does."""
     from skillrepro.store import Episode, LLMCall, Step, write_records
-    from skillrepro.studies.kvcache.actor import write_stream
+    from skillrepro.studies.kvcache.actor import write_counters, write_stream
     from skillrepro.studies.kvcache.tokenizers import get_tokenizer
 
     trs = read_trajectories(trajectories)
@@ -222,4 +222,5 @@ def replay_run(*, fmt: str, seed: int, bench_name: str, split: str, trajectories
     write_records(out / "steps.parquet", steps, Step)
     write_records(out / "llm_calls.parquet", calls, LLMCall)
     write_stream(out / "requests.jsonl", stream)
+    write_counters(out / "server_counters.json", {"backend": "replay", "delta": None})
     return stream

@@ -176,6 +176,32 @@ def server_comparison(stream: Sequence[StreamRequest], slots: int = 1, block_siz
                       b.cached_tokens) for r, a, b in zip(ordered, lcpp, vl)]
 
 
+@dataclass
+class CounterRow:
+    """The server's own counters for a run (vLLM's /metrics; None elsewhere) beside the simulator's at the
+    headline setting (first policy, largest capacity and concurrency)."""
+
+    backend: str
+    server_prefix_cache_queries: float | None
+    server_prefix_cache_hits: float | None
+    server_preemptions: float | None
+    sim_policy: str
+    sim_capacity_tokens: int
+    sim_concurrency: int
+    sim_prefix_cache_queries: int
+    sim_prefix_cache_hits: int
+    sim_preemptions: int
+
+
+def counter_row(counters: dict, rows: Sequence[SimRow], kv: "KVConfig") -> CounterRow:
+    head = next(r for r in rows if r.policy == kv.policies[0] and r.capacity_tokens == max(kv.capacity_tokens)
+                and r.concurrency == max(kv.concurrency))
+    d = counters.get("delta") or {}
+    return CounterRow(counters.get("backend", ""), d.get("prefix_cache_queries"), d.get("prefix_cache_hits"),
+                      d.get("preemptions"), head.policy, head.capacity_tokens, head.concurrency,
+                      head.prefix_cache_queries, head.prefix_cache_hits, head.preemptions)
+
+
 # -- configuration --------------------------------------------------------------------------------------
 
 
@@ -307,7 +333,8 @@ def overload(load, capacities: Sequence[int]):
     return out
 
 
-def tables(*, summary, steps, load, server, episodes, backend: str, capacities: Sequence[int] = ()) -> dict:
+def tables(*, summary, steps, load, server, episodes, backend: str, capacities: Sequence[int] = (),
+           counters=None) -> dict:
     """The study's CSV tables (pandas DataFrames) from every run's simulation outputs and episodes."""
 
     setting = ["format", "policy", "capacity_tokens", "concurrency"]
@@ -344,8 +371,19 @@ def tables(*, summary, steps, load, server, episodes, backend: str, capacities: 
     srv.insert(2, "backend", backend)
     srv["server_reuse_ratio"] = srv.server_cached_tokens / srv.prompt_tokens.clip(lower=1)
     srv["sim_reuse_ratio"] = srv[sim_col] / srv.prompt_tokens.clip(lower=1)
-    return {"reuse": reuse, "steps": st, "load": ld, "success": success, "server": srv,
-            "overload": overload(ld, capacities)}
+    out = {"reuse": reuse, "steps": st, "load": ld, "success": success, "server": srv,
+           "overload": overload(ld, capacities)}
+    if counters is not None:
+        import pandas as pd
+
+        c = counters.copy()
+        for col in ("server_prefix_cache_queries", "server_prefix_cache_hits", "server_preemptions"):
+            c[col] = pd.to_numeric(c[col], errors="coerce")  # empty where the backend has no counters
+        c["server_prefix_cache_hit_rate"] = c.server_prefix_cache_hits / c.server_prefix_cache_queries.where(
+            c.server_prefix_cache_queries > 0)
+        c["sim_prefix_cache_hit_rate"] = c.sim_prefix_cache_hits / c.sim_prefix_cache_queries.clip(lower=1)
+        out["counters"] = c
+    return out
 
 
 def model_comparison(reuse, success, overload, kv: KVConfig):
