@@ -41,6 +41,10 @@ rule kvcache_all:
         "results/tables/kvcache_prefix.csv",
         "results/tables/kvcache_models.csv",
         "results/figures/kvcache_models.png",
+        # the non-prefix reuse experiment, when kvcache.blend.model names a model
+        ["results/tables/kvcache_blend_summary.csv", "results/figures/kvcache_blend.png"]
+        if KV.blend_settings.get("model")
+        else [],
 
 
 rule kvcache_tasks:
@@ -221,3 +225,25 @@ rule kvcache_models:
         "../envs/skillrepro.yaml"
     script:
         "../workflow/scripts/kvcache_models.py"
+
+
+rule kvcache_blend:
+    input:
+        trajectories="results/kvcache/trajectories.json",
+    output:
+        table=report("results/tables/kvcache_blend.csv", category="KV cache"),
+        summary=report("results/tables/kvcache_blend_summary.csv", category="KV cache"),
+        figure=report("results/figures/kvcache_blend.png", category="KV cache"),
+    params:
+        kv=KV,
+    resources:
+        mem_mb=6000,  # a 0.5B model dequantised to float32, and its activations over ~1.5k tokens
+    threads: KV.blend_settings.get("threads", 2)
+    log:
+        "logs/kvcache/blend.log",
+    benchmark:
+        "results/benchmarks/kvcache/blend.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/kvcache_blend.py"

@@ -95,3 +95,14 @@ def test_several_models_get_their_own_paths_and_servers(tmp_path):
     assert len(runs) == 4
     for block in runs:
         assert ("llm=0" in block) == ("/qwen/" in block), block
+
+
+def test_blend_rule_joins_the_study_when_a_model_is_named(tmp_path):
+    copy_workflow(tmp_path)
+    cfg = (ROOT / "tests/data/kvcache_replay.yaml").read_text()
+    (tmp_path / "off.yaml").write_text(cfg)
+    (tmp_path / "on.yaml").write_text(cfg + "  blend: {model: qwen2.5-coder-0.5b, samples: 2}\n")
+    off = snakemake("kvcache_all", "-n", "--cores", "2", "--configfile", "off.yaml", cwd=tmp_path).stdout
+    on = snakemake("kvcache_all", "-n", "--cores", "2", "--configfile", "on.yaml", cwd=tmp_path).stdout
+    assert "kvcache_blend" not in off
+    assert "rule kvcache_blend:" in on and "results/figures/kvcache_blend.png" in on

@@ -1,4 +1,4 @@
-"""Model-free replay: play every game once with the commands of `kvcache.replay` and record what it showed."""
+"""Play every game once with the commands of `kvcache.replay` (the planner's by default) and record what it showed."""
 import json
 from pathlib import Path
 
@@ -11,7 +11,7 @@ log = setup_logging(snakemake)
 kv = snakemake.params.kv
 tasks = json.loads(Path(snakemake.input.tasks).read_text())["tasks"]
 templates = F.Templates(kv.templates_dir)
-trajectories = record_trajectories(kv.replay, format_benchmark(snakemake.params.bench), tasks, kv.call_budget,
+trajectories = record_trajectories(kv.trajectory_source, format_benchmark(snakemake.params.bench), tasks, kv.call_budget,
                                    lambda command: templates.fill("replay_reply", action=command))
 write_trajectories(snakemake.output[0], trajectories)
 for t in trajectories:

@@ -162,3 +162,27 @@ def models(table, kv, path) -> None:
     b.set_ylim(0, 1)
     b.set_title("Success per model")
     _save(fig, path)
+
+
+def blend(table, summary, path) -> None:
+    """Non-prefix reuse (2-4): K rel per chunk and context, K rel per layer, samples whose action moved."""
+    chunks = list(dict.fromkeys(summary.chunk))
+    contexts = [c for c in dict.fromkeys(summary.context) if c != "noise"]  # noise: the numerical floor
+
+    def cell(column):
+        s = summary.set_index(["chunk", "context"])[column]
+        return {c: [float(s.get((ch, c), 0.0)) for ch in chunks] for c in contexts}
+
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4))
+    _grouped_bars(a, chunks, cell("k_rel_median"), "K rel (median over samples)")
+    a.set_title("Reused K vs recomputed K")
+    for ctx, g in table[table.context != "noise"].groupby("context", sort=False):
+        layers = [list(map(float, x.split(","))) for x in g.k_rel_layers]
+        b.plot(range(len(layers[0])), [sum(col) / len(col) for col in zip(*layers)], marker=".", label=ctx)
+    b.set_xlabel("layer")
+    b.set_ylabel("K rel (mean over chunks and samples)")
+    b.legend(fontsize=8)
+    b.set_title("K rel per layer")
+    _grouped_bars(c, chunks, cell("large_shifts"), f"samples with |shift| > {summary.threshold.iloc[0]} nats")
+    c.set_title("Action log-prob moved a lot")
+    _save(fig, path)

@@ -231,6 +231,7 @@ class KVConfig:
     server_slots: int
     replay: str | None = None  # model-free: "planner", a trajectories JSON file or a recorded run folder
     models: tuple[tuple[str, str], ...] = ()  # (name, JSON of llm overrides); empty: the llm section's model
+    blend: tuple[tuple[str, object], ...] = ()  # the `blend:` settings as sorted (key, value) pairs
 
     @classmethod
     def from_config(cls, config: dict) -> "KVConfig":
@@ -248,6 +249,7 @@ class KVConfig:
             raise ValueError(f"kvcache.models: names must be unique, got {', '.join(names)}")
         if models and kv.get("replay"):
             raise ValueError("kvcache.models: a replay (kvcache.replay) has no model; leave one of them out")
+        kv["blend"] = tuple(sorted((kv.get("blend") or {}).items()))
         # frozen and hashable, and a plain value in Snakemake's params: the overrides as sorted JSON
         kv["models"] = tuple((m["name"], json.dumps(m.get("llm") or {}, sort_keys=True)) for m in models)
         for key in ("bank", "templates_dir"):
@@ -273,6 +275,15 @@ class KVConfig:
             return BenchmarkConfig("alfworld", "alfworld")
         raise ValueError(f"kvcache.benchmark: {self.benchmark!r} is not a benchmark of `benchmarks:` "
                          f"(has {', '.join(sorted(benches)) or 'none'})")
+
+    @property
+    def blend_settings(self) -> dict:
+        return dict(self.blend)
+
+    @property
+    def trajectory_source(self) -> str:
+        """What the recorded trajectories come from: the replay source, else the planner (for blend)."""
+        return self.replay or "planner"
 
     def model_llms(self, config: dict) -> dict:
         """Model name -> its LLMConfig: each `kvcache.models` entry is the llm section with its overrides;
