@@ -36,7 +36,7 @@ from typing import Any, Iterable
 
 from skillrepro import skills
 from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, Prompts, primitive_tools
-from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
+from skillrepro.config import OPERATIONAL_LLM_KEYS, BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.llm.client import LLMClient, session
 from skillrepro.methods import TaskContext, default_next_task, get_method
 from skillrepro.skills.sandbox import tag_skill_calls
@@ -44,8 +44,6 @@ from skillrepro.store import Episode, LLMCall, SkillCall, Step, read_records, wr
 
 RECORD_TABLES = {"episodes": Episode, "steps": Step, "llm_calls": LLMCall, "skill_calls": SkillCall}
 
-# LLM settings that change how fast a batch runs, never what its episodes are: not part of `batch_key`.
-EXECUTION_ONLY = ("base_url", "api_key_env", "slots", "threads", "max_retries", "timeout_s", "episodes_in_flight")
 
 
 @dataclass
@@ -150,7 +148,7 @@ def batch_key(*, bench: BenchmarkConfig, llm: LLMConfig, library_dir: str | Path
     library's files, and, for a curriculum, the training history it chooses from."""
     settings = {
         "bench": dataclasses.asdict(bench),
-        "llm": {k: v for k, v in dataclasses.asdict(llm).items() if k not in EXECUTION_ONLY},
+        "llm": {k: v for k, v in dataclasses.asdict(llm).items() if k not in OPERATIONAL_LLM_KEYS},
         "task_ids": list(task_ids), "spec": dataclasses.asdict(spec), "wall_s": wall_s,
         "prompts": dataclasses.asdict(prompts), "notes": notes,
         "method": dataclasses.asdict(method) if method else None,
