@@ -19,6 +19,7 @@ import json
 import linecache
 import os
 import resource
+import select
 import signal
 import struct
 import sys
@@ -534,36 +535,16 @@ class Worker:
                 "exc": _clip(exc, 3000), "tb": "", "out": out, "out_total": total}
 
 
-def main() -> None:
-    global IN_FD, OUT_FD
-    IN_FD, OUT_FD = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    init = recv()
-    report: dict = {}
+def _child(init: dict) -> None:
+    """One skill call's (or the inducer's) process: apply the per-process layers, load the library, serve."""
+    report: dict = dict(init["zygote_report"])
     try:
-        ctypes, libc = _libc()
-        _drop_uid(init, report)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (after the uid change, which clears it)
-        scratch = init["scratch"]
-        os.chdir(scratch)
-        os.environ.clear()  # the parent started us with an empty environment; nothing is inherited
-        os.environ.update(HOME=scratch, TMPDIR=scratch, PATH="/nonexistent")
-        import tempfile
-
-        tempfile.tempdir = scratch
         helpers = _setup_db(init["db"]) if init.get("db") else {}
-        if not init.get("bwrap"):  # bubblewrap has already given us every namespace
-            _unshare_net(report)
-        libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, required by Landlock and seccomp without privileges
-        _landlock(scratch, init.get("read_paths"), report)
+        _landlock(init["scratch"], init.get("read_paths"), report)
         _rlimits(init["limits"], report)
         _seccomp(report)
-        _drop_capabilities(report)
-        del ctypes, libc
         if init.get("audit_hook", True):  # switched off only by tests that check the kernel layers alone
-            _install_audit_hook(scratch)
+            _install_audit_hook(init["scratch"])
             report["audit_hook"] = [True, "a convenience for clear messages, not a boundary"]
         signal.signal(signal.SIGPROF, _on_cpu_timer)
         w = Worker(init)
@@ -581,8 +562,82 @@ def main() -> None:
             send(w.call(msg))
         elif msg["t"] == "exec":
             send(w.exec_code(msg))
-        elif msg["t"] == "quit":
-            return
+
+
+def _ctrl_send(fd: int, msg: dict) -> None:
+    data = json.dumps(msg).encode()
+    os.write(fd, struct.pack(">I", len(data)) + data)
+
+
+def main() -> None:
+    """The zygote: set up the process-wide layers once, then fork one child per call on the parent's
+    word. It never runs untrusted code; children cannot reach it (no signals, no ptrace, no /proc, and
+    its control pipe is closed in them). A child is killed and reaped before the next one starts."""
+    global IN_FD, OUT_FD
+    IN_FD, OUT_FD = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    init = recv()
+    ctrl_in, ctrl_out = init["ctrl"]
+    report: dict = {}
+    ctypes, libc = _libc()
+    if not init.get("bwrap"):  # bubblewrap has already given us every namespace
+        _unshare_net(report)
+    _drop_uid(init, report)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (after the uid change, which clears it)
+    libc.prctl(4, 0)  # PR_SET_DUMPABLE 0: no ptrace or /proc/<pid>/mem by anyone of the same uid
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, required by Landlock and seccomp without privileges
+    _drop_capabilities(report)
+    os.chdir(init["scratch"])
+    os.environ.clear()  # the parent started us with an empty environment; nothing is inherited
+    os.environ.update(HOME=init["scratch"], TMPDIR=init["scratch"], PATH="/nonexistent")
+    import inspect  # noqa: F401  (imported once here, so that a child starts in a few milliseconds)
+    import tempfile
+
+    tempfile.tempdir = init["scratch"]
+    init["zygote_report"] = report
+    pid = pidfd = None
+    while True:
+        ready, _, _ = select.select([ctrl_in] + ([pidfd] if pidfd is not None else []), [], [])
+        if pidfd is not None and pidfd in ready:  # the child died on its own (a limit, a crash, seccomp)
+            _, status = os.waitpid(pid, 0)
+            os.close(pidfd)
+            pid = pidfd = None
+            sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+            _ctrl_send(ctrl_out, {"t": "died", "signal": sig, "code": 0 if sig else os.WEXITSTATUS(status)})
+        if ctrl_in not in ready:
+            continue
+        head = os.read(ctrl_in, 4)
+        cmd = json.loads(os.read(ctrl_in, struct.unpack(">I", head)[0])) if len(head) == 4 else {"t": "quit"}
+        if cmd["t"] in ("kill", "quit") and pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(pidfd)
+            pid = pidfd = None
+        if cmd["t"] == "quit":
+            os._exit(0)
+        if cmd["t"] == "kill":
+            # Whatever the parent sent the dead child and it never read must not reach the next one.
+            os.set_blocking(IN_FD, False)
+            try:
+                while os.read(IN_FD, 1 << 16):
+                    pass
+            except BlockingIOError:
+                pass
+            os.set_blocking(IN_FD, True)
+            _ctrl_send(ctrl_out, {"t": "reaped"})
+        elif cmd["t"] == "fork" and pid is None:
+            pid = os.fork()
+            if pid == 0:
+                os.close(ctrl_in)
+                os.close(ctrl_out)
+                libc.prctl(1, signal.SIGKILL)  # die with the zygote
+                try:
+                    _child(init)
+                finally:
+                    os._exit(0)
+            pidfd = os.pidfd_open(pid)
 
 
 if __name__ == "__main__":

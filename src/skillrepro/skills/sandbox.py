@@ -344,22 +344,94 @@ class SandboxSession:
         return argv, init
 
     def _spawn(self) -> None:
-        """Start a worker and send it the library; `_await_ready` reads its answer."""
+        """Start the zygote (in bwrap where it can run) and ask it for the first child."""
         argv, init = self._argv()
         if self.cgroup.procs:  # join the cgroup before exec, so every page of the worker is counted
             argv = ["/bin/sh", "-c", 'echo $$ > "$1" || exit 97; shift; exec "$@"', "sh", self.cgroup.procs, *argv]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     cwd="/", env={}, start_new_session=True, close_fds=True)
+        to_zygote, from_zygote = os.pipe(), os.pipe()
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, cwd="/", env={}, start_new_session=True,
+                                         close_fds=True, pass_fds=(to_zygote[0], from_zygote[1]))
+        finally:
+            os.close(to_zygote[0])
+            os.close(from_zygote[1])
+        self._ctrl_w, self._ctrl_r = to_zygote[1], from_zygote[0]
         os.set_blocking(self.proc.stdin.fileno(), False)
-        self._buf, self._ready, self._call, self._seq = b"", False, "init", 0
-        self._spawned = time.monotonic()
-        init |= {"t": "init", "source": self.source,
+        self._buf, self._ready, self._died = b"", False, None
+        init |= {"t": "init", "ctrl": [to_zygote[0], from_zygote[1]], "source": self.source,
                  "primitives": sorted(self._primitive_names), "limits": self.limits.__dict__, "db": self.db,
                  "audit_hook": self.audit_hook}
         self._send(init, time.monotonic() + self.limits.start_wall_s)
+        self._fork()
+
+    def _fork(self) -> None:
+        """Ask the zygote for a fresh child; it loads the library and says ready while the actor thinks."""
+        self._call, self._seq, self._ready, self._died = "init", 0, False, None
+        self._forked = time.monotonic()
+        self._ctrl({"t": "fork"})
+
+    def _ctrl(self, msg: dict) -> None:
+        data = json.dumps(msg).encode()
+        try:
+            os.write(self._ctrl_w, struct.pack(">I", len(data)) + data)
+        except OSError:
+            pass  # the zygote is gone; the next read says so
+
+    def _ctrl_recv(self, deadline: float) -> dict | None:
+        """The zygote's next control frame ('died' or 'reaped'), or None if it is gone or silent."""
+        head = self._read_exactly(self._ctrl_r, 4, deadline)
+        if head is None:
+            return None
+        body = self._read_exactly(self._ctrl_r, min(struct.unpack(">I", head)[0], 4096), deadline)
+        try:
+            msg = json.loads(body) if body is not None else None
+        except ValueError:
+            return None
+        return msg if isinstance(msg, dict) and msg.get("t") in ("died", "reaped") else None
+
+    @staticmethod
+    def _read_exactly(fd: int, n: int, deadline: float) -> bytes | None:
+        out = b""
+        while len(out) < n:
+            left = deadline - time.monotonic()
+            with selectors.DefaultSelector() as sel:
+                sel.register(fd, selectors.EVENT_READ)
+                if left <= 0 or not sel.select(left):
+                    return None
+            chunk = os.read(fd, n - len(out))
+            if not chunk:
+                return None
+            out += chunk
+        return out
+
+    def _reap(self) -> bool:
+        """Kill the current child (and everything it started) and drain what it left in the pipe, before any
+        next child exists. True if it had written anything after its last legitimate frame."""
+        if self.proc is None:
+            return False
+        self._ctrl({"t": "kill"})
+        deadline = time.monotonic() + 10
+        while True:
+            msg = self._ctrl_recv(deadline)
+            if msg is None:  # the zygote does not answer: replace it whole
+                self._kill("")
+                return bool(self._buf)
+            if msg["t"] == "reaped":
+                break
+        fd, leftover = self.proc.stdout.fileno(), bool(self._buf)
+        os.set_blocking(fd, False)
+        try:
+            while os.read(fd, 1 << 16):
+                leftover = True
+        except BlockingIOError:
+            pass
+        os.set_blocking(fd, True)
+        self._buf, self._ready = b"", False
+        return leftover
 
     def _await_ready(self) -> None:
-        deadline = self._spawned + self.limits.start_wall_s
+        deadline = self._forked + self.limits.start_wall_s
         try:
             msg = self._recv(deadline)
         except _Violation as e:
@@ -372,7 +444,8 @@ class SandboxSession:
         self._ready = True
         self._report_layers(msg["isolation"])
         if msg["t"] == "init_error":
-            self._kill("")
+            self._reap()
+            self._fork()
             self.load_error, self.functions = msg["msg"], []
         else:
             self.load_error, self.functions = "", sorted(self._known)
@@ -422,14 +495,17 @@ class SandboxSession:
             self._await_ready()
 
     def _kill(self, why: str) -> str:
+        """Kill the zygote and all its children (bwrap's pid namespace takes them with it)."""
         if self.proc is not None:
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # bwrap's pid namespace takes the worker with it
+                os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             self.proc.wait()
             self.proc.stdin.close()
             self.proc.stdout.close()
+            os.close(self._ctrl_w)
+            os.close(self._ctrl_r)
             self.proc, self._ready = None, False
         return why
 
@@ -460,7 +536,8 @@ class SandboxSession:
         return True
 
     def _recv(self, deadline: float) -> dict | None:
-        """Next well-formed frame; None when the deadline passed or the worker died; _Violation otherwise."""
+        """Next well-formed frame of the child; None when the deadline passed or the child died (the zygote
+        said so, in self._died); _Violation for anything malformed."""
         fd = self.proc.stdout.fileno()
         while True:
             if len(self._buf) >= 4:
@@ -476,39 +553,42 @@ class SandboxSession:
                     msg = _check_frame(msg, self._call, self._seq, self.limits.output_chars)
                     self._seq += 1
                     return msg
+            if self._died is not None:
+                return None
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
             with selectors.DefaultSelector() as sel:
-                sel.register(fd, selectors.EVENT_READ)
-                if not sel.select(left):
-                    return None
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
+                sel.register(fd, selectors.EVENT_READ, "child")
+                sel.register(self._ctrl_r, selectors.EVENT_READ, "zygote")
+                events = [k.data for k, _ in sel.select(left)]
+            if not events:
                 return None
-            self._buf += chunk
+            if "child" in events:  # what the child wrote before it died still counts
+                chunk = os.read(fd, 1 << 20)
+                if chunk:
+                    self._buf += chunk
+                    continue
+            if "zygote" in events or "child" in events:
+                msg = self._ctrl_recv(time.monotonic() + 5)
+                self._died = msg if msg is not None and msg["t"] == "died" else {"t": "gone"}
 
     def _death_reason(self, deadline: float, wall_s: float) -> str:
-        if self.proc is None:
-            return "worker gone"
-        code = self.proc.poll()
-        if code is None and time.monotonic() >= deadline:
-            return f"wall-clock limit of {wall_s:g} s reached"
-        if code is None:
-            try:  # the pipe closed but the process has not been reaped yet
-                code = self.proc.wait(timeout=1)
-            except subprocess.TimeoutExpired:
-                return "the worker closed its pipe"
-        if code < 0:
-            name = signal.Signals(-code).name
+        died = self._died
+        if died is None:
+            return f"wall-clock limit of {wall_s:g} s reached" if time.monotonic() >= deadline else "worker gone"
+        if died.get("t") != "died":
+            return "the sandbox's zygote died"
+        sig, code = died.get("signal"), died.get("code")
+        if isinstance(sig, int) and sig > 0:
+            try:
+                name = signal.Signals(sig).name
+            except ValueError:
+                name = f"signal {sig}"
             hint = {"SIGXCPU": " (CPU limit)", "SIGKILL": " (killed; memory or CPU limit)",
                     "SIGSYS": " (a system call seccomp forbids on pain of death)",
                     "SIGSEGV": " (crashed; e.g. stack overflow from deep recursion)"}.get(name, "")
             return f"worker died with {name}{hint}"
-        if code == 128 + signal.SIGSYS:  # bwrap reports its child's death by signal this way
-            return "worker died with SIGSYS (a system call seccomp forbids on pain of death)"
-        if code == 128 + signal.SIGKILL:
-            return "worker died with SIGKILL (killed; memory or CPU limit)"
         return f"worker exited with status {code}"
 
     # ------------------------------------------------------------------------------------ skills
@@ -536,7 +616,7 @@ class SandboxSession:
             while out is None:
                 msg = self._recv(deadline)
                 if msg is None:
-                    why = self._kill(self._death_reason(deadline, wall))
+                    why = self._death_reason(deadline, wall)
                     out = Outcome(None, "", "", 0, last_obs, n_prims, killed=why)
                     break
                 t = msg["t"]
@@ -559,7 +639,8 @@ class SandboxSession:
                         self._send({"t": "prim_error", "msg": str(e)}, deadline)
                         continue
                     except Exception:
-                        self._kill("env raised")
+                        self._reap()
+                        self._fork()
                         raise  # a broken env is not the skill's fault: let it surface
                     last_obs = res.observation
                     frame.primitives.append([msg["name"], msg["args"], res.observation])
@@ -584,8 +665,10 @@ class SandboxSession:
                 elif t == "badargs":
                     if msg["seq"] != 0:
                         raise _Violation("badargs after the call started")
-                    self._retire()
-                    raise ActionError(msg["msg"])
+                    if not self._reap():
+                        self._fork()
+                        raise ActionError(msg["msg"])
+                    raise _Violation("the worker wrote after badargs")
                 elif t == "result":
                     if len(stack) != 1:
                         raise _Violation(f"result while frame {stack[-1]!r} is open")
@@ -594,9 +677,11 @@ class SandboxSession:
                 else:
                     raise _Violation(f"a {t} frame during a call")
         except _Violation as e:
-            violation = f"the sandbox worker broke the protocol ({e}); it was restarted"
-            self._kill(violation)
+            violation = f"the sandbox worker broke the protocol ({e}); it was replaced"
             out = Outcome(None, "", "", 0, last_obs, n_prims, killed=violation)
+        if self._reap() and not violation:  # a thread or __del__ wrote after the result: the call fails
+            violation = "the sandbox worker wrote after its result; it was replaced"
+            out.killed = out.killed or violation
         if n_prims > self.limits.max_primitives and not out.killed:
             out.exception = out.exception or f"limit of {self.limits.max_primitives} primitive calls reached"
         root = frames[top]
@@ -608,37 +693,34 @@ class SandboxSession:
                 f.exc, f.dur = f"killed: {out.killed}" if out.killed else "unfinished", time.time() - f.started
             self.record(SkillCall(f.frame_id, f.parent, self.episode_id, step, f.function, f.arguments,
                                   json.dumps(f.primitives, default=repr), f.ret, f.exc, f.dur))
-        self._retire()
+        if self.proc is not None:
+            self._fork()  # the next call's child starts now
         if violation:
             raise ActionError(f"skill {name}: {violation}")
         return out
 
-    def _retire(self) -> None:
-        """Replace the worker: nothing of this call survives into the next; the next worker starts now."""
-        self._kill("")
-        if self.env is not None and self._finalizer.alive:
-            try:
-                self._spawn()
-            except OSError:
-                self.proc = None  # the next call starts one (and reports why it cannot)
-
     # ------------------------------------------------------------------------------------ inducer
     def exec_code(self, code: str) -> Outcome:
-        """Run `code` in the persistent interpreter (a notebook: names survive between calls)."""
+        """Run `code` in the persistent interpreter (a notebook: names survive between calls, until a call is
+        killed)."""
         self._ensure()
         if self.load_error:
             return Outcome(None, f"the interpreter failed to start: {self.load_error}", "", 0, None, 0)
         deadline = time.monotonic() + self.limits.call_wall_s
         self._call, self._seq = uuid.uuid4().hex[:12], 0
+        why = ""
         try:
             self._send({"t": "exec", "call": self._call, "code": code}, deadline)
             msg = self._recv(deadline)
             if msg is not None and msg["t"] != "result":
                 raise _Violation(f"a {msg['t']} frame answering exec")
         except _Violation as e:
-            return Outcome(None, "", "", 0, None, 0, killed=self._kill(f"the interpreter broke the protocol ({e})"))
+            msg, why = None, f"the interpreter broke the protocol ({e})"
         if msg is None:
-            return Outcome(None, "", "", 0, None, 0, killed=self._kill(self._death_reason(deadline, self.limits.call_wall_s)))
+            why = why or self._death_reason(deadline, self.limits.call_wall_s)
+            self._reap()
+            self._fork()
+            return Outcome(None, "", "", 0, None, 0, killed=why)
         return Outcome(msg["ret"], msg["exc"], msg["out"], msg["out_total"], None, 0)
 
 
@@ -673,6 +755,11 @@ def _cleanup(state: dict) -> None:
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
+            pass
+    for fd in (state.get("_ctrl_w"), state.get("_ctrl_r")) if proc is not None else ():
+        try:
+            os.close(fd)
+        except (OSError, TypeError):
             pass
     if state.get("cgroup") is not None:
         state["cgroup"].remove()
