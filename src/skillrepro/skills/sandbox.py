@@ -621,10 +621,10 @@ class SandboxSession:
                     break
                 t = msg["t"]
                 if t == "prim":
-                    if msg["frame"] != stack[-1]:
-                        raise _Violation(f"a primitive from frame {msg['frame']!r}, not the open frame {stack[-1]!r}")
                     if msg["name"] not in self._primitive_names:
                         raise _Violation(f"unknown primitive {msg['name']!r}")
+                    if msg["frame"] != stack[-1]:
+                        raise _Violation(f"a primitive from frame {msg['frame']!r}, not the open frame {stack[-1]!r}")
                     frame = frames[stack[-1]]
                     if n_prims >= self.limits.max_primitives:
                         self._send({"t": "prim_limit", "msg": f"limit of {self.limits.max_primitives} primitive calls per skill call reached"}, deadline)
@@ -647,12 +647,12 @@ class SandboxSession:
                     self._send({"t": "obs", "text": res.observation, "done": bool(self.env.done)}, deadline)
                 elif t == "enter":
                     fid = msg["frame"]
+                    if msg["fn"] not in self._known:
+                        raise _Violation(f"frame {fid!r} names {msg['fn']!r}, which the library does not define")
                     if not (fid.startswith(top + ".") and fid[len(top) + 1:].isdigit()) or fid in frames:
                         raise _Violation(f"frame id {fid!r} is not a fresh child of this call")
                     if msg["parent"] != stack[-1]:
                         raise _Violation(f"frame {fid!r} names parent {msg['parent']!r}, not the open frame")
-                    if msg["fn"] not in self._known:
-                        raise _Violation(f"frame {fid!r} names {msg['fn']!r}, which the library does not define")
                     if len(frames) > self.limits.max_frames:
                         raise _Violation(f"more than {self.limits.max_frames} frames")
                     frames[fid] = _Frame(fid, msg["parent"], msg["fn"], msg["args"], time.time())
