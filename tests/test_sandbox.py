@@ -514,3 +514,93 @@ def test_seccomp_program_kills_foreign_abis_and_denies_the_rest():
     assert _run_bpf(prog, 435) == ENOSYS
     assert _run_bpf(prog, 302) == ALLOW and _run_bpf(prog, 302, args=(1,) + (0,) * 5) == EPERM
     assert _run_bpf(prog, 302, args=(1 << 32,) + (0,) * 5) == EPERM
+
+
+# ============================================================================================ layers and their report
+@pytest.fixture
+def no_bwrap(monkeypatch):
+    """As on a machine without bubblewrap: the worker starts directly and applies what it can itself."""
+    monkeypatch.setattr(sandbox, "_BWRAP", {"path": None, "why": "bwrap hidden by the test"})
+    monkeypatch.setattr(sandbox, "_LOGGED", set())
+
+
+def test_every_layer_is_reported_and_a_missing_one_is_logged(no_bwrap, caplog):
+    s, calls, env = session("")
+    with caplog.at_level("INFO", logger="skillrepro.sandbox"):
+        assert_unharmed(s, env)
+    assert set(sandbox.LAYERS) <= set(s.isolation)
+    assert {"bwrap", "scratch_limit"} <= set(s.missing)
+    assert s.isolation["bwrap"] == "MISSING: bwrap hidden by the test"
+    assert all(s.isolation[k].startswith("MISSING") == (k in s.missing) for k in sandbox.LAYERS)
+    warning = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    assert warning and "bwrap" in warning[0] and "sandbox.require" in warning[0]
+    s.close()
+
+
+FALLBACK = HELPERS + '''
+def x32():
+    return _libc().syscall(0x40000000 | 39)
+
+def memfd():
+    return os.memfd_create("x")
+
+def fork():
+    assert _bypass_hook()
+    return os.fork()
+
+def environ():
+    return json.dumps(sorted(os.environ))
+
+def home():
+    return open(HOME_CANARY).read()
+'''
+
+
+def test_without_bwrap_the_worker_layers_still_contain(no_bwrap, tmp_path):
+    canary = tmp_path / "secret.txt"
+    canary.write_text(SECRET)
+    s, calls, env = session(FALLBACK.replace("HOME_CANARY", repr(str(canary))))
+    assert s.call_skill("x32", []).killed.startswith("worker died with SIGSYS")
+    assert "PermissionError" in s.call_skill("memfd", []).exception
+    assert "PermissionError" in s.call_skill("fork", []).exception
+    assert json.loads(s.call_skill("environ", []).ret) == ["HOME", "PATH", "TMPDIR"]
+    out = s.call_skill("home", [])
+    assert "PermissionError" in out.exception and SECRET not in render_outcome("home", out)
+    assert not {"seccomp", "landlock", "rlimits"} & set(s.missing)
+    assert_unharmed(s, env)
+    s.close()
+
+
+def test_a_required_layer_that_is_missing_refuses_to_run(no_bwrap, monkeypatch):
+    s, calls, env = session("", require=("bwrap", "seccomp"))
+    with pytest.raises(SandboxError, match=r"config key sandbox.require: layer\(s\) bwrap unavailable"):
+        s.call_skill("forward_once", [])
+    assert env.n_primitive_steps == 0 and not calls
+    monkeypatch.setattr(sandbox, "REQUIRED", ())
+    with pytest.raises(SandboxError, match="bwrap"):
+        sandbox.configure(["bwrap"])
+    with pytest.raises(SandboxError, match="unknown layer"):
+        sandbox.configure(["chroot"])
+    assert sandbox.configure(["seccomp"])["seccomp"].startswith("foreign architectures")
+
+
+def test_with_bwrap_every_layer_is_active_here():
+    if sandbox._bwrap()[0] is None:
+        pytest.skip(f"bubblewrap cannot run here: {sandbox._bwrap()[1]}")
+    s, calls, env = session("")
+    assert_unharmed(s, env)
+    # A memory cgroup needs a writable cgroup tree (root on these machines); everything else comes with bwrap.
+    assert set(s.missing) <= {"memory_cgroup"}, s.isolation
+    s.close()
+
+
+def test_config_key_sandbox_require_is_checked():
+    from skillrepro.config import ConfigError, check_config, load_yaml, sandbox_require
+
+    config = load_yaml(Path(__file__).resolve().parents[1] / "config.yaml")
+    assert sandbox_require(check_config(config, check_files=False)) == ()
+    config["sandbox"] = {"require": ["bwrap", "seccomp"]}
+    assert sandbox_require(check_config(config, check_files=False)) == ("bwrap", "seccomp")
+    config["sandbox"] = {"require": ["chroot"]}
+    with pytest.raises(ConfigError, match="config key sandbox.require"):
+        check_config(config, check_files=False)
