@@ -539,7 +539,12 @@ def _child(init: dict) -> None:
     """One skill call's (or the inducer's) process: apply the per-process layers, load the library, serve."""
     report: dict = dict(init["zygote_report"])
     try:
-        helpers = _setup_db(init["db"]) if init.get("db") else {}
+        helpers = _setup_db(init["db"]) if init.get("db") else {}  # the run's history, read before the uid changes
+        _drop_uid(init, report)
+        libc = _libc()[1]
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (again: the uid change cleared it)
+        libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, required by Landlock and seccomp without privileges
+        _drop_capabilities(report)
         _landlock(init["scratch"], init.get("read_paths"), report)
         _rlimits(init["limits"], report)
         _seccomp(report)
@@ -570,9 +575,10 @@ def _ctrl_send(fd: int, msg: dict) -> None:
 
 
 def main() -> None:
-    """The zygote: set up the process-wide layers once, then fork one child per call on the parent's
-    word. It never runs untrusted code; children cannot reach it (no signals, no ptrace, no /proc, and
-    its control pipe is closed in them). A child is killed and reaped before the next one starts."""
+    """The zygote: set up what all children share once, then fork one child per call on the parent's word.
+    It never runs untrusted code; children cannot reach it (another uid, no signals, no ptrace, no /proc,
+    and its control pipe is closed in them). A child is killed and reaped before the next one starts. Each
+    child changes its uid itself, after reading the inducer's history (written by the parent's uid)."""
     global IN_FD, OUT_FD
     IN_FD, OUT_FD = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -584,11 +590,8 @@ def main() -> None:
     ctypes, libc = _libc()
     if not init.get("bwrap"):  # bubblewrap has already given us every namespace
         _unshare_net(report)
-    _drop_uid(init, report)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (after the uid change, which clears it)
-    libc.prctl(4, 0)  # PR_SET_DUMPABLE 0: no ptrace or /proc/<pid>/mem by anyone of the same uid
-    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, required by Landlock and seccomp without privileges
-    _drop_capabilities(report)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
+    libc.prctl(4, 0)  # PR_SET_DUMPABLE 0: no ptrace or /proc/<pid>/mem of the zygote
     os.chdir(init["scratch"])
     os.environ.clear()  # the parent started us with an empty environment; nothing is inherited
     os.environ.update(HOME=init["scratch"], TMPDIR=init["scratch"], PATH="/nonexistent")
@@ -632,7 +635,6 @@ def main() -> None:
             if pid == 0:
                 os.close(ctrl_in)
                 os.close(ctrl_out)
-                libc.prctl(1, signal.SIGKILL)  # die with the zygote
                 try:
                     _child(init)
                 finally:
