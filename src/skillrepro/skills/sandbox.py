@@ -191,12 +191,17 @@ class _MemoryCgroup:
         self.procs = str(path / "cgroup.procs")
 
     def remove(self) -> None:
-        if self.path is not None:
+        """Remove the cgroup once its last (just killed) task has gone; the kernel needs a moment for that."""
+        for _ in range(200):
+            if self.path is None:
+                return
             try:
                 self.path.rmdir()
+                self.path = self.procs = None
+            except FileNotFoundError:
+                self.path = self.procs = None
             except OSError:
-                pass  # still has a dying task: the kernel drops an empty cgroup's charges anyway
-            self.path = self.procs = None
+                time.sleep(0.01)
 
 
 # The worker's frames: exact keys (besides t, call, seq) with their types and maximum lengths (characters).
@@ -272,7 +277,7 @@ class SandboxSession:
         self.proc: subprocess.Popen | None = None
         self.bwrap, why = _bwrap()
         self.scratch = SCRATCH_IN_BWRAP if self.bwrap else tempfile.mkdtemp(prefix="skillrepro-sandbox-")
-        self.cgroup = _MemoryCgroup(self.limits.memory_bytes)
+        self.cgroup: _MemoryCgroup | None = None  # made at the first start
         self.isolation: dict[str, str] = {"bwrap": f"MISSING: {why}"} if why else {}
         self.missing: tuple[str, ...] = ()
         self.functions: list[str] = []
@@ -346,6 +351,8 @@ class SandboxSession:
     def _spawn(self) -> None:
         """Start the zygote (in bwrap where it can run) and ask it for the first child."""
         argv, init = self._argv()
+        if self.cgroup is None:
+            self.cgroup = _MemoryCgroup(self.limits.memory_bytes)
         if self.cgroup.procs:  # join the cgroup before exec, so every page of the worker is counted
             argv = ["/bin/sh", "-c", 'echo $$ > "$1" || exit 97; shift; exec "$@"', "sh", self.cgroup.procs, *argv]
         to_zygote, from_zygote = os.pipe(), os.pipe()
