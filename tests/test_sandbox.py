@@ -475,6 +475,15 @@ def test_hostile_skill_is_contained(hostile, cid, cls, code, expect):
     assert [p[0] for p in json.loads(nxt[0].primitives)] == ["go_forward"]
 
 
+def test_each_call_gets_a_fresh_child_of_the_same_zygote():
+    s, calls, env = session("def pid():\n    import os\n    return str(os.getpid())\n")
+    first = s.call_skill("pid", []).ret
+    zygote = s.proc.pid
+    second = s.call_skill("pid", []).ret
+    assert first != second and s.proc.pid == zygote and s.restarts == 0
+    s.close()
+
+
 def test_the_suite_covers_every_class_of_the_issue():
     classes = {c[1] for c in CASES}
     assert classes == {"abi", "hook", "secrets", "resources", "protocol", "leaks"}

@@ -614,7 +614,10 @@ def main() -> None:
         head = os.read(ctrl_in, 4)
         cmd = json.loads(os.read(ctrl_in, struct.unpack(">I", head)[0])) if len(head) == 4 else {"t": "quit"}
         if cmd["t"] in ("kill", "quit") and pid is not None:
-            os.kill(pid, signal.SIGKILL)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # died just now; waitpid collects it
             os.waitpid(pid, 0)
             os.close(pidfd)
             pid = pidfd = None

@@ -311,8 +311,9 @@ class SandboxSession:
             return [*python, str(WORKER)], init
         argv = [self.bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
                 "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv"]
-        if os.geteuid() == 0:  # no user namespace: the worker itself becomes nobody (a real host uid)
-            argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        if os.geteuid() == 0:  # no user namespace: each child becomes nobody (a real host uid) itself, and
+            # the zygote (never running untrusted code) keeps only what it needs for that and to kill a child
+            argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"]
             init["drop_uid"] = True
         else:
             argv += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY), "--disable-userns"]
