@@ -475,6 +475,21 @@ def test_hostile_skill_is_contained(hostile, cid, cls, code, expect):
     assert [p[0] for p in json.loads(nxt[0].primitives)] == ["go_forward"]
 
 
+@pytest.mark.parametrize("module_code,expect", [
+    ("import os, sys\nos.write(sys.modules['__main__'].OUT_FD, b'\\x00\\x00\\x00\\x03abc')\n", "not JSON"),
+    (HELPERS + "_libc().syscall(0x40000000 | 39)\n", "SIGSYS"),
+    ("while True:\n    try:\n        pass\n    except BaseException:\n        pass\n", "wall-clock"),
+])
+def test_a_library_that_attacks_while_loading_fails_to_load(module_code, expect):
+    """Module-level code runs in the child before `ready`: forged frames, a forbidden syscall or a hang
+    there make a load error (an observation), never an exception in the actor."""
+    s, calls, env = session(module_code, limits=SandboxLimits(call_wall_s=5, start_wall_s=3, call_cpu_s=1))
+    out = s.call_skill("forward_once", [])
+    assert "failed to load" in out.exception and expect in out.exception, out
+    assert env.n_primitive_steps == 0 and [c.function for c in calls] == ["forward_once"]
+    s.close()
+
+
 def test_each_call_gets_a_fresh_child_of_the_same_zygote():
     s, calls, env = session("def pid():\n    import os\n    return str(os.getpid())\n")
     first = s.call_skill("pid", []).ret

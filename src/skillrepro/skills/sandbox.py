@@ -26,14 +26,19 @@ Without bubblewrap (not installed, or no namespaces allowed) the worker is start
 the uid, seccomp, Landlock, netns and rlimits layers itself; then scratch_limit is missing and memfd/shm are
 denied by seccomp instead of being counted (memory_cgroup needs a writable cgroup in either mode).
 
-The protocol: every frame the worker sends must match its schema (keys, types, sizes), carry the current
+Processes: a zygote (started once per session, inside bwrap; it never runs untrusted code) forks one child
+per skill call; the child becomes nobody, applies Landlock, rlimits and seccomp, loads the library and
+serves the call. After the call the parent has the zygote kill and reap the child, drains what it left in
+the pipes, and only then asks for the next child (which starts while the actor thinks): nothing of call n
+(threads, `__del__`, timers, patched globals, unsent frames) can act during call n+1. The inducer's
+interpreter (`exec_code`) is a notebook: its child lives until a call is killed; it reads the run's
+history before changing uid, and has no environment to step.
+
+The protocol: every frame the child sends must match its schema (keys, types, sizes), carry the current
 call id and the next sequence number, and respect the frame stack (a nested frame's id is the call's root id
 plus a fresh suffix, its parent the innermost open frame). A frame that does not is a protocol violation:
-the worker is killed, the call's records say so, and the actor gets an ActionError. Environment steps and
-the last observation are the parent's own counts. Each skill call gets a fresh worker (the next one is
-started as soon as a call ends, so it is ready while the actor thinks): nothing of call n (threads,
-`__del__`, unsent frames, patched globals) can act during call n+1. The inducer's interpreter
-(`exec_code`) is a notebook and keeps its worker; it has no environment to step.
+the child is killed, the call's records say so, and the actor gets an ActionError. So is any byte written
+after the result. Environment steps and the last observation are the parent's own counts.
 """
 from __future__ import annotations
 
@@ -205,16 +210,16 @@ class _MemoryCgroup:
 
 
 # The worker's frames: exact keys (besides t, call, seq) with their types and maximum lengths (characters).
-_STR, _INT, _LIST, _DICT = str, int, list, dict
+# A cap of -1 means output_chars (+100 for the worker's "... cut" note); 0 means none beyond the frame size.
 _SCHEMA: dict[str, dict[str, tuple[type | tuple, int]]] = {
-    "ready": {"isolation": (_DICT, 0)},
-    "init_error": {"msg": (_STR, 2100), "isolation": (_DICT, 0)},
-    "prim": {"frame": (_STR, 80), "name": (_STR, 64), "args": (_LIST, 4096)},
-    "enter": {"frame": (_STR, 80), "parent": (_STR, 80), "fn": (_STR, 200), "args": (_STR, 2100)},
-    "exit": {"frame": (_STR, 80), "ret": (_STR, 2100), "exc": (_STR, 2100)},
-    "badargs": {"msg": (_STR, 2100)},
-    "result": {"ret": ((_STR, type(None)), -1), "exc": (_STR, 3100), "tb": (_STR, 3100), "out": (_STR, -1),
-               "out_total": (_INT, 0)},
+    "ready": {"isolation": (dict, 0)},
+    "init_error": {"msg": (str, 2100), "isolation": (dict, 0)},
+    "prim": {"frame": (str, 80), "name": (str, 64), "args": (list, 4096)},
+    "enter": {"frame": (str, 80), "parent": (str, 80), "fn": (str, 200), "args": (str, 2100)},
+    "exit": {"frame": (str, 80), "ret": (str, 2100), "exc": (str, 2100)},
+    "badargs": {"msg": (str, 2100)},
+    "result": {"ret": ((str, type(None)), -1), "exc": (str, 3100), "tb": (str, 3100), "out": (str, -1),
+               "out_total": (int, 0)},
 }
 
 
@@ -229,7 +234,7 @@ def _check_frame(msg: Any, call: str, seq: int, output_chars: int) -> dict:
         raise _Violation(f"{t} frame numbered {str(msg['call'])[:40]}#{str(msg['seq'])[:20]}; expected {call}#{seq}")
     for key, (typ, cap) in fields.items():
         v = msg[key]
-        if not isinstance(v, typ) or (typ is _INT and isinstance(v, bool)):
+        if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
             raise _Violation(f"{t}.{key} has type {type(v).__name__}")
         cap = output_chars + 100 if cap == -1 else cap
         if cap and isinstance(v, (str, list)) and len(json.dumps(v) if isinstance(v, list) else v) > cap:
@@ -262,7 +267,7 @@ class _Frame:
 
 
 class SandboxSession:
-    """Skills bound to an env (a fresh worker per call), or the inducer's interpreter (one worker)."""
+    """Skills bound to an env (a fresh child process per call), or the inducer's interpreter (one child)."""
 
     def __init__(self, *, source: str = "", env: Env | None = None, limits: SandboxLimits | None = None,
                  db: dict | None = None, read_paths: list[str] | None = None, site_packages: bool = False,
@@ -439,16 +444,23 @@ class SandboxSession:
         return leftover
 
     def _await_ready(self) -> None:
+        """The child's first frame. A child that breaks the protocol, dies or hangs while loading the library
+        is the library's doing (module-level code runs there): a load error, reported to the caller as one.
+        Only a zygote that is gone is the sandbox's own failure (SandboxError)."""
         deadline = self._forked + self.limits.start_wall_s
         try:
-            msg = self._recv(deadline)
+            msg, why = self._recv(deadline), ""
         except _Violation as e:
-            self._kill("")
-            raise SandboxError(f"sandbox worker broke the protocol at start: {e}") from None
+            msg, why = None, f"it broke the sandbox protocol ({e})"
         if msg is None:
-            why = self._death_reason(deadline, self.limits.start_wall_s)
-            self._kill("")
-            raise SandboxError(f"sandbox worker did not start: {why}")
+            why = why or self._death_reason(deadline, self.limits.start_wall_s)
+            if (self._died or {}).get("t") == "gone" or self.proc.poll() is not None:
+                self._kill("")  # the zygote itself died: the sandbox cannot run here
+                raise SandboxError(f"sandbox worker did not start: {why}")
+            self._reap()
+            self._fork()
+            self.load_error, self.functions = f"the worker stopped while loading the library: {why}", []
+            return
         self._ready = True
         self._report_layers(msg["isolation"])
         if msg["t"] == "init_error":
@@ -750,6 +762,8 @@ def configure(require: list[str] | tuple[str, ...]) -> dict[str, str]:
     probe = SandboxSession()
     try:
         probe._ensure()
+        if probe.load_error:
+            raise SandboxError(f"the sandbox cannot start a worker here: {probe.load_error}")
         return dict(probe.isolation)
     finally:
         probe.close()
