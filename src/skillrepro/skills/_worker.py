@@ -115,8 +115,9 @@ def _libc():
 def _drop_uid(init: dict, report: dict) -> None:
     """Become `nobody` (host uid 65534) before anything untrusted runs: its files, processes and rlimits
     are not the parent's, and RLIMIT_NPROC applies (the kernel never applies it to uid 0)."""
-    if os.geteuid() != 0:
-        report["uid"] = [True, f"uid {os.geteuid()} (not root; RLIMIT_NPROC applies)"]
+    if os.geteuid() != 0:  # bwrap mapped us to nobody in a user namespace, or we run as the parent's user
+        report["uid"] = ([True, f"nobody ({NOBODY}) in a user namespace; RLIMIT_NPROC applies"] if init.get("bwrap")
+                         else [False, f"the parent's own uid {os.geteuid()} (not root, so RLIMIT_NPROC applies)"])
         return
     if not init.get("drop_uid"):
         report["uid"] = [False, "unavailable: root, and the Python runtime is not readable by nobody here"]
