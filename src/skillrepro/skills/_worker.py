@@ -588,7 +588,7 @@ def main() -> None:
     init = recv()
     ctrl_in, ctrl_out = init["ctrl"]
     report: dict = {}
-    ctypes, libc = _libc()
+    libc = _libc()[1]
     if not init.get("bwrap"):  # bubblewrap has already given us every namespace
         _unshare_net(report)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
