@@ -61,6 +61,8 @@ def start_llm_server():
 
     if LLM.base_url or LLM.backend == "openai" or os.environ.get(servers.URL_ENV) or not workflow.local_exec:
         return
+    if not any(job.resources.get("llm", 0) for job in workflow.dag.needrun_jobs()):
+        return  # no job of this invocation asks for the model (e.g. the KV-cache study's replay mode)
     _server = servers.start(LLM, workdir=".")
     os.environ[servers.URL_ENV] = _server.url
     logger.info(f"LLM server ({LLM.backend}, {LLM.model}) at {_server.url}")

@@ -282,6 +282,11 @@ def methods(config: dict[str, Any]) -> list[MethodConfig]:
     ]
 
 
+def sandbox_require(config: dict[str, Any]) -> tuple[str, ...]:
+    """Isolation layers the skill sandbox must have, or the run refuses to start (config key sandbox.require)."""
+    return tuple((config.get("sandbox") or {}).get("require") or ())
+
+
 def price(config: dict[str, Any]) -> Price:
     llm = llm_config(config)
     p = config.get("pricing", {}).get(llm.model)
