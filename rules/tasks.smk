@@ -3,7 +3,11 @@ rule sample_tasks:
         "results/tasks/{bench}.json",
     params:
         bench=lambda w: BENCHMARKS[w.bench],
-        protocol=PROTOCOL,
+        # Plain values, so that Snakemake redraws the lists when one of them changes.
+        task_seed=PROTOCOL.task_seed,
+        seeds=list(PROTOCOL.seeds),
+        n_train=PROTOCOL.train_rollouts,
+        n_test=PROTOCOL.n_test,
     log:
         "logs/sample_tasks/{bench}.log",
     benchmark:

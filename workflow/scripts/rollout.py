@@ -9,7 +9,7 @@ from skillrepro.runner import run_batch
 log = setup_logging(snakemake)
 w, p = snakemake.wildcards, snakemake.params
 k, n = int(w.k), p.protocol.sleep_every
-task_ids = json.loads(Path(snakemake.input.tasks).read_text())["train"][k * n : (k + 1) * n]
+task_ids = json.loads(Path(snakemake.input.tasks).read_text())[w.seed]["train"][k * n : (k + 1) * n]
 spec = EpisodeSpec(run_id(w), w.bench, p.method.method, w.variant, int(w.seed), "train", k, k)
 run_batch(bench=p.bench, llm=seeded(p.llm, w.seed), library_dir=Path(snakemake.input.library).parent,
           task_ids=task_ids, spec=spec, out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s,

@@ -152,6 +152,9 @@ class Benchmark(ABC):
     name: ClassVar[str]
     env_class: ClassVar[type[Env]]
     llm_call_budget: ClassVar[int]
+    # The Episode column a benchmark's tables and figures report: "success" (pass/fail benchmarks) or
+    # "progression" (Crafter, scored by the fraction of achievements unlocked).
+    headline: ClassVar[str] = "success"
 
     def __init__(self, **options: Any):
         if options:
