@@ -38,6 +38,8 @@ class LLMConfig:
     timeout_s: float = 600
     tool_calling: str = "text"
     vllm_args: tuple[str, ...] = ()
+    # role -> reasoning_effort (A.1); sent only where the backend accepts it (see LLMClient.chat)
+    reasoning_effort: tuple[tuple[str, str], ...] = (("actor", "low"), ("inducer", "medium"))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LLMConfig":
@@ -45,6 +47,8 @@ class LLMConfig:
         d = {k: v for k, v in d.items() if k in known}
         if "vllm_args" in d:
             d["vllm_args"] = tuple(d["vllm_args"])
+        if "reasoning_effort" in d:
+            d["reasoning_effort"] = tuple(sorted((d["reasoning_effort"] or {}).items()))
         return cls(**d)
 
 
@@ -96,6 +100,7 @@ class BenchmarkConfig:
     env: str
     llm_call_budget: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    history_window: int | None = None  # None: the full history (the paper); N: the actor's last N steps
 
     def load(self):
         from skillrepro.envs import get_benchmark

@@ -71,7 +71,7 @@ def run_batch(
         notes = impl.notes(library, options) if impl else library.notes
     visible = impl.visible(library, options) if impl else None
     actor = Actor(client, benchmark.describe(), bench.call_budget(), wall_s, llm.tool_calling,
-                  prompts or Prompts(), notes)
+                  prompts or Prompts(), notes, history_window=bench.history_window)
     progress = _progress(len(task_ids), f"{spec.benchmark}/{spec.variant}/seed{spec.seed} {spec.split} c{spec.cycle}")
     for i, task_id in enumerate(task_ids):
         done_dir = partial / f"{i:04d}"

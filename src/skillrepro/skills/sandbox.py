@@ -213,12 +213,12 @@ class SandboxSession:
                 return None
             self._buf += chunk
 
-    def _death_reason(self, deadline: float) -> str:
+    def _death_reason(self, deadline: float, limit: float | None = None) -> str:
         if self.proc is None:
             return "worker gone"
         code = self.proc.poll()
         if code is None and time.monotonic() >= deadline:
-            return f"wall-clock limit of {self.limits.call_wall_s:g} s reached"
+            return f"wall-clock limit of {self.limits.call_wall_s if limit is None else limit:g} s reached"
         if code is None:
             return "protocol violation by the worker"
         if code < 0:
@@ -229,8 +229,10 @@ class SandboxSession:
         return f"worker exited with status {code}"
 
     # ------------------------------------------------------------------------------------ skills
-    def call_skill(self, name: str, args: list[Any], step: int = -1) -> Outcome:
-        """Run skill `name(*args)`; primitives go to self.env. Raises ActionError for bad arguments."""
+    def call_skill(self, name: str, args: list[Any], step: int = -1, wall_s: float | None = None) -> Outcome:
+        """Run skill `name(*args)`; primitives go to self.env. Raises ActionError for bad arguments.
+
+        `wall_s` caps this call's wall clock below `limits.call_wall_s` (what is left of the episode's)."""
         self._ensure()
         top = uuid.uuid4().hex[:12]
         if self.load_error:
@@ -239,13 +241,14 @@ class SandboxSession:
                                   "", exc, 0.0))
             return Outcome(None, exc, "", 0, None, 0)
         frames: dict[str, _Frame] = {top: _Frame(top, "", name, json.dumps([args, {}], default=repr), time.time())}
-        deadline = time.monotonic() + self.limits.call_wall_s
+        limit = self.limits.call_wall_s if wall_s is None else min(self.limits.call_wall_s, wall_s)
+        deadline = time.monotonic() + limit
         self._send({"t": "call", "frame": top, "name": name, "args": args, "done": bool(self.env.done)})
         n_prims, last_obs = 0, None
         while True:
             msg = self._recv(deadline)
             if msg is None:
-                why = self._death_reason(deadline)
+                why = self._death_reason(deadline, limit)
                 self._kill(why)
                 out = Outcome(None, "", "", 0, last_obs, n_prims, killed=why)
                 break
@@ -367,9 +370,9 @@ def skill_tools(library, env: Env, record: Callable[[SkillCall], None],
     state = {"step": 0}
 
     def runner(name: str):
-        def run(args: list[Any]) -> str:
+        def run(args: list[Any], wall_s: float | None = None) -> str:
             state["step"] += 1
-            out = session.call_skill(name, list(args), step=state["step"] - 1)
+            out = session.call_skill(name, list(args), step=state["step"] - 1, wall_s=wall_s)
             return render_outcome(name, out, session.limits.output_chars)
 
         run.session = session  # keeps the worker alive as long as the tool is
