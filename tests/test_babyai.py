@@ -137,3 +137,27 @@ def test_c_prompt_is_the_papers_by_default_and_hints_are_a_named_file(tmp_path):
         get_benchmark("babyai", prompt="fancy")
     with pytest.raises(TaskError, match="does not exist"):
         get_benchmark("babyai", prompt=str(tmp_path / "missing.txt"))
+
+
+def test_c3_bot_actions_replayed_through_the_cli_succeed(capsys, tmp_path):
+    """The oracle path a user can follow by hand: minigrid's bot plans, `skillrepro env replay` plays it."""
+    import json
+
+    from skillrepro.cli import main
+
+    b = get_benchmark("babyai")
+    task = b.sample_tasks("test", 1, 42)[0]
+    probe = b.make(task)
+    probe.reset()
+    bot, names, plan = BabyAIBot(probe._env.unwrapped), {v: k for k, v in _ACTIONS.items()}, []
+    while not probe.done and len(plan) < 64:
+        plan.append(names[int(bot.replan())])
+        probe.step(plan[-1])
+    assert probe.success()
+    calls = tmp_path / "calls.txt"
+    calls.write_text("".join(f"{a}()\n" for a in plan))
+    assert main(["env", "replay", "babyai", "--task", task, "--calls", str(calls)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"Mission: {probe.mission}\n") and "Mission complete." in out
+    assert json.loads(out.strip().splitlines()[-1]) == {"score": 1.0, "success": True, "done": True,
+                                                        "steps": len(plan)}
