@@ -399,6 +399,11 @@ class CrafterBenchmark(Benchmark):
         # run plays the same ones.
         return task_seed + run_seed
 
+    def pool_size(self, split: str) -> int:
+        check_split(split)
+        lo, hi = self._SEED_RANGES[split]
+        return hi - lo
+
     def sample_tasks(self, split: str, n: int, seed: int) -> list[str]:
         check_split(split)
         lo, hi = self._SEED_RANGES[split]
