@@ -1,6 +1,6 @@
 rule evaluate:
     input:
-        tasks="results/tasks/{bench}/test.json",
+        tasks="results/tasks/{bench}/seed{seed}/test.json",
         library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
     output:
         episodes="results/runs/{bench}/{variant}/seed{seed}/eval/v{k}/episodes.parquet",

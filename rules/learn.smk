@@ -25,7 +25,7 @@ rule init_library:
 
 rule rollout:
     input:
-        tasks="results/tasks/{bench}/train.json",
+        tasks="results/tasks/{bench}/seed{seed}/train.json",
         library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
         batches=lambda w: [run_path(w, f"train/batch{i}/episodes.parquet") for i in range(int(w.k))],
     output:

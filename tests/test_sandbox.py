@@ -54,7 +54,7 @@ def assert_unharmed(s: SandboxSession, env) -> None:
     before = env.n_primitive_steps
     out = s.call_skill("forward_once", [])
     assert out.ok, out
-    assert "You are carrying" in out.ret
+    assert "step" in out.ret  # a BabyAI-Text view ("a wall 2 steps forward")
     assert env.n_primitive_steps == before + 1
 
 

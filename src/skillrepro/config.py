@@ -43,6 +43,8 @@ class LLMConfig:
     tool_calling: str = "text"
     vllm_args: tuple[str, ...] = ()
     episodes_in_flight: int = 1  # episodes of one batch played at once (each job takes as many `llm` units)
+    # role -> reasoning_effort (A.1); sent only where the backend accepts it (see LLMClient.chat)
+    reasoning_effort: tuple[tuple[str, str], ...] = (("actor", "low"), ("inducer", "medium"))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LLMConfig":
@@ -50,6 +52,8 @@ class LLMConfig:
         d = {k: v for k, v in d.items() if k in known}
         if "vllm_args" in d:
             d["vllm_args"] = tuple(d["vllm_args"])
+        if "reasoning_effort" in d:
+            d["reasoning_effort"] = tuple(sorted((d["reasoning_effort"] or {}).items()))
         return cls(**d)
 
 
@@ -101,6 +105,7 @@ class BenchmarkConfig:
     env: str
     llm_call_budget: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    history_window: int | None = None  # None: the full history (the paper); N: the actor's last N steps
 
     def load(self):
         from skillrepro.envs import get_benchmark

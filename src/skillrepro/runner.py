@@ -102,7 +102,8 @@ def run_batch(
     if notes is None:
         notes = impl.notes(library, options) if impl else library.notes
     visible = impl.visible(library, options) if impl else None
-    actor = Actor(client, benchmark.describe(), bench.call_budget(), wall_s, llm.tool_calling, prompts, notes)
+    actor = Actor(client, benchmark.describe(), bench.call_budget(), wall_s, llm.tool_calling, prompts, notes,
+                  history_window=bench.history_window)
     env_lock = threading.Lock()
     progress = _progress(len(task_ids), f"{spec.benchmark}/{spec.variant}/seed{spec.seed} {spec.split} c{spec.cycle}")
 

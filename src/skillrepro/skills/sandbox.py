@@ -827,9 +827,9 @@ def skill_tools(library, env: Env, record: Callable[[SkillCall], None],
     state = {"step": 0}
 
     def runner(name: str):
-        def run(args: list[Any]) -> str:
+        def run(args: list[Any], wall_s: float | None = None) -> str:
             state["step"] += 1
-            out = session.call_skill(name, list(args), step=state["step"] - 1)
+            out = session.call_skill(name, list(args), step=state["step"] - 1, wall_s=wall_s)
             return render_outcome(name, out, session.limits.output_chars)
 
         run.session = session  # keeps the worker alive as long as the tool is
