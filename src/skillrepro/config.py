@@ -162,7 +162,7 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
         raise ConfigError(
             f"config key protocol.eval_every: {proto.eval_every} must be a multiple of protocol.sleep_every ({proto.sleep_every})"
         )
-    from skillrepro.methods import get_method
+    from skillrepro.methods import check_benchmarks, get_method
 
     for variant, m in config["methods"].items():
         try:
@@ -174,6 +174,8 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
         if unknown:
             raise ConfigError(f"config key methods.{variant}.benchmarks: unknown benchmark(s) {', '.join(unknown)}; "
                               f"configured: {', '.join(config['benchmarks'])}")
+        runs_on = m.get("benchmarks") or list(config["benchmarks"])
+        check_benchmarks(variant, m["method"], m["options"], {b: config["benchmarks"][b]["env"] for b in runs_on})
     from skillrepro.envs import TaskError
 
     for b in benchmarks(config):

@@ -76,21 +76,24 @@ def run_batch(
     for i, task_id in enumerate(task_ids):
         done_dir = partial / f"{i:04d}"
         if not (done_dir / "episodes.parquet").exists():
-            episode_actor = actor
+            episode_actor, shown, choice_calls = actor, visible, []
             if impl is not None and spec.split == "train":
                 choice = impl.next_task(TaskContext(library, options, spec.cycle, i, tuple(task_ids),
-                                                    tuple(history_dirs) + _finished(partial), llm, bench, client))
-                task_id = choice.task_id
+                                                    tuple(history_dirs) + _finished(partial), llm, bench, client,
+                                                    spec.run_id))
+                task_id, choice_calls = choice.task_id, list(choice.llm_calls)
                 if choice.goal:
                     episode_actor = replace(actor, notes=f"{notes}\nGoal for this episode: {choice.goal}".strip())
+                if choice.visible is not None:
+                    shown = list(choice.visible)
             env = benchmark.make(task_id)
             skill_calls: list[SkillCall] = []
-            tools = primitive_tools(env) + skills.tools_for(library, env, skill_calls.append, visible)
+            tools = primitive_tools(env) + skills.tools_for(library, env, skill_calls.append, shown)
             rec: EpisodeRecords = episode_actor.run(env, tools, spec, log.info)
             tag_skill_calls(skill_calls, rec.episode.episode_id, rec.steps)
             # Episode file last: its presence marks the episode as complete.
             write_records(done_dir / "steps.parquet", rec.steps, Step)
-            write_records(done_dir / "llm_calls.parquet", rec.llm_calls, LLMCall)
+            write_records(done_dir / "llm_calls.parquet", choice_calls + rec.llm_calls, LLMCall)
             write_records(done_dir / "skill_calls.parquet", skill_calls, SkillCall)
             write_records(done_dir / "episodes.parquet", [rec.episode], Episode)
         else:
