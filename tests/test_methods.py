@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+import types
 import uuid
 from pathlib import Path
 
@@ -323,9 +325,9 @@ def test_the_readme_example_method_works_as_written(run):
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Add a method", 1)[1].split("\n## ", 1)[0]
     code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
-    path = Path(__file__).parent / "_readme_method.py"  # exec'd as a module so its functions have a home
-    namespace = {"__name__": "readme_method"}
-    exec(compile(code, str(path), "exec"), namespace)
+    module = types.ModuleType("readme_scribe")  # what importing methods/scribe.py would make
+    sys.modules[module.__name__] = module
+    exec(compile(code, "README.md", "exec"), module.__dict__)
     method = get_method("scribe")
     ctx = ctx_for(run["root"], "scribe", "scribe", {"max_lines": 5}, tag="_scribe")
     fake = RoleFake(optimizer=["- face the object before pick_up\n- read the mission"])
