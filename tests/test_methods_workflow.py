@@ -1,7 +1,6 @@
 """OPO, ASI, asi_replay and Voyager through the DAG on the real embedded model (tests/data/methods.yaml)."""
 import json
 
-import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -11,12 +10,11 @@ from test_workflow import ROOT, copy_workflow, snakemake
 @pytest.mark.workflow
 def test_comparison_methods_run_through_the_dag(tmp_path):
     copy_workflow(tmp_path)
-    snakemake("results/tables/main.csv", "--cores", "2", "--configfile", str(ROOT / "tests/data/methods.yaml"),
-              cwd=tmp_path)
-    main = pd.read_csv(tmp_path / "results/tables/main.csv")
-    assert sorted(zip(main.benchmark, main.variant)) == [("babyai", "asi"), ("babyai", "asi_replay"),
-                                                         ("babyai", "opo"), ("crafter", "voyager")]
     runs = tmp_path / "results/runs"
+    # Two wake/sleep cycles of each run (evaluation is the same code for every method: left out for time).
+    pairs = [("babyai", "asi"), ("babyai", "asi_replay"), ("babyai", "opo"), ("crafter", "voyager")]
+    targets = [f"results/runs/{b}/{v}/seed0/library/v2/manifest.json" for b, v in pairs]
+    snakemake(*targets, "--cores", "2", "--configfile", str(ROOT / "tests/data/methods.yaml"), cwd=tmp_path)
 
     def roles(path):
         return list(pq.read_table(path, columns=["role"]).column("role").to_pylist())
@@ -24,7 +22,7 @@ def test_comparison_methods_run_through_the_dag(tmp_path):
     def manifest(bench, variant, v):
         return json.loads((runs / bench / variant / "seed0" / f"library/v{v}/manifest.json").read_text())
 
-    for bench, variant in zip(main.benchmark, main.variant):
+    for bench, variant in pairs:
         assert [manifest(bench, variant, v)["version"] for v in (0, 1, 2)] == [0, 1, 2]
     # OPO: one optimizer call per sleep phase, on the real model, and notes written from it.
     for v in (1, 2):

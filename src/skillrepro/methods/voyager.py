@@ -137,7 +137,8 @@ def _goals(dirs, cycle: int | None = None) -> dict[str, str]:
             continue
         for c in read_records(d / "llm_calls.parquet", LLMCall):
             if c.role == "curriculum" and (cycle is None or f"/train/c{cycle}/" in c.session_id):
-                out[c.session_id] = parse_goal(json.loads(c.response).get("content", ""))
+                # The same reading as next_task's, fallback included: the goal the actor was given.
+                out[c.session_id] = parse_goal(json.loads(c.response).get("content", "")) or FALLBACK_GOAL
     return out
 
 
@@ -155,7 +156,7 @@ def next_task(ctx: TaskContext) -> TaskChoice:
     task_id = ctx.planned[ctx.index]
     meta = ctx.library.meta
     traces = read_traces(ctx.history_dirs)
-    pending = [g for g in _goals(ctx.history_dirs, ctx.cycle).values() if g]
+    pending = list(_goals(ctx.history_dirs, ctx.cycle).values())
     user = "\n\n".join([
         progress(traces, opts.recent_episodes),
         "Completed goals: " + ("; ".join(meta.get("completed_goals", [])) or "none"),
