@@ -13,6 +13,7 @@ import json
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -30,15 +31,17 @@ ap.add_argument("--episodes", type=int, default=2, help="training episodes per b
 ap.add_argument("--cycles", type=int, default=2)
 ap.add_argument("--call-budget", type=int, default=12, help="actor LLM calls per episode")
 ap.add_argument("--methods", default="react,speedrunner,opo,asi,asi_replay,voyager")
+ap.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: config.yaml's)")
 a = ap.parse_args()
 ROOT = Path(__file__).resolve().parents[1]
 cfg = load_yaml(ROOT / "config.yaml")
 llm = llm_config(cfg)
+llm = replace(llm, threads=a.threads or llm.threads)
 requests = cfg["budgets"]["inducer_requests"]
 work = Path(tempfile.mkdtemp(prefix="method_sleep."))
 server = servers.start(llm, workdir=work)
 client = LLMClient(llm, server.url)
-print(f"model={llm.model} max_tokens={llm.max_tokens} ctx_per_slot={llm.ctx_per_slot} episodes/batch={a.episodes} "
+print(f"model={llm.model} threads={llm.threads} max_tokens={llm.max_tokens} ctx_per_slot={llm.ctx_per_slot} episodes/batch={a.episodes} "
       f"actor call budget={a.call_budget} inducer_requests={requests}")
 
 
