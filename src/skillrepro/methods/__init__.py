@@ -18,8 +18,7 @@ them, as in Voyager's truncation), and `next_task(TaskContext) -> TaskChoice` (w
 next, with what goal, which skills are listed for it, and the LLM calls the choice cost; Voyager's
 curriculum and retrieval). `envs=(...)` restricts a method to some benchmark envs: a variant that would run
 on another env is a config error, unless its options set `any_benchmark: true`. Methods never see test
-episodes:
-`history_dirs` holds training batches only.
+episodes: `history_dirs` holds training batches only.
 """
 from __future__ import annotations
 
