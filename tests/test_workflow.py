@@ -27,12 +27,16 @@ def test_lint_is_clean():
 def test_paper_scale_dry_run_builds_every_job():
     out = snakemake("results/tables/main.csv", "-n", "--cores", "8", "--configfile", "configs/paper.yaml")
     text = out.stdout
-    # Every (benchmark, variant, seed) of the preset, and only those: 6 benchmarks x (react, speedrunner)
-    # x 3 seeds, plus the 3 ablations on babyai alone x 3 seeds.
+    # Every (benchmark, variant, seed) of the preset, and only those, x 3 seeds: react, speedrunner and opo
+    # on the 6 benchmarks; two ablations on babyai; no-interpreter on the 4 main benchmarks (figure 7); asi on
+    # 3 (+ asi-crafter), asi_replay on ScienceWorld electricity (G.3), voyager on the 3 Crafter variants.
     runs = {l.split("results/runs/")[1].split("/eval")[0] for l in text.splitlines()
             if "output:" in l and "/eval/v20/episodes.parquet" in l}
-    assert len(runs) == 6 * 2 * 3 + 3 * 3
-    assert {r.split("/")[0] for r in runs if "speedrunner-" in r} == {"babyai"}
+    assert len(runs) == 3 * (6 * 3 + 2 + 4 + 3 + 1 + 1 + 3)
+    benches = lambda variant: {r.split("/")[0] for r in runs if r.split("/")[1] == variant}  # noqa: E731
+    assert benches("speedrunner-asi_prompt") == benches("speedrunner-all_public") == {"babyai"}
+    assert benches("voyager") == {"crafter", "crafter_zombie0x", "crafter_zombie2x"}
+    assert benches("asi_replay") == {"sciworld_electricity"}
     assert "rollout" in text and "induce" in text and "evaluate" in text
 
 
@@ -49,7 +53,8 @@ def test_bad_config_stops_before_any_job(tmp_path):
     bad.write_text(yaml.safe_dump(cfg))
     out = snakemake("-n", "--configfile", str(bad), check=False)
     assert out.returncode != 0
-    assert "config key methods.react.method: unknown method 'telepathy'; known: react" in out.stdout + out.stderr
+    known = "config key methods.react.method: unknown method 'telepathy'; known: asi, asi_replay, opo, react, speedrunner, voyager"
+    assert known in out.stdout + out.stderr
 
 
 def copy_workflow(dest: Path) -> None:

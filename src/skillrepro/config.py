@@ -212,7 +212,7 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
                           f"{proto.sleep_every} make {proto.n_cycles} sleep cycles per run; at most {MAX_CYCLES}")
     if len(set(proto.seeds)) != len(proto.seeds):
         raise ConfigError(f"config key protocol.seeds: {list(proto.seeds)} repeats a seed (each seed is one run)")
-    from skillrepro.methods import get_method
+    from skillrepro.methods import check_benchmarks, get_method
 
     for variant, m in config["methods"].items():
         try:
@@ -224,6 +224,8 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
         if unknown:
             raise ConfigError(f"config key methods.{variant}.benchmarks: unknown benchmark(s) {', '.join(unknown)}; "
                               f"configured: {', '.join(config['benchmarks'])}")
+        runs_on = m.get("benchmarks") or list(config["benchmarks"])
+        check_benchmarks(variant, m["method"], m["options"], {b: config["benchmarks"][b]["env"] for b in runs_on})
     from skillrepro.envs import TaskError
 
     for b in benchmarks(config):

@@ -106,23 +106,27 @@ def run_batch(
                   history_window=bench.history_window)
     env_lock = threading.Lock()
     progress = _progress(len(task_ids), f"{spec.benchmark}/{spec.variant}/seed{spec.seed} {spec.split} c{spec.cycle}")
-
     def play(i: int) -> None:
-        task_id, episode_actor = task_ids[i], actor
+        task_id, episode_actor, shown, choice_calls = task_ids[i], actor, visible, []
         if curriculum:
             choice = impl.next_task(TaskContext(library, options, spec.cycle, i, tuple(task_ids),
-                                                tuple(history_dirs) + _finished(partial), llm, bench, client))
-            task_id = choice.task_id
+                                                tuple(history_dirs) + _finished(partial), llm, bench, client,
+                                                spec.run_id))
+            task_id, choice_calls = choice.task_id, list(choice.llm_calls)
             if choice.goal:
-                episode_actor = replace(actor, notes=f"{notes}\nGoal for this episode: {choice.goal}".strip())
+                episode_actor = replace(actor, notes=f"{notes}
+Goal for this episode: {choice.goal}".strip())
+            if choice.visible is not None:
+                shown = list(choice.visible)
         with env_lock:
             env = _Locked(benchmark.make(task_id), env_lock)
         skill_calls: list[SkillCall] = []
-        tools = primitive_tools(env) + skills.tools_for(library, env, skill_calls.append, visible)
+        tools = primitive_tools(env) + skills.tools_for(library, env, skill_calls.append, shown)
         episode_id = f"{spec.run_id}/{spec.split}/c{spec.cycle}/{task_id}/{_digest(key, str(i))[:8]}"
         rec: EpisodeRecords = episode_actor.run(env, tools, spec, log.info, episode_id=episode_id)
         tag_skill_calls(skill_calls, rec.episode.episode_id, rec.steps)
-        _write_episode(partial / f"{i:04d}", rec, skill_calls)
+        # The curriculum's calls go ahead of the actor's: they are this episode's cost too.
+        _write_episode(partial / f"{i:04d}", replace(rec, llm_calls=choice_calls + rec.llm_calls), skill_calls)
         progress.update(1)
 
     todo = [i for i in range(len(task_ids)) if not (partial / f"{i:04d}" / "episodes.parquet").exists()]

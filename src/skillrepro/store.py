@@ -65,7 +65,7 @@ class Step:
 class LLMCall:
     call_id: str
     session_id: str  # episode_id, or an inducer/optimizer/generator session id
-    role: str  # actor | inducer | optimizer | generator | scorer
+    role: str  # actor | inducer | optimizer | generator | scorer | curriculum | critic | skill_writer | replay
     model: str
     backend: str
     prompt_tokens: int

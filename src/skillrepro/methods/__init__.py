@@ -15,8 +15,10 @@ Optional hooks (keyword arguments of `register`) change what the actor gets from
 `notes(library, options) -> str` (the text put in the actor's prompt; OPO's rewritten notes),
 `visible(library, options) -> list[str]` (the skills listed to the actor; the others stay callable from
 them, as in Voyager's truncation), and `next_task(TaskContext) -> TaskChoice` (which training task comes
-next and with what goal; Voyager's curriculum). Methods never see test episodes: `history_dirs` holds
-training batches only.
+next, with what goal, which skills are listed for it, and the LLM calls the choice cost; Voyager's
+curriculum and retrieval). `envs=(...)` restricts a method to some benchmark envs: a variant that would run
+on another env is a config error, unless its options set `any_benchmark: true`. Methods never see test
+episodes: `history_dirs` holds training batches only.
 """
 from __future__ import annotations
 
@@ -67,12 +69,15 @@ class TaskContext:
     llm: LLMConfig
     bench: BenchmarkConfig
     client: Any = None  # the batch's LLM client, for curricula that ask the model
+    run_id: str = ""  # for the session id of a curriculum's LLM calls
 
 
 @dataclass(frozen=True)
 class TaskChoice:
     task_id: str
     goal: str = ""  # shown to the actor with the task's own instruction; empty for none
+    visible: tuple[str, ...] | None = None  # skills listed for this episode (retrieved for the goal); None: `visible`
+    llm_calls: tuple[Any, ...] = ()  # LLMCall records the choice cost; stored with the episode's llm_calls
 
 
 def default_notes(library: Library, options: Any) -> str:
@@ -100,6 +105,7 @@ class Method:
     notes: Callable[[Library, Any], str] = default_notes
     visible: Callable[[Library, Any], list[str]] = default_visible
     next_task: Callable[[TaskContext], TaskChoice] = default_next_task
+    envs: tuple[str, ...] | None = None  # the benchmark envs it runs on by default; None: every env
 
     def parse_options(self, raw: dict[str, Any] | None, variant: str) -> Any:
         """`raw` as an instance of the options class; a ConfigError names the key otherwise."""
@@ -131,6 +137,19 @@ def get_method(name: str) -> Method:
     if name not in methods:
         raise ConfigError(f"unknown method {name!r}; known: {', '.join(sorted(methods))}")
     return methods[name]
+
+
+def check_benchmarks(variant: str, method: str, options: dict[str, Any], envs: dict[str, str]) -> None:
+    """A ConfigError when the variant would run on a benchmark whose env its method does not support.
+    `envs`: the variant's benchmarks (name -> env)."""
+    impl = get_method(method)
+    if impl.envs is None or getattr(impl.parse_options(options, variant), "any_benchmark", False):
+        return
+    other = sorted(b for b, env in envs.items() if env not in impl.envs)
+    if other:
+        raise ConfigError(f"config key methods.{variant}.benchmarks: method {method} runs on {', '.join(impl.envs)} "
+                          f"only, not on {', '.join(other)}; list its benchmarks, or set "
+                          f"methods.{variant}.options.any_benchmark: true")
 
 
 # ------------------------------------------------------------------------------------------ options

