@@ -96,6 +96,13 @@ class BenchmarkConfig:
     env: str
     llm_call_budget: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    after: str | None = None  # a phase change: runs start from the final library of this instance's run
+    evaluate_on: tuple[str, ...] = ()  # other instances whose test sets every checkpoint also plays
+
+    @property
+    def eval_targets(self) -> tuple[str, ...]:
+        """Extra test sets of every checkpoint: `evaluate_on`, and the earlier phase (for retention)."""
+        return tuple(dict.fromkeys([*self.evaluate_on, *([self.after] if self.after else [])]))
 
     def load(self):
         from skillrepro.envs import get_benchmark
@@ -174,6 +181,7 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
         if unknown:
             raise ConfigError(f"config key methods.{variant}.benchmarks: unknown benchmark(s) {', '.join(unknown)}; "
                               f"configured: {', '.join(config['benchmarks'])}")
+    _check_phases(config)
     from skillrepro.envs import TaskError
 
     for b in benchmarks(config):
@@ -182,6 +190,42 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
         except TaskError as e:
             raise ConfigError(f"config key benchmarks.{b.name}: {e}") from None
     return config
+
+
+def _check_phases(config: dict[str, Any]) -> None:
+    """`after`, `evaluate_on` and `analysis.truncation` name configured instances and variants."""
+    benches, variants = config["benchmarks"], config["methods"]
+
+    def runs_on(v: str, b: str) -> bool:
+        return variants[v].get("benchmarks") is None or b in variants[v]["benchmarks"]
+
+    for name, b in benches.items():
+        for key, targets in (("after", [b["after"]] if b.get("after") else []), ("evaluate_on", b.get("evaluate_on") or [])):
+            for t in targets:
+                if t not in benches or t == name:
+                    raise ConfigError(f"config key benchmarks.{name}.{key}: {t!r} is not another configured benchmark; "
+                                      f"configured: {', '.join(benches)}")
+        seen, at = {name}, b.get("after")
+        while at:
+            if at in seen:
+                raise ConfigError(f"config key benchmarks.{name}.after: the phases form a cycle through {at!r}")
+            seen.add(at)
+            at = benches[at].get("after")
+        if b.get("after"):
+            for v in variants:
+                if runs_on(v, name) and not runs_on(v, b["after"]):
+                    raise ConfigError(f"config key methods.{v}.benchmarks: {v} runs on {name}, which continues "
+                                      f"{b['after']}, so it must run on {b['after']} too")
+    t = (config.get("analysis") or {}).get("truncation")
+    if t:
+        if t["variant"] not in variants:
+            raise ConfigError(f"config key analysis.truncation.variant: unknown variant {t['variant']!r}")
+        if t["benchmark"] not in benches or not runs_on(t["variant"], t["benchmark"]):
+            raise ConfigError(f"config key analysis.truncation.benchmark: {t['benchmark']!r} is not a benchmark "
+                              f"{t['variant']} runs on")
+        extra = sorted(set(t.get("seeds") or []) - set(config["protocol"]["seeds"]))
+        if extra:
+            raise ConfigError(f"config key analysis.truncation.seeds: {extra} are not protocol seeds")
 
 
 def _check_llm(llm: LLMConfig, pricing: dict[str, Any], check_files: bool) -> None:
@@ -214,7 +258,8 @@ def protocol(config: dict[str, Any]) -> Protocol:
 
 
 def benchmarks(config: dict[str, Any]) -> list[BenchmarkConfig]:
-    return [BenchmarkConfig(name=k, **v) for k, v in config["benchmarks"].items()]
+    return [BenchmarkConfig(name=k, **(v | {"evaluate_on": tuple(v.get("evaluate_on") or ())}))
+            for k, v in config["benchmarks"].items()]
 
 
 def methods(config: dict[str, Any]) -> list[MethodConfig]:

@@ -1,0 +1,112 @@
+# Protocol variants of the online loop (issue 11).
+# - Distribution shift (section 6.4): a benchmark instance with `after: A` starts each run from the final
+#   library (and notes) of the same variant and seed on A, then trains on its own tasks; `evaluate_on`
+#   (and `after`) name extra test sets every checkpoint plays (eval_on/{target}/v{k}).
+# - Voyager truncation (appendix F, table 8): analysis.truncation re-evaluates a final library showing the
+#   actor only its last N skills; the hidden ones stay in the namespace, callable from visible ones.
+from skillrepro.analysis import Study, study_params
+
+PHASED = [b for b, d in BENCHMARKS.items() if d.after]
+TRUNCATION = (config.get("analysis") or {}).get("truncation")
+TRUNCATION_FILES = [
+    f"results/runs/{TRUNCATION['benchmark']}/{TRUNCATION['variant']}/seed{s}/truncated/n{n}/{table}.parquet"
+    for s in (TRUNCATION.get("seeds") or PROTOCOL.seeds[:1])
+    for n in TRUNCATION.get("sizes", [50, 100, 200, 400, 800])
+    for table in ("episodes", "llm_calls")
+] if TRUNCATION else []
+
+
+def cross_eval_files(names):
+    """Every extra test set of every run, at every checkpoint."""
+    return [
+        f"results/runs/{b}/{v}/seed{s}/eval_on/{t}/v{k}/{name}"
+        for b, bench in BENCHMARKS.items()
+        for t in bench.eval_targets
+        for v, m in METHODS.items()
+        if m.runs_on(b)
+        for s in PROTOCOL.seeds
+        for k in PROTOCOL.checkpoints
+        for name in names
+    ]
+
+
+ruleorder: continue_library > init_library
+
+
+rule continue_library:
+    input:
+        lambda w: f"results/runs/{BENCHMARKS[w.bench].after}/{w.variant}/seed{w.seed}/library/v{PROTOCOL.n_cycles}/manifest.json",
+    output:
+        "results/runs/{bench}/{variant}/seed{seed}/library/v0/manifest.json",
+    wildcard_constraints:
+        bench="|".join(PHASED) or "(?!)",
+    log:
+        "logs/runs/{bench}/{variant}/seed{seed}/continue_library.log",
+    benchmark:
+        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/continue_library.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/continue_library.py"
+
+
+rule evaluate_on:
+    input:
+        tasks="results/tasks/{target}.json",
+        library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
+    output:
+        episodes="results/runs/{bench}/{variant}/seed{seed}/eval_on/{target}/v{k}/episodes.parquet",
+        steps="results/runs/{bench}/{variant}/seed{seed}/eval_on/{target}/v{k}/steps.parquet",
+        llm_calls="results/runs/{bench}/{variant}/seed{seed}/eval_on/{target}/v{k}/llm_calls.parquet",
+        skill_calls="results/runs/{bench}/{variant}/seed{seed}/eval_on/{target}/v{k}/skill_calls.parquet",
+    wildcard_constraints:
+        target="|".join(BENCHMARKS),
+    params:
+        bench=lambda w: BENCHMARKS[w.target],
+        method=lambda w: METHODS[w.variant],
+        llm=LLM,
+        protocol=PROTOCOL,
+        wall_s=config["budgets"]["rollout_wall_s"],
+    resources:
+        llm=1,
+        mem_mb=4000,
+        runtime=240,
+    log:
+        "logs/runs/{bench}/{variant}/seed{seed}/evaluate_on_{target}_v{k}.log",
+    benchmark:
+        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/evaluate_on_{target}_v{k}.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/evaluate.py"
+
+
+rule evaluate_truncated:
+    input:
+        tasks="results/tasks/{bench}.json",
+        library=f"results/runs/{{bench}}/{{variant}}/seed{{seed}}/library/v{PROTOCOL.n_cycles}/manifest.json",
+    output:
+        library="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/library/manifest.json",
+        episodes="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/episodes.parquet",
+        steps="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/steps.parquet",
+        llm_calls="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/llm_calls.parquet",
+        skill_calls="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/skill_calls.parquet",
+    wildcard_constraints:
+        n=r"\d+",
+    params:
+        bench=lambda w: BENCHMARKS[w.bench],
+        method=lambda w: METHODS[w.variant],
+        llm=LLM,
+        wall_s=config["budgets"]["rollout_wall_s"],
+    resources:
+        llm=1,
+        mem_mb=4000,
+        runtime=240,
+    log:
+        "logs/runs/{bench}/{variant}/seed{seed}/evaluate_truncated_n{n}.log",
+    benchmark:
+        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/evaluate_truncated_n{n}.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/evaluate_truncated.py"

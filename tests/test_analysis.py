@@ -1,0 +1,256 @@
+"""Analytics on synthetic records (the logic of each table; numbers in committed tables come from real runs):
+declared inputs only, headline metric, cost with sleep phases, paired tests, retention, zombies, truncation,
+and the analytics rules on a config change."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from skillrepro import analysis
+from skillrepro.skills import Library
+from skillrepro.skills.library import parse_functions
+from skillrepro.store import Episode, LLMCall, SkillCall, Step, write_records
+
+ROOT = Path(__file__).resolve().parents[1]
+PRICING = {"m": {"input": 1.0, "output": 10.0}}
+
+
+def study(**over) -> analysis.Study:
+    base = dict(
+        variants={"react": {"method": "react", "options": {}, "benchmarks": None},
+                  "speedrunner": {"method": "speedrunner", "options": {}, "benchmarks": None},
+                  "sr-noint": {"method": "speedrunner", "options": {"interpreter": False}, "benchmarks": ["babyai"]}},
+        benchmarks={"babyai": {"env": "babyai", "options": {}, "after": None},
+                    "crafter": {"env": "crafter", "options": {}, "after": None}},
+        sleep_every=2, train_rollouts=4, config_name="test.yaml")
+    return analysis.Study(**(base | over))
+
+
+def episode(run: str, split: str, version: int, task: str, success: bool, tokens: int, bench: str | None = None,
+            progression: float | None = None) -> Episode:
+    b, variant, seed = run.split("/")
+    eid = f"{run}/{split}/c{version}/{task}/{bench or b}"
+    return Episode(eid, run, bench or b, variant.split("-")[0], variant, int(seed.removeprefix("seed")), split, version,
+                   version, task, success, float(success) if progression is None else progression, 0.0, 3, 2, 0,
+                   100, 40, tokens, 0, 1.0, "success" if success else "budget")
+
+
+def call(session: str, role: str = "actor", prompt: int = 1000, completion: int = 100) -> LLMCall:
+    return LLMCall(f"{session}/{role}/{prompt}", session, role, "m", "embedded", prompt, 0, completion, 0, 0.1, 0,
+                   "stop", "", "", "", 0.0)
+
+
+def write_batch(folder: Path, eps: list[Episode]) -> None:
+    write_records(folder / "episodes.parquet", eps, Episode)
+    write_records(folder / "llm_calls.parquet", [call(e.episode_id, completion=e.completion_tokens) for e in eps], LLMCall)
+    write_records(folder / "steps.parquet", [], Step)
+    write_records(folder / "skill_calls.parquet", [], SkillCall)
+
+
+def test_headline_is_progression_on_crafter_and_cost_counts_actor_calls(tmp_path):
+    eps = [episode("crafter/react/seed0", "test", 0, "t1", False, 50, progression=0.25),
+           episode("babyai/react/seed0", "test", 0, "t1", True, 70)]
+    write_batch(tmp_path / "a", eps[:1])
+    write_batch(tmp_path / "b", eps[1:])
+    files = [tmp_path / "a/episodes.parquet", tmp_path / "b/episodes.parquet"]
+    calls = [tmp_path / "a/llm_calls.parquet", tmp_path / "b/llm_calls.parquet"]
+    test = analysis.episodes(files, calls, PRICING)
+    per_seed = analysis.checkpoint_metrics(test, study()).set_index("run_benchmark")
+    assert per_seed.loc["crafter", "score"] == 0.25 and per_seed.loc["babyai", "score"] == 1.0
+    # 1000 input tokens at $1/M + 50 output tokens at $10/M
+    assert per_seed.loc["crafter", "cost"] == pytest.approx((1000 * 1 + 50 * 10) / 1e6)
+
+
+def test_only_given_files_are_read(tmp_path):
+    write_batch(tmp_path / "kept", [episode("babyai/react/seed0", "test", 0, "t1", True, 10)])
+    write_batch(tmp_path / "leftover", [episode("babyai/stale/seed0", "test", 0, "t1", True, 10)])
+    test = analysis.episodes([tmp_path / "kept/episodes.parquet"], [tmp_path / "kept/llm_calls.parquet"], {})
+    assert list(test.variant) == ["react"]
+
+
+def test_training_cost_charges_each_sleep_phase_to_the_batch_before_it(tmp_path):
+    s = study()
+    train = [episode("babyai/speedrunner/seed0", "train", k, f"t{k}{i}", False, 100) for k in (0, 1) for i in (0, 1)]
+    write_batch(tmp_path / "train", train)
+    sleep_file = tmp_path / "runs/babyai/speedrunner/seed0/induce/v1/llm_calls.parquet"
+    write_records(sleep_file, [call("inducer-1", "inducer", 10_000, 1000)], LLMCall)
+    eps = analysis.episodes([tmp_path / "train/episodes.parquet"], [tmp_path / "train/llm_calls.parquet"], PRICING)
+    sleep = analysis.sleep_phases([sleep_file], PRICING)
+    assert list(sleep.cycle) == [0] and sleep.output_tokens[0] == 1000
+    cost = analysis.training_cost(eps, sleep, s).set_index("cycle")
+    actor = (1000 + 100 * 10) / 1e6
+    assert cost.loc[0, "actor_cost"] == pytest.approx(actor)
+    assert cost.loc[0, "sleep_cost"] == pytest.approx((10_000 + 1000 * 10) / 1e6 / 2)  # two episodes share it
+    assert cost.loc[1, "sleep_cost"] == 0 and list(cost.train_rollouts) == [2, 4]
+    with pytest.raises(ValueError, match="not a sleep-phase record"):
+        analysis.sleep_phases([tmp_path / "train/llm_calls.parquet"], PRICING)
+
+
+def per_seed_frame(rows) -> pd.DataFrame:
+    return pd.DataFrame(rows)
+
+
+def test_main_table_takes_each_runs_final_checkpoint_on_its_own_test_set():
+    s = study()
+    test = pd.DataFrame([
+        dict(run_benchmark="babyai", eval_benchmark="babyai", method="react", variant="react", seed=seed,
+             library_version=v, task_id=f"t{i}", episode_id=f"{seed}{v}{i}", success=float(ok), progression=float(ok),
+             output_tokens=tok, llm_calls=2, prompt_tokens=10, cached_tokens=5, n_steps=2, n_invalid_actions=0,
+             wall_s=1.0, cost=0.0)
+        for seed, v, i, ok, tok in [(0, 0, 0, 0, 100), (0, 0, 1, 1, 100), (0, 2, 0, 1, 50), (0, 2, 1, 1, 70),
+                                    (1, 0, 0, 0, 90), (1, 2, 0, 0, 40), (1, 2, 1, 1, 60)]
+    ])
+    per_seed = analysis.checkpoint_metrics(test, s)
+    main = analysis.main_table(per_seed, s).iloc[0]
+    assert (main.library_version, main.train_rollouts, main.n_seeds, main.n_episodes) == (2, 4, 2, 4)
+    assert main.score_mean == pytest.approx((1.0 + 0.5) / 2) and main.headline == "success"
+    assert main.output_tokens_per_episode_mean == pytest.approx((60 + 50) / 2)
+    assert main.cached_token_ratio == pytest.approx(0.5)
+
+
+def test_paired_tests_pair_by_seed_and_task():
+    s = study()
+    rows = []
+    for variant, tokens in (("speedrunner", [10, 12, 11, 13]), ("react", [50, 40, 45, 60])):
+        for j, tok in enumerate(tokens):
+            rows.append(dict(run_id=f"babyai/{variant}/seed{j // 2}", run_benchmark="babyai", eval_benchmark="babyai",
+                             method=variant, variant=variant, seed=j // 2, library_version=2, task_id=f"t{j % 2}",
+                             success=float(variant == "speedrunner" or j == 0), progression=0.0, output_tokens=tok))
+    stats = analysis.paired_tests(pd.DataFrame(rows), s).set_index("metric")
+    from scipy.stats import ttest_rel
+
+    expected = ttest_rel([10, 12, 11, 13], [50, 40, 45, 60])
+    tok = stats.loc["output_tokens"]
+    assert (tok.n, tok.baseline) == (4, "react")
+    assert tok.statistic == pytest.approx(expected.statistic) and tok.p_value == pytest.approx(expected.pvalue)
+    assert stats.loc["success"].mean_difference == pytest.approx(0.75)
+
+
+def test_retention_compares_the_first_task_before_and_after_the_second():
+    s = study(benchmarks={"t3": {"env": "scienceworld", "options": {}, "after": None},
+                          "t4": {"env": "scienceworld", "options": {}, "after": "t3"}})
+    assert s.offset("t4") == 4
+    base = dict(method="speedrunner", variant="speedrunner", seed=0, n_episodes=2, success=0, progression=0,
+                llm_calls=1, cached_ratio=0, invalid_action_rate=0)
+    per_seed = pd.DataFrame([
+        base | dict(run_benchmark="t3", eval_benchmark="t3", library_version=2, score=0.5, cost=2.0, output_tokens=100),
+        base | dict(run_benchmark="t3", eval_benchmark="t3", library_version=1, score=0.1, cost=9.0, output_tokens=900),
+        base | dict(run_benchmark="t4", eval_benchmark="t3", library_version=2, score=0.4, cost=1.5, output_tokens=80),
+        base | dict(run_benchmark="t4", eval_benchmark="t4", library_version=2, score=0.9, cost=1.0, output_tokens=50),
+    ])
+    r = analysis.retention(per_seed, s).iloc[0]
+    assert (r.trained_first, r.trained_second, r.n_seeds) == ("t3", "t4", 1)
+    assert r.change_points == pytest.approx(-10.0) and r.cost_change_pct == pytest.approx(-25.0)
+    assert r.output_tokens_change_pct == pytest.approx(-20.0)
+
+
+def lib(source: str, version: int = 3) -> Library:
+    return Library(version, parse_functions(source))
+
+
+def test_combat_share_follows_callers():
+    library = lib("def fight_zombie(env):\n    return env.do()\n\n"
+                  "def survive(env):\n    return fight_zombie(env)\n\n"
+                  "def collect_wood(env):\n    return env.do()\n\n"
+                  "def plan(env):\n    return survive(env)\n")
+    assert analysis.combat_share(library) == pytest.approx(3 / 4)
+    assert analysis.combat_share(Library(0)) == 0.0
+
+
+def test_zombie_table_is_relative_to_react_at_each_level():
+    s = study(benchmarks={"c0": {"env": "crafter", "options": {"zombie_frequency": 0.0}, "after": None},
+                          "c1": {"env": "crafter", "options": {}, "after": None}},
+              variants={"react": {"method": "react", "options": {}, "benchmarks": None},
+                        "speedrunner": {"method": "speedrunner", "options": {}, "benchmarks": None}})
+    rows = [dict(run_benchmark=b, eval_benchmark=b, method=v, variant=v, seed=0, library_version=2, score=sc)
+            for b, v, sc in [("c0", "react", 0.2), ("c0", "speedrunner", 0.3), ("c1", "react", 0.2), ("c1", "speedrunner", 0.1)]]
+    combat = pd.DataFrame([{"benchmark": "c1", "variant": "speedrunner", "combat_share": 0.5}])
+    t = analysis.zombie_table(pd.DataFrame(rows), combat, s).set_index(["zombie_frequency", "variant"])
+    assert t.loc[(0.0, "speedrunner"), "vs_react_points_mean"] == pytest.approx(10.0)
+    assert t.loc[(1.0, "speedrunner"), "vs_react_points_mean"] == pytest.approx(-10.0)
+    assert t.loc[(1.0, "speedrunner"), "combat_share_mean"] == 0.5
+
+
+def test_truncation_shows_the_last_n_visible_skills_and_keeps_the_rest():
+    library = lib("def a(env):\n    return 1\n\ndef _h(env):\n    return 2\n\ndef b(env):\n    return _h(env)\n\n"
+                  "def c(env):\n    return a(env)\n")
+    t = analysis.truncate(library, 2)
+    assert [f.name for f in t.public()] == ["b", "c"] and len(t.functions) == 4
+    assert t.meta["truncated_to"] == 2 and t.meta["visible_before"] == 3
+    assert len(analysis.truncate(library, 800).public()) == 3  # clipped to the library
+
+
+def test_figure_groups_follow_methods_and_options():
+    s = study(variants={"react": {"method": "react", "options": {}, "benchmarks": None},
+                        "asi": {"method": "asi", "options": {}, "benchmarks": None},
+                        "asi_replay": {"method": "asi_replay", "options": {}, "benchmarks": ["babyai"]},
+                        "speedrunner": {"method": "speedrunner", "options": {}, "benchmarks": None},
+                        "sr-noint": {"method": "speedrunner", "options": {"interpreter": False}, "benchmarks": ["crafter"]}})
+    assert s.groups("fig2") == {"babyai": ["react", "asi", "asi_replay", "speedrunner"],
+                                "crafter": ["react", "asi", "speedrunner"]}
+    assert s.groups("fig4") == {"crafter": ["speedrunner", "sr-noint"]}
+    assert s.groups("fig7") == {"crafter": ["speedrunner", "sr-noint"]}
+    assert s.groups("fig12") == {"babyai": ["asi", "asi_replay", "speedrunner"]}
+
+
+def test_empty_state_figure_names_the_config(tmp_path):
+    s = study()
+    out = tmp_path / "f.png"
+    analysis.curves(pd.DataFrame(columns=["run_benchmark", "eval_benchmark", "variant"]), s.groups("fig12"), s, out,
+                    "Figure 12", "an asi_replay variant")
+    assert out.stat().st_size > 1000
+
+
+# ------------------------------------------------------------------------------ the rules on synthetic runs
+def synthetic_runs(root: Path, variants: list[str], train_rollouts: int) -> None:
+    """Every file the analytics rules read, for babyai x variants x seed 0, sleep every 2, eval every 2."""
+    for v in variants:
+        run = root / f"results/runs/babyai/{v}/seed0"
+        for k in range(train_rollouts // 2 + 1):
+            write_batch(run / f"eval/v{k}", [episode(f"babyai/{v}/seed0", "test", k, f"t{i}", i < k, 100 - 10 * k)
+                                             for i in range(2)])
+            Library(k).write(run / f"library/v{k}")
+            if k:
+                write_records(run / f"induce/v{k}/llm_calls.parquet", [], LLMCall)
+            if k < train_rollouts // 2:
+                write_batch(run / f"train/batch{k}", [episode(f"babyai/{v}/seed0", "train", k, f"x{k}{i}", False, 90)
+                                                      for i in range(2)])
+
+
+def test_main_csv_holds_exactly_the_configured_runs_after_config_changes(tmp_path):
+    from test_workflow import copy_workflow
+
+    copy_workflow(tmp_path)
+    cfg = yaml.safe_load((ROOT / "tests/data/tiny.yaml").read_text())
+    cfg["protocol"] |= {"train_rollouts": 4, "sleep_every": 2, "eval_every": 2}
+    synthetic_runs(tmp_path, ["react", "speedrunner"], 4)
+    synthetic_runs(tmp_path, ["leftover"], 4)  # a variant no config declares
+    (tmp_path / "results/runs/babyai/react/seed0/eval/.v9.partial").mkdir()  # a killed job's folder
+    write_batch(tmp_path / "results/runs/babyai/react/seed0/eval/.v9.partial/0000",
+                [episode("babyai/react/seed0", "test", 9, "t0", True, 1)])
+    env = os.environ | {"SKILLREPRO_LLM_URL": "http://127.0.0.1:9/v1"}  # no job here calls the model
+    rules = ["--allowed-rules", "analytics", "tables"]
+
+    def main_csv(config: dict) -> pd.DataFrame:
+        path = tmp_path / "cfg.yaml"
+        path.write_text(yaml.safe_dump(config))
+        proc = subprocess.run([sys.executable, "-m", "snakemake", "results/tables/main.csv", "--cores", "1",
+                               "--configfile", str(path), *rules], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return pd.read_csv(tmp_path / "results/tables/main.csv")
+
+    main = main_csv(cfg)
+    assert list(main.variant) == ["react", "speedrunner"] and set(main.library_version) == {2}
+    assert (main.n_episodes == 2).all() and (main.score_mean == 1.0).all()
+    del cfg["methods"]["speedrunner"]
+    assert list(main_csv(cfg).variant) == ["react"]
+    cfg["protocol"] |= {"train_rollouts": 2}  # a shortened run reports its new final checkpoint
+    main = main_csv(cfg)
+    assert list(main.library_version) == [1] and list(main.train_rollouts) == [2] and main.score_mean[0] == 0.5

@@ -1,0 +1,13 @@
+"""A phase change (distribution shift): v0 of this run is the earlier phase's final library, unchanged."""
+from dataclasses import replace
+from pathlib import Path
+
+from skillrepro.pipeline import setup_logging
+from skillrepro.skills import Library
+
+log = setup_logging(snakemake)
+source = Path(snakemake.input[0]).parent
+library = Library.load(source)
+carried = replace(library, version=0, meta={**library.meta, "continued_from": str(source)})
+carried.write(Path(snakemake.output[0]).parent)
+log.info("v0 = %s: %d functions, %d characters of notes", source, len(library.functions), len(library.notes))
