@@ -1,18 +1,5 @@
 # Records -> per-episode and per-seed tables (DuckDB over exactly the files of the runs this config
 # declares, never a glob of results/) -> the paper's tables. Figures: rules/figures.smk.
-STUDY = study_params(config, CONFIG_NAME)
-ANALYSIS_STUDY = Study(**STUDY)
-CAPTIONS = "../report"
-
-
-def sleep_files():
-    """The sleep phases' own LLM calls (induce/v{k}), which figure 3's cost counts too."""
-    return run_files([f"induce/v{k}/llm_calls.parquet" for k in range(1, PROTOCOL.n_cycles + 1)])
-
-
-def final_libraries(benchmarks=None):
-    return [f for f in run_files([f"library/v{PROTOCOL.n_cycles}/manifest.json"])
-            if benchmarks is None or f.split("/")[2] in benchmarks]
 
 
 rule analytics:

@@ -1,8 +1,5 @@
 # The paper's figures, one rule and one script each; every one is a target of `all`. A figure whose runs
 # the config does not declare is drawn in its empty state, naming the preset that produces it.
-CROSS_MODEL = (config.get("analysis") or {}).get("cross_model") or {}
-
-
 rule figure_2:
     input:
         "results/tables/checkpoints.csv",

@@ -4,30 +4,6 @@
 #   (and `after`) name extra test sets every checkpoint plays (eval_on/{target}/v{k}).
 # - Voyager truncation (appendix F, table 8): analysis.truncation re-evaluates a final library showing the
 #   actor only its last N skills; the hidden ones stay in the namespace, callable from visible ones.
-from skillrepro.analysis import Study, study_params
-
-PHASED = [b for b, d in BENCHMARKS.items() if d.after]
-TRUNCATION = (config.get("analysis") or {}).get("truncation")
-TRUNCATION_FILES = [
-    f"results/runs/{TRUNCATION['benchmark']}/{TRUNCATION['variant']}/seed{s}/truncated/n{n}/{table}.parquet"
-    for s in (TRUNCATION.get("seeds") or PROTOCOL.seeds[:1])
-    for n in TRUNCATION.get("sizes", [50, 100, 200, 400, 800])
-    for table in ("episodes", "llm_calls")
-] if TRUNCATION else []
-
-
-def cross_eval_files(names):
-    """Every extra test set of every run, at every checkpoint."""
-    return [
-        f"results/runs/{b}/{v}/seed{s}/eval_on/{t}/v{k}/{name}"
-        for b, bench in BENCHMARKS.items()
-        for t in bench.eval_targets
-        for v, m in METHODS.items()
-        if m.runs_on(b)
-        for s in PROTOCOL.seeds
-        for k in PROTOCOL.checkpoints
-        for name in names
-    ]
 
 
 ruleorder: continue_library > init_library
@@ -78,7 +54,7 @@ rule evaluate_on:
     conda:
         "../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/evaluate.py"
+        "../workflow/scripts/evaluate_on.py"
 
 
 rule evaluate_truncated:
@@ -95,7 +71,7 @@ rule evaluate_truncated:
         n=r"\d+",
     params:
         bench=lambda w: BENCHMARKS[w.bench],
-        method=lambda w: METHODS[w.variant],
+        method=lambda w: replace(METHODS[w.variant], options={**METHODS[w.variant].options, **TRUNCATION.get("options", {})}),
         llm=LLM,
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:

@@ -27,8 +27,8 @@ def study(**over) -> analysis.Study:
         variants={"react": {"method": "react", "options": {}, "benchmarks": None},
                   "speedrunner": {"method": "speedrunner", "options": {}, "benchmarks": None},
                   "sr-noint": {"method": "speedrunner", "options": {"interpreter": False}, "benchmarks": ["babyai"]}},
-        benchmarks={"babyai": {"env": "babyai", "options": {}, "after": None},
-                    "crafter": {"env": "crafter", "options": {}, "after": None}},
+        benchmarks={"babyai": {"env": "babyai", "options": {}, "after": None, "headline": "success"},
+                    "crafter": {"env": "crafter", "options": {}, "after": None, "headline": "progression"}},
         sleep_every=2, train_rollouts=4, config_name="test.yaml")
     return analysis.Study(**(base | over))
 
@@ -134,8 +134,8 @@ def test_paired_tests_pair_by_seed_and_task():
 
 
 def test_retention_compares_the_first_task_before_and_after_the_second():
-    s = study(benchmarks={"t3": {"env": "scienceworld", "options": {}, "after": None},
-                          "t4": {"env": "scienceworld", "options": {}, "after": "t3"}})
+    s = study(benchmarks={"t3": {"env": "scienceworld", "options": {}, "after": None, "headline": "success"},
+                          "t4": {"env": "scienceworld", "options": {}, "after": "t3", "headline": "success"}})
     assert s.offset("t4") == 4
     base = dict(method="speedrunner", variant="speedrunner", seed=0, n_episodes=2, success=0, progression=0,
                 llm_calls=1, cached_ratio=0, invalid_action_rate=0)
@@ -165,8 +165,8 @@ def test_combat_share_follows_callers():
 
 
 def test_zombie_table_is_relative_to_react_at_each_level():
-    s = study(benchmarks={"c0": {"env": "crafter", "options": {"zombie_frequency": 0.0}, "after": None},
-                          "c1": {"env": "crafter", "options": {}, "after": None}},
+    s = study(benchmarks={"c0": {"env": "crafter", "options": {"zombie_frequency": 0.0}, "after": None, "headline": "progression"},
+                          "c1": {"env": "crafter", "options": {}, "after": None, "headline": "progression"}},
               variants={"react": {"method": "react", "options": {}, "benchmarks": None},
                         "speedrunner": {"method": "speedrunner", "options": {}, "benchmarks": None}})
     rows = [dict(run_benchmark=b, eval_benchmark=b, method=v, variant=v, seed=0, library_version=2, score=sc)
@@ -192,9 +192,14 @@ def test_figure_groups_follow_methods_and_options():
                         "asi": {"method": "asi", "options": {}, "benchmarks": None},
                         "asi_replay": {"method": "asi_replay", "options": {}, "benchmarks": ["babyai"]},
                         "speedrunner": {"method": "speedrunner", "options": {}, "benchmarks": None},
-                        "sr-noint": {"method": "speedrunner", "options": {"interpreter": False}, "benchmarks": ["crafter"]}})
+                        "sr-noint": {"method": "speedrunner", "options": {"interpreter": False}, "benchmarks": ["crafter"]},
+                        "asi-crafter": {"method": "asi", "options": {"min_progression": 0.1}, "benchmarks": ["crafter"]}},
+              benchmarks={"babyai": {"env": "babyai", "options": {}, "after": None, "headline": "success"},
+                          "crafter": {"env": "crafter", "options": {}, "after": None, "headline": "progression"}})
+    s.variants["asi"]["benchmarks"] = ["babyai"]
+    # ASI runs on Crafter only with options: that variant is Crafter's ASI, not an ablation.
     assert s.groups("fig2") == {"babyai": ["react", "asi", "asi_replay", "speedrunner"],
-                                "crafter": ["react", "asi", "speedrunner"]}
+                                "crafter": ["react", "speedrunner", "asi-crafter"]}
     assert s.groups("fig4") == {"crafter": ["speedrunner", "sr-noint"]}
     assert s.groups("fig7") == {"crafter": ["speedrunner", "sr-noint"]}
     assert s.groups("fig12") == {"babyai": ["asi", "asi_replay", "speedrunner"]}
@@ -254,3 +259,85 @@ def test_main_csv_holds_exactly_the_configured_runs_after_config_changes(tmp_pat
     cfg["protocol"] |= {"train_rollouts": 2}  # a shortened run reports its new final checkpoint
     main = main_csv(cfg)
     assert list(main.library_version) == [1] and list(main.train_rollouts) == [2] and main.score_mean[0] == 0.5
+
+
+# ------------------------------------------------------------------------------ figures with data
+def test_figures_draw_their_data(tmp_path):
+    s = study(benchmarks={"c0": {"env": "crafter", "options": {"zombie_frequency": 0.0}, "after": None, "headline": "progression"},
+                          "c1": {"env": "crafter", "options": {}, "after": None, "headline": "progression"},
+                          "t3": {"env": "scienceworld", "options": {}, "after": None, "headline": "success"},
+                          "t4": {"env": "scienceworld", "options": {}, "after": "t3", "headline": "success"}},
+              variants={"react": {"method": "react", "options": {}, "benchmarks": None},
+                        "speedrunner": {"method": "speedrunner", "options": {}, "benchmarks": None}})
+    rows = []
+    for b, evals in (("c0", ["c0"]), ("c1", ["c1"]), ("t3", ["t3", "t4"]), ("t4", ["t4", "t3"])):
+        for e in evals:
+            for v in s.variants:
+                for seed in (0, 1):
+                    for k in (0, 1, 2):
+                        rows.append(dict(run_benchmark=b, eval_benchmark=e, method=v, variant=v, seed=seed,
+                                         library_version=k, train_rollouts=s.offset(b) + 2 * k, n_episodes=2,
+                                         score=0.1 * k + 0.05 * seed + (v == "speedrunner") * 0.1, success=0.0,
+                                         progression=0.0, output_tokens=100 - 10 * k, llm_calls=3, cached_ratio=0.5,
+                                         cost=0.01, invalid_action_rate=0.0))
+    per_seed = pd.DataFrame(rows)
+    checkpoints = analysis.checkpoint_table(per_seed)
+    combat = pd.DataFrame([{"benchmark": b, "variant": "speedrunner", "combat_share": c} for b, c in (("c0", 0.1), ("c1", 0.4))])
+    zombies = analysis.zombie_table(per_seed, combat, s)
+    assert list(zombies[zombies.variant == "speedrunner"].vs_react_points_mean.round(6)) == [10.0, 10.0]
+    figures = {
+        "shift": lambda out: analysis.shift_figure(checkpoints, analysis.retention(per_seed, s), s, out),
+        "zombie": lambda out: analysis.zombie_figure(zombies, s, out),
+        "plane": lambda out: analysis.plane_figure({"m1": analysis.main_table(per_seed, s),
+                                                    "m2": analysis.main_table(per_seed.assign(score=0.3), s)}, s, out),
+        "curves": lambda out: analysis.curves(checkpoints, s.groups("fig2"), s, out, "Figure 2", "any run"),
+    }
+    empty = tmp_path / "empty.png"
+    analysis.empty_figure(empty, "x", "y", "z")
+    for name, draw in figures.items():
+        draw(tmp_path / f"{name}.png")
+        # a drawn figure is larger than the empty state's text panel
+        assert (tmp_path / f"{name}.png").stat().st_size > 2 * empty.stat().st_size, name
+
+
+# ------------------------------------------------------------------------------ config and DAG
+def config_with(**changes) -> dict:
+    cfg = yaml.safe_load((ROOT / "tests/data/tiny.yaml").read_text())
+    for key, value in changes.items():
+        section, _, name = key.partition("__")
+        cfg.setdefault(section, {})[name] = value
+    return cfg
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"benchmarks__t4": {"env": "babyai", "after": "nowhere"}}, "benchmarks.t4.after: 'nowhere' is not another"),
+    ({"benchmarks__babyai": {"env": "babyai", "after": "babyai"}}, "benchmarks.babyai.after: 'babyai' is not another"),
+    ({"benchmarks__babyai": {"env": "babyai", "evaluate_on": ["x"]}}, "benchmarks.babyai.evaluate_on: 'x'"),
+    ({"analysis__truncation": {"variant": "voyager", "benchmark": "babyai"}}, "analysis.truncation.variant"),
+    ({"analysis__truncation": {"variant": "react", "benchmark": "babyai", "seeds": [7]}}, "analysis.truncation.seeds"),
+])
+def test_config_checks_protocol_variants(change, message):
+    from skillrepro.config import ConfigError, check_config
+
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        check_config(config_with(**change), check_files=False)
+
+
+def test_phase_chain_and_truncation_are_in_the_dag(tmp_path):
+    cfg = config_with(benchmarks__t4={"env": "babyai", "after": "babyai"},
+                      analysis__truncation={"variant": "speedrunner", "benchmark": "babyai", "sizes": [1, 50]})
+    cfg["benchmarks"]["babyai"]["evaluate_on"] = ["t4"]
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "all", "-n", "--forceall", "--cores", "2",
+                           "--configfile", str(path)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    # the later phase's v0 is the earlier phase's final library, per variant and seed
+    assert ("input: results/runs/babyai/speedrunner/seed0/library/v2/manifest.json\n"
+            "    output: results/runs/t4/speedrunner/seed0/library/v0/manifest.json") in out
+    for target in ("results/runs/babyai/react/seed0/eval_on/t4/v2/episodes.parquet",
+                   "results/runs/t4/react/seed0/eval_on/babyai/v2/episodes.parquet",
+                   "results/runs/babyai/speedrunner/seed0/truncated/n50/episodes.parquet"):
+        assert target in out
+    assert "results/runs/t4/react/seed0/library/v0/manifest.json" in out and "rule init_library" in out

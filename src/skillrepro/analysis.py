@@ -81,8 +81,8 @@ class Study:
         return cls(**p)
 
     def headline(self, bench: str) -> str:
-        """Success, or progression for a benchmark without pass/fail (Crafter)."""
-        return "progression" if self.benchmarks[bench]["env"] == "crafter" else "success"
+        """The Episode column reported for `bench`: success, or progression where there is no pass/fail."""
+        return self.benchmarks[bench]["headline"]
 
     def offset(self, bench: str) -> int:
         """Training rollouts before this benchmark's phase began (0 unless it continues another run)."""
@@ -99,9 +99,13 @@ class Study:
     def is_default(self, variant: str) -> bool:
         return not self.variants[variant].get("options")
 
-    def main_variants(self) -> list[str]:
-        """The comparison of figures 2, 3 and 11: every variant run with its method's default options."""
-        return [v for v in self.variants if self.is_default(v)]
+    def main_on(self, bench: str) -> list[str]:
+        """The comparison of figures 2, 3, 5 and 11 on `bench`: per method, its default-options variant, or
+        every variant of a method that runs on `bench` only with options (say, ASI tuned for Crafter).
+        The other variants are ablations."""
+        on = [v for v in self.variants if self.runs_on(v, bench)]
+        has_default = {self.method(v) for v in on if self.is_default(v)}
+        return [v for v in on if self.is_default(v) or self.method(v) not in has_default]
 
     def reference(self, method: str) -> str | None:
         """The default-options variant of `method`, if configured."""
@@ -119,7 +123,7 @@ class Study:
             ref = {m: self.reference(m) for m in ("speedrunner", "asi")}
             ref = {m: v for m, v in ref.items() if v in on}
             if figure == "fig2":
-                chosen = [v for v in on if self.is_default(v)]
+                chosen = self.main_on(b)
             elif figure == "fig4":
                 chosen = sr if any(not self.is_default(v) for v in sr) else []
             elif figure == "fig7":
@@ -150,12 +154,23 @@ def study_params(config: dict[str, Any], config_name: str) -> dict[str, Any]:
     return {
         "variants": {v: {"method": m["method"], "options": dict(m.get("options") or {}),
                          "benchmarks": m.get("benchmarks")} for v, m in config["methods"].items()},
-        "benchmarks": {b: {"env": d["env"], "options": dict(d.get("options") or {}), "after": d.get("after")}
-                       for b, d in config["benchmarks"].items()},
+        "benchmarks": {b: {"env": d["env"], "options": dict(d.get("options") or {}), "after": d.get("after"),
+                           "headline": _headline(d["env"])} for b, d in config["benchmarks"].items()},
         "sleep_every": config["protocol"]["sleep_every"],
         "train_rollouts": config["protocol"]["train_rollouts"],
         "config_name": config_name,
     }
+
+
+def _headline(env: str) -> str:
+    """The benchmark's own choice where it declares one (Benchmark.headline), else Crafter's progression."""
+    import importlib
+
+    from skillrepro.envs import BENCHMARKS
+
+    module, cls = BENCHMARKS[env].split(":")
+    declared = getattr(getattr(importlib.import_module(module), cls), "headline", None)
+    return declared or ("progression" if env == "crafter" else "success")
 
 
 # ------------------------------------------------------------------------------------------ records
@@ -403,7 +418,7 @@ def zombie_table(per_seed: pd.DataFrame, combat: pd.DataFrame, study: Study) -> 
     rows = []
     for bench, d in fin.groupby("run_benchmark", sort=True):
         base = d[d.variant == react].set_index("seed").score if react else pd.Series(dtype=float)
-        for variant, v in d.groupby("variant", sort=True):
+        for variant, v in d[d.variant.isin(study.main_on(bench))].groupby("variant", sort=True):
             s = v.set_index("seed").score
             rel = (s - base.reindex(s.index)) * 100
             c = combat[(combat.benchmark == bench) & (combat.variant == variant)].combat_share
@@ -534,8 +549,8 @@ def cost_curves(training: pd.DataFrame, study: Study, out: str | Path) -> None:
     """Figure 3: dollars per training episode (actor + sleep phase) over training, mean ± 1 s.d. over seeds;
     dashed: the actor's share alone."""
     title = "Figure 3: dollar cost per episode over training"
-    main = study.main_variants()
-    training = training[training.variant.isin(main)]
+    main = {b: study.main_on(b) for b in study.benchmarks}
+    training = training[[v in main.get(b, ()) for b, v in zip(training.run_benchmark, training.variant)]]
     if training.empty:
         return empty_figure(out, title, "training batches of the main methods", study.config_name)
     per = over_seeds(training, ["run_benchmark", "variant", "train_rollouts"], ["cost", "actor_cost"])
@@ -543,7 +558,7 @@ def cost_curves(training: pd.DataFrame, study: Study, out: str | Path) -> None:
     plt = _plt()
     fig, axes = plt.subplots(1, len(benches), figsize=(5 * len(benches), 3.6), squeeze=False)
     for ax, bench in zip(axes[0], benches):
-        for variant in main:
+        for variant in main[bench]:
             d = per[(per.run_benchmark == bench) & (per.variant == variant)]
             if not d.empty:
                 _band(ax, d, "train_rollouts", "cost", variant)
@@ -575,11 +590,14 @@ def zombie_figure(zombies: pd.DataFrame, study: Study, out: str | Path) -> None:
         v = d[d.variant == variant].set_index("zombie_frequency").reindex(levels)
         xs = np.arange(len(levels)) + (i - (len(variants) - 1) / 2) * width
         bars = ax.bar(xs, v.vs_react_points_mean, width, yerr=v.vs_react_points_sd.fillna(0), label=variant, capsize=3)
-        twin.plot(np.arange(len(levels)), 100 * v.combat_share_mean, ls=":", marker="s", color=bars.patches[0].get_facecolor())
+        twin.plot(np.arange(len(levels)), 100 * v.combat_share_mean, ls=":", lw=2, marker="s", markeredgecolor="black",
+                  color=bars.patches[0].get_facecolor())
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(range(len(levels)), [f"{f:g}x" for f in levels])
     ax.set(xlabel="zombie frequency", ylabel="progression vs ReAct (points)", title=title)
-    twin.set_ylabel("%Combat of the final library (dotted)")
+    twin.set(ylabel="%Combat of the final library (dotted)", ylim=(0, 100))
+    twin.set_zorder(ax.get_zorder() + 1)  # the overlay above the bars
+    twin.patch.set_visible(False)
     ax.legend(fontsize=8)
     Figure(fig).save(out)
 
@@ -616,7 +634,7 @@ def plane_figure(mains: dict[str, pd.DataFrame], study: Study, out: str | Path) 
     if not frames:
         return empty_figure(out, title, "finished main tables", study.config_name)
     data = pd.concat(frames)
-    data = data[data.variant.isin(study.main_variants()) | ~data.model.eq(next(iter(mains)))]
+    data = data[[b not in study.benchmarks or v in study.main_on(b) for b, v in zip(data.benchmark, data.variant)]]
     benches = sorted(data.benchmark.unique())
     plt = _plt()
     fig, axes = plt.subplots(1, len(benches), figsize=(5 * len(benches), 4), squeeze=False)

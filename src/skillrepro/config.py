@@ -223,6 +223,10 @@ def _check_phases(config: dict[str, Any]) -> None:
         if t["benchmark"] not in benches or not runs_on(t["variant"], t["benchmark"]):
             raise ConfigError(f"config key analysis.truncation.benchmark: {t['benchmark']!r} is not a benchmark "
                               f"{t['variant']} runs on")
+        from skillrepro.methods import get_method
+
+        merged = {**(variants[t["variant"]].get("options") or {}), **(t.get("options") or {})}
+        get_method(variants[t["variant"]]["method"]).parse_options(merged, f"{t['variant']} (with analysis.truncation.options)")
         extra = sorted(set(t.get("seeds") or []) - set(config["protocol"]["seeds"]))
         if extra:
             raise ConfigError(f"config key analysis.truncation.seeds: {extra} are not protocol seeds")

@@ -1,5 +1,4 @@
-"""Checkpoint: the held-out test tasks of `params.bench` (the run's own, or another instance's for a
-distribution shift) played with library v{k}; no learning happens here."""
+"""Checkpoint: the held-out test tasks played with library v{k} (no learning happens here)."""
 import json
 from pathlib import Path
 
@@ -10,7 +9,7 @@ from skillrepro.runner import run_batch
 log = setup_logging(snakemake)
 w, p = snakemake.wildcards, snakemake.params
 task_ids = json.loads(Path(snakemake.input.tasks).read_text())["test"]
-spec = EpisodeSpec(run_id(w), p.bench.name, p.method.method, w.variant, int(w.seed), "test", int(w.k), int(w.k))
+spec = EpisodeSpec(run_id(w), w.bench, p.method.method, w.variant, int(w.seed), "test", int(w.k), int(w.k))
 run_batch(bench=p.bench, llm=seeded(p.llm, w.seed), library_dir=Path(snakemake.input.library).parent,
           task_ids=task_ids, spec=spec, out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s,
           method=p.method, logger=log)
