@@ -109,7 +109,7 @@ rule kvcache_prefix:
     input:
         tasks="results/kvcache/tasks.json",
     output:
-        report("results/tables/kvcache_prefix.csv", category="KV cache"),
+        report("results/tables/kvcache_prefix.csv", caption="../report/kvcache_prefix_table.rst", category="KV cache"),
     params:
         bench=_KV_BENCH,
         kv=KV,
@@ -131,7 +131,7 @@ rule kvcache_tables:
         server=_kv_all(f"{_KV_SIM}/server.parquet"),
         episodes=_kv_all(f"{_KV_RUN}/episodes.parquet"),
     output:
-        **{n: report(f"results/tables/kvcache_{n}.csv", category="KV cache")
+        **{n: report(f"results/tables/kvcache_{n}.csv", caption=f"../report/kvcache_{n}_table.rst", category="KV cache")
            for n in ("reuse", "steps", "load", "success", "server")},
     params:
         kv=KV,
@@ -151,7 +151,7 @@ rule kvcache_figures:
         prefix="results/tables/kvcache_prefix.csv",
         **{n: f"results/tables/kvcache_{n}.csv" for n in ("reuse", "steps", "load", "success", "server")},
     output:
-        **{n: report(f"results/figures/kvcache_{n}.png", category="KV cache")
+        **{n: report(f"results/figures/kvcache_{n}.png", caption=f"../report/kvcache_{n}.rst", category="KV cache")
            for n in ("reuse", "prefix", "load", "reuse_steps", "recomputed", "preemptions", "success", "server")},
     params:
         kv=KV,

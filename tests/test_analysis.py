@@ -3,7 +3,6 @@ declared inputs only, headline metric, cost with sleep phases, paired tests, ret
 and the analytics rules on a config change."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -91,10 +90,6 @@ def test_training_cost_charges_each_sleep_phase_to_the_batch_before_it(tmp_path)
     assert cost.loc[1, "sleep_cost"] == 0 and list(cost.train_rollouts) == [2, 4]
     with pytest.raises(ValueError, match="not a sleep-phase record"):
         analysis.sleep_phases([tmp_path / "train/llm_calls.parquet"], PRICING)
-
-
-def per_seed_frame(rows) -> pd.DataFrame:
-    return pd.DataFrame(rows)
 
 
 def test_main_table_takes_each_runs_final_checkpoint_on_its_own_test_set():

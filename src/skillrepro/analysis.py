@@ -12,7 +12,7 @@ seeds. The headline metric of a benchmark is success, or progression where the b
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -75,10 +75,6 @@ class Study:
     sleep_every: int = 1
     train_rollouts: int = 0
     config_name: str = "config.yaml"
-
-    @classmethod
-    def from_params(cls, p: dict[str, Any]) -> "Study":
-        return cls(**p)
 
     def headline(self, bench: str) -> str:
         """The Episode column reported for `bench`: success, or progression where there is no pass/fail."""
@@ -479,20 +475,12 @@ def truncation_metrics(eps: pd.DataFrame, shown: dict[str, tuple[int, int]], stu
 
 
 # ------------------------------------------------------------------------------------------ figures
-@dataclass
-class Figure:
-    """A matplotlib figure being drawn; `empty` draws the empty state naming the config that fills it."""
+def _save(fig, out: str | Path) -> None:
+    import matplotlib.pyplot as plt
 
-    fig: Any
-    axes: Any = None
-    notes: list[str] = field(default_factory=list)
-
-    def save(self, out: str | Path) -> None:
-        import matplotlib.pyplot as plt
-
-        self.fig.tight_layout()
-        self.fig.savefig(out, dpi=120)
-        plt.close(self.fig)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
 
 
 def _plt():
@@ -511,7 +499,7 @@ def empty_figure(out: str | Path, title: str, needs: str, config_name: str) -> N
     ax.axis("off")
     ax.text(0.5, 0.5, f"{title}\n\nNo runs for this figure in {config_name}.\nIt needs {needs}.",
             ha="center", va="center", wrap=True, fontsize=10)
-    Figure(fig).save(out)
+    _save(fig, out)
 
 
 def _band(ax, d: pd.DataFrame, x: str, metric: str, label: str, **kw) -> None:
@@ -542,7 +530,7 @@ def curves(checkpoints: pd.DataFrame, groups: dict[str, list[str]], study: Study
         row[1].set(title=f"{bench}: output tokens per episode", xlabel="training rollouts", ylabel="tokens")
         row[0].legend(fontsize=8)
     fig.suptitle(title)
-    Figure(fig).save(out)
+    _save(fig, out)
 
 
 def cost_curves(training: pd.DataFrame, study: Study, out: str | Path) -> None:
@@ -566,7 +554,7 @@ def cost_curves(training: pd.DataFrame, study: Study, out: str | Path) -> None:
         ax.set(title=f"{bench}: $ per episode (dashed: actor only)", xlabel="training rollouts", ylabel="dollars")
         ax.legend(fontsize=8)
     fig.suptitle(title)
-    Figure(fig).save(out)
+    _save(fig, out)
 
 
 def zombie_figure(zombies: pd.DataFrame, study: Study, out: str | Path) -> None:
@@ -599,7 +587,7 @@ def zombie_figure(zombies: pd.DataFrame, study: Study, out: str | Path) -> None:
     twin.set_zorder(ax.get_zorder() + 1)  # the overlay above the bars
     twin.patch.set_visible(False)
     ax.legend(fontsize=8)
-    Figure(fig).save(out)
+    _save(fig, out)
 
 
 def shift_figure(checkpoints: pd.DataFrame, retained: pd.DataFrame, study: Study, out: str | Path) -> None:
@@ -619,11 +607,16 @@ def shift_figure(checkpoints: pd.DataFrame, retained: pd.DataFrame, study: Study
                       ls="-" if test_set == a else "--")
         for ax in row:
             ax.axvline(study.offset(b), color="grey", lw=0.8)
+        kept = retained[(retained.trained_first == a) & (retained.trained_second == b)]
+        summary = "\n".join(f"{r.variant}: {r.change_points:+.1f} points, tokens {r.output_tokens_change_pct:+.1f}%"
+                            for r in kept.itertuples())
+        if summary:
+            row[0].text(0.01, 0.98, f"{a} after {b}:\n{summary}", transform=row[0].transAxes, va="top", fontsize=7)
         row[0].set(title=f"{a} then {b}: test {study.headline(a)}", xlabel="training rollouts", ylim=(-0.05, 1.05))
         row[1].set(title="output tokens per episode", xlabel="training rollouts")
         row[0].legend(fontsize=7)
     fig.suptitle(title)
-    Figure(fig).save(out)
+    _save(fig, out)
 
 
 def plane_figure(mains: dict[str, pd.DataFrame], study: Study, out: str | Path) -> None:
@@ -650,7 +643,7 @@ def plane_figure(mains: dict[str, pd.DataFrame], study: Study, out: str | Path) 
         ax.set(title=bench, xlabel="output tokens per episode", ylabel=study.headline(bench) if bench in study.benchmarks else "score")
         ax.legend(fontsize=7)
     fig.suptitle(title)
-    Figure(fig).save(out)
+    _save(fig, out)
 
 
 def _nz(x: float) -> float:
