@@ -195,7 +195,9 @@ def test_figure_groups_follow_methods_and_options():
     # ASI runs on Crafter only with options: that variant is Crafter's ASI, not an ablation.
     assert s.groups("fig2") == {"babyai": ["react", "asi", "asi_replay", "speedrunner"],
                                 "crafter": ["react", "speedrunner", "asi-crafter"]}
-    assert s.groups("fig4") == {"crafter": ["speedrunner", "sr-noint"]}
+    assert s.groups("fig4") == {}  # the interpreter ablation alone is figure 7's
+    s.variants["sr-public"] = {"method": "speedrunner", "options": {"access": "all_public"}, "benchmarks": ["crafter"]}
+    assert s.groups("fig4") == {"crafter": ["speedrunner", "sr-noint", "sr-public"]}
     assert s.groups("fig7") == {"crafter": ["speedrunner", "sr-noint"]}
     assert s.groups("fig12") == {"babyai": ["asi", "asi_replay", "speedrunner"]}
 
@@ -336,3 +338,14 @@ def test_phase_chain_and_truncation_are_in_the_dag(tmp_path):
                    "results/runs/babyai/speedrunner/seed0/truncated/n50/episodes.parquet"):
         assert target in out
     assert "results/runs/t4/react/seed0/library/v0/manifest.json" in out and "rule init_library" in out
+
+
+@pytest.mark.parametrize("preset", ["cpu-study", "shift", "cross-model-gemini-3-flash"])
+def test_presets_build_their_dag(preset):
+    env = os.environ | {"GEMINI_API_KEY": "unused-in-a-dry-run"}
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "all", "-n", "--forceall", "--cores", "8",
+                           "--configfile", f"configs/{preset}.yaml"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "rule analytics:" in proc.stdout and "rule figure_11:" in proc.stdout
+    if preset == "shift":
+        assert "rule continue_library:" in proc.stdout and "rule evaluate_on:" in proc.stdout

@@ -67,7 +67,7 @@ class Study:
     """What the config declares, as the figures need it: plain values, so rules can pass them as params.
 
     variants: variant -> {"method": name, "options": {...}, "benchmarks": [...] or None}
-    benchmarks: instance -> {"env": ..., "options": {...}, "after": instance or None}
+    benchmarks: instance -> {"env": ..., "options": {...}, "after": instance or None, "headline": column}
     """
 
     variants: dict[str, dict[str, Any]]
@@ -120,8 +120,9 @@ class Study:
             ref = {m: v for m, v in ref.items() if v in on}
             if figure == "fig2":
                 chosen = self.main_on(b)
-            elif figure == "fig4":
-                chosen = sr if any(not self.is_default(v) for v in sr) else []
+            elif figure == "fig4":  # where an ablation beyond figure 7's interpreter one runs (BabyAI in the paper)
+                other = [v for v in sr if not self.is_default(v) and self.variants[v]["options"] != {"interpreter": False}]
+                chosen = sr if other else []
             elif figure == "fig7":
                 off = [v for v in sr if self.variants[v]["options"].get("interpreter") is False]
                 chosen = ([ref["speedrunner"]] if "speedrunner" in ref else []) + off if off else []
