@@ -74,22 +74,29 @@ def test_only_given_files_are_read(tmp_path):
     assert list(test.variant) == ["react"]
 
 
-def test_training_cost_charges_each_sleep_phase_to_the_batch_before_it(tmp_path):
+def test_training_cost_counts_every_call_and_charges_each_sleep_phase_to_the_batch_before_it(tmp_path):
     s = study()
-    train = [episode("babyai/speedrunner/seed0", "train", k, f"t{k}{i}", False, 100) for k in (0, 1) for i in (0, 1)]
-    write_batch(tmp_path / "train", train)
-    sleep_file = tmp_path / "runs/babyai/speedrunner/seed0/induce/v1/llm_calls.parquet"
-    write_records(sleep_file, [call("inducer-1", "inducer", 10_000, 1000)], LLMCall)
-    eps = analysis.episodes([tmp_path / "train/episodes.parquet"], [tmp_path / "train/llm_calls.parquet"], PRICING)
-    sleep = analysis.sleep_phases([sleep_file], PRICING)
-    assert list(sleep.cycle) == [0] and sleep.output_tokens[0] == 1000
-    cost = analysis.training_cost(eps, sleep, s).set_index("cycle")
+    run = tmp_path / "runs/babyai/speedrunner/seed0"
+    for k in (0, 1):
+        eps = [episode("babyai/speedrunner/seed0", "train", k, f"t{k}{i}", False, 100) for i in (0, 1)]
+        write_batch(run / f"train/batch{k}", eps)
+    # a curriculum call of batch 0 (not an episode's own session) counts too
+    curriculum = call("babyai/speedrunner/seed0/train/c0/curriculum", "curriculum", 500, 50)
+    write_records(run / "train/batch0/llm_calls.parquet",
+                  [call(f"x{i}", completion=100) for i in (0, 1)] + [curriculum], LLMCall)
+    write_records(run / "induce/v1/llm_calls.parquet", [call("inducer-1", "inducer", 10_000, 1000)], LLMCall)
+    files = [run / "train/batch0/llm_calls.parquet", run / "train/batch1/llm_calls.parquet", run / "induce/v1/llm_calls.parquet"]
+    eps = analysis.episodes([run / f"train/batch{k}/episodes.parquet" for k in (0, 1)], files[:2], PRICING)
+    calls = analysis.batch_calls(files, PRICING)
+    assert list(zip(calls.cycle, calls.phase)) == [(0, "train"), (1, "train"), (0, "sleep")]
+    cost = analysis.training_cost(eps, calls, s).set_index("cycle")
     actor = (1000 + 100 * 10) / 1e6
-    assert cost.loc[0, "actor_cost"] == pytest.approx(actor)
+    assert cost.loc[0, "actor_cost"] == pytest.approx(actor + (500 + 50 * 10) / 1e6 / 2)
     assert cost.loc[0, "sleep_cost"] == pytest.approx((10_000 + 1000 * 10) / 1e6 / 2)  # two episodes share it
-    assert cost.loc[1, "sleep_cost"] == 0 and list(cost.train_rollouts) == [2, 4]
-    with pytest.raises(ValueError, match="not a sleep-phase record"):
-        analysis.sleep_phases([tmp_path / "train/llm_calls.parquet"], PRICING)
+    assert cost.loc[1, "sleep_cost"] == 0 and cost.loc[1, "actor_cost"] == pytest.approx(actor)
+    assert list(cost.train_rollouts) == [2, 4]
+    with pytest.raises(ValueError, match="neither a training batch"):
+        analysis.batch_calls([run / "train/batch0/episodes.parquet"], PRICING)
 
 
 def test_main_table_takes_each_runs_final_checkpoint_on_its_own_test_set():

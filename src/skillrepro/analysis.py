@@ -46,7 +46,7 @@ FROM episodes e LEFT JOIN cost ON cost.session_id = e.episode_id
 ORDER BY e.run_id, e.split, e.cycle, e.benchmark, e.task_id, e.episode_id
 """
 
-SLEEP_SQL = f"""
+CALLS_BY_FILE_SQL = f"""
 SELECT c.filename, count(*) AS calls, sum(c.completion_tokens) AS output_tokens, sum({_COST}) AS dollars
 FROM llm_calls c LEFT JOIN pricing p ON c.model = p.model
 GROUP BY c.filename
@@ -192,27 +192,29 @@ def episodes(episode_files: Iterable[str | Path], call_files: Iterable[str | Pat
     return con.execute(EPISODES_SQL).df()
 
 
-_SLEEP_PATH = re.compile(r"runs/(?P<run>[^/]+/[^/]+/seed\d+)/induce/v(?P<k>\d+)/llm_calls\.parquet$")
+_BATCH_PATH = re.compile(r"runs/(?P<run>[^/]+/[^/]+/seed\d+)/(?:train/batch(?P<batch>\d+)|induce/v(?P<v>\d+))/llm_calls\.parquet$")
 
 
-def sleep_phases(call_files: Iterable[str | Path], pricing: dict[str, Any]) -> pd.DataFrame:
-    """One row per sleep phase (induce/v{k}/llm_calls.parquet): its calls, output tokens and dollars.
-
-    Phase v{k} follows training batch k-1, so its cost is charged to that batch."""
+def batch_calls(call_files: Iterable[str | Path], pricing: dict[str, Any]) -> pd.DataFrame:
+    """Every call of the given training batches (train/batch{k}: the actor's, and a curriculum's) and sleep
+    phases (induce/v{k}: the inducer's, and replayed episodes'), totalled per file: one row per (run, cycle,
+    phase). Sleep phase v{k} follows training batch k-1, so it is charged to cycle k-1."""
     files = [str(f) for f in call_files]
-    cols = {"run_id": [], "cycle": [], "calls": [], "output_tokens": [], "dollars": []}
+    cols = ["run_id", "cycle", "phase", "calls", "output_tokens", "dollars"]
+    matches = [_BATCH_PATH.search(f) for f in files]
+    for f, m in zip(files, matches):
+        if not m:
+            raise ValueError(f"{f}: neither a training batch's nor a sleep phase's calls "
+                             f"(…/runs/BENCH/VARIANT/seedN/train/batchK/ or induce/vK/llm_calls.parquet)")
+    by_file = {}
     if files:
-        con = connect({"llm_calls": files}, pricing)
-        by_file = {r[0]: r[1:] for r in con.execute(SLEEP_SQL).fetchall()}
-        for f in files:
-            m = _SLEEP_PATH.search(f)
-            if not m:
-                raise ValueError(f"{f}: not a sleep-phase record (…/runs/BENCH/VARIANT/seedN/induce/vK/llm_calls.parquet)")
-            calls, out, dollars = by_file.get(f, (0, 0, 0.0))
-            for key, value in (("run_id", m["run"]), ("cycle", int(m["k"]) - 1), ("calls", calls),
-                               ("output_tokens", out or 0), ("dollars", dollars or 0.0)):
-                cols[key].append(value)
-    return pd.DataFrame(cols).astype({"cycle": int, "calls": int, "output_tokens": int, "dollars": float})
+        by_file = {r[0]: r[1:] for r in connect({"llm_calls": files}, pricing).execute(CALLS_BY_FILE_SQL).fetchall()}
+    rows = []
+    for f, m in zip(files, matches):
+        calls, out, dollars = by_file.get(f, (0, 0, 0.0))
+        cycle, phase = (int(m["batch"]), "train") if m["batch"] is not None else (int(m["v"]) - 1, "sleep")
+        rows.append([m["run"], cycle, phase, calls, out or 0, dollars or 0.0])
+    return pd.DataFrame(rows, columns=cols).astype({"cycle": int, "calls": int, "output_tokens": int, "dollars": float})
 
 
 # ------------------------------------------------------------------------------------------ metrics
@@ -241,26 +243,26 @@ def checkpoint_metrics(test: pd.DataFrame, study: Study) -> pd.DataFrame:
     return out
 
 
-def training_cost(train: pd.DataFrame, sleep: pd.DataFrame, study: Study) -> pd.DataFrame:
-    """Dollars and output tokens per training episode of every cycle, counting every call: the batch's actor
-    calls plus the sleep phase that follows it, spread over the batch's episodes (figure 3)."""
+def training_cost(train: pd.DataFrame, calls: pd.DataFrame, study: Study) -> pd.DataFrame:
+    """Dollars and output tokens per training episode of every cycle, counting every call: the batch's own
+    (actor, curriculum) plus the sleep phase that follows it, spread over the batch's episodes (figure 3)."""
+    cols = ["run_benchmark", "method", "variant", "seed", "cycle", "train_rollouts", "n_episodes", "actor_cost",
+            "sleep_cost", "cost", "actor_output_tokens", "sleep_output_tokens"]
     if train.empty:
-        return pd.DataFrame(columns=["run_benchmark", "method", "variant", "seed", "cycle", "train_rollouts",
-                                     "n_episodes", "actor_cost", "sleep_cost", "cost", "actor_output_tokens",
-                                     "sleep_output_tokens"])
-    g = train.groupby(["run_id", "run_benchmark", "method", "variant", "seed", "cycle"], sort=True)
-    out = g.agg(n_episodes=("episode_id", "count"), actor_dollars=("cost", "sum"),
-                actor_tokens=("output_tokens", "sum")).reset_index()
-    out = out.merge(sleep.rename(columns={"dollars": "sleep_dollars", "output_tokens": "sleep_tokens"}),
-                    on=["run_id", "cycle"], how="left").fillna({"sleep_dollars": 0.0, "sleep_tokens": 0})
-    out["actor_cost"] = out.actor_dollars / out.n_episodes
+        return pd.DataFrame(columns=cols)
+    out = train.groupby(["run_id", "run_benchmark", "method", "variant", "seed", "cycle"], sort=True).agg(
+        n_episodes=("episode_id", "count")).reset_index()
+    for phase in ("train", "sleep"):
+        totals = calls[calls.phase == phase][["run_id", "cycle", "dollars", "output_tokens"]]
+        out = out.merge(totals.rename(columns={"dollars": f"{phase}_dollars", "output_tokens": f"{phase}_tokens"}),
+                        on=["run_id", "cycle"], how="left").fillna({f"{phase}_dollars": 0.0, f"{phase}_tokens": 0})
+    out["actor_cost"] = out.train_dollars / out.n_episodes
     out["sleep_cost"] = out.sleep_dollars / out.n_episodes
     out["cost"] = out.actor_cost + out.sleep_cost
-    out["actor_output_tokens"] = out.actor_tokens / out.n_episodes
+    out["actor_output_tokens"] = out.train_tokens / out.n_episodes
     out["sleep_output_tokens"] = out.sleep_tokens / out.n_episodes
     out["train_rollouts"] = [study.offset(b) + (c + 1) * study.sleep_every for b, c in zip(out.run_benchmark, out.cycle)]
-    return out[["run_benchmark", "method", "variant", "seed", "cycle", "train_rollouts", "n_episodes", "actor_cost",
-                "sleep_cost", "cost", "actor_output_tokens", "sleep_output_tokens"]]
+    return out[cols]
 
 
 def over_seeds(per_seed: pd.DataFrame, keys: list[str], metrics: list[str] = METRICS) -> pd.DataFrame:
@@ -535,8 +537,8 @@ def curves(checkpoints: pd.DataFrame, groups: dict[str, list[str]], study: Study
 
 
 def cost_curves(training: pd.DataFrame, study: Study, out: str | Path) -> None:
-    """Figure 3: dollars per training episode (actor + sleep phase) over training, mean ± 1 s.d. over seeds;
-    dashed: the actor's share alone."""
+    """Figure 3: dollars per training episode (the batch's calls + the sleep phase after it) over training,
+    mean ± 1 s.d. over seeds; dashed: the batch's own share."""
     title = "Figure 3: dollar cost per episode over training"
     main = {b: study.main_on(b) for b in study.benchmarks}
     training = training[[v in main.get(b, ()) for b, v in zip(training.run_benchmark, training.variant)]]
@@ -552,7 +554,7 @@ def cost_curves(training: pd.DataFrame, study: Study, out: str | Path) -> None:
             if not d.empty:
                 _band(ax, d, "train_rollouts", "cost", variant)
                 ax.plot(d.train_rollouts, d.actor_cost_mean, ls="--", color=ax.lines[-1].get_color(), alpha=0.7)
-        ax.set(title=f"{bench}: $ per episode (dashed: actor only)", xlabel="training rollouts", ylabel="dollars")
+        ax.set(title=f"{bench}: $ per episode (dashed: without sleep)", xlabel="training rollouts", ylabel="dollars")
         ax.legend(fontsize=8)
     fig.suptitle(title)
     _save(fig, out)
