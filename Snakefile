@@ -1,5 +1,5 @@
 # skillrepro: what skills do to an LLM agent's success and cost.
-#   snakemake --cores 8 results/tables/main.csv
+#   snakemake --cores 8          (every table and figure; `snakemake --report report.html` bundles them)
 # The config is checked before anything is scheduled; one LLM server serves every job of this invocation.
 import os
 
