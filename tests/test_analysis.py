@@ -189,6 +189,24 @@ def test_truncation_shows_the_last_n_visible_skills_and_keeps_the_rest():
     assert len(analysis.truncate(library, 800).public()) == 3  # clipped to the library
 
 
+def test_table8_brackets_the_truncations_with_the_runs_own_checkpoints(tmp_path):
+    s = study()
+    run = "babyai/speedrunner/seed0"
+    files = {}
+    for n, ok in ((1, [True, False]), (50, [False, False])):
+        folder = tmp_path / f"runs/{run}/truncated/n{n}"
+        write_batch(folder, [episode(run, "test", 2, f"t{i}", o, 10 * n) for i, o in enumerate(ok)])
+        files[str(folder / "episodes.parquet")] = (n, min(n, 3))
+    eps = analysis.episodes(list(files), [f.replace("episodes", "llm_calls") for f in files], {})
+    trunc = analysis.truncation_metrics(eps, files, s)
+    per_seed = pd.DataFrame([dict(run_benchmark="babyai", eval_benchmark="babyai", variant="speedrunner", seed=0,
+                                  library_version=v, n_episodes=2, score=sc, output_tokens=tok)
+                             for v, sc, tok in ((0, 0.0, 90.0), (2, 1.0, 30.0))])
+    t = analysis.table8(trunc, per_seed, s)
+    assert list(t.n_requested) == [1, 50, "0 (no skills)", "all (final)"]
+    assert list(t.n_shown) == [1, 3, "0 (no skills)", "all (final)"] and list(t.score) == [0.5, 0.0, 0.0, 1.0]
+
+
 def test_figure_groups_follow_methods_and_options():
     s = study(variants={"react": {"method": "react", "options": {}, "benchmarks": None},
                         "asi": {"method": "asi", "options": {}, "benchmarks": None},

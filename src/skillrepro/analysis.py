@@ -450,7 +450,7 @@ def table8(trunc: pd.DataFrame, per_seed: pd.DataFrame, study: Study) -> pd.Data
                      "n_shown": r.n_shown, "n_episodes": r.n_episodes, "metric": study.headline(r.run_benchmark),
                      "score": r.score, "output_tokens": r.output_tokens})
     own_ = own(per_seed)
-    for (bench, variant, seed) in {(r["benchmark"], r["variant"], r["seed"]) for r in rows}:
+    for (bench, variant, seed) in sorted({(r["benchmark"], r["variant"], r["seed"]) for r in rows}):
         run = own_[(own_.run_benchmark == bench) & (own_.variant == variant) & (own_.seed == seed)]
         for label, ck in (("0 (no skills)", run[run.library_version == 0]),
                           ("all (final)", run[run.library_version == run.library_version.max()])):
