@@ -16,6 +16,9 @@ rule continue_library:
         "results/runs/{bench}/{variant}/seed{seed}/library/v0/manifest.json",
     wildcard_constraints:
         bench="|".join(PHASED) or "(?!)",
+    params:
+        # as init_library's: v0 records the settings of the run it starts
+        settings=settings(*RUN_SETTINGS),
     log:
         "logs/runs/{bench}/{variant}/seed{seed}/continue_library.log",
     benchmark:
@@ -28,7 +31,7 @@ rule continue_library:
 
 rule evaluate_on:
     input:
-        tasks="results/tasks/{target}.json",
+        tasks="results/tasks/{target}/test.json",
         library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
     output:
         episodes="results/runs/{bench}/{variant}/seed{seed}/eval_on/{target}/v{k}/episodes.parquet",
@@ -38,10 +41,8 @@ rule evaluate_on:
     wildcard_constraints:
         target="|".join(BENCHMARKS),
     params:
-        bench=lambda w: BENCHMARKS[w.target],
-        method=lambda w: METHODS[w.variant],
-        llm=LLM,
-        protocol=PROTOCOL,
+        settings=settings(*RUN_SETTINGS),
+        target=lambda w: cfg.settings_fingerprint(config, ("benchmark", "call_budget"), bench=w.target),
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
         llm=1,
@@ -59,7 +60,7 @@ rule evaluate_on:
 
 rule evaluate_truncated:
     input:
-        tasks="results/tasks/{bench}.json",
+        tasks="results/tasks/{bench}/test.json",
         library=f"results/runs/{{bench}}/{{variant}}/seed{{seed}}/library/v{PROTOCOL.n_cycles}/manifest.json",
     output:
         library="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/library/manifest.json",
@@ -70,9 +71,8 @@ rule evaluate_truncated:
     wildcard_constraints:
         n=r"\d+",
     params:
-        bench=lambda w: BENCHMARKS[w.bench],
-        method=lambda w: replace(METHODS[w.variant], options={**METHODS[w.variant].options, **TRUNCATION.get("options", {})}),
-        llm=LLM,
+        settings=settings(*RUN_SETTINGS),
+        options=(TRUNCATION or {}).get("options", {}),
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
         llm=1,

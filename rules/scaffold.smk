@@ -22,7 +22,8 @@ _SC = "results/scaffold/{sbench}"
 _SCV = "results/scaffold/{sbench}/{svariant}"
 _SC_SCOUTS = [f"{_SC}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts)]
 _SC_CONSTRAINTS = dict(sbench="|".join(_SC_BENCH) or "none", svariant="grp|anc", i=r"\d+")
-_SC_COMMON = dict(bench=lambda w: _SC_BENCH[w.sbench], llm=_SC_LLM, scaffold=SCAFFOLD)
+_SC_COMMON = dict(bench=lambda w: _SC_BENCH[w.sbench], llm=_SC_LLM, scaffold=SCAFFOLD,
+                  settings=lambda w: _scaffold_cfg.fingerprint([_scaffold_cfg.settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=w.sbench), SCAFFOLD]))
 # Every benchmark x variant instance of a path pattern.
 _sc_all = lambda pattern: [pattern.format(sbench=b, svariant=v) for b in _SC_BENCH for v in SCAFFOLD.variants]  # noqa: E731
 

@@ -1,7 +1,5 @@
 # What the results rules share: the study the config declares (plain values for params), the protocol
 # variants' runs, and the declared record files the tables read (never a glob of results/).
-from dataclasses import replace
-
 from skillrepro.analysis import Study, study_params
 
 STUDY = study_params(config, CONFIG_NAME)

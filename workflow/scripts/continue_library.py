@@ -1,4 +1,5 @@
-"""A phase change (distribution shift): v0 of this run is the earlier phase's final library, unchanged."""
+"""A phase change (distribution shift): v0 of this run is the earlier phase's final library (functions and
+notes) unchanged, recording this run's settings like every v0."""
 from dataclasses import replace
 from pathlib import Path
 
@@ -8,6 +9,6 @@ from skillrepro.skills import Library
 log = setup_logging(snakemake)
 source = Path(snakemake.input[0]).parent
 library = Library.load(source)
-carried = replace(library, version=0, meta={**library.meta, "continued_from": str(source)})
-carried.write(Path(snakemake.output[0]).parent)
+meta = {**library.meta, "continued_from": str(source), "settings": snakemake.params.settings}
+replace(library, version=0, meta=meta).write(Path(snakemake.output[0]).parent)
 log.info("v0 = %s: %d functions, %d characters of notes", source, len(library.functions), len(library.notes))
