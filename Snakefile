@@ -45,11 +45,11 @@ rule all:
 
 
 onstart:
-    start_llm_server()
+    on_start()
 
 
 onsuccess:
-    stop_llm_server()
+    on_success()
 
 
 onerror:

@@ -1,14 +1,41 @@
+import functools
 import os
 
 from skillrepro import config as cfg
+from skillrepro import pipeline
 
 LLM = cfg.llm_config(config)
 PROTOCOL = cfg.protocol(config)
 BENCHMARKS = {b.name: b for b in cfg.benchmarks(config)}
 METHODS = {m.variant: m for m in cfg.methods(config)}
 
-# One shared server: jobs that call the LLM take one `llm` unit; there are as many units as server slots.
+# One shared server: the `llm` resource counts requests in flight, as many units as the server's slots.
+# A job playing N episodes at once takes N units (llm_units), any other LLM job one.
 workflow.global_resources.setdefault("llm", LLM.slots)
+
+
+def llm_units(n_episodes, split):
+    """`llm` units of a job that plays `n_episodes` episodes of `split`: as many as it has in flight."""
+
+    def units(wildcards):
+        if _one_at_a_time(wildcards.bench, wildcards.variant, split):
+            return 1
+        return max(1, min(LLM.episodes_in_flight, n_episodes, LLM.slots))
+
+    return units
+
+
+@functools.cache
+def _one_at_a_time(bench, variant, split):
+    from skillrepro.runner import plays_one_at_a_time
+
+    return plays_one_at_a_time(BENCHMARKS[bench].load(), METHODS[variant], split)
+
+
+# A snakemake killed with -9 leaves its locks behind; release them so the plain rerun works (see pipeline).
+if workflow.is_main_process:
+    for _lock in pipeline.release_stale_locks():
+        logger.info(f"released the lock {_lock} of a snakemake run that no longer exists")
 
 
 wildcard_constraints:
@@ -51,6 +78,20 @@ def run_files(names):
 
 
 _server = None
+
+
+def on_start():
+    # Which lock files this run holds (snakemake's own record; absent in other persistence backends).
+    pipeline.record_lock_owner(getattr(workflow.persistence, "_lockfile", {}).values())
+    start_llm_server()
+
+
+def on_success():
+    from skillrepro.runner import forget_finished
+
+    # Every job of this run is recorded now: the batches' resume folders are no longer needed.
+    forget_finished(f for job in workflow.dag.jobs for f in job.output)
+    stop_llm_server()
 
 
 def start_llm_server():

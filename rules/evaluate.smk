@@ -1,6 +1,6 @@
 rule evaluate:
     input:
-        tasks="results/tasks/{bench}/test.json",
+        tasks="results/tasks/{bench}/seed{seed}/test.json",
         library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
     output:
         episodes="results/runs/{bench}/{variant}/seed{seed}/eval/v{k}/episodes.parquet",
@@ -11,7 +11,7 @@ rule evaluate:
         settings=settings(*RUN_SETTINGS),
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
-        llm=1,
+        llm=llm_units(PROTOCOL.n_test, "test"),
         mem_mb=4000,
         runtime=240,
     log:

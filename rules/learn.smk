@@ -4,7 +4,11 @@
 
 rule init_library:
     output:
+        # manifest.json is written last and marks a complete version; the other two are declared so that
+        # nothing in results/ is written behind Snakemake's back.
         "results/runs/{bench}/{variant}/seed{seed}/library/v0/manifest.json",
+        "results/runs/{bench}/{variant}/seed{seed}/library/v0/skills.py",
+        "results/runs/{bench}/{variant}/seed{seed}/library/v0/notes.md",
     params:
         # What every job of the run reads; the manifest keeps it, so a changed setting reruns the whole
         # chain here, and a run folder made under other settings is refused, never extended silently.
@@ -21,7 +25,7 @@ rule init_library:
 
 rule rollout:
     input:
-        tasks="results/tasks/{bench}/train.json",
+        tasks="results/tasks/{bench}/seed{seed}/train.json",
         library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
         batches=lambda w: [run_path(w, f"train/batch{i}/episodes.parquet") for i in range(int(w.k))],
     output:
@@ -34,7 +38,7 @@ rule rollout:
         sleep_every=config["protocol"]["sleep_every"],
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
-        llm=1,
+        llm=llm_units(PROTOCOL.sleep_every, "train"),
         mem_mb=4000,
         runtime=240,
     log:
@@ -53,6 +57,8 @@ rule induce:
         batches=lambda w: [run_path(w, f"train/batch{i}/episodes.parquet") for i in range(int(w.k))],
     output:
         library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
+        skills="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/skills.py",
+        notes="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/notes.md",
         llm_calls="results/runs/{bench}/{variant}/seed{seed}/induce/v{k}/llm_calls.parquet",
         transcript="results/runs/{bench}/{variant}/seed{seed}/induce/v{k}/transcript.jsonl",
     params:

@@ -31,7 +31,7 @@ rule continue_library:
 
 rule evaluate_on:
     input:
-        tasks="results/tasks/{target}/test.json",
+        tasks="results/tasks/{target}/seed{seed}/test.json",
         library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
     output:
         episodes="results/runs/{bench}/{variant}/seed{seed}/eval_on/{target}/v{k}/episodes.parquet",
@@ -60,7 +60,7 @@ rule evaluate_on:
 
 rule evaluate_truncated:
     input:
-        tasks="results/tasks/{bench}/test.json",
+        tasks="results/tasks/{bench}/seed{seed}/test.json",
         library=f"results/runs/{{bench}}/{{variant}}/seed{{seed}}/library/v{PROTOCOL.n_cycles}/manifest.json",
     output:
         library="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/library/manifest.json",

@@ -1,6 +1,6 @@
 rule sample_tasks:
     output:
-        "results/tasks/{bench}/{split}.json",
+        "results/tasks/{bench}/seed{seed}/{split}.json",
     params:
         settings=settings("benchmark"),
         # The splits never overlap (Benchmark.sample_tasks), so each is drawn alone: a new n_test leaves
@@ -8,9 +8,9 @@ rule sample_tasks:
         n_tasks=lambda w: config["protocol"]["train_rollouts" if w.split == "train" else "n_test"],
         task_seed=config["protocol"]["task_seed"],
     log:
-        "logs/sample_tasks/{bench}_{split}.log",
+        "logs/sample_tasks/{bench}_seed{seed}_{split}.log",
     benchmark:
-        "results/benchmarks/sample_tasks/{bench}_{split}.tsv"
+        "results/benchmarks/sample_tasks/{bench}_seed{seed}_{split}.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:

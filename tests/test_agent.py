@@ -92,3 +92,115 @@ def test_solving_ends_the_episode_with_success():
     assert rec.episode.success and rec.episode.termination == "success"
     assert rec.episode.n_steps == len(plan) and rec.episode.progression == 1.0
     assert rec.steps[-1].reward > 0 and all(s.reward == 0 for s in rec.steps[:-1])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# SpeedRunner's protocol (appendices A-D), one rule per test
+# ---------------------------------------------------------------------------------------------------------
+def _capturing_client(backend: str, monkeypatch):
+    """A real LLMClient whose HTTP call is replaced by one that records the request."""
+    from openai.types.chat import ChatCompletion
+
+    from skillrepro.config import LLMConfig
+    from skillrepro.llm.client import LLMClient
+
+    client = LLMClient(LLMConfig(backend=backend, model="m"), "http://127.0.0.1:9/v1")
+    sent: list[dict] = []
+
+    def create(**request):
+        sent.append(request)
+        return ChatCompletion.model_validate({
+            "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}})
+
+    monkeypatch.setattr(client._client.chat.completions, "create", create)
+    return client, sent
+
+
+def test_a1_actor_and_inducer_request_parameters(monkeypatch):
+    """A.1: parallel_tool_calls=false; reasoning_effort low (actor) / medium (inducer) where the backend
+    takes it; request limit 100 for the inducer and for the actor (per benchmark: B.3 100, C.3 30, D.4 2000)."""
+    from skillrepro.config import check_config, load_yaml
+
+    tools = [get_benchmark("babyai").primitives()[0].json_schema()]
+    for backend in ("vllm", "openai"):
+        client, sent = _capturing_client(backend, monkeypatch)
+        client.chat([{"role": "user", "content": "hi"}], role="actor", session_id="e", tools=tools)
+        client.chat([{"role": "user", "content": "hi"}], role="inducer", session_id="i", tools=tools)
+        assert [r["reasoning_effort"] for r in sent] == ["low", "medium"]
+        assert all(r["parallel_tool_calls"] is False for r in sent)
+    # llama.cpp accepts the field and ignores it (checked: identical replies for low, medium and "bogus").
+    client, sent = _capturing_client("embedded", monkeypatch)
+    client.chat([{"role": "user", "content": "hi"}], role="actor", session_id="e", tools=tools)
+    assert "reasoning_effort" not in sent[0] and sent[0]["parallel_tool_calls"] is False
+
+    cfg = check_config(load_yaml("configs/paper.yaml"), check_files=False)
+    assert cfg["budgets"]["inducer_requests"] == 100
+    assert cfg["llm"]["reasoning_effort"] == {"actor": "low", "inducer": "medium"}
+    budgets = {b: get_benchmark(b).llm_call_budget for b in ("scienceworld", "babyai", "crafter")}
+    assert budgets == {"scienceworld": 100, "babyai": 30, "crafter": 2000}
+
+
+def test_b3_c3_full_history_by_default_and_a_window_as_an_option():
+    rec, client = run(["Action: turn_left()"], budget=6)
+    assert rec.episode.history == "full" and len(client.requests[-1]) == 2 + 2 * 5
+
+    bench = get_benchmark("babyai")
+    env = bench.make(bench.sample_tasks("train", 1, 42)[0])
+    client = ScriptedClient(["Action: turn_left()", "Action: turn_right()"])
+    actor = Actor(client, bench.describe(), 6, history_window=2)
+    rec = actor.run(env, primitive_tools(env), SPEC)
+    assert rec.episode.history == "window:2" and rec.episode.n_steps == 6
+    last = client.requests[-1]
+    # System prompt, the opening observation (with the mission), then the last 2 steps only.
+    assert len(last) == 2 + 2 * 2 and last[0]["role"] == "system"
+    assert last[1]["content"].startswith("Mission:") and "last 2 of 5 steps" in last[1]["content"]
+    assert [m["content"] for m in last[2::2]] == ["Action: turn_right()", "Action: turn_left()"]
+    assert last[-1]["content"] == f"Observation: {rec.steps[4].observation}"
+    assert client.requests[1][1]["content"] == client.requests[0][1]["content"]  # no note before it is needed
+
+
+def test_d4_episode_ended_by_a_full_context_is_counted_not_hidden():
+    from skillrepro.llm.client import LLMRequestError
+
+    class FullAfter(ScriptedClient):
+        def __init__(self, n, message):
+            super().__init__(["Action: turn_left()"])
+            self.n, self.message = n, message
+
+        def chat(self, messages, **kw):
+            if len(self.requests) >= self.n:
+                raise LLMRequestError(self.message)
+            return super().chat(messages, **kw)
+
+    bench = get_benchmark("babyai")
+    env = bench.make(bench.sample_tasks("train", 1, 42)[0])
+    full = FullAfter(3, "400 from http://127.0.0.1/v1: the request exceeds the available context size")
+    rec = Actor(full, bench.describe(), 10).run(env, primitive_tools(env), SPEC)
+    assert rec.episode.termination == "context" and rec.episode.n_steps == 3
+    # Any other refusal is a setup problem: it stops the job instead of becoming an outcome.
+    with pytest.raises(LLMRequestError, match="unsupported parameter"):
+        Actor(FullAfter(0, "400: unsupported parameter"), bench.describe(), 10).run(
+            bench.make(env.task_id), primitive_tools(env), SPEC)
+
+
+def test_a_wall_clock_of_the_episode_bounds_a_skill_call():
+    """Section 5 / A: a 30-minute wall clock per rollout, which a looping skill cannot outlast."""
+    import time
+
+    from skillrepro import skills
+
+    library = skills.Library(1, skills.parse_functions(
+        'def spin():\n    """Loop forever."""\n    while True:\n        pass\n'))
+    bench = get_benchmark("babyai")
+    env = bench.make(bench.sample_tasks("train", 1, 42)[0])
+    calls: list = []
+    tools = primitive_tools(env) + skills.tools_for(library, env, calls.append)
+    actor = Actor(ScriptedClient(["Action: spin()"]), bench.describe(), 5, wall_s=4.0)
+    started = time.monotonic()
+    rec = actor.run(env, tools, SPEC)
+    took = time.monotonic() - started
+    assert rec.episode.termination == "wall_clock" and rec.episode.n_steps == 1
+    assert "wall-clock limit of" in rec.steps[0].observation
+    assert took < 20  # the sandbox's own per-call limit is 60 s: the episode's 4 s won

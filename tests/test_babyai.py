@@ -1,11 +1,13 @@
 """BabyAI-Text PickUpSeqGoTo: text view, task sampling, and minigrid's own bot as the oracle."""
+import re
+
 import numpy as np
 import pytest
 from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX
 from minigrid.utils.baby_ai_bot import BabyAIBot
 
 from skillrepro.envs import ActionError, TaskError, get_benchmark
-from skillrepro.envs.babyai import _ACTIONS, describe_view
+from skillrepro.envs.babyai import _ACTIONS, EXCLUDED, NUM_DISTS, describe_view
 
 
 def blank_view():
@@ -14,21 +16,27 @@ def blank_view():
     return img
 
 
-def test_view_names_objects_walls_and_the_cell_in_front():
+def test_c3_view_is_worded_as_babyai_text():
     img = blank_view()
     img[1, 3] = (OBJECT_TO_IDX["ball"], COLOR_TO_IDX["red"], 0)
     img[4, 6] = (OBJECT_TO_IDX["key"], COLOR_TO_IDX["blue"], 0)
     img[5, 1] = (OBJECT_TO_IDX["door"], COLOR_TO_IDX["green"], 2)
     img[3, 2] = (OBJECT_TO_IDX["wall"], 0, 0)
+    img[0, 6] = (OBJECT_TO_IDX["wall"], 0, 0)
+    img[6, 6] = (OBJECT_TO_IDX["wall"], 0, 0)
     img[3, 5] = (OBJECT_TO_IDX["box"], COLOR_TO_IDX["yellow"], 0)
-    text = describe_view(img)
-    assert "a red ball 2 steps left and 3 steps forward" in text
-    assert "a blue key 1 step right" in text
-    assert "a locked green door 2 steps right and 5 steps forward" in text
-    assert "a yellow box 1 step forward" in text
-    assert "a wall 4 steps forward" in text
-    assert "Directly in front of you: a yellow box." in text
-    assert "You are carrying: nothing." in text
+    carried = type("Obj", (), {"color": "purple", "type": "ball"})()
+    lines = describe_view(img, carried).splitlines()
+    # BabyAI-Text's order: carrying, walls (forward, left, right), then objects column by column.
+    assert lines == [
+        "You carry a purple ball",
+        # the box 1 step ahead hides the wall behind it; the key 1 step right hides the right wall
+        "a wall 3 steps left",
+        "a red ball 2 steps left and 3 steps forward",
+        "a yellow box 1 step forward",
+        "a blue key 1 step right",
+        "a locked green door 2 steps right and 5 steps forward",
+    ]
 
 
 def test_unseen_cells_are_not_described():
@@ -50,6 +58,41 @@ def test_train_and_test_tasks_are_disjoint_and_reproducible():
         b.sample_tasks("dev", 1, 42)
     with pytest.raises(TaskError, match="non-negative integer seed"):
         b.make("seed-7")
+
+
+@pytest.fixture(scope="module")
+def missions():
+    """(mission, objects in the room, their (type, color) pairs) of every task of the 200/30 lists."""
+    b = get_benchmark("babyai")
+    out = []
+    for task in b.sample_tasks("train", 200, 42) + b.sample_tasks("test", 30, 42):
+        env = b.make(task)
+        env.reset()
+        grid = env._env.unwrapped.grid
+        objs = [o for o in grid.grid if o is not None and o.type != "wall"]
+        out.append((env.mission, objs))
+    return out
+
+
+def test_c1_level_is_mixed_train_local_pick_up_seq_go_to(missions):
+    """BALROG's pick_up_seq_go_to: one 8x8 room, 8 distractors + 2 objects, both phrasings, exclusions."""
+    env = get_benchmark("babyai").make("7")
+    env.reset()
+    level = env._env.unwrapped
+    assert (level.width, level.height, level.num_rows, level.num_cols) == (8, 8, 1, 1)
+    assert {len(objs) for _, objs in missions} == {NUM_DISTS + 2}
+    assert all({o.type for o in objs} <= {"key", "ball", "box"} for _, objs in missions)
+    forward = [m for m, _ in missions if re.fullmatch(r"pick up (a|the) \w+ \w+, then go to (a|the) \w+ \w+", m)]
+    backward = [m for m, _ in missions if re.fullmatch(r"go to (a|the) \w+ \w+ after you pick up (a|the) \w+ \w+", m)]
+    assert len(forward) + len(backward) == len(missions)
+    assert 0.35 < len(forward) / len(missions) < 0.65
+    assert not [m for m, _ in missions if any(x in m for x in EXCLUDED)]
+    # Look-alikes: most rooms hold another object of the target's type or colour.
+    with_lookalike = 0
+    for mission, objs in missions:
+        carry = re.search(r"pick up (?:a|the) (\w+) (\w+)", mission).groups()
+        with_lookalike += sum(o.color == carry[0] or o.type == carry[1] for o in objs) > 1
+    assert with_lookalike > 0.8 * len(missions)
 
 
 def test_bad_actions_raise_action_error_not_crash():
@@ -81,3 +124,40 @@ def test_babyai_bot_solves_our_levels_through_our_api():
         solved += env.success()
     assert solved >= 19
     assert reversed_missions >= 1
+
+
+def test_c_prompt_is_the_papers_by_default_and_hints_are_a_named_file(tmp_path):
+    paper = get_benchmark("babyai").describe()
+    hints = get_benchmark("babyai", prompt="hints").describe()
+    assert "directly in front of you" in hints and "directly in front of you" not in paper
+    own = tmp_path / "mine.txt"
+    own.write_text("My own BabyAI description.")
+    assert get_benchmark("babyai", prompt=str(own)).describe() == "My own BabyAI description."
+    with pytest.raises(TaskError, match="unknown prompt 'fancy'"):
+        get_benchmark("babyai", prompt="fancy")
+    with pytest.raises(TaskError, match="does not exist"):
+        get_benchmark("babyai", prompt=str(tmp_path / "missing.txt"))
+
+
+def test_c3_bot_actions_replayed_through_the_cli_succeed(capsys, tmp_path):
+    """The oracle path a user can follow by hand: minigrid's bot plans, `skillrepro env replay` plays it."""
+    import json
+
+    from skillrepro.cli import main
+
+    b = get_benchmark("babyai")
+    task = b.sample_tasks("test", 1, 42)[0]
+    probe = b.make(task)
+    probe.reset()
+    bot, names, plan = BabyAIBot(probe._env.unwrapped), {v: k for k, v in _ACTIONS.items()}, []
+    while not probe.done and len(plan) < 64:
+        plan.append(names[int(bot.replan())])
+        probe.step(plan[-1])
+    assert probe.success()
+    calls = tmp_path / "calls.txt"
+    calls.write_text("".join(f"{a}()\n" for a in plan))
+    assert main(["env", "replay", "babyai", "--task", task, "--calls", str(calls)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"Mission: {probe.mission}\n") and "Mission complete." in out
+    assert json.loads(out.strip().splitlines()[-1]) == {"score": 1.0, "success": True, "done": True,
+                                                        "steps": len(plan)}

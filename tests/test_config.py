@@ -43,7 +43,10 @@ def test_default_and_shipped_configs_are_valid():
         ("budgets.rollout_wall_s", -5, "config key budgets.rollout_wall_s: -5 must be > 0"),
         ("protocol.n_test", -1, "config key protocol.n_test: -1 must be >= 1"),
         ("protocol.eval_every", 3, "protocol.eval_every: 3 must be a multiple of protocol.sleep_every"),
-        ("benchmarks.babyai.options", {"grid": 9}, "config key benchmarks.babyai: benchmark 'babyai' takes no options"),
+        ("benchmarks.babyai.options", {"grid": 9}, "config key benchmarks.babyai: babyai: unknown option(s) ['grid']; known: prompt"),
+        ("benchmarks.babyai.options", {"prompt": "fancy"}, "config key benchmarks.babyai: babyai: unknown prompt 'fancy'"),
+        ("benchmarks.babyai.history_window", 0, "config key benchmarks.babyai.history_window: 0 must be >= 1"),
+        ("llm.reasoning_effort", {"actor": "extreme"}, "config key llm.reasoning_effort.actor: 'extreme' is not allowed"),
     ],
 )
 def test_bad_values_name_the_key(path, value, expected):

@@ -162,10 +162,6 @@ def test_primitives_observation_and_describe():
     assert all(p.params == () for p in prims)
     assert bench.llm_call_budget == 2000
 
-    text = bench.describe()
-    positions = [text.index(a.replace("_", " ").title()) for a in ACHIEVEMENTS]
-    assert positions == sorted(positions) and len(ACHIEVEMENTS) == 22 == len(set(ACHIEVEMENTS))
-    assert set(ACHIEVEMENTS) == set(crafter.constants.achievements)
 
     env = bench.make("7")
     first = env.reset()
@@ -210,7 +206,7 @@ def test_collecting_wood_counts_toward_score():
     assert not env.success()
 
 
-def test_episode_ends_after_max_steps_and_on_death():
+def test_d4_crafter_episode_ends_at_health_0_or_2000_actions_with_2000_requests():
     env = CrafterBenchmark(zombie_frequency=0, max_steps=30).make("7")
     env.reset()
     for _ in range(29):
@@ -225,6 +221,35 @@ def test_episode_ends_after_max_steps_and_on_death():
     env.world._player.health = 0
     result = env.step("noop")
     assert result.done and env.done
+    assert CrafterBenchmark.llm_call_budget == 2000
+    assert CrafterBenchmark.headline == "progression"
+
+
+def test_d5_crafter_prompt_names_the_22_achievements_and_no_recipes_by_default():
+    bench = CrafterBenchmark()
+    text = bench.describe()
+    positions = [text.index(a.replace("_", " ").title()) for a in ACHIEVEMENTS]
+    assert positions == sorted(positions) and len(ACHIEVEMENTS) == 22 == len(set(ACHIEVEMENTS))
+    assert set(ACHIEVEMENTS) == set(crafter.constants.achievements)
+    assert "make_wood_pickaxe:" not in text and "near" not in text
+    # The richer prompt stays available as a named file: every recipe, read from the engine.
+    recipes = CrafterBenchmark(prompt="recipes").describe()
+    assert "- make_wood_pickaxe: 1 wood; near table" in recipes
+    assert all(a.replace("_", " ").title() in recipes for a in ACHIEVEMENTS)
+    with pytest.raises(TaskError, match="unknown prompt"):
+        CrafterBenchmark(prompt="wiki")
+
+
+def test_d1_crafter_runs_use_different_top_level_task_seeds():
+    bench = CrafterBenchmark()
+    seeds = [bench.run_task_seed(42, run) for run in (0, 1, 2)]
+    assert len(set(seeds)) == 3
+    worlds = [set(bench.sample_tasks("train", 200, s)) | set(bench.sample_tasks("test", 30, s)) for s in seeds]
+    assert not worlds[0] & worlds[1] and not worlds[1] & worlds[2]
+    # The other benchmarks share one pair of lists across runs (B.1, C.1).
+    from skillrepro.envs import get_benchmark
+
+    assert {get_benchmark("babyai").run_task_seed(42, run) for run in (0, 1, 2)} == {42}
 
 
 def test_sample_tasks_is_seeded_and_splits_are_disjoint():

@@ -8,6 +8,8 @@ import re
 
 import pytest
 
+from scripted import ScriptedClient
+from skillrepro.agent import Actor, EpisodeSpec, primitive_tools
 from skillrepro.envs import ActionError, TaskError, get_benchmark
 from skillrepro.envs import scienceworld as sw
 from skillrepro.envs.scienceworld import FAMILIES, ScienceWorldBenchmark, gold_path, parse_command, partitions
@@ -39,10 +41,11 @@ def test_gold_path_through_our_primitives_reaches_100(family, task):
         for command in gold:
             name, args = parse_command(command)
             env.step(name, args)
-            if env.done:
+            if env.raw_score == 100:
                 break
         assert env.raw_score == 100, f"{task_id}: gold path of {len(gold)} steps ended at score {env.raw_score}"
-        assert env.success() and env.done and env.score() == 1.0
+        assert env.success() and not env.done and env.score() == 1.0
+        assert env.step("submit_answer").done and env.success()
         env.release()
 
 
@@ -91,7 +94,9 @@ def test_opening_observation_has_task_and_room_but_no_valid_actions():
     assert "valid action" not in obs.lower()
 
 
-def test_submit_and_wrong_focus_end_the_episode_as_failures():
+def test_b3_scienceworld_episode_ends_only_on_submit_or_100_calls():
+    """B.3: neither the maximum score nor a negative one ends an episode; submit_answer or the budget does,
+    and success is the score being at its maximum at that moment."""
     bench = ScienceWorldBenchmark(family="classification")
     env = bench.make("find-animal:1")
     env.reset()
@@ -101,9 +106,26 @@ def test_submit_and_wrong_focus_end_the_episode_as_failures():
 
     env = bench.make("find-animal:1")
     env.reset()
-    # The agent itself is no animal the task accepts; ScienceWorld ends the task at once with -100.
+    # The agent itself is no animal the task accepts: the score drops to -100, and the episode goes on.
     obs = env.focus_on("air")
-    assert env.done and env.raw_score < 0 and env.score() == 0.0 and not env.success(), obs
+    assert env.raw_score < 0 and not env.done, obs
+    assert "This room is called" in env.look_around() and not env.done
+    assert env.step("submit_answer").done and not env.success() and env.score() == 0.0
+    env.release()
+
+    # The gold path reaches the maximum without ending the episode; the actor then spends its whole budget
+    # (100 calls) without submitting, and the episode still counts as a success because the score is at max.
+    task_id = "find-plant:2"
+    gold = gold_path(task_id)
+    script = [f"Action: {name}({', '.join(repr(a) for a in args)})" for name, args in map(parse_command, gold)]
+    script += ["Action: look_around()"] * (bench.llm_call_budget - len(script))
+    spec = EpisodeSpec("sw/react/seed0", "sw", "react", "react", 0, "train", 0, 0)
+    actor = Actor(ScriptedClient(script), bench.describe(), bench.llm_call_budget)
+    env = bench.make(task_id)
+    rec = actor.run(env, primitive_tools(env), spec)
+    assert bench.llm_call_budget == 100
+    assert rec.episode.n_llm_calls == 100 and rec.episode.termination == "budget"
+    assert rec.episode.success and rec.episode.progression == 1.0
 
 
 def test_wait_and_argument_checks():

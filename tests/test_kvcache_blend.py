@@ -35,8 +35,8 @@ def blender():
 
 def test_rotation_moves_keys_to_another_position(blender):
     ids = torch.randint(0, 256, (1, 12))
-    at0 = blender.lm(ids, use_cache=True).past_key_values.layers
-    at37 = blender.lm(ids, position_ids=torch.arange(37, 49)[None], use_cache=True).past_key_values.layers
+    at0 = blender.lm(ids, use_cache=True).cache.layers
+    at37 = blender.lm(ids, position_ids=torch.arange(37, 49)[None], use_cache=True).cache.layers
     for a, b in zip(at0, at37):
         assert torch.allclose(blender.rotate(a.keys, 37), b.keys, atol=1e-5)
         assert not torch.allclose(a.keys, b.keys, atol=1e-3)
@@ -54,7 +54,7 @@ def test_targets_place_every_chunk_and_find_reuse_sources(targets):
     for name in B.CHUNKS:
         c0, c1 = t.chunks[name]
         assert c1 > c0
-    assert t.prompt[slice(*t.chunks["G"])].startswith("### General Principles") or "General" in t.prompt[slice(*t.chunks["G"])]
+    assert t.prompt[slice(*t.chunks["A"])].startswith("['") and t.prompt[slice(*t.chunks["A"])].endswith("']")
     assert "G" in t.others and "M" in t.others  # the other game's prompts carry the same general skills
     assert "C" not in t.others  # the two games are of different categories: no other copy of C
     assert "H" in t.others  # the first history item was shown at the previous step too
@@ -69,7 +69,7 @@ def test_noise_context_changes_nothing_and_alone_does(blender, targets):
         assert alone.k_rel > 100 * max(noise.k_rel, 1e-7) and alone.context_tokens == 0
         assert len(alone.k_rel_layers.split(",")) == 3
     assert rows["G", "other"].context_tokens > 0
-    # the splice leaves the prefix alone: the layer-0 keys of the chunk computed after the same tokens match
+    # every cell is measured against the same full recomputation of the target
     assert rows["G", "noise"].action_logprob_full == rows["G", "alone"].action_logprob_full
 
 

@@ -1,8 +1,11 @@
 """The actor: a ReAct loop over a benchmark's primitives (and any public skills), one episode at a time.
 
-The full observation history stays in context. Actions come back either as native tool calls or, for
-small models, as a lenient text protocol ("Action: go_forward()"). A malformed, unknown or extra action
-becomes an observation the model reads next turn, and is counted; it never ends the episode.
+The full observation history stays in context, as in the paper (appendices B.3, C.3); `history_window`
+keeps only the last N steps for a model whose context cannot hold a long episode (a 2,000-step Crafter run),
+and an episode whose prompt outgrew the context ends with termination "context". Actions come back either
+as native tool calls or, for small models, as a lenient text protocol ("Action: go_forward()"). A
+malformed, unknown or extra action becomes an observation the model reads next turn, and is counted; it
+never ends the episode. The episode's wall clock also bounds a skill call: it gets what is left of it.
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ from skillrepro.llm.client import LLMClient, LLMRequestError
 from skillrepro.store import Episode, LLMCall, Step
 
 PROMPTS = Path(__file__).parent / "prompts"
+# How llama.cpp, vLLM and OpenAI word a prompt that does not fit the context window.
+_CONTEXT_FULL = re.compile(r"context|maximum.{0,40}length|too long", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -30,7 +35,9 @@ class Tool:
     name: str
     params: tuple[tuple[str, str], ...]
     doc: str
-    run: Callable[[list[Any]], str]  # raises ActionError for arguments it cannot take
+    # run(args, wall_s=None) -> observation; raises ActionError for arguments it cannot take. `wall_s` is
+    # what is left of the episode's wall clock: a skill call stops when it runs out (a primitive ignores it).
+    run: Callable[..., str]
 
     @property
     def signature(self) -> str:
@@ -41,8 +48,8 @@ class Tool:
 
 
 def primitive_tools(env: Env) -> list[Tool]:
-    def runner(name: str) -> Callable[[list[Any]], str]:
-        return lambda args: env.step(name, args).observation
+    def runner(name: str) -> Callable[..., str]:
+        return lambda args, wall_s=None: env.step(name, args).observation
 
     return [Tool(p.name, p.params, p.doc, runner(p.name)) for p in env.primitives()]
 
@@ -163,6 +170,7 @@ class Actor:
     tool_calling: str = "text"  # native | text
     prompts: Prompts = field(default_factory=Prompts)
     notes: str = ""  # learned prompt text (a library's notes.md), empty for ReAct
+    history_window: int | None = None  # None: the full history (the paper); N: only the last N steps
     formatter: Formatter | None = None  # None: the ReAct conversation below
     # When set, each actor call's LLMCall.prompt_token_ids is filled with what this returns for its messages.
     prompt_token_ids: Callable[[list[dict[str, Any]]], list[int]] | None = None
@@ -179,9 +187,28 @@ class Actor:
         return self.prompts.system.format(environment=self.environment_text, tools=listing, notes=notes,
                                           protocol=protocol)
 
-    def run(self, env: Env, tools: list[Tool], spec: EpisodeSpec, log: Callable[[str], None] | None = None) -> EpisodeRecords:
+    @property
+    def history(self) -> str:
+        """The history policy, as recorded in each Episode: "full" or "window:N"."""
+        return "full" if self.history_window is None else f"window:{self.history_window}"
+
+    def window(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """What the model is sent: the system prompt and the opening observation, then the last
+        `history_window` steps (each step is one reply and one observation message)."""
+        steps = (len(messages) - 2) // 2
+        if self.history_window is None or steps <= self.history_window:
+            return messages
+        opening = dict(messages[1])
+        opening["content"] += (f"\n\n(Only your last {self.history_window} of {steps} steps are shown below; "
+                               "earlier ones are left out.)")
+        return [messages[0], opening, *messages[len(messages) - 2 * self.history_window:]]
+
+    def run(self, env: Env, tools: list[Tool], spec: EpisodeSpec, log: Callable[[str], None] | None = None,
+            episode_id: str | None = None) -> EpisodeRecords:
+        """Play one episode. `episode_id` names it (the batch runner derives one from the batch's settings, so a
+        replayed batch keeps its ids); by default a random suffix after the seed key."""
         seed_key = f"{spec.run_id}/{spec.split}/c{spec.cycle}/{env.task_id}"  # same episode, same draws
-        episode_id = f"{seed_key}/{uuid.uuid4().hex[:8]}"
+        episode_id = episode_id or f"{seed_key}/{uuid.uuid4().hex[:8]}"
         started = time.time()
         by_name = {t.name: t for t in tools}
         by_lower = {t.name.lower(): t for t in tools}
@@ -204,15 +231,18 @@ class Actor:
             if fmt is not None:
                 admissible = fmt.admissible(env)
                 messages = fmt.messages(env, turns, shown, admissible)
+            sent = messages if fmt is not None else self.window(messages)
             try:
-                reply = self.client.chat(messages, role="actor", session_id=episode_id, tools=schemas,
+                reply = self.client.chat(sent, role="actor", session_id=episode_id, tools=schemas,
                                          stop=["\nObservation:"] if schemas is None and fmt is None else None,
                                          seed=zlib.crc32(f"{seed_key}/{step}".encode()))
-            except LLMRequestError:
-                termination = "context"  # the history outgrew the context window
+            except LLMRequestError as e:
+                if not _CONTEXT_FULL.search(str(e)):
+                    raise  # a request the server refuses for another reason is a setup problem, not an outcome
+                termination = "context"  # the history outgrew the context window; counted in the tables
                 break
             if self.prompt_token_ids is not None:
-                reply.record.prompt_token_ids = list(self.prompt_token_ids(messages))
+                reply.record.prompt_token_ids = list(self.prompt_token_ids(sent))
             calls.append(reply.record)
             t0 = time.perf_counter()
             if fmt is not None:
@@ -240,7 +270,7 @@ class Actor:
             if not problem:
                 t_env = time.perf_counter()
                 try:
-                    observation = tool.run(parsed.args)
+                    observation = tool.run(parsed.args, wall_s=max(0.0, self.wall_s - (time.time() - started)))
                 except ActionError as e:
                     problem = str(e)
                 env_ms = (time.perf_counter() - t_env) * 1000
@@ -272,7 +302,7 @@ class Actor:
             cached_tokens=sum(c.cached_tokens for c in calls),
             completion_tokens=sum(c.completion_tokens for c in calls),
             reasoning_tokens=sum(c.reasoning_tokens for c in calls), wall_s=time.time() - started,
-            termination=termination,
+            termination=termination, history=self.history,
         )
         env.release()
         if log:

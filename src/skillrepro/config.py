@@ -42,6 +42,9 @@ class LLMConfig:
     timeout_s: float = 600
     tool_calling: str = "text"
     vllm_args: tuple[str, ...] = ()
+    episodes_in_flight: int = 1  # episodes of one batch played at once (each job takes as many `llm` units)
+    # role -> reasoning_effort (A.1); sent only where the backend accepts it (see LLMClient.chat)
+    reasoning_effort: tuple[tuple[str, str], ...] = (("actor", "low"), ("inducer", "medium"))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LLMConfig":
@@ -49,6 +52,8 @@ class LLMConfig:
         d = {k: v for k, v in d.items() if k in known}
         if "vllm_args" in d:
             d["vllm_args"] = tuple(d["vllm_args"])
+        if "reasoning_effort" in d:
+            d["reasoning_effort"] = tuple(sorted((d["reasoning_effort"] or {}).items()))
         return cls(**d)
 
 
@@ -100,6 +105,7 @@ class BenchmarkConfig:
     env: str
     llm_call_budget: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    history_window: int | None = None  # None: the full history (the paper); N: the actor's last N steps
     after: str | None = None  # a phase change: runs start from the final library of this instance's run
     evaluate_on: tuple[str, ...] = ()  # other instances whose test sets every checkpoint also plays
 
@@ -330,6 +336,11 @@ def methods(config: dict[str, Any]) -> list[MethodConfig]:
     ]
 
 
+def sandbox_require(config: dict[str, Any]) -> tuple[str, ...]:
+    """Isolation layers the skill sandbox must have, or the run refuses to start (config key sandbox.require)."""
+    return tuple((config.get("sandbox") or {}).get("require") or ())
+
+
 def price(config: dict[str, Any]) -> Price:
     llm = llm_config(config)
     p = config.get("pricing", {}).get(llm.model)
@@ -338,7 +349,7 @@ def price(config: dict[str, Any]) -> Price:
 
 # Settings that change how a job runs, not what it produces: raising threads on a bigger machine, or the
 # retry and timeout limits, must not redo finished work.
-OPERATIONAL_LLM_KEYS = frozenset({"slots", "threads", "max_retries", "timeout_s", "api_key_env"})
+OPERATIONAL_LLM_KEYS = frozenset({"slots", "threads", "max_retries", "timeout_s", "api_key_env", "episodes_in_flight"})
 
 
 def fingerprint(value: Any) -> str:

@@ -1,12 +1,15 @@
-"""Glue shared by the workflow scripts: logging to the rule's log file, a run's identity and settings."""
+"""Glue shared by the workflow: logging to the rule's log file, a run's identity and settings, locks of
+killed runs."""
 from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from skillrepro import config as cfg
 from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
@@ -59,3 +62,47 @@ def run_settings(snakemake: Any, library_dir: Path) -> RunSettings:
             f"{manifest.parent.parent.parent}) so that no run mixes two settings"
         )
     return RunSettings(cfg.benchmark(c, w.bench), cfg.method(c, w.variant), seeded(cfg.llm_config(c), w.seed))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Locks left by a killed snakemake. Snakemake locks its outputs for the length of a run and refuses every
+# later run until `--unlock` if it was killed. We note which lock files each run holds and who holds them;
+# a later run on the same machine removes the locks of a holder that is gone, so the plain rerun command
+# works after kill -9. A holder that is alive, or on another host, is never touched.
+OWNERS = Path(".snakemake") / "skillrepro_lock_owners"
+
+
+def record_lock_owner(lock_files: Iterable[str]) -> None:
+    """Note that this process holds `lock_files` (called from `onstart`, once snakemake has locked)."""
+    me = {"pid": os.getpid(), "started": _process_start(os.getpid()), "host": socket.gethostname(),
+          "locks": sorted(str(Path(f).resolve()) for f in lock_files)}
+    OWNERS.mkdir(parents=True, exist_ok=True)
+    (OWNERS / f"{os.getpid()}.json").write_text(json.dumps(me))
+
+
+def release_stale_locks() -> list[str]:
+    """Remove the lock files of snakemake runs on this host that no longer exist; return what was removed.
+    A lock file newer than its owner's note belongs to a later run and stays."""
+    removed = []
+    for note in sorted(OWNERS.glob("*.json")) if OWNERS.is_dir() else []:
+        try:
+            owner = json.loads(note.read_text())
+            noted = note.stat().st_mtime
+        except (OSError, ValueError):
+            continue
+        if owner.get("host") != socket.gethostname() or _process_start(owner["pid"]) == owner["started"]:
+            continue  # another machine's run, or still running
+        for lock in map(Path, owner["locks"]):
+            if lock.exists() and lock.stat().st_mtime <= noted:
+                lock.unlink()
+                removed.append(str(lock))
+        note.unlink(missing_ok=True)
+    return removed
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of process `pid` in clock ticks since boot (tells a reused pid apart), None if gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None

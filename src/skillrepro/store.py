@@ -44,6 +44,7 @@ class Episode:
     reasoning_tokens: int
     wall_s: float
     termination: str  # success | env_done | budget | wall_clock | context | error
+    history: str = "full"  # the actor's history policy: "full" (the paper) or "window:N" (last N steps)
 
 
 @dataclass

@@ -3,10 +3,13 @@ import json
 from pathlib import Path
 
 from skillrepro.agent import EpisodeSpec
+from skillrepro.config import sandbox_require
 from skillrepro.pipeline import run_id, run_settings, setup_logging
 from skillrepro.runner import run_batch
+from skillrepro.skills.sandbox import configure as configure_sandbox
 
 log = setup_logging(snakemake)
+configure_sandbox(sandbox_require(snakemake.config))  # logs its layers; refuses if a required one is missing
 w, p = snakemake.wildcards, snakemake.params
 library_dir = Path(snakemake.input.library).parent
 run = run_settings(snakemake, library_dir)

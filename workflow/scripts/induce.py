@@ -1,12 +1,15 @@
 """Sleep phase k: the variant's method turns library v{k-1} and the training history into v{k}."""
 from pathlib import Path
 
+from skillrepro.config import sandbox_require
 from skillrepro.methods import InduceContext, get_method
 from skillrepro.pipeline import run_id, run_settings, setup_logging
 from skillrepro.skills import Library
+from skillrepro.skills.sandbox import configure as configure_sandbox
 from skillrepro.store import LLMCall, write_records, write_text
 
 log = setup_logging(snakemake)
+configure_sandbox(sandbox_require(snakemake.config))  # logs its layers; refuses if a required one is missing
 w, p, out = snakemake.wildcards, snakemake.params, snakemake.output
 previous = Path(snakemake.input.library).parent
 run = run_settings(snakemake, previous)

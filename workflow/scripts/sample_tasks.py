@@ -1,4 +1,7 @@
-"""Draw one split's task list of one benchmark with the protocol's task seed."""
+"""Draw one split's task list of one benchmark for one run seed.
+
+Most benchmarks give every run the protocol's task seed (the same lists); Crafter's runs each draw their
+own worlds (appendix D.1), through `Benchmark.run_task_seed`."""
 import json
 
 from skillrepro import config as cfg
@@ -7,6 +10,8 @@ from skillrepro.store import write_text
 
 log = setup_logging(snakemake)
 w, p = snakemake.wildcards, snakemake.params
-task_ids = cfg.benchmark(snakemake.config, w.bench).load().sample_tasks(w.split, p.n_tasks, p.task_seed)
-log.info("%s: %d %s tasks (task seed %d)", w.bench, len(task_ids), w.split, p.task_seed)
+benchmark = cfg.benchmark(snakemake.config, w.bench).load()
+task_seed = benchmark.run_task_seed(p.task_seed, int(w.seed))
+task_ids = benchmark.sample_tasks(w.split, p.n_tasks, task_seed)
+log.info("%s seed %s: %d %s tasks (task seed %d)", w.bench, w.seed, len(task_ids), w.split, task_seed)
 write_text(snakemake.output[0], json.dumps(task_ids, indent=1))

@@ -1,75 +1,109 @@
-"""BabyAI-Text, PickUpSeqGoTo: "pick up X, then go to Y" (or "go to Y after you pick up X") in one room.
+"""BabyAI-Text `pick_up_seq_go_to` as BALROG exposes it (SpeedRunner appendix C).
 
-minigrid 3.2.0 has no such level (BALROG used an unmerged fork), so it is defined here on stock minigrid,
-with no distractors as BALROG's `num_dists=0`. The text view is written here from the 7x7 egocentric image.
+BALROG builds this task from `BabyAI-MixedTrainLocal-v0` (a level of the BabyAI-Text project that stock
+minigrid 3.2.0 lacks), re-drawing the level until its action kind is "pick up seq go to". That level is
+defined here on stock minigrid with the action kind fixed: one 8x8 room, the agent placed at random, then
+`num_dists + 2` = 10 random keys, balls and boxes (duplicates allowed), all reachable; the object to pick up
+and the one to go to are drawn from them, and the mission is phrased "pick up X, then go to Y" or "go to Y
+after you pick up X" with equal odds. Missions that name a yellow box, red key, red door, green ball or grey
+door are rejected and drawn again (MixedTrainLocal keeps those for its test level). BALROG's config line
+`num_dists: 0` never reaches the level (its text wrapper swallows it), so the 8 distractors stay.
+
+The view is BabyAI-Text's description of the 7x7 egocentric image, one item per line with BALROG's
+"You see " prefix removed ("a red ball 1 step left and 2 steps forward").
 """
 from __future__ import annotations
 
 import contextlib
 import io
 import random
+from typing import Any
 
 from minigrid.core.constants import IDX_TO_COLOR, IDX_TO_OBJECT
+from minigrid.core.roomgrid import RoomGrid
 from minigrid.envs.babyai.core.roomgrid_level import RoomGridLevel
 from minigrid.envs.babyai.core.verifier import AfterInstr, BeforeInstr, GoToInstr, ObjDesc, PickupInstr
 
-from skillrepro.envs.base import Benchmark, Env, StepResult, TaskError, check_split, primitive
+from skillrepro.envs.base import Benchmark, Env, StepResult, TaskError, check_split, env_prompt, primitive
 
 TRAIN_POOL, TEST_POOL = 200, 30
+NUM_DISTS = 8  # MixedTrainLocal's default; the level places num_dists + 2 objects
+EXCLUDED = ("yellow box", "red key", "red door", "green ball", "grey door")  # never named in a mission
 _STATES = {0: "open", 1: "closed", 2: "locked"}
 _ACTIONS = {"turn_left": 0, "turn_right": 1, "go_forward": 2, "pick_up": 3, "drop": 4, "toggle": 5}
 
 
 class PickUpSeqGoTo(RoomGridLevel):
-    """Pick up one object, then go to another, in a single 8x8 room with nothing else in it."""
+    """MixedTrainLocal with its action kind fixed to "pick up seq go to"."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, num_dists: int = NUM_DISTS, **kwargs):
+        self.num_dists = num_dists
         super().__init__(num_rows=1, num_cols=1, room_size=8, **kwargs)
 
     def gen_mission(self):
-        self.place_agent()
-        carry, goal = self.add_distractors(num_distractors=2, all_unique=True)
-        pick = PickupInstr(ObjDesc(carry.type, carry.color))
-        go = GoToInstr(ObjDesc(goal.type, goal.color))
-        # Both phrasings of the same task: BabyAI's grammar produces each half of the time.
-        self.instrs = BeforeInstr(pick, go) if self._rand_bool() else AfterInstr(go, pick)
+        while True:
+            RoomGrid._gen_grid(self, self.width, self.height)  # an empty room again after a rejection
+            self.place_agent()
+            objs = self.add_distractors(num_distractors=self.num_dists + 2, all_unique=False)
+            if not self.check_objs_reachable(raise_exc=False):
+                continue
+            carry, goal = self._rand_elem(objs), self._rand_elem(objs)
+            same = lambda a, b: (a.type, a.color) == (b.type, b.color)  # noqa: E731
+            # "pick up the red ball, then go to the red ball" only when a second red ball exists.
+            while same(carry, goal) and sum(same(carry, o) for o in objs) < 2:
+                goal = self._rand_elem(objs)
+            pick = PickupInstr(ObjDesc(carry.type, carry.color))
+            go = GoToInstr(ObjDesc(goal.type, goal.color))
+            self.instrs = BeforeInstr(pick, go) if self._rand_elem(["Before", "After"]) == "Before" \
+                else AfterInstr(go, pick)
+            surface = self.instrs.surface(self)
+            if not any(name in surface for name in EXCLUDED):
+                return
 
 
 def _steps(n: int, word: str) -> str:
-    return f"{n} step{'s' if n != 1 else ''} {word}"
+    return f"{n} step{'s' if n > 1 else ''} {word}"
+
+
+def _name(kind: str, color: str, state: int) -> str:
+    if kind != "door":
+        return f"a {color} {kind}"
+    word = _STATES[state]
+    return f"{'an' if word == 'open' else 'a'} {word} {color} door"
 
 
 def describe_view(image, carrying=None) -> str:
-    """Text of the 7x7 egocentric view: the agent stands at image[3, 6] and faces y = 0."""
-    lines = []
-    for x in range(7):
-        for y in range(7):
-            kind = IDX_TO_OBJECT[int(image[x, y, 0])]
-            if kind in ("unseen", "empty", "floor", "wall", "agent") or (x, y) == (3, 6):
-                continue
-            color = IDX_TO_COLOR[int(image[x, y, 1])]
-            name = f"{_STATES[int(image[x, y, 2])]} {color} door" if kind == "door" else f"{color} {kind}"
-            side = x - 3
-            where = [_steps(abs(side), "left" if side < 0 else "right")] if side else []
-            where += [_steps(6 - y, "forward")] if y < 6 else []
-            lines.append(f"a {name} {' and '.join(where)}")
-    # Walls only along the three straight lines the agent can act on.
+    """BabyAI-Text's description of the 7x7 egocentric view (the agent stands at image[3, 6], facing y = 0).
+
+    In its order: what you carry; a wall straight ahead, to the left and to the right, each only when no
+    object stands between; then every object, column by column from the left, far to near."""
+    lines = [f"You carry a {carrying.color} {carrying.type}"] if carrying is not None else []
     for label, cells in (
         ("forward", [(3, y) for y in range(5, -1, -1)]),
         ("left", [(x, 6) for x in range(2, -1, -1)]),
         ("right", [(x, 6) for x in range(4, 7)]),
     ):
         for dist, (x, y) in enumerate(cells, start=1):
-            if IDX_TO_OBJECT[int(image[x, y, 0])] == "wall":
+            kind = IDX_TO_OBJECT[int(image[x, y, 0])]
+            if kind in ("unseen", "empty"):
+                continue
+            if kind == "wall":
                 lines.append(f"a wall {_steps(dist, label)}")
-                break
-    front = IDX_TO_OBJECT[int(image[3, 5, 0])]
-    front_text = "nothing" if front in ("empty", "floor", "unseen") else (
-        "a wall" if front == "wall" else f"a {IDX_TO_COLOR[int(image[3, 5, 1])]} {front}"
-    )
-    lines.append(f"Directly in front of you: {front_text}.")
-    lines.append(f"You are carrying: {f'a {carrying.color} {carrying.type}' if carrying else 'nothing'}.")
-    return "You see:\n" + "\n".join(lines)
+            break
+    for x in range(7):
+        for y in range(7):
+            kind = IDX_TO_OBJECT[int(image[x, y, 0])]
+            if kind in ("unseen", "empty", "wall") or (x, y) == (3, 6):
+                continue
+            side, ahead = x - 3, 6 - y
+            where = []
+            if side:
+                where.append(_steps(abs(side), "left" if side < 0 else "right"))
+            if ahead or not side:
+                where.append(_steps(ahead, "forward"))
+            name = _name(kind, IDX_TO_COLOR[int(image[x, y, 1])], int(image[x, y, 2]))
+            lines.append(f"{name} {' and '.join(where)}")
+    return "\n".join(lines)
 
 
 class BabyAIEnv(Env):
@@ -86,13 +120,13 @@ class BabyAIEnv(Env):
         return self._env.unwrapped.mission
 
     def reset(self) -> str:
-        with contextlib.redirect_stdout(io.StringIO()):  # level generation prints "Sampling rejected"
+        with contextlib.redirect_stdout(io.StringIO()):  # minigrid prints "Sampling rejected" on retries
             self._obs, _ = self._env.reset(seed=self.seed)
-        return self.observe()
+        # C.3: the opening prompt holds the mission and the opening observation; later ones the view only.
+        return f"Mission: {self.mission}\n{self.observe()}"
 
     def observe(self) -> str:
-        # The mission is repeated in every observation: small models lose track of it in a long history.
-        return f"Mission: {self.mission}\n" + describe_view(self._obs["image"], self._env.unwrapped.carrying)
+        return describe_view(self._obs["image"], self._env.unwrapped.carrying)
 
     def _apply(self, name, args) -> StepResult:
         self._obs, reward, terminated, truncated, _ = self._env.step(_ACTIONS[name])
@@ -138,17 +172,18 @@ class BabyAIEnv(Env):
 class BabyAIBenchmark(Benchmark):
     name = "babyai"
     env_class = BabyAIEnv
-    llm_call_budget = 30
+    llm_call_budget = 30  # C.3
+    # Prompt files shipped for the environment description: "paper" says what the task is and no more;
+    # "hints" adds navigation advice (how to reach and pick up an object), beyond the paper's prompt.
+    PROMPTS = ("paper", "hints")
+
+    def __init__(self, prompt: str = "paper", **unknown: Any):
+        if unknown:
+            raise TaskError(f"babyai: unknown option(s) {sorted(unknown)}; known: prompt")
+        self.prompt = env_prompt(self.name, prompt, self.PROMPTS)
 
     def describe(self) -> str:
-        return (
-            "You are an agent in a BabyAI grid world, a room with walls, seen from your own point of view. "
-            "Objects are keys, balls and boxes of different colours. Positions are given as steps to your "
-            "left or right and steps forward. You can only pick up an object that is directly in front of "
-            "you, and you have gone to an object when it is directly in front of you. To reach an object "
-            "that is to one side, turn toward that side and walk forward; objects block the cells they are "
-            "on. The mission says which object to pick up and which to go to, and in which order."
-        )
+        return self.prompt
 
     def _pools(self, seed: int) -> tuple[list[int], list[int]]:
         ids = random.Random(seed).sample(range(1_000_000), TRAIN_POOL + TEST_POOL)

@@ -9,7 +9,10 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, ClassVar
+
+PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 
 
 class TaskError(ValueError):
@@ -149,6 +152,12 @@ class Benchmark(ABC):
     name: ClassVar[str]
     env_class: ClassVar[type[Env]]
     llm_call_budget: ClassVar[int]
+    # True when the envs of one process share one simulator (ScienceWorld's JVM): the batch runner then
+    # plays one episode at a time; parallelism comes from Snakemake jobs.
+    one_episode_per_process: ClassVar[bool] = False
+    # The Episode column a benchmark's tables and figures report: "success" (pass/fail benchmarks) or
+    # "progression" (Crafter, scored by the fraction of achievements unlocked).
+    headline: ClassVar[str] = "success"
 
     def __init__(self, **options: Any):
         if options:
@@ -173,6 +182,31 @@ class Benchmark(ABC):
 
     def primitives(self) -> tuple[Primitive, ...]:
         return self.env_class.primitives()
+
+    def run_task_seed(self, task_seed: int, run_seed: int) -> int:
+        """The seed that draws the task lists of the run with `run_seed`. By default every run shares the
+        protocol's lists (appendices B.1, C.1); a benchmark whose runs draw their own overrides this."""
+        return task_seed
+
+
+def env_prompt(benchmark: str, choice: str, names: tuple[str, ...], **fields: Any) -> str:
+    """The environment description the actor's system prompt shows, read from a file.
+
+    `choice` is a shipped name (prompts/env_{benchmark}_{name}.txt) or the path of a user's .txt file; its
+    `{placeholders}` are filled from `fields`. A bad choice or placeholder is a TaskError naming it."""
+    if str(choice).endswith(".txt"):
+        path = Path(choice)
+        if not path.is_file():
+            raise TaskError(f"{benchmark}: prompt file {choice} does not exist")
+    elif choice in names:
+        path = PROMPTS / f"env_{benchmark}_{choice}.txt"
+    else:
+        raise TaskError(f"{benchmark}: unknown prompt {choice!r}; shipped: {', '.join(names)}, or a path to a .txt file")
+    try:
+        return path.read_text().strip().format(**fields)
+    except (KeyError, IndexError, ValueError) as e:
+        raise TaskError(f"{benchmark}: prompt file {path} has a placeholder that cannot be filled ({e}); "
+                        f"known: {', '.join(sorted(fields)) or 'none'}") from None
 
 
 def check_split(split: str) -> None:

@@ -16,7 +16,7 @@ import random
 from typing import Any
 
 
-from skillrepro.envs.base import Benchmark, Env, StepResult, TaskError, check_split, primitive
+from skillrepro.envs.base import Benchmark, Env, StepResult, TaskError, check_split, env_prompt, primitive
 
 MAX_STEPS = 2000
 VIEW_RADIUS = 4  # the 9x9 egocentric view of appendix D.3
@@ -343,19 +343,6 @@ def _parse_seed(task_id: str) -> int:
     return int(text)
 
 
-DESCRIPTION = """\
-You play Crafter, a 2-D survival game on a 64x64 grid world (north is up). You see a 9x9 window around you.
-Each action function below advances the world by one tick, except get_current_observation(). Keep health,
-food (eat cows or ripe plants), drink (drink water) and energy (sleep) up; health drops when any of them hits
-zero, and zombies (on grass, more at night), skeletons (in caves) and lava hurt or kill you. Materials are
-collected with do() while facing them; better tools unlock harder materials (wood pickaxe -> stone,
-stone pickaxe -> iron, iron pickaxe -> diamond; coal needs a wood pickaxe). Crafting needs a table next to
-you, iron tools also a furnace. Recipes (what each action uses up; "near" = in one of the 8 cells around you):
-{recipes}
-The episode ends when you die or after {max_steps} ticks; your score is the fraction of these 22
-achievements you unlock: {achievements}."""
-
-
 def _recipes() -> str:
     # Read from the installed crafter's rules so the prompt can never disagree with the engine.
     from crafter import constants
@@ -376,14 +363,20 @@ def _recipes() -> str:
 class CrafterBenchmark(Benchmark):
     name = "crafter"
     env_class = CrafterEnv
-    llm_call_budget = 2000
+    llm_call_budget = 2000  # D.4
+    headline = "progression"  # D.4: an episode scores the fraction of the 22 achievements it unlocked
 
     # World seeds of the two splits come from disjoint ranges, so they never overlap for any top-level seed.
     _SEED_RANGES = {"train": (0, 2**30), "test": (2**30, 2**31 - 1)}
 
-    def __init__(self, zombie_frequency: float = 1.0, max_steps: int = MAX_STEPS, **unknown: Any):
+    # Prompt files for the environment description: "paper" names the 22 achievements and no more (D.5);
+    # "recipes" adds survival advice and every recipe read from the engine, beyond the paper's prompt.
+    PROMPTS = ("paper", "recipes")
+
+    def __init__(self, zombie_frequency: float = 1.0, max_steps: int = MAX_STEPS, prompt: str = "paper",
+                 **unknown: Any):
         if unknown:
-            raise TaskError(f"crafter: unknown option(s) {sorted(unknown)}; known: zombie_frequency, max_steps")
+            raise TaskError(f"crafter: unknown option(s) {sorted(unknown)}; known: zombie_frequency, max_steps, prompt")
         try:
             f = float(zombie_frequency)
         except (TypeError, ValueError):
@@ -394,13 +387,17 @@ class CrafterBenchmark(Benchmark):
             raise TaskError(f"crafter: max_steps must be >= 1, got {max_steps!r}")
         self.zombie_frequency = f
         self.max_steps = int(max_steps)
+        self.prompt = env_prompt(self.name, prompt, self.PROMPTS, max_steps=self.max_steps,
+                                 recipes=_recipes(),
+                                 achievements=", ".join(_title(a) for a in ACHIEVEMENTS))
 
     def describe(self) -> str:
-        return DESCRIPTION.format(
-            max_steps=self.max_steps,
-            recipes=_recipes(),
-            achievements=", ".join(_title(a) for a in ACHIEVEMENTS),
-        )
+        return self.prompt
+
+    def run_task_seed(self, task_seed: int, run_seed: int) -> int:
+        # D.1: the three runs play different worlds (each run its own top-level seed); every method of one
+        # run plays the same ones.
+        return task_seed + run_seed
 
     def pool_size(self, split: str) -> int:
         check_split(split)

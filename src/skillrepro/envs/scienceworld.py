@@ -21,7 +21,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
-from skillrepro.envs.base import ActionError, Benchmark, Env, StepResult, TaskError, check_split, primitive
+from skillrepro.envs.base import (ActionError, Benchmark, Env, StepResult, TaskError, check_split, env_prompt,
+                                  primitive)
 
 FAMILIES: dict[str, tuple[str, ...]] = {
     "electricity": (
@@ -202,7 +203,7 @@ class ScienceWorldEnv(Env):
         return f"Task: {self.task_text}\n\n{room}"
 
     # --- the lean step -------------------------------------------------------------------------------------
-    def _send(self, command: str) -> tuple[str, float, bool]:
+    def _send(self, command: str) -> tuple[str, float]:
         if _OWNER is not self:
             raise RuntimeError(
                 f"ScienceWorld episode {self.task_id!r} no longer owns this process's simulator "
@@ -213,11 +214,11 @@ class ScienceWorldEnv(Env):
         score = int(round(100 * server.getScore()))
         reward = (score - self.raw_score) / 100
         self.raw_score = score
-        # As in the shipped step: completion, or a negative score (wrong focus), ends the episode.
-        done = bool(server.getCompleted()) or score < 0
-        if self.room_each_step and command != "look around" and not done:
+        # B.3: only submit_answer (or the actor's call budget) ends an episode. Unlike the shipped step,
+        # neither completion nor a negative score (wrong focus) does; success is read at the end.
+        if self.room_each_step and command != "look around":
             ack = f"{ack}\n\n{str(server.freeActionLook()).strip()}"
-        return ack, reward, done
+        return ack, reward
 
     def _apply(self, name: str, args: list[Any]) -> StepResult:
         if name == "submit_answer":
@@ -235,21 +236,20 @@ class ScienceWorldEnv(Env):
         else:
             texts = [_as_text(a, f"{name} argument {i + 1}") for i, a in enumerate(args)]
             commands = [COMMANDS[name].format(*texts)]
-        obs, reward, done = "", 0.0, False
+        obs, reward = "", 0.0
         for command in commands:
-            obs, r, done = self._send(command)
+            obs, r = self._send(command)
             reward += r
-            if done:
-                break
         if name == "wait" and len(commands) > 1:
             # The simulator acknowledges only the last `wait1`; report the whole wait.
             obs = obs.replace("wait for 1 iterations", f"wait for {len(commands)} iterations", 1)
-        return StepResult(obs, reward, done)
+        return StepResult(obs, reward, False)
 
     def score(self) -> float:
         return max(0, self.raw_score) / 100
 
     def success(self) -> bool:
+        # B.3: a success iff the score is at its maximum when the episode ends (submit or call budget).
         return self.raw_score >= 100
 
     # --- primitives (their docstrings are the agent's tool list) -------------------------------------------
@@ -458,33 +458,26 @@ def parse_command(command: str) -> tuple[str, list[Any]]:
 # ----------------------------------------------------------------------------------------------------------
 # The benchmark
 # ----------------------------------------------------------------------------------------------------------
-DESCRIPTION = """\
-You are an agent in ScienceWorld, a text simulation of a house and its surroundings (kitchen, workshop,
-greenhouse, outside, ...) in which you carry out an elementary-school science task. You act only through the
-functions listed as tools; each returns the simulator's reply and a description of the room you are in.
-Name objects exactly as the simulator writes them ("red wire terminal 1", "door to kitchen"). Doors must be
-opened before you can go through them. When the parser answers "Ambiguous request", call disambiguate(n) with
-the number of the option you meant. Focusing on the wrong object fails the task immediately, so focus only on
-the object the task names. The task counts as solved only if the simulator's score reaches 100; call
-submit_answer() when you are done. Task family: {family} ({tasks})."""
-
-
 class ScienceWorldBenchmark(Benchmark):
     name = "scienceworld"
     env_class = ScienceWorldEnv
-    llm_call_budget = 100
+    llm_call_budget = 100  # B.3
+    one_episode_per_process = True  # the process's one JVM holds one episode's world at a time
+    PROMPTS = ("paper",)  # prompts/env_scienceworld_paper.txt: the interface, no strategy (B.3: no hints)
 
-    def __init__(self, family: str = "electricity", room_each_step: bool = True, **unknown: Any):
+    def __init__(self, family: str = "electricity", room_each_step: bool = True, prompt: str = "paper",
+                 **unknown: Any):
         if unknown:
-            raise TaskError(f"scienceworld: unknown option(s) {sorted(unknown)}; known: family, room_each_step")
+            raise TaskError(f"scienceworld: unknown option(s) {sorted(unknown)}; known: family, room_each_step, prompt")
         if family not in FAMILIES:
             raise TaskError(f"scienceworld: unknown family {family!r}; known: {', '.join(FAMILIES)}")
         self.family = family
         self.tasks = FAMILIES[family]
         self.room_each_step = bool(room_each_step)
+        self.prompt = env_prompt(self.name, prompt, self.PROMPTS, family=family, tasks=", ".join(self.tasks))
 
     def describe(self) -> str:
-        return DESCRIPTION.format(family=self.family, tasks=", ".join(self.tasks))
+        return self.prompt
 
     def sample_tasks(self, split: str, n: int, seed: int) -> list[str]:
         """`n` (task, variation) pairs from ScienceWorld's own `split` partition of this family.

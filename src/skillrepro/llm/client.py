@@ -107,6 +107,9 @@ class LLMClient:
             request["parallel_tool_calls"] = False
         if stop:
             request["stop"] = stop
+        effort = dict(self.cfg.reasoning_effort).get(role)
+        if effort and self.cfg.backend != "embedded":  # llama.cpp accepts and ignores it: not sent
+            request["reasoning_effort"] = effort
         prompt_json = json.dumps({"messages": messages, "tools": tools or []}, ensure_ascii=False)
         started = time.time()
         response, faults = self._with_retries(request)

@@ -178,7 +178,7 @@ class Blender:
         scored = [i for i, (s, _) in enumerate(offsets) if a0 <= s < a1]
         full = self._forward(ids)
         base_lp = self._action_logprob(full.logits, ids, 0, scored)
-        layers = full.past_key_values.layers
+        layers = full.cache.layers
         rows = []
         for name in chunks:
             if name not in target.chunks:
@@ -195,7 +195,7 @@ class Blender:
                 delta = s - len(before)
                 cache = DynamicCache()
                 krel, vrel = [], []
-                for li, layer in enumerate(out.past_key_values.layers):
+                for li, layer in enumerate(out.cache.layers):
                     k = self.rotate(layer.keys[:, :, len(before):], delta)
                     v = layer.values[:, :, len(before):]
                     k_full, v_full = layers[li].keys[:, :, s:e], layers[li].values[:, :, s:e]
