@@ -1,5 +1,5 @@
 # skillrepro: what skills do to an LLM agent's success and cost.
-#   snakemake --cores 8 results/tables/main.csv
+#   snakemake --cores 8          (every table and figure; `snakemake --report report.html` bundles them)
 # The config is checked before anything is scheduled; one LLM server serves every job of this invocation.
 import os
 
@@ -17,22 +17,30 @@ if not workflow.overwrite_configfiles:
 from skillrepro.config import check_config
 
 config.update(check_config(config))
+# Named in report captions and empty-state figures: which configuration produced (or would produce) a result.
+CONFIG_NAME = " ".join(map(str, workflow.overwrite_configfiles)) or "config.yaml"
+
+
+report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
 include: "rules/tasks.smk"
 include: "rules/learn.smk"
 include: "rules/evaluate.smk"
+include: "rules/study.smk"
+include: "rules/protocols.smk"
 include: "rules/analytics.smk"
+include: "rules/figures.smk"
 include: "rules/kvcache.smk"
 include: "rules/scaffold.smk"
 
 
+# Every table and figure of the SpeedRunner paper for the runs this config declares (a figure without
+# runs is drawn in its empty state). `snakemake --report report.html` afterwards bundles them.
 rule all:
     input:
-        "results/tables/main.csv",
-        "results/figures/learning_curves.png",
-        "results/tables/callgraph.csv",
+        PAPER_TARGETS,
     default_target: True
 
 

@@ -1,13 +1,23 @@
+# Records -> per-episode and per-seed tables (DuckDB over exactly the files of the runs this config
+# declares, never a glob of results/) -> the paper's tables. Figures: rules/figures.smk.
+
+
 rule analytics:
     input:
-        evaluations=run_files([f"eval/v{k}/episodes.parquet" for k in PROTOCOL.checkpoints]),
-        training=run_files([f"train/batch{i}/episodes.parquet" for i in range(PROTOCOL.n_cycles)]),
+        test_episodes=run_files([f"eval/v{k}/episodes.parquet" for k in PROTOCOL.checkpoints])
+        + cross_eval_files(["episodes.parquet"]),
+        test_calls=run_files([f"eval/v{k}/llm_calls.parquet" for k in PROTOCOL.checkpoints])
+        + cross_eval_files(["llm_calls.parquet"]),
+        train_episodes=run_files([f"train/batch{i}/episodes.parquet" for i in range(PROTOCOL.n_cycles)]),
+        train_calls=run_files([f"train/batch{i}/llm_calls.parquet" for i in range(PROTOCOL.n_cycles)]),
+        sleep_calls=sleep_files(),
     output:
+        episodes="results/analytics/test_episodes.parquet",
         checkpoints="results/analytics/checkpoints.parquet",
         training="results/analytics/training.parquet",
     params:
         pricing=config["pricing"],
-        protocol=PROTOCOL,
+        study=STUDY,
     log:
         "logs/analytics.log",
     benchmark:
@@ -22,8 +32,10 @@ rule tables:
     input:
         checkpoints="results/analytics/checkpoints.parquet",
     output:
-        main=report("results/tables/main.csv", category="Tables"),
-        checkpoints=report("results/tables/checkpoints.csv", category="Tables"),
+        main=report("results/tables/main.csv", caption=f"{CAPTIONS}/main.rst", category="Tables"),
+        checkpoints=report("results/tables/checkpoints.csv", caption=f"{CAPTIONS}/checkpoints.rst", category="Tables"),
+    params:
+        study=STUDY,
     log:
         "logs/tables.log",
     benchmark:
@@ -34,26 +46,30 @@ rule tables:
         "../workflow/scripts/tables.py"
 
 
-rule figure_learning_curves:
+rule stats:
     input:
-        "results/tables/checkpoints.csv",
+        "results/analytics/test_episodes.parquet",
     output:
-        report("results/figures/learning_curves.png", category="Figures"),
+        report("results/tables/stats.csv", caption=f"{CAPTIONS}/stats.rst", category="Tables"),
+    params:
+        study=STUDY,
     log:
-        "logs/figures/learning_curves.log",
+        "logs/stats.log",
     benchmark:
-        "results/benchmarks/figures/learning_curves.tsv"
+        "results/benchmarks/stats.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/figure_learning_curves.py"
+        "../workflow/scripts/stats.py"
 
 
 rule callgraph_table:
     input:
-        run_files([f"library/v{PROTOCOL.n_cycles}/manifest.json"]),
+        run_files([f"library/v{k}/manifest.json" for k in range(PROTOCOL.n_cycles + 1)]),
     output:
-        report("results/tables/callgraph.csv", category="Tables"),
+        report("results/tables/callgraph.csv", caption=f"{CAPTIONS}/callgraph.rst", category="Tables"),
+    params:
+        study=STUDY,
     log:
         "logs/callgraph_table.log",
     benchmark:
@@ -62,3 +78,59 @@ rule callgraph_table:
         "../envs/skillrepro.yaml"
     script:
         "../workflow/scripts/callgraph_table.py"
+
+
+rule table_1:
+    input:
+        "results/tables/callgraph.csv",
+    output:
+        report("results/tables/table1.csv", caption=f"{CAPTIONS}/table1.rst", category="Tables"),
+    params:
+        study=STUDY,
+    log:
+        "logs/table_1.log",
+    benchmark:
+        "results/benchmarks/table_1.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/table_1.py"
+
+
+rule table_8:
+    input:
+        checkpoints="results/analytics/checkpoints.parquet",
+        episodes=[f for f in TRUNCATION_FILES if f.endswith("episodes.parquet")],
+        calls=[f for f in TRUNCATION_FILES if f.endswith("llm_calls.parquet")],
+        libraries=[f.replace("episodes.parquet", "library/manifest.json") for f in TRUNCATION_FILES
+                   if f.endswith("episodes.parquet")],
+    output:
+        report("results/tables/table8.csv", caption=f"{CAPTIONS}/table8.rst", category="Tables"),
+    params:
+        pricing=config["pricing"],
+        study=STUDY,
+    log:
+        "logs/table_8.log",
+    benchmark:
+        "results/benchmarks/table_8.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/table_8.py"
+
+
+rule retention:
+    input:
+        "results/analytics/checkpoints.parquet",
+    output:
+        report("results/tables/retention.csv", caption=f"{CAPTIONS}/retention.rst", category="Tables"),
+    params:
+        study=STUDY,
+    log:
+        "logs/retention.log",
+    benchmark:
+        "results/benchmarks/retention.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/retention.py"

@@ -145,7 +145,7 @@ rule kvcache_prefix:
         tasks="results/kvcache/tasks.json",
         **({"trajectories": "results/kvcache/trajectories.json"} if KV.replay else {}),
     output:
-        report("results/tables/kvcache_prefix.csv", category="KV cache"),
+        report("results/tables/kvcache_prefix.csv", caption="../report/kvcache_prefix_table.rst", category="KV cache"),
     params:
         bench=_KV_BENCH,
         kv=KV,
@@ -168,7 +168,7 @@ rule kvcache_tables:
         counters=_kv_model_runs(f"{_KV_SIM}/counters.parquet"),
         episodes=_kv_model_runs(f"{_KV_RUN}/episodes.parquet"),
     output:
-        **{n: report(f"results/tables/kvcache/{{kvmodel}}/{n}.csv", category="KV cache", subcategory="{kvmodel}")
+        **{n: report(f"results/tables/kvcache/{{kvmodel}}/{n}.csv", caption=f"../report/kvcache_{n}_table.rst", category="KV cache", subcategory="{kvmodel}")
            for n in _KV_TABLE_NAMES},
     wildcard_constraints:
         kvmodel=_KV_CONSTRAINTS["kvmodel"],
@@ -190,7 +190,7 @@ rule kvcache_figures:
         prefix="results/tables/kvcache_prefix.csv",
         **{n: f"results/tables/kvcache/{{kvmodel}}/{n}.csv" for n in _KV_TABLE_NAMES},
     output:
-        **{n: report(f"results/figures/kvcache/{{kvmodel}}/{n}.png", category="KV cache", subcategory="{kvmodel}")
+        **{n: report(f"results/figures/kvcache/{{kvmodel}}/{n}.png", caption=f"../report/kvcache_{n}.rst", category="KV cache", subcategory="{kvmodel}")
            for n in _KV_FIGURE_NAMES},
     wildcard_constraints:
         kvmodel=_KV_CONSTRAINTS["kvmodel"],
@@ -212,8 +212,8 @@ rule kvcache_models:
         success=expand("results/tables/kvcache/{kvmodel}/success.csv", kvmodel=_KV_LLMS),
         overload=expand("results/tables/kvcache/{kvmodel}/overload.csv", kvmodel=_KV_LLMS),
     output:
-        table=report("results/tables/kvcache_models.csv", category="KV cache"),
-        figure=report("results/figures/kvcache_models.png", category="KV cache"),
+        table=report("results/tables/kvcache_models.csv", caption="../report/kvcache_models_table.rst", category="KV cache"),
+        figure=report("results/figures/kvcache_models.png", caption="../report/kvcache_models.rst", category="KV cache"),
     params:
         kv=KV,
         models=list(_KV_LLMS),
@@ -231,9 +231,9 @@ rule kvcache_blend:
     input:
         trajectories="results/kvcache/trajectories.json",
     output:
-        table=report("results/tables/kvcache_blend.csv", category="KV cache"),
-        summary=report("results/tables/kvcache_blend_summary.csv", category="KV cache"),
-        figure=report("results/figures/kvcache_blend.png", category="KV cache"),
+        table=report("results/tables/kvcache_blend.csv", caption="../report/kvcache_blend_table.rst", category="KV cache"),
+        summary=report("results/tables/kvcache_blend_summary.csv", caption="../report/kvcache_blend_summary.rst", category="KV cache"),
+        figure=report("results/figures/kvcache_blend.png", caption="../report/kvcache_blend.rst", category="KV cache"),
     params:
         kv=KV,
     resources:

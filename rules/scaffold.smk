@@ -285,9 +285,9 @@ rule scaffold_tables:
         evals=[f for i in range(SCAFFOLD.n_eval) for f in _sc_all(f"{_SCV}/eval/k{i}/episodes.parquet")],
         eval_free=[f"results/scaffold/{b}/eval_free/k{i}/episodes.parquet" for b in _SC_BENCH for i in range(SCAFFOLD.n_eval)],
     output:
-        rules=report("results/tables/scaffold_rules.csv", category="SkillScaffold"),
-        quintiles=report("results/tables/scaffold_quintiles.csv", category="SkillScaffold"),
-        exploration=report("results/tables/scaffold_exploration.csv", category="SkillScaffold"),
+        rules=report("results/tables/scaffold_rules.csv", caption="../report/scaffold_rules.rst", category="SkillScaffold"),
+        quintiles=report("results/tables/scaffold_quintiles.csv", caption="../report/scaffold_quintiles.rst", category="SkillScaffold"),
+        exploration=report("results/tables/scaffold_exploration.csv", caption="../report/scaffold_exploration.rst", category="SkillScaffold"),
         evals="results/scaffold/evaluations.csv",
     params:
         variants=list(SCAFFOLD.variants),
@@ -308,8 +308,8 @@ rule scaffold_figures:
         quintiles="results/tables/scaffold_quintiles.csv",
         exploration="results/tables/scaffold_exploration.csv",
     output:
-        validation=report("results/figures/scaffold_validation.png", category="SkillScaffold"),
-        exploration=report("results/figures/scaffold_exploration.png", category="SkillScaffold"),
+        validation=report("results/figures/scaffold_validation.png", caption="../report/scaffold_validation.rst", category="SkillScaffold"),
+        exploration=report("results/figures/scaffold_exploration.png", caption="../report/scaffold_exploration_figure.rst", category="SkillScaffold"),
     log:
         "logs/scaffold/figures.log",
     benchmark:

@@ -58,7 +58,7 @@ def test_bad_config_stops_before_any_job(tmp_path):
 
 
 def copy_workflow(dest: Path) -> None:
-    for part in ("Snakefile", "config.yaml", "rules", "workflow", "envs"):
+    for part in ("Snakefile", "config.yaml", "rules", "workflow", "envs", "report"):
         src = ROOT / part
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / part)
 
@@ -89,13 +89,38 @@ def test_tiny_run_end_to_end_then_only_the_figure_reruns(tmp_path):
     assert "train task=" in log and "success=" in log and "output_tokens=" in log
     assert (tmp_path / "results/benchmarks/runs/babyai/react/seed0/rollout_batch0.tsv").exists()
 
-    # Editing the figure script re-makes the figure and nothing else.
-    figure = tmp_path / "workflow/scripts/figure_learning_curves.py"
+    # The paper's tables from the same real records: paired tests, table 1 over the final libraries.
+    stats = pd.read_csv(tmp_path / "results/tables/stats.csv")
+    assert set(stats.metric) == {"success", "output_tokens"} and (stats.n == 2).all()
+    assert list(stats.baseline.unique()) == ["react"] and list(stats.speedrunner.unique()) == ["speedrunner"]
+    table1 = pd.read_csv(tmp_path / "results/tables/table1.csv")
+    assert list(table1.variant) == ["react", "speedrunner"] and (table1.version == 2).all()
+    for n in (2, 3, 4, 5, 6, 7, 11, 12):
+        assert (tmp_path / f"results/figures/figure{n}.png").stat().st_size > 5000
+
+    # The report bundles every table and figure with its caption, naming the config that made it.
+    snakemake("all", "--report", "report.html", "--configfile", cfg, cwd=tmp_path)
+    html = (tmp_path / "report.html").read_text()
+    for name in ("main.csv", "stats.csv", "table1.csv", "figure2.png", "figure11.png"):
+        assert name in html
+    assert f"Made from {cfg} (model smollm2-135m, embedded backend" in html
+    assert "Two-sided paired t-tests" in html and "Figure 3: dollar cost per training episode" in html
+
+    # Editing a figure script re-makes that figure and nothing else.
+    figure = tmp_path / "workflow/scripts/figure_2.py"
     figure.write_text(figure.read_text() + "\n# edited\n")
     dry = snakemake("all", "-n", "--cores", "2", "--configfile", cfg, cwd=tmp_path)
     table = dry.stdout.split("Job stats:")[1].split("\n\n")[0].splitlines()[3:]  # after "job count" and "---"
     jobs = [line.split()[0] for line in table if line.strip()]
-    assert set(jobs) - {"all", "total"} == {"figure_learning_curves"}
+    assert set(jobs) - {"all", "total"} == {"figure_2"}
+
+    # Removing a variant from the config removes it from main.csv: only the tables rerun, from fewer files.
+    react_only = tmp_path / "react_only.yaml"
+    tiny = yaml.safe_load(Path(cfg).read_text())
+    del tiny["methods"]["speedrunner"]
+    react_only.write_text(yaml.safe_dump(tiny))
+    snakemake("results/tables/main.csv", "--cores", "2", "--configfile", str(react_only), cwd=tmp_path)
+    assert list(pd.read_csv(tmp_path / "results/tables/main.csv").variant) == ["react"]
 
 
 @pytest.mark.workflow

@@ -106,6 +106,13 @@ class BenchmarkConfig:
     llm_call_budget: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
     history_window: int | None = None  # None: the full history (the paper); N: the actor's last N steps
+    after: str | None = None  # a phase change: runs start from the final library of this instance's run
+    evaluate_on: tuple[str, ...] = ()  # other instances whose test sets every checkpoint also plays
+
+    @property
+    def eval_targets(self) -> tuple[str, ...]:
+        """Extra test sets of every checkpoint: `evaluate_on`, and the earlier phase (for retention)."""
+        return tuple(dict.fromkeys([*self.evaluate_on, *([self.after] if self.after else [])]))
 
     def load(self):
         from skillrepro.envs import get_benchmark
@@ -226,6 +233,7 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
                               f"configured: {', '.join(config['benchmarks'])}")
         runs_on = m.get("benchmarks") or list(config["benchmarks"])
         check_benchmarks(variant, m["method"], m["options"], {b: config["benchmarks"][b]["env"] for b in runs_on})
+    _check_phases(config)
     from skillrepro.envs import TaskError
 
     for b in benchmarks(config):
@@ -239,6 +247,46 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
                 raise ConfigError(f"config key protocol.{key}: {n} {split} tasks asked for, but benchmark "
                                   f"{b.name} ({b.env}) has {pool} {split} tasks")
     return config
+
+
+def _check_phases(config: dict[str, Any]) -> None:
+    """`after`, `evaluate_on` and `analysis.truncation` name configured instances and variants."""
+    benches, variants = config["benchmarks"], config["methods"]
+
+    def runs_on(v: str, b: str) -> bool:
+        return variants[v].get("benchmarks") is None or b in variants[v]["benchmarks"]
+
+    for name, b in benches.items():
+        for key, targets in (("after", [b["after"]] if b.get("after") else []), ("evaluate_on", b.get("evaluate_on") or [])):
+            for t in targets:
+                if t not in benches or t == name:
+                    raise ConfigError(f"config key benchmarks.{name}.{key}: {t!r} is not another configured benchmark; "
+                                      f"configured: {', '.join(benches)}")
+        seen, at = {name}, b.get("after")
+        while at:
+            if at in seen:
+                raise ConfigError(f"config key benchmarks.{name}.after: the phases form a cycle through {at!r}")
+            seen.add(at)
+            at = benches[at].get("after")
+        if b.get("after"):
+            for v in variants:
+                if runs_on(v, name) and not runs_on(v, b["after"]):
+                    raise ConfigError(f"config key methods.{v}.benchmarks: {v} runs on {name}, which continues "
+                                      f"{b['after']}, so it must run on {b['after']} too")
+    t = (config.get("analysis") or {}).get("truncation")
+    if t:
+        if t["variant"] not in variants:
+            raise ConfigError(f"config key analysis.truncation.variant: unknown variant {t['variant']!r}")
+        if t["benchmark"] not in benches or not runs_on(t["variant"], t["benchmark"]):
+            raise ConfigError(f"config key analysis.truncation.benchmark: {t['benchmark']!r} is not a benchmark "
+                              f"{t['variant']} runs on")
+        from skillrepro.methods import get_method
+
+        merged = {**(variants[t["variant"]].get("options") or {}), **(t.get("options") or {})}
+        get_method(variants[t["variant"]]["method"]).parse_options(merged, f"{t['variant']} (with analysis.truncation.options)")
+        extra = sorted(set(t.get("seeds") or []) - set(config["protocol"]["seeds"]))
+        if extra:
+            raise ConfigError(f"config key analysis.truncation.seeds: {extra} are not protocol seeds")
 
 
 def _check_llm(llm: LLMConfig, pricing: dict[str, Any], check_files: bool) -> None:
@@ -277,7 +325,7 @@ def protocol(config: dict[str, Any]) -> Protocol:
 
 
 def benchmarks(config: dict[str, Any]) -> list[BenchmarkConfig]:
-    return [BenchmarkConfig(name=k, **v) for k, v in config["benchmarks"].items()]
+    return [benchmark(config, k) for k in config["benchmarks"]]
 
 
 def methods(config: dict[str, Any]) -> list[MethodConfig]:
@@ -338,7 +386,9 @@ def settings_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, benc
         if part == "llm":
             chosen[part] = {k: v for k, v in config["llm"].items() if k not in OPERATIONAL_LLM_KEYS}
         elif part == "benchmark":
-            chosen[part] = {k: v for k, v in config["benchmarks"][bench].items() if k != "llm_call_budget"}
+            # evaluate_on adds test sets beside a run; it changes none of the run's own jobs
+            chosen[part] = {k: v for k, v in config["benchmarks"][bench].items()
+                            if k not in ("llm_call_budget", "evaluate_on")}
         elif part == "call_budget":
             chosen[part] = config["benchmarks"][bench].get("llm_call_budget")
         elif part == "method":
@@ -353,7 +403,8 @@ def settings_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, benc
 
 
 def benchmark(config: dict[str, Any], name: str) -> BenchmarkConfig:
-    return BenchmarkConfig(name=name, **config["benchmarks"][name])
+    v = config["benchmarks"][name]
+    return BenchmarkConfig(name=name, **(v | {"evaluate_on": tuple(v.get("evaluate_on") or ())}))
 
 
 def method(config: dict[str, Any], variant: str) -> MethodConfig:

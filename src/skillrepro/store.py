@@ -172,18 +172,25 @@ def read_records(path: str | Path, cls: type) -> list[Any]:
 def connect(root: str | Path = "results"):
     """A DuckDB connection with one view per table over every Parquet file of that table under `root`.
 
-    Files are found by name (`episodes.parquet`, `steps.parquet`, ...), wherever they sit in the tree,
-    so a new rule that writes records is picked up without touching this function. A table with no file
-    yet is an empty view with the right columns.
+    For looking around by hand: files are found by name (`episodes.parquet`, ...), wherever they sit in the
+    tree. The workflow's tables use `views` with the exact files a rule declares instead.
     """
+    root = Path(root)
+    return views({name: sorted(str(p) for p in root.rglob(f"{name}.parquet")) if root.exists() else []
+                  for name in TABLES})
+
+
+def views(files: dict[str, list[str]]):
+    """A DuckDB connection with one view per record table over exactly the given files (table name ->
+    Parquet paths), each row tagged with its `filename`. A table given no file is an empty view with the
+    right columns."""
     import duckdb
 
     con = duckdb.connect()
-    root = Path(root)
     for name, cls in TABLES.items():
-        files = sorted(str(p) for p in root.rglob(f"{name}.parquet")) if root.exists() else []
-        if files:
-            listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+        paths = files.get(name) or []
+        if paths:
+            listing = ", ".join("'" + f.replace("'", "''") + "'" for f in paths)
             con.execute(
                 f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{listing}], union_by_name=true, filename=true)"
             )

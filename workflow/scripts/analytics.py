@@ -1,13 +1,19 @@
-"""DuckDB over every Parquet record under results/: per-seed checkpoint metrics and training episodes."""
+"""DuckDB over exactly the declared record files: every test episode (with its actor cost), per-seed
+checkpoint metrics, and the cost of every training cycle (all its calls plus the sleep phase after it)."""
 import pyarrow as pa
 
 from skillrepro import analysis, store
 from skillrepro.pipeline import setup_logging
 
 log = setup_logging(snakemake)
-con = store.connect("results/runs")
-per_seed = analysis.checkpoint_metrics(con, snakemake.params.pricing, snakemake.params.protocol.sleep_every)
-training = analysis.training_episodes(con)
-store.write_table(snakemake.output.checkpoints, pa.Table.from_pandas(per_seed, preserve_index=False))
-store.write_table(snakemake.output.training, pa.Table.from_pandas(training, preserve_index=False))
-log.info("%d checkpoint rows, %d training episodes", len(per_seed), len(training))
+inp, out, p = snakemake.input, snakemake.output, snakemake.params
+study = analysis.Study(**p.study)
+test = analysis.episodes(inp.test_episodes, inp.test_calls, p.pricing)
+train = analysis.episodes(inp.train_episodes, inp.train_calls, p.pricing)
+calls = analysis.batch_calls([*inp.train_calls, *inp.sleep_calls], p.pricing)
+per_seed = analysis.checkpoint_metrics(test, study)
+training = analysis.training_cost(train, calls, study)
+for path, frame in ((out.episodes, test), (out.checkpoints, per_seed), (out.training, training)):
+    store.write_table(path, pa.Table.from_pandas(frame, preserve_index=False))
+log.info("%d test episodes from %d files, %d checkpoint rows, %d training cycles (%d sleep phases)",
+         len(test), len(inp.test_episodes), len(per_seed), len(training), len(inp.sleep_calls))

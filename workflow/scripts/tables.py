@@ -1,4 +1,5 @@
-"""main.csv (final checkpoint per benchmark x method x variant) and checkpoints.csv (every checkpoint)."""
+"""main.csv (final checkpoint per benchmark x method x variant, own test set) and checkpoints.csv (every
+checkpoint on every test set the runs played)."""
 import pandas as pd
 
 from skillrepro import analysis
@@ -6,8 +7,9 @@ from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
 
 log = setup_logging(snakemake)
+study = analysis.Study(**snakemake.params.study)
 per_seed = pd.read_parquet(snakemake.input.checkpoints)
-main = analysis.main_table(per_seed)
+main = analysis.main_table(per_seed, study)
 write_text(snakemake.output.main, main.to_csv(index=False))
 write_text(snakemake.output.checkpoints, analysis.checkpoint_table(per_seed).to_csv(index=False))
 log.info("main table:\n%s", main.to_string(index=False))

@@ -1,0 +1,154 @@
+# The paper's figures, one rule and one script each; every one is a target of `all`. A figure whose runs
+# the config does not declare is drawn in its empty state, naming the preset that produces it.
+rule figure_2:
+    input:
+        "results/tables/checkpoints.csv",
+    output:
+        report("results/figures/figure2.png", caption=f"{CAPTIONS}/figure2.rst", category="Figures"),
+    params:
+        study=STUDY,
+    log:
+        "logs/figures/figure2.log",
+    benchmark:
+        "results/benchmarks/figures/figure2.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/figure_2.py"
+
+
+rule figure_4:
+    input:
+        "results/tables/checkpoints.csv",
+    output:
+        report("results/figures/figure4.png", caption=f"{CAPTIONS}/figure4.rst", category="Figures"),
+    params:
+        study=STUDY,
+    log:
+        "logs/figures/figure4.log",
+    benchmark:
+        "results/benchmarks/figures/figure4.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/figure_4.py"
+
+
+rule figure_7:
+    input:
+        "results/tables/checkpoints.csv",
+    output:
+        report("results/figures/figure7.png", caption=f"{CAPTIONS}/figure7.rst", category="Figures"),
+    params:
+        study=STUDY,
+    log:
+        "logs/figures/figure7.log",
+    benchmark:
+        "results/benchmarks/figures/figure7.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/figure_7.py"
+
+
+rule figure_12:
+    input:
+        "results/tables/checkpoints.csv",
+    output:
+        report("results/figures/figure12.png", caption=f"{CAPTIONS}/figure12.rst", category="Figures"),
+    params:
+        study=STUDY,
+    log:
+        "logs/figures/figure12.log",
+    benchmark:
+        "results/benchmarks/figures/figure12.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/figure_12.py"
+
+
+rule figure_3:
+    input:
+        "results/analytics/training.parquet",
+    output:
+        report("results/figures/figure3.png", caption=f"{CAPTIONS}/figure3.rst", category="Figures"),
+    params:
+        study=STUDY,
+    log:
+        "logs/figures/figure3.log",
+    benchmark:
+        "results/benchmarks/figures/figure3.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/figure_3.py"
+
+
+rule figure_5:
+    input:
+        checkpoints="results/analytics/checkpoints.parquet",
+        libraries=final_libraries(ANALYSIS_STUDY.zombie_levels()),
+    output:
+        figure=report("results/figures/figure5.png", caption=f"{CAPTIONS}/figure5.rst", category="Figures"),
+        table=report("results/tables/figure5.csv", caption=f"{CAPTIONS}/figure5_table.rst", category="Tables"),
+    params:
+        study=STUDY,
+    log:
+        "logs/figures/figure5.log",
+    benchmark:
+        "results/benchmarks/figures/figure5.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/figure_5.py"
+
+
+rule figure_6:
+    input:
+        checkpoints="results/tables/checkpoints.csv",
+        retention="results/tables/retention.csv",
+    output:
+        report("results/figures/figure6.png", caption=f"{CAPTIONS}/figure6.rst", category="Figures"),
+    params:
+        study=STUDY,
+    log:
+        "logs/figures/figure6.log",
+    benchmark:
+        "results/benchmarks/figures/figure6.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/figure_6.py"
+
+
+rule figure_11:
+    input:
+        main="results/tables/main.csv",
+        others=list(CROSS_MODEL.values()),
+    output:
+        report("results/figures/figure11.png", caption=f"{CAPTIONS}/figure11.rst", category="Figures"),
+    params:
+        study=STUDY,
+        labels=[LLM.model, *CROSS_MODEL],
+    log:
+        "logs/figures/figure11.log",
+    benchmark:
+        "results/benchmarks/figures/figure11.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/figure_11.py"
+
+
+PAPER_TARGETS = [
+    "results/tables/main.csv",
+    "results/tables/checkpoints.csv",
+    "results/tables/stats.csv",
+    "results/tables/callgraph.csv",
+    "results/tables/table1.csv",
+    "results/tables/table8.csv",
+    "results/tables/retention.csv",
+    "results/tables/figure5.csv",
+    *[f"results/figures/figure{n}.png" for n in (2, 3, 4, 5, 6, 7, 11, 12)],
+]

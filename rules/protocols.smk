@@ -1,0 +1,88 @@
+# Protocol variants of the online loop (issue 11).
+# - Distribution shift (section 6.4): a benchmark instance with `after: A` starts each run from the final
+#   library (and notes) of the same variant and seed on A, then trains on its own tasks; `evaluate_on`
+#   (and `after`) name extra test sets every checkpoint plays (eval_on/{target}/v{k}).
+# - Voyager truncation (appendix F, table 8): analysis.truncation re-evaluates a final library showing the
+#   actor only its last N skills; the hidden ones stay in the namespace, callable from visible ones.
+
+
+ruleorder: continue_library > init_library
+
+
+rule continue_library:
+    input:
+        lambda w: f"results/runs/{BENCHMARKS[w.bench].after}/{w.variant}/seed{w.seed}/library/v{PROTOCOL.n_cycles}/manifest.json",
+    output:
+        "results/runs/{bench}/{variant}/seed{seed}/library/v0/manifest.json",
+    wildcard_constraints:
+        bench="|".join(PHASED) or "(?!)",
+    params:
+        # as init_library's: v0 records the settings of the run it starts
+        settings=settings(*RUN_SETTINGS),
+    log:
+        "logs/runs/{bench}/{variant}/seed{seed}/continue_library.log",
+    benchmark:
+        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/continue_library.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/continue_library.py"
+
+
+rule evaluate_on:
+    input:
+        tasks="results/tasks/{target}/seed{seed}/test.json",
+        library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
+    output:
+        episodes="results/runs/{bench}/{variant}/seed{seed}/eval_on/{target}/v{k}/episodes.parquet",
+        steps="results/runs/{bench}/{variant}/seed{seed}/eval_on/{target}/v{k}/steps.parquet",
+        llm_calls="results/runs/{bench}/{variant}/seed{seed}/eval_on/{target}/v{k}/llm_calls.parquet",
+        skill_calls="results/runs/{bench}/{variant}/seed{seed}/eval_on/{target}/v{k}/skill_calls.parquet",
+    wildcard_constraints:
+        target="|".join(BENCHMARKS),
+    params:
+        settings=settings(*RUN_SETTINGS),
+        target=lambda w: cfg.settings_fingerprint(config, ("benchmark", "call_budget"), bench=w.target),
+        wall_s=config["budgets"]["rollout_wall_s"],
+    resources:
+        llm=1,
+        mem_mb=4000,
+        runtime=240,
+    log:
+        "logs/runs/{bench}/{variant}/seed{seed}/evaluate_on_{target}_v{k}.log",
+    benchmark:
+        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/evaluate_on_{target}_v{k}.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/evaluate_on.py"
+
+
+rule evaluate_truncated:
+    input:
+        tasks="results/tasks/{bench}/seed{seed}/test.json",
+        library=f"results/runs/{{bench}}/{{variant}}/seed{{seed}}/library/v{PROTOCOL.n_cycles}/manifest.json",
+    output:
+        library="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/library/manifest.json",
+        episodes="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/episodes.parquet",
+        steps="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/steps.parquet",
+        llm_calls="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/llm_calls.parquet",
+        skill_calls="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/skill_calls.parquet",
+    wildcard_constraints:
+        n=r"\d+",
+    params:
+        settings=settings(*RUN_SETTINGS),
+        options=(TRUNCATION or {}).get("options", {}),
+        wall_s=config["budgets"]["rollout_wall_s"],
+    resources:
+        llm=1,
+        mem_mb=4000,
+        runtime=240,
+    log:
+        "logs/runs/{bench}/{variant}/seed{seed}/evaluate_truncated_n{n}.log",
+    benchmark:
+        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/evaluate_truncated_n{n}.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/evaluate_truncated.py"

@@ -1,0 +1,26 @@
+"""Appendix F: a final library re-evaluated on the test set with only its last N skills shown to the actor
+(N clipped to the library's size); the others stay callable from the visible ones."""
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from skillrepro.agent import EpisodeSpec
+from skillrepro.analysis import truncate
+from skillrepro.pipeline import run_id, run_settings, setup_logging
+from skillrepro.runner import run_batch
+from skillrepro.skills import Library
+
+log = setup_logging(snakemake)
+w, p, out = snakemake.wildcards, snakemake.params, snakemake.output
+final_dir = Path(snakemake.input.library).parent
+run = run_settings(snakemake, final_dir)
+method = replace(run.method, options={**run.method.options, **p.options})
+final = Library.load(final_dir)
+shown = truncate(final, int(w.n))
+shown.write(Path(out.library).parent)
+log.info("v%d: showing %d of %d visible skills", final.version, shown.meta["truncated_to"], shown.meta["visible_before"])
+task_ids = json.loads(Path(snakemake.input.tasks).read_text())
+# Same split and cycle as the final checkpoint: the same sampling draws, only the visible skills differ.
+spec = EpisodeSpec(run_id(w), w.bench, method.method, w.variant, int(w.seed), "test", final.version, final.version)
+run_batch(bench=run.bench, llm=run.llm, library_dir=Path(out.library).parent, task_ids=task_ids, spec=spec,
+          out_dir=Path(out.episodes).parent, wall_s=p.wall_s, method=method, logger=log)

@@ -1,0 +1,10 @@
+"""Figure 3: dollar cost per training episode over training, every call counted (actor + sleep phase)."""
+import pandas as pd
+
+from skillrepro import analysis
+from skillrepro.pipeline import setup_logging
+
+log = setup_logging(snakemake)
+study = analysis.Study(**snakemake.params.study)
+analysis.cost_curves(pd.read_parquet(snakemake.input[0]), study, snakemake.output[0])
+log.info("wrote %s", snakemake.output[0])

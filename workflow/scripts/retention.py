@@ -1,0 +1,12 @@
+"""Section 6.4: change in the first task's headline metric (points) and cost (%) after training on the second."""
+import pandas as pd
+
+from skillrepro import analysis
+from skillrepro.pipeline import setup_logging
+from skillrepro.store import write_text
+
+log = setup_logging(snakemake)
+study = analysis.Study(**snakemake.params.study)
+table = analysis.retention(pd.read_parquet(snakemake.input[0]), study)
+write_text(snakemake.output[0], table.to_csv(index=False))
+log.info("retention:\n%s", table.to_string(index=False))

@@ -1,0 +1,21 @@
+"""Table 8: a final library re-evaluated showing only its last N skills, with the N=0 and full-library
+checkpoints of the same run as reference points."""
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from skillrepro import analysis
+from skillrepro.pipeline import setup_logging
+from skillrepro.store import write_text
+
+log = setup_logging(snakemake)
+inp, p = snakemake.input, snakemake.params
+study = analysis.Study(**p.study)
+episodes = analysis.episodes(inp.episodes, inp.calls, p.pricing)
+shown = {e: (int(Path(e).parent.name.removeprefix("n")), json.loads(Path(m).read_text())["meta"]["truncated_to"])
+         for e, m in zip(inp.episodes, inp.libraries)}
+trunc = analysis.truncation_metrics(episodes, shown, study)
+table = analysis.table8(trunc, pd.read_parquet(inp.checkpoints), study)
+write_text(snakemake.output[0], table.to_csv(index=False))
+log.info("table 8:\n%s", table.to_string(index=False))
