@@ -106,6 +106,9 @@ rule scaffold_generate:
     wildcard_constraints:
         **_SC_CONSTRAINTS,
     params:
+        # Plain-text fingerprint: Snakemake ignores the dataclass params when deciding to rerun.
+        settings=repr((SCAFFOLD.card, SCAFFOLD.generator_decoding, SCAFFOLD.generator_max_tokens,
+                       SCAFFOLD.n_candidates, SCAFFOLD.generator_prompts, _SC_LLM)),
         **_SC_COMMON,
     resources:
         llm=1,

@@ -1,15 +1,17 @@
 """SkillScaffold's pure decisions on hand-made numbers and cards (no model, no env)."""
 from __future__ import annotations
 
+import json
 import math
+import re
 
 import pandas as pd
 import pytest
 
 from skillrepro.studies.scaffold import (
-    CandidateRecord, CardFormat, GeneratorTemplate, Trajectory, TrajectoryStep, build_evidence, check_card,
-    decision_rules, exploration_view, group_kind, select, selection_for_query, utilities_for_query, utility,
-    utility_quintiles,
+    CandidateRecord, CardFormat, GeneratorTemplate, Trajectory, TrajectoryStep, build_evidence, card_grammar,
+    check_card, decision_rules, exploration_view, generate_candidates, generator_request, group_kind,
+    section_word_bounds, select, selection_for_query, utilities_for_query, utility, utility_quintiles,
 )
 
 # ---------------------------------------------------------------- utility, every branch of eq. 8 and 9
@@ -273,3 +275,95 @@ def test_exploration_view_groups_by_scout_outcomes():
     v = exploration_view(sel, post).set_index("group")
     assert v.loc["all_failure", "post_scout_success"] == 0.5 and v.loc["all_failure", "injection_rate"] == 1.0
     assert v.loc["all_success", "scout_success"] == 1.0 and v.loc["all_success", "injection_rate"] == 0.0
+
+
+# ---------------------------------------------------------------- constrained decoding of cards
+
+
+def _card_at(fmt: CardFormat, words_per_section: int) -> str:
+    """A card of the shape the grammar allows, with the given number of words in every section."""
+    body = " ".join(["step"] * words_per_section)
+    return "# Skill: probe-card\n" + "\n".join(f"## {h}\n{body}." for h in fmt.headings)
+
+
+def test_grammar_word_bounds_keep_every_allowed_card_valid():
+    for fmt, max_tokens in [(CardFormat(), None), (CardFormat(), 500), (CardFormat(), 160),
+                            (CardFormat(("A b", "C"), max_words=60, min_words=30), None)]:
+        lo, hi = section_word_bounds(fmt, max_tokens)
+        assert 1 <= lo <= hi
+        for n in (lo, hi):  # both extremes of what the grammar allows pass validation
+            chk = check_card(_card_at(fmt, n), fmt)
+            assert chk.valid, (fmt, n, chk.problems)
+        assert not check_card(_card_at(fmt, hi + (fmt.max_words - hi * len(fmt.headings))), fmt).valid
+    assert section_word_bounds(CardFormat(), 500)[1] * 2 * 7 + 16 + 12 * 7 <= 500
+
+
+def test_impossible_card_format_is_named():
+    with pytest.raises(ValueError, match="impossible"):
+        section_word_bounds(CardFormat(max_words=25, min_words=20), None)
+    with pytest.raises(ValueError, match="40 generator tokens"):
+        section_word_bounds(CardFormat(), 40)
+
+
+def test_grammar_lists_headings_in_order_and_closes_the_json():
+    fmt = CardFormat(("When to use", 'Say "x"'))
+    g = card_grammar(fmt, 300)
+    root = g.splitlines()[0]
+    assert root.index('"\\\\n## When to use\\\\n"') < root.index('"\\\\n## Say \\\\\\"x\\\\\\"\\\\n"')
+    assert root.endswith('"\\"}"')
+    lo, hi = section_word_bounds(fmt, 300)
+    assert f"(sep word){{{lo - 1},{hi - 1}}}" in g
+    sep = next(line for line in g.splitlines() if line.startswith("sep ::="))
+    assert not re.search(r"[A-Za-z0-9]", sep.split("::=")[1].replace("\\\\n", ""))  # no word inside a separator
+
+
+def test_json_reply_is_the_papers_contract():
+    card = _card_at(CardFormat(), 3)
+    ok = check_card(json.dumps({"skill": card}))
+    assert ok.valid and ok.card == card and ok.name == "probe-card"
+    for bad in ('{"skill": "# Skill: x', json.dumps({"skill": card, "extra": 1}), json.dumps({"card": card}),
+                json.dumps({"skill": 3})):
+        chk = check_card(bad)
+        assert not chk.valid and "JSON object" in chk.problems[0]
+
+
+def test_generator_request_per_backend():
+    fmt = CardFormat()
+    emb = generator_request(fmt, "grammar", "embedded", 500)
+    assert emb.prefill == '{"skill":"# Skill: ' and emb.extra_body["grammar"].startswith("root ::= name")
+    vl = generator_request(fmt, "grammar", "vllm", 500)
+    assert vl.extra_body["continue_final_message"] and not vl.extra_body["add_generation_prompt"]
+    assert vl.extra_body["structured_outputs"]["grammar"] == emb.extra_body["grammar"]
+    js = generator_request(fmt, "json_schema", "openai", 500)
+    assert js.prefill == "" and js.extra_body["response_format"]["type"] == "json_schema"
+    pattern = js.extra_body["response_format"]["json_schema"]["schema"]["properties"]["skill"]["pattern"]
+    assert re.fullmatch(pattern[1:-1], _card_at(fmt, 2)) and not re.fullmatch(pattern[1:-1], "# Skill: x\n## Procedure\nx")
+    assert generator_request(fmt, "none", "embedded", 500).extra_body == {}
+    with pytest.raises(ValueError, match="json_schema"):
+        generator_request(fmt, "grammar", "openai", 500)
+    with pytest.raises(ValueError, match="generator_decoding"):
+        generator_request(fmt, "regex", "embedded", 500)
+    # The pre-fill is added once, whether the server echoes it (llama.cpp) or not (vLLM).
+    assert emb.reply_text('{"skill":"# Skill: a"}') == emb.reply_text('a"}') == '{"skill":"# Skill: a"}'
+
+
+def test_generate_candidates_sends_prefill_and_grammar():
+    from types import SimpleNamespace
+
+    fmt = CardFormat()
+    req = generator_request(fmt, "grammar", "embedded", 500)
+    card = _card_at(fmt, 2)
+    seen = []
+
+    class Client:
+        def chat(self, messages, **kw):
+            seen.append((messages, kw))
+            return SimpleNamespace(text=json.dumps({"skill": card}, separators=(",", ":"))[len(req.prefill):],
+                                   record=SimpleNamespace(call_id="c"))
+
+    ev = build_evidence("babyai", "grp", [traj(0, True)])
+    cands, _ = generate_candidates(lambda j: Client(), ev, GeneratorTemplate.load("babyai"), fmt, 2, 500, req)
+    assert [c.valid for c in cands] == [True, True] and cands[0].card == card
+    messages, kw = seen[0]
+    assert messages[-1] == {"role": "assistant", "content": req.prefill}
+    assert kw["extra_body"]["grammar"] == req.extra_body["grammar"] and kw["max_tokens"] == 500

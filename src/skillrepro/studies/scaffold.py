@@ -111,9 +111,19 @@ _HEADING = re.compile(r"^(#{1,6})\s*(.*?)\s*#*\s*$")
 
 
 def extract_card(text: str) -> str:
-    """The card inside a Generator reply: between <skill> and </skill> if present, else from the first
-    '# Skill:' line on. Reasoning before it (a <think> block, a preface) is dropped."""
+    """The card inside a Generator reply. A reply that is a JSON object (the paper's serialization
+    contract) gives its "skill" string, or "" unless it is exactly one object with one string key "skill".
+    Otherwise: between <skill> and </skill> if present, else from the first '# Skill:' line on.
+    Reasoning before it (a <think> block, a preface) is dropped."""
     text = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL | re.IGNORECASE)
+    if text.lstrip().startswith("{"):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError:
+            return ""
+        if not (isinstance(obj, dict) and list(obj) == ["skill"] and isinstance(obj["skill"], str)):
+            return ""
+        text = obj["skill"]
     m = re.search(r"<skill>(.*?)(?:</skill>|$)", text, flags=re.DOTALL | re.IGNORECASE)
     if m:
         text = m.group(1)
@@ -125,6 +135,8 @@ def check_card(text: str, fmt: CardFormat = CardFormat()) -> CardCheck:
     """Extract the card from a Generator reply and list every way it breaks `fmt` (none: valid)."""
     card = extract_card(text)
     if not card:
+        if text.lstrip().startswith("{"):
+            return CardCheck("", "", 0, ('not one JSON object with exactly one string key "skill"',))
         return CardCheck("", "", 0, ("no card: expected a line starting with '# Skill:'",))
     lines = card.splitlines()
     problems: list[str] = []
@@ -160,6 +172,100 @@ def check_card(text: str, fmt: CardFormat = CardFormat()) -> CardCheck:
     if n_words < fmt.min_words:
         problems.append(f"{n_words} words, fewer than the minimum of {fmt.min_words}")
     return CardCheck(card, name, n_words, tuple(problems))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Constrained decoding of cards (valid structure by construction; the words stay the model's)
+
+# The paper pre-fills the Generator's reply with this and asks for one JSON object (appendix D).
+PREFILL = '{"skill":"# Skill: '
+DECODINGS = ("grammar", "json_schema", "none")
+_WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
+
+
+def _gbnf_literal(text: str) -> str:
+    """`text` as it appears inside a JSON string, as a GBNF string literal."""
+    inner = json.dumps(text)[1:-1]  # JSON-escaped: a newline becomes the two characters \ n
+    return '"' + inner.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def section_word_bounds(fmt: CardFormat, max_tokens: int | None = None) -> tuple[int, int]:
+    """(lo, hi) words per section such that any card the grammar allows has min_words..max_words words
+    (as check_card counts them: title word, name, heading words and section words) and, when
+    `max_tokens` is given, fits in it (about 2 tokens per word and separator, 12 per heading line), so
+    the reply is never cut off before its closing brace."""
+    k = len(fmt.headings)
+    fixed = 2 + sum(len(_WORD.findall(h)) for h in fmt.headings)  # "Skill", the kebab name, headings
+    hi = (fmt.max_words - fixed) // k
+    if max_tokens is not None:
+        hi = min(hi, (max_tokens - 16 - 12 * k) // (2 * k))
+    lo = max(1, -(-(fmt.min_words - fixed) // k))
+    if hi < lo:
+        raise ValueError(f"card format: {k} sections need {lo}..{hi} words each, impossible with max_words "
+                         f"{fmt.max_words}, min_words {fmt.min_words}" + (f" and {max_tokens} generator tokens"
+                                                                         if max_tokens else ""))
+    return lo, hi
+
+
+def card_grammar(fmt: CardFormat, max_tokens: int | None = None) -> str:
+    """GBNF (llama.cpp; vLLM's xgrammar reads the same syntax) for the Generator's reply after PREFILL:
+    a kebab-case name, then every heading of `fmt` in order, each followed by lo..hi words (see
+    `section_word_bounds`), then the closing `"}`. Section text cannot contain '#', a quote or a
+    backslash other than a newline escape, so no extra heading can appear and the JSON stays valid."""
+    lo, hi = section_word_bounds(fmt, max_tokens)
+    parts = " ".join(f"{_gbnf_literal(chr(10) + '## ' + h + chr(10))} body" for h in fmt.headings)
+    return "\n".join([
+        f'root ::= name {parts} "\\"}}"',
+        'name ::= [a-z] [a-z0-9]{0,15} ("-" [a-z0-9] [a-z0-9]{0,15}){0,5}',
+        f'body ::= "- "? word (sep word){{{lo - 1},{hi - 1}}} "."?',
+        "word ::= [A-Za-z0-9] [A-Za-z0-9'-]{0,19}",
+        # A separator holds no letter or digit, so each `word` is exactly one word for check_card.
+        'sep ::= " " | ", " | ". " | "; " | ": " | " (" | ") " | "), " | "/" | "\\\\n- "',
+    ])
+
+
+def card_json_schema(fmt: CardFormat) -> dict[str, Any]:
+    """JSON schema of the reply for servers without grammars (OpenAI-style structured outputs): one
+    object with one string key "skill" whose headings come in order; the word bounds are not expressible
+    here and are left to validation."""
+    pattern = "^# Skill: [a-z0-9]+(-[a-z0-9]+)*" + "".join(
+        "\\n## " + re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", h) + "\\n[^#]+" for h in fmt.headings) + "$"
+    return {"type": "object", "additionalProperties": False, "required": ["skill"],
+            "properties": {"skill": {"type": "string", "pattern": pattern}}}
+
+
+@dataclass(frozen=True)
+class GeneratorRequest:
+    """What to send with the Generator's messages: an assistant pre-fill (the reply continues it) and
+    the request fields the backend needs for it and for constrained decoding."""
+
+    prefill: str
+    extra_body: dict[str, Any]
+
+    def reply_text(self, continuation: str) -> str:
+        """The whole reply. llama.cpp returns the pre-fill with the continuation, vLLM without it."""
+        return continuation if continuation.startswith(self.prefill) else self.prefill + continuation
+
+
+def generator_request(fmt: CardFormat, decoding: str, backend: str, max_tokens: int | None) -> GeneratorRequest:
+    """`grammar`: pre-fill PREFILL and constrain the rest by `card_grammar` (llama.cpp's `grammar`,
+    vLLM's `structured_outputs.grammar`). `json_schema`: `response_format` with `card_json_schema`,
+    no pre-fill (a schema covers the whole reply). `none`: pre-fill only, free decoding."""
+    if decoding not in DECODINGS:
+        raise ValueError(f"config key scaffold.generator_decoding: {decoding!r}; allowed: {', '.join(DECODINGS)}")
+    if decoding == "json_schema":
+        return GeneratorRequest("", {"response_format": {"type": "json_schema", "json_schema": {
+            "name": "skill_card", "strict": True, "schema": card_json_schema(fmt)}}})
+    if backend == "openai":
+        raise ValueError(f"config key scaffold.generator_decoding: {decoding!r} pre-fills the assistant reply, "
+                         "which OpenAI-style APIs do not continue; use json_schema for llm.backend openai")
+    extra: dict[str, Any] = {}
+    if backend == "vllm":  # vLLM continues a final assistant message only when asked to
+        extra.update(continue_final_message=True, add_generation_prompt=False)
+    if decoding == "grammar":
+        grammar = card_grammar(fmt, max_tokens)
+        extra.update({"structured_outputs": {"grammar": grammar}} if backend == "vllm" else {"grammar": grammar})
+    return GeneratorRequest(PREFILL, extra)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -574,6 +680,7 @@ class ScaffoldConfig:
     threshold: float = 0.0
     evidence_max_chars: int = 6000
     generator_max_tokens: int = 600
+    generator_decoding: str = "grammar"  # grammar | json_schema | none (see generator_request)
     generator_prompts: dict[str, str] = field(default_factory=dict)  # benchmark env -> template file
     card: CardFormat = CardFormat()
     scorer_backend: str = "auto"  # auto | transformers | vllm
@@ -595,10 +702,15 @@ class ScaffoldConfig:
             raise ValueError(f"config key scaffold.variants: {bad} not allowed; allowed: {', '.join(VARIANTS)}")
         fmt = CardFormat(tuple(card.get("headings", CardFormat.headings)), card.get("max_words", 400),
                          card.get("min_words", 20))
-        return cls(benchmarks=tuple(names), variants=tuple(s.pop("variants", ("grp",))), card=fmt,
-                   scorer_backend=scorer.get("backend", "auto"), scorer_model=scorer.get("model"),
-                   scorer_batch_tokens=scorer.get("batch_tokens", 8192),
-                   generator_prompts=dict(s.pop("generator_prompts", {}) or {}), **s)
+        out = cls(benchmarks=tuple(names), variants=tuple(s.pop("variants", ("grp",))), card=fmt,
+                  scorer_backend=scorer.get("backend", "auto"), scorer_model=scorer.get("model"),
+                  scorer_batch_tokens=scorer.get("batch_tokens", 8192),
+                  generator_prompts=dict(s.pop("generator_prompts", {}) or {}), **s)
+        out.generator_request((config.get("llm") or {}).get("backend", "embedded"))  # fails early if impossible
+        return out
+
+    def generator_request(self, backend: str) -> "GeneratorRequest":
+        return generator_request(self.card, self.generator_decoding, backend, self.generator_max_tokens)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -731,18 +843,23 @@ def load_scorer(cfg: ScaffoldConfig, llm: Any) -> Any:
 
 
 def generate_candidates(client_for: Any, ev: EvidenceRecord, template: GeneratorTemplate, fmt: CardFormat,
-                        n: int, max_tokens: int) -> tuple[list[CandidateRecord], list[Any]]:
-    """M independently sampled cards for one query; `client_for(j)` gives the LLM client for sample j."""
+                        n: int, max_tokens: int, request: GeneratorRequest = GeneratorRequest("", {}),
+                        ) -> tuple[list[CandidateRecord], list[Any]]:
+    """M independently sampled cards for one query; `client_for(j)` gives the LLM client for sample j.
+    `request` adds the pre-fill and constrained decoding (`generator_request`)."""
     if ev.skip:
         return [], []
     messages = template.messages(ev, fmt)
+    if request.prefill:
+        messages.append({"role": "assistant", "content": request.prefill})
     cands, calls = [], []
     for j in range(n):
         reply = client_for(j).chat(messages, role="generator",
                                    session_id=f"scaffold/{ev.benchmark}/{ev.variant}/{ev.task_id}/gen{j}",
-                                   max_tokens=max_tokens)
-        chk = check_card(reply.text, fmt)
-        cands.append(CandidateRecord(ev.benchmark, ev.variant, ev.task_id, j, reply.text, chk.card, chk.name,
+                                   max_tokens=max_tokens, extra_body=request.extra_body or None)
+        text = request.reply_text(reply.text)
+        chk = check_card(text, fmt)
+        cands.append(CandidateRecord(ev.benchmark, ev.variant, ev.task_id, j, text, chk.card, chk.name,
                                      chk.n_words, chk.valid, "; ".join(chk.problems), reply.record.call_id))
         calls.append(reply.record)
     return cands, calls
