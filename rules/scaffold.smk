@@ -7,7 +7,7 @@ import os
 from snakemake.utils import validate as _scaffold_validate
 
 from skillrepro import config as _scaffold_cfg
-from skillrepro.studies.scaffold import ScaffoldConfig
+from skillrepro.studies.scaffold import ScaffoldConfig, executor_llm
 
 config.setdefault("scaffold", {})
 _scaffold_validate(config["scaffold"], str(_scaffold_cfg.ROOT / "schemas" / "scaffold.schema.yaml"), set_default=True)
@@ -21,10 +21,14 @@ _SC_SCORER_LLM = SCAFFOLD.scorer_backend == "vllm" or (SCAFFOLD.scorer_backend =
 _SC = "results/scaffold/{sbench}"
 _SCV = "results/scaffold/{sbench}/{svariant}"
 _SC_SCOUTS = [f"{_SC}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts)]
-_SC_CONSTRAINTS = dict(sbench="|".join(_SC_BENCH) or "none", svariant="grp|anc", i=r"\d+")
-_SC_COMMON = dict(bench=lambda w: _SC_BENCH[w.sbench], llm=_SC_LLM, scaffold=SCAFFOLD)
-# Every benchmark x variant instance of a path pattern.
-_sc_all = lambda pattern: [pattern.format(sbench=b, svariant=v) for b in _SC_BENCH for v in SCAFFOLD.variants]  # noqa: E731
+_SC_CONSTRAINTS = dict(sbench="|".join(_SC_BENCH) or "none", svariant="|".join(SCAFFOLD.selection_variants), i=r"\d+")
+_SC_COMMON = dict(bench=lambda w: _SC_BENCH[w.sbench], llm=lambda w: executor_llm(_SC_LLM, SCAFFOLD, w.sbench),
+                  scaffold=SCAFFOLD)
+# Every benchmark x variant instance of a path pattern: utility variants, or every selection variant.
+_sc_all = lambda pattern, variants=SCAFFOLD.variants: [pattern.format(sbench=b, svariant=v) for b in _SC_BENCH for v in variants]  # noqa: E731
+_sc_sel = lambda pattern: _sc_all(pattern, SCAFFOLD.selection_variants)  # noqa: E731
+# An ablation reads the cards and utilities of the utility variant it is built on.
+_sc_base = lambda name: lambda w: f"results/scaffold/{w.sbench}/{SCAFFOLD.ablation(w.svariant).of}/{name}"  # noqa: E731
 
 
 rule scaffold_all:
@@ -192,13 +196,15 @@ rule scaffold_utility:
 rule scaffold_select:
     input:
         scouts=_SC_SCOUTS,
-        candidates=f"{_SCV}/candidates.parquet",
-        utilities=f"{_SCV}/utilities.parquet",
+        candidates=_sc_base("candidates.parquet"),
+        utilities=_sc_base("utilities.parquet"),
     output:
         f"{_SCV}/selection.parquet",
     wildcard_constraints:
         **_SC_CONSTRAINTS,
     params:
+        ablation=lambda w: repr(SCAFFOLD.ablation(w.svariant)),
+        threshold=SCAFFOLD.threshold,
         **_SC_COMMON,
     log:
         "logs/scaffold/{sbench}/{svariant}/select.log",
@@ -282,8 +288,8 @@ rule scaffold_eval:
 rule scaffold_tables:
     input:
         utilities=_sc_all(f"{_SCV}/utilities.parquet"),
-        selections=_sc_all(f"{_SCV}/selection.parquet"),
-        post=[f for i in range(SCAFFOLD.n_post) for f in _sc_all(f"{_SCV}/post/l{i}/episodes.parquet")],
+        selections=_sc_sel(f"{_SCV}/selection.parquet"),
+        post=[f for i in range(SCAFFOLD.n_post) for f in _sc_sel(f"{_SCV}/post/l{i}/episodes.parquet")],
         evals=[f for i in range(SCAFFOLD.n_eval) for f in _sc_all(f"{_SCV}/eval/k{i}/episodes.parquet")],
         eval_free=[f"results/scaffold/{b}/eval_free/k{i}/episodes.parquet" for b in _SC_BENCH for i in range(SCAFFOLD.n_eval)],
     output:

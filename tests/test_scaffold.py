@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
+from pathlib import Path
+import random
 import re
 
 import pandas as pd
 import pytest
 
 from skillrepro.studies.scaffold import (
+    Ablation, ScaffoldConfig, executor_llm, sample_queries, select_with,
     CandidateRecord, CardFormat, GeneratorTemplate, Trajectory, TrajectoryStep, build_evidence, card_grammar,
     check_card, decision_rules, exploration_view, generate_candidates, generator_request, group_kind,
     section_word_bounds, select, selection_for_query, utilities_for_query, utility, utility_quintiles,
@@ -367,3 +371,114 @@ def test_generate_candidates_sends_prefill_and_grammar():
     messages, kw = seen[0]
     assert messages[-1] == {"role": "assistant", "content": req.prefill}
     assert kw["extra_body"]["grammar"] == req.extra_body["grammar"] and kw["max_tokens"] == 500
+
+
+# ---------------------------------------------------------------- selection ablations (table 3)
+
+
+def test_select_with_paper_rule_is_eq_10():
+    assert select_with([0.1, 0.5, -0.2], [True, True, True]) == (1, [0.1, 0.5, -0.2])
+    assert select_with([-0.1, -0.5], [True, True])[0] is None
+
+
+def test_no_gate_injects_the_best_even_when_not_positive():
+    assert select_with([-0.1, -0.5, 0.9], [True, True, False], gate=False)[0] == 0
+    assert select_with([float("nan")], [True], gate=False)[0] is None  # nothing eligible: still skill-free
+
+
+def test_shuffled_keeps_whether_but_pairs_utilities_with_other_cards():
+    us, ok = [0.3, -0.2, 0.1, float("nan")], [True, True, True, True]
+    picks = set()
+    for seed in range(40):
+        j, used = select_with(us, ok, selection="shuffled", rng=random.Random(seed))
+        assert sorted(used[:3]) == sorted(us[:3]) and math.isnan(used[3])  # a permutation of the eligible ones
+        assert j is not None and used[j] == 0.3
+        picks.add(j)
+    assert picks == {0, 1, 2}  # the card injected is not tied to its own utility
+    assert select_with([-0.3, -0.1], [True, True], selection="shuffled", rng=random.Random(1))[0] is None
+
+
+def test_random_selection_draws_among_eligible_when_the_gate_opens():
+    us, ok = [0.3, -0.2, 0.1], [True, True, False]
+    picks = {select_with(us, ok, selection="random", rng=random.Random(s))[0] for s in range(40)}
+    assert picks == {0, 1}
+    assert select_with([-0.3, -0.1], [True, True], selection="random")[0] is None
+    with pytest.raises(ValueError, match="'best'"):
+        select_with(us, ok, selection="best")
+
+
+def test_selection_for_query_applies_the_ablation_reproducibly():
+    scouts = [traj(0, True), traj(1, False)]
+    cands = [CandidateRecord("b", "grp", "7", j, "", "c", "n", 30, True, "", "") for j in range(3)]
+    utils = utilities_for_query("b", "grp", scouts, cands, {"ep0": -1.0, "ep1": -1.0},
+                                {(0, "ep0"): -0.9, (0, "ep1"): -1.0, (1, "ep0"): -1.2, (1, "ep1"): -0.9,
+                                 (2, "ep0"): -1.1, (2, "ep1"): -1.0})
+    assert [round(u.utility, 3) for u in utils] == [0.05, -0.15, -0.05]
+    assert selection_for_query("b", "grp", scouts, cands, utils, 0.0).selected == 0
+    a = selection_for_query("b", "grp-random", scouts, cands, utils, 0.0, "random")
+    assert a.selected == selection_for_query("b", "grp-random", scouts, cands, utils, 0.0, "random").selected
+    assert a.utility == utils[a.selected].utility  # the record keeps the card's own utility
+    ng = [u for u in utils]
+    for u in ng:
+        u.utility -= 1.0
+    assert selection_for_query("b", "grp", scouts, cands, ng, 0.0).selected == -1
+    assert selection_for_query("b", "grp-no_gate", scouts, cands, ng, 0.0, gate=False).selected == 0
+
+
+# ---------------------------------------------------------------- configuration
+
+
+def _cfg(**scaffold):
+    return {"llm": {"backend": "embedded"}, "benchmarks": {"sw": {"env": "scienceworld"}, "ba": {"env": "babyai"}},
+            "scaffold": {"benchmarks": ["sw", "ba"], "variants": ["grp"], **scaffold}}
+
+
+def test_config_ablations_splits_and_executor():
+    cfg = ScaffoldConfig.from_config(_cfg(ablations={"grp-random": {"of": "grp", "selection": "random"}},
+                                          splits={"sw": {"test_ood": ["power-component@test"]}},
+                                          executor={"sw": {"max_tokens": 384}}))
+    assert cfg.selection_variants == ("grp", "grp-random")
+    assert cfg.ablation("grp-random").selection == "random" and cfg.ablation("grp") == Ablation(of="grp")
+    assert cfg.splits["sw"]["test_ood"] == ("power-component@test",)
+    from skillrepro.config import LLMConfig
+    llm = LLMConfig(max_tokens=512)
+    assert executor_llm(llm, cfg, "sw").max_tokens == 384 and executor_llm(llm, cfg, "ba").max_tokens == 512
+    with pytest.raises(ValueError, match="ablations.anc-x"):
+        ScaffoldConfig.from_config(_cfg(ablations={"anc-x": {"of": "anc"}}))
+    with pytest.raises(ValueError, match="'nope'"):
+        ScaffoldConfig.from_config(_cfg(splits={"nope": {"train": ["power-component@train"]}}))
+    with pytest.raises(ValueError, match="json_schema"):
+        ScaffoldConfig.from_config({**_cfg(), "llm": {"backend": "openai"}})
+    with pytest.raises(ValueError, match="impossible"):
+        ScaffoldConfig.from_config(_cfg(card={"max_words": 25}))
+
+
+def test_sample_queries_rejects_unknown_split_before_any_work():
+    from skillrepro.config import BenchmarkConfig
+
+    cfg = ScaffoldConfig.from_config(_cfg(split="test_ood"))
+    with pytest.raises(ValueError, match="scaffold.split"):
+        sample_queries(BenchmarkConfig("ba", "babyai", 3), cfg, 0)
+    cfg = ScaffoldConfig.from_config(_cfg(splits={"ba": {"train": ["x@train"]}}))
+    with pytest.raises(ValueError, match="scienceworld only"):
+        sample_queries(BenchmarkConfig("ba", "babyai", 3), cfg, 0)
+
+
+@pytest.mark.integration
+def test_paper_scienceworld_pools_have_the_papers_sizes():
+    """Appendix A.1: 460 training variations, 230 Test-ID, 155 Test-OOD (real ScienceWorld partitions)."""
+    import yaml
+
+    from skillrepro.config import BenchmarkConfig
+
+    paper = yaml.safe_load((Path(__file__).parents[1] / "configs/scaffold-paper.yaml").read_text())
+    bench = BenchmarkConfig("sciworld", "scienceworld", 50, {"family": "electricity"})
+    for split, size in (("train", 460), ("test_id", 230), ("test_ood", 155)):
+        cfg = ScaffoldConfig.from_config({"llm": paper["llm"], "benchmarks": paper["benchmarks"],
+                                          "scaffold": {**paper["scaffold"], "split": split, "n_queries": size}})
+        tasks = sample_queries(bench, cfg, 0)
+        assert len(set(tasks)) == size
+        with pytest.raises(ValueError, match=f"has {size} tasks"):
+            sample_queries(bench, replace(cfg, n_queries=size + 1), 0)
+    assert {t.rsplit(":", 1)[0] for t in tasks} == {"test-conductivity-of-unknown-substances",
+                                                    "power-component-renewable-vs-nonrenewable-energy"}

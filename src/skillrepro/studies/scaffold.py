@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -61,6 +63,36 @@ def select(utilities: Sequence[float], valid: Sequence[bool], threshold: float =
     if best is None or not utilities[best] > threshold:
         return None
     return best
+
+
+SELECTIONS = ("utility", "random", "shuffled")
+
+
+def select_with(utilities: Sequence[float], valid: Sequence[bool], threshold: float = 0.0, *,
+                selection: str = "utility", gate: bool = True, rng: random.Random | None = None,
+                ) -> tuple[int | None, list[float]]:
+    """Selection with the ablations of table 3; returns (index or None, the utilities paired with the
+    candidates as used, which are what the Generator's rewards read).
+
+    utility: eq. 10. shuffled: the eligible candidates' utilities are permuted among them before eq. 10,
+    so whether to inject is unchanged (the maximum is) but which card is unrelated to its own utility.
+    random: inject when eq. 10 would, but a uniformly drawn eligible card. gate=False: the best eligible
+    card is injected even when its utility is not above the threshold."""
+    if selection not in SELECTIONS:
+        raise ValueError(f"unknown selection {selection!r}; known: {', '.join(SELECTIONS)}")
+    thr = threshold if gate else -math.inf
+    us = [float(u) for u in utilities]
+    eligible = [j for j, (u, ok) in enumerate(zip(us, valid)) if ok and math.isfinite(u)]
+    if selection == "utility" or not eligible:
+        return select(us, valid, thr), us
+    rng = rng or random.Random(0)
+    if selection == "shuffled":
+        perm = rng.sample(eligible, len(eligible))
+        shuffled = list(us)
+        for j, k in zip(eligible, perm):
+            shuffled[j] = us[k]
+        return select(shuffled, valid, thr), shuffled
+    return (None if select(us, valid, thr) is None else rng.choice(eligible)), us
 
 
 def group_kind(outcomes: Sequence[bool]) -> str:
@@ -563,13 +595,16 @@ def utilities_for_query(
 
 def selection_for_query(benchmark: str, variant: str, scouts: Sequence[Trajectory],
                         candidates: Sequence[CandidateRecord], utils: Sequence[UtilityRecord],
-                        threshold: float) -> SelectionRecord:
+                        threshold: float, selection: str = "utility", gate: bool = True) -> SelectionRecord:
+    """The selection of one query under `variant` (a utility variant or an ablation of one); the random
+    draws of the ablations are seeded by (benchmark, variant, task) so reruns select the same card."""
     kind = group_kind([t.success for t in scouts])
     n_s = sum(t.success for t in scouts)
     by = {u.candidate: u for u in utils}
     us = [by[c.candidate].utility if c.candidate in by else math.nan for c in candidates]
     ok = [c.valid for c in candidates]
-    j = select(us, ok, threshold)
+    rng = random.Random(zlib.crc32(f"{benchmark}/{variant}/{scouts[0].task_id}".encode()))
+    j, _ = select_with(us, ok, threshold, selection=selection, gate=gate, rng=rng)
     eligible = [u for u, v in zip(us, ok) if v and math.isfinite(u)]
     return SelectionRecord(
         benchmark, variant, scouts[0].task_id, kind, n_s, len(scouts),
@@ -668,6 +703,15 @@ def exploration_view(selections: "Any", post: "Any") -> "Any":
 
 
 @dataclass(frozen=True)
+class Ablation:
+    """A selection ablation of table 3 on top of utility variant `of`."""
+
+    of: str = "grp"
+    selection: str = "utility"  # utility | random | shuffled (see select_with)
+    gate: bool = True  # False: inject the best card even when its utility is not positive
+
+
+@dataclass(frozen=True)
 class ScaffoldConfig:
     benchmarks: tuple[str, ...]  # benchmark instance names from `benchmarks:`
     variants: tuple[str, ...] = ("grp",)
@@ -686,6 +730,20 @@ class ScaffoldConfig:
     scorer_backend: str = "auto"  # auto | transformers | vllm
     scorer_model: str | None = None  # GGUF path or shipped name (transformers); served model id (vllm)
     scorer_batch_tokens: int = 8192
+    # Selection ablations (table 3): name -> Ablation; each reuses its base variant's cards and utilities.
+    ablations: dict[str, "Ablation"] = field(default_factory=dict)
+    # ScienceWorld query pools per benchmark and split (appendix A.1): split -> ["task@partition", ...].
+    splits: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    executor: dict[str, dict[str, Any]] = field(default_factory=dict)  # benchmark -> {max_tokens, temperature}
+    training: dict[str, Any] = field(default_factory=dict)  # table 5's RL settings, read by the GRPO stage
+
+    @property
+    def selection_variants(self) -> tuple[str, ...]:
+        """Every variant that selects and runs Post-Scouts: the utility variants, then the ablations."""
+        return self.variants + tuple(self.ablations)
+
+    def ablation(self, variant: str) -> "Ablation":
+        return self.ablations.get(variant) or Ablation(of=variant)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "ScaffoldConfig":
@@ -700,12 +758,22 @@ class ScaffoldConfig:
         bad = [v for v in s.get("variants", ["grp"]) if v not in VARIANTS]
         if bad:
             raise ValueError(f"config key scaffold.variants: {bad} not allowed; allowed: {', '.join(VARIANTS)}")
+        ablations = {name: Ablation(**a) for name, a in (s.pop("ablations", {}) or {}).items()}
+        for name, a in ablations.items():
+            if name in VARIANTS or a.of not in s.get("variants", ["grp"]):
+                raise ValueError(f"config key scaffold.ablations.{name}: the name must differ from grp/anc and "
+                                 f"'of' ({a.of}) must be one of scaffold.variants")
+        splits = {b: {k: tuple(v) for k, v in d.items()} for b, d in (s.pop("splits", {}) or {}).items()}
+        for b in list(splits) + list(s.get("executor", {}) or {}):
+            if b not in names:
+                raise ValueError(f"config key scaffold.splits/executor: {b!r} is not one of scaffold.benchmarks")
+        s["splits"] = splits
         fmt = CardFormat(tuple(card.get("headings", CardFormat.headings)), card.get("max_words", 400),
                          card.get("min_words", 20))
         out = cls(benchmarks=tuple(names), variants=tuple(s.pop("variants", ("grp",))), card=fmt,
                   scorer_backend=scorer.get("backend", "auto"), scorer_model=scorer.get("model"),
                   scorer_batch_tokens=scorer.get("batch_tokens", 8192),
-                  generator_prompts=dict(s.pop("generator_prompts", {}) or {}), **s)
+                  generator_prompts=dict(s.pop("generator_prompts", {}) or {}), ablations=ablations, **s)
         out.generator_request((config.get("llm") or {}).get("backend", "embedded"))  # fails early if impossible
         return out
 
@@ -715,6 +783,38 @@ class ScaffoldConfig:
 
 # ----------------------------------------------------------------------------------------------------
 # Steps the workflow scripts call
+
+
+def sample_queries(bench: Any, cfg: ScaffoldConfig, seed: int) -> list[str]:
+    """The fixed queries of `bench`: from `scaffold.splits[bench][split]` when given (ScienceWorld
+    "task@partition" pools, drawn uniformly from their union as the paper trains on it), else the
+    benchmark's own sampler for `split` (train | test)."""
+    spec = cfg.splits.get(bench.name, {}).get(cfg.split)
+    if spec is None:
+        if cfg.split not in ("train", "test"):
+            raise ValueError(f"config key scaffold.split: {cfg.split!r} is neither train/test nor a split in "
+                             f"scaffold.splits.{bench.name}")
+        return bench.load().sample_tasks(cfg.split, cfg.n_queries, seed)
+    if bench.env != "scienceworld":
+        raise ValueError(f"config key scaffold.splits.{bench.name}: task pools exist for scienceworld only")
+    from skillrepro.envs.scienceworld import TaskRef, partitions
+
+    pool = []
+    for item in spec:
+        task, _, part = item.partition("@")
+        if part not in ("train", "dev", "test"):
+            raise ValueError(f"config key scaffold.splits.{bench.name}.{cfg.split}: {item!r} is not 'task@train|dev|test'")
+        pool += [TaskRef(task, v).task_id for v in partitions(task)[part]]
+    if cfg.n_queries > len(pool):
+        raise ValueError(f"scaffold.splits.{bench.name}.{cfg.split} has {len(pool)} tasks; n_queries is {cfg.n_queries}")
+    return random.Random(seed).sample(pool, cfg.n_queries)
+
+
+def executor_llm(llm: Any, cfg: ScaffoldConfig, benchmark: str) -> Any:
+    """The actor's LLM settings on `benchmark` (table 5 has tokens per turn per benchmark)."""
+    from dataclasses import replace
+
+    return replace(llm, **cfg.executor.get(benchmark, {}))
 
 
 def episode_variant(variant: str, phase: str, candidate: int = -1) -> str:
@@ -885,7 +985,7 @@ def eval_table(free: Any, cand: Any, variants: Sequence[str]) -> Any:
             rows.append({"benchmark": b, "variant": v, "task_id": t, "candidate": -1,
                          "success_rate": float(g.success.mean()), "n_rollouts": len(g)})
     if len(cand):
-        parsed = cand.variant.str.extract(r"^(?P<v>\w+)/eval/c(?P<c>\d+)$")
+        parsed = cand.variant.str.extract(r"^(?P<v>[\w-]+)/eval/c(?P<c>\d+)$")
         if parsed.v.isna().any():
             raise ValueError(f"evaluation episodes with an unexpected variant: {sorted(cand.variant[parsed.v.isna()].unique())}")
         cand = cand.assign(v=parsed.v, c=parsed.c.astype(int))
