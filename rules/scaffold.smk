@@ -326,3 +326,23 @@ rule scaffold_figures:
         "../envs/scaffold.yaml"
     script:
         "../workflow/scripts/scaffold_figures.py"
+
+
+if SCAFFOLD.webshop_data:
+
+    rule scaffold_webshop_split:
+        """WebShop's category-generalization split (seed 002, appendix A.1) from the user's WebShop data."""
+        input:
+            products=os.path.join(SCAFFOLD.webshop_data, "items_shuffle.json"),
+            human=os.path.join(SCAFFOLD.webshop_data, "items_human_ins.json"),
+        output:
+            splits="results/scaffold/webshop/splits.json",
+            counts=report("results/tables/scaffold_webshop_split.csv", category="SkillScaffold"),
+        log:
+            "logs/scaffold/webshop_split.log",
+        benchmark:
+            "results/benchmarks/scaffold/webshop_split.tsv"
+        conda:
+            "../envs/scaffold.yaml"
+        script:
+            "../workflow/scripts/scaffold_webshop_split.py"

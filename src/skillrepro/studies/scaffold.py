@@ -736,6 +736,7 @@ class ScaffoldConfig:
     splits: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     executor: dict[str, dict[str, Any]] = field(default_factory=dict)  # benchmark -> {max_tokens, temperature}
     training: dict[str, Any] = field(default_factory=dict)  # table 5's RL settings, read by the GRPO stage
+    webshop_data: str | None = None  # WebShop's data folder: the category split of appendix A.1
 
     @property
     def selection_variants(self) -> tuple[str, ...]:
