@@ -36,6 +36,8 @@ rule scaffold_all:
         "results/tables/scaffold_rules.csv",
         "results/tables/scaffold_quintiles.csv",
         "results/tables/scaffold_exploration.csv",
+        "results/tables/scaffold_pilot_rollout.csv",
+        "results/tables/scaffold_pilot_competence.csv",
         "results/figures/scaffold_validation.png",
         "results/figures/scaffold_exploration.png",
 
@@ -297,6 +299,8 @@ rule scaffold_tables:
         quintiles=report("results/tables/scaffold_quintiles.csv", category="SkillScaffold"),
         exploration=report("results/tables/scaffold_exploration.csv", category="SkillScaffold"),
         evals="results/scaffold/evaluations.csv",
+        pilot_rollout=report("results/tables/scaffold_pilot_rollout.csv", category="SkillScaffold"),
+        pilot_competence=report("results/tables/scaffold_pilot_competence.csv", category="SkillScaffold"),
     params:
         variants=list(SCAFFOLD.variants),
         threshold=SCAFFOLD.threshold,

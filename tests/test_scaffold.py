@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from skillrepro.studies.scaffold import (
-    Ablation, ScaffoldConfig, executor_llm, sample_queries, select_with,
+    Ablation, ScaffoldConfig, executor_llm, pilot_competence, pilot_rollout_estimates, rollout_outcomes,
+    sample_queries, select_with,
     CandidateRecord, CardFormat, GeneratorTemplate, Trajectory, TrajectoryStep, build_evidence, card_grammar,
     check_card, decision_rules, exploration_view, generate_candidates, generator_request, group_kind,
     section_word_bounds, select, selection_for_query, utilities_for_query, utility, utility_quintiles,
@@ -482,3 +483,41 @@ def test_paper_scienceworld_pools_have_the_papers_sizes():
             sample_queries(bench, replace(cfg, n_queries=size + 1), 0)
     assert {t.rsplit(":", 1)[0] for t in tasks} == {"test-conductivity-of-unknown-substances",
                                                     "power-component-renewable-vs-nonrenewable-energy"}
+
+
+# ---------------------------------------------------------------- pilot diagnostics (figures 2-3)
+
+
+def _outcomes(table):
+    """{(task, candidate): [successes by rollout index]} -> the rollout_outcomes frame."""
+    return pd.DataFrame([{"benchmark": "b", "variant": "grp", "task_id": t, "candidate": c, "k": k, "success": float(x)}
+                         for (t, c), xs in table.items() for k, x in enumerate(xs)])
+
+
+def test_pilot_sign_disagreement_and_ties_by_hand():
+    o = _outcomes({("q1", -1): [0, 0, 1, 1], ("q1", 0): [1, 0, 0, 1], ("q1", 1): [0, 0, 0, 0],
+                   ("q2", -1): [1, 1, 1, 1], ("q2", 0): [1, 1, 1, 1], ("q2", 1): [1, 1, 1, 1]})
+    t = pilot_rollout_estimates(o, [1, 2, 4]).set_index("K")
+    # K=1: q1 c0 estimates +1 (k=0) and 0 (k=1), c1 0 and 0: none both non-zero; q2: all 0.
+    assert t.loc[1, "sign_disagreement"] == 0 and t.loc[1, "n_pairs_split"] == 4
+    # K=2: q1 c0 = 0.5 - 0 and 0.5 - 1 (opposite); c1 = 0 and -1; q2 zeros: one disagreement in 4 pairs.
+    assert t.loc[2, "sign_disagreement"] == pytest.approx(1 / 4)
+    assert math.isnan(t.loc[4, "sign_disagreement"])  # 8 rollouts would be needed
+    assert t.loc[1, "non_tied_fraction"] == 0.5 and t.loc[4, "extra_rollouts_per_query"] == 12
+
+
+def test_pilot_competence_by_hand():
+    o = _outcomes({("q1", -1): [0, 0, 0, 1], ("q1", 0): [1, 1, 0, 0], ("q1", 1): [0, 0, 0, 0],
+                   ("q2", -1): [1, 1, 1, 1], ("q2", 0): [1, 0, 1, 1], ("q2", 1): [1, 1, 1, 1]})
+    t = pilot_competence(o).set_index("probe_successes")
+    assert t.loc[1, "mean_effect"] == pytest.approx((0.25 - 0.25) / 2) and t.loc[1, "best_effect"] == 0.25
+    assert t.loc[1, "queries_with_mixed_signs"] == 1 and t.loc[4, "queries_with_mixed_signs"] == 0
+    assert t.loc[4, "mean_effect"] == pytest.approx(-0.125) and t.loc[4, "best_effect"] == 0
+
+
+def test_rollout_outcomes_joins_free_and_candidates():
+    free = pd.DataFrame({"benchmark": ["b"] * 2, "task_id": ["q"] * 2, "k": [0, 1], "success": [True, False]})
+    cand = pd.DataFrame({"benchmark": ["b"], "task_id": ["q"], "k": [0], "success": [True],
+                         "variant": ["grp/eval/c3"]})
+    o = rollout_outcomes(free, cand, ["grp", "anc"])
+    assert len(o) == 5 and set(o[o.candidate == 3].variant) == {"grp"} and o.success.dtype == float

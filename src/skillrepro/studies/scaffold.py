@@ -699,6 +699,87 @@ def exploration_view(selections: "Any", post: "Any") -> "Any":
 
 
 # ----------------------------------------------------------------------------------------------------
+# Pilot diagnostics (section 3, figures 2-3) from the validation experiment's downstream rollouts
+
+
+def rollout_outcomes(free: Any, cand: Any, variants: Sequence[str]) -> Any:
+    """One row per downstream rollout: benchmark, variant, task_id, candidate (-1: skill-free), k (the
+    rollout's index within its condition), success. `free`/`cand` are evaluation episodes with a `k` column."""
+    import pandas as pd
+
+    cols = ["benchmark", "variant", "task_id", "candidate", "k", "success"]
+    rows = [free.assign(variant=v, candidate=-1)[cols] for v in variants]
+    if len(cand):
+        parsed = cand.variant.str.extract(r"^(?P<v>[\w-]+)/eval/c(?P<c>\d+)$")
+        rows.append(cand.assign(variant=parsed.v, candidate=parsed.c.astype(int))[cols])
+    out = pd.concat(rows, ignore_index=True)
+    return out.assign(success=out.success.astype(float)).sort_values(cols[:5], ignore_index=True)
+
+
+def pilot_rollout_estimates(outcomes: Any, ks: Sequence[int] | None = None) -> Any:
+    """Figure 2: rollout-based utility U_DR (eq. 4) at budget K per condition. Sign disagreement: two
+    estimates from disjoint rollouts (indices 0..K-1 and K..2K-1) both non-zero with opposite signs, over
+    all candidate-query pairs. Non-tied: a query's candidates do not all get the same estimate (first K
+    rollouts). Cost: (M+1)K extra rollouts per query, against none for the likelihood utility."""
+    import pandas as pd
+
+    keys = ["benchmark", "variant", "task_id"]
+    n_roll = int(outcomes.groupby(keys + ["candidate"]).k.nunique().min()) if len(outcomes) else 0
+    ks = [k for k in (ks or [1, 2, 4, 8, 16]) if k <= n_roll]
+    rows = []
+    for (b, v), g in outcomes.groupby(["benchmark", "variant"]):
+        for K in ks:
+            def est(lo: int, hi: int) -> Any:
+                m = g[(g.k >= lo) & (g.k < hi)].groupby(keys + ["candidate"]).success.mean().unstack("candidate")
+                return m.drop(columns=-1).sub(m[-1], axis=0)  # U_DR per query x candidate
+
+            first = est(0, K)
+            n_m = first.notna().sum(axis=1)
+            tied = first.nunique(axis=1) <= 1
+            dis, pairs = math.nan, 0
+            if 2 * K <= n_roll:
+                second = est(K, 2 * K)
+                both = first.notna() & second.notna()
+                pairs = int(both.values.sum())
+                opposite = (first * second < 0) & both
+                dis = float(opposite.values.sum()) / pairs if pairs else math.nan
+            rows.append({"benchmark": b, "variant": v, "K": K, "n_queries": len(first), "n_pairs_split": pairs,
+                         "sign_disagreement": dis, "non_tied_fraction": float((~tied).mean()),
+                         "extra_rollouts_per_query": float(((n_m + 1) * K).mean())})
+    return pd.DataFrame(rows, columns=["benchmark", "variant", "K", "n_queries", "n_pairs_split", "sign_disagreement",
+                                       "non_tied_fraction", "extra_rollouts_per_query"])
+
+
+def pilot_competence(outcomes: Any, n_probes: int = 4) -> Any:
+    """Figure 3: per query, candidate effects U_DR (all rollouts) against skill-free competence, the
+    number of successful probes among the first `n_probes` skill-free rollouts. Reports per competence
+    level the mean and the best candidate effect, and how many queries hold both a positive and a
+    negative candidate (figure 3a). The probes are also part of the skill-free baseline here."""
+    import pandas as pd
+
+    keys = ["benchmark", "variant", "task_id"]
+    rows = []
+    for (b, v, t), g in outcomes.groupby(keys):
+        free = g[g.candidate == -1]
+        probes = free[free.k < n_probes]
+        effects = g[g.candidate >= 0].groupby("candidate").success.mean() - free.success.mean()
+        if effects.empty or len(probes) < min(n_probes, free.k.nunique()):
+            continue
+        rows.append({"benchmark": b, "variant": v, "task_id": t, "probe_successes": int(probes.success.sum()),
+                     "n_probes": len(probes), "mean_effect": float(effects.mean()), "best_effect": float(effects.max()),
+                     "mixed_signs": bool((effects > 0).any() and (effects < 0).any())})
+    per_query = pd.DataFrame(rows)
+    cols = ["benchmark", "variant", "probe_successes", "n_probes", "n_queries", "mean_effect", "best_effect",
+            "queries_with_mixed_signs"]
+    if per_query.empty:
+        return pd.DataFrame(columns=cols)
+    out = per_query.groupby(["benchmark", "variant", "probe_successes", "n_probes"]).agg(
+        n_queries=("task_id", "size"), mean_effect=("mean_effect", "mean"), best_effect=("best_effect", "mean"),
+        queries_with_mixed_signs=("mixed_signs", "sum")).reset_index()
+    return out[cols]
+
+
+# ----------------------------------------------------------------------------------------------------
 # Configuration (the `scaffold:` section, checked by schemas/scaffold.schema.yaml)
 
 
