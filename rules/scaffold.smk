@@ -350,3 +350,46 @@ if SCAFFOLD.webshop_data:
             "../envs/scaffold.yaml"
         script:
             "../workflow/scripts/scaffold_webshop_split.py"
+
+
+# GRPO joint training (section 4.5): one update of the shared policy from one scaffold iteration of a utility
+# variant. Not part of scaffold_all: `snakemake scaffold_grpo`. On the CPU the policy is the GGUF model
+# dequantised into transformers; at paper scale set scaffold.training.model to the Hugging Face id.
+_SC_TRAIN = dict(SCAFFOLD.training)
+_SC_GPU = _SC_LLM.backend == "vllm"
+
+
+rule scaffold_grpo:
+    input:
+        _sc_all(f"{_SCV}/grpo/step1"),
+
+
+rule scaffold_grpo_update:
+    input:
+        scouts=_SC_SCOUTS,
+        post=[f"{_SCV}/post/l{i}/episodes.parquet" for i in range(SCAFFOLD.n_post)],
+        candidates=f"{_SCV}/candidates.parquet",
+        utilities=f"{_SCV}/utilities.parquet",
+        generator_calls=f"{_SCV}/generate/llm_calls.parquet",
+    output:
+        directory(f"{_SCV}/grpo/step1"),
+    wildcard_constraints:
+        **_SC_CONSTRAINTS,
+    params:
+        training=_SC_TRAIN,
+        model=_SC_TRAIN.get("model") or _SC_LLM.model,
+        m=SCAFFOLD.n_candidates,
+        group_size=SCAFFOLD.n_scouts + SCAFFOLD.n_post + SCAFFOLD.n_candidates,
+        steps=1,
+        use_cpu=not _SC_GPU,
+    resources:
+        gpu=1 if _SC_GPU else 0,
+        mem_mb=64000 if _SC_GPU else 12000,
+    log:
+        "logs/scaffold/{sbench}/{svariant}/grpo_update.log",
+    benchmark:
+        "results/benchmarks/scaffold/{sbench}/{svariant}/grpo_update.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_grpo_update.py"
