@@ -521,3 +521,27 @@ def test_rollout_outcomes_joins_free_and_candidates():
                          "variant": ["grp/eval/c3"]})
     o = rollout_outcomes(free, cand, ["grp", "anc"])
     assert len(o) == 5 and set(o[o.candidate == 3].variant) == {"grp"} and o.success.dtype == float
+
+
+@pytest.mark.workflow
+def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
+    """configs/scaffold-paper.yaml (with the ALFWorld data path cleared: generated games) dry-runs with one
+    selection per benchmark x (2 utility variants + 3 ablations) and one GRPO update per utility variant."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = yaml.safe_load((root / "configs/scaffold-paper.yaml").read_text())
+    cfg["benchmarks"]["alfworld"]["options"]["data_path"] = None
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (tmp_path / "Snakefile").write_text(f'configfile: "config.yaml"\ninclude: "{root}/rules/scaffold.smk"\n')
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "scaffold_all", "scaffold_grpo", "--cores", "8"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = dict(re.findall(r"^(scaffold_\w+)\s+(\d+)$", proc.stdout, flags=re.M))
+    assert counts["scaffold_select"] == "10" and counts["scaffold_generate"] == "4"
+    assert counts["scaffold_grpo_update"] == "4" and counts["scaffold_post_scout"] == str(10 * 4)
+    assert counts["scaffold_scout"] == "8"  # N=4 Scouts per benchmark, shared by every variant
