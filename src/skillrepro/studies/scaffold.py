@@ -1,5 +1,6 @@
-"""SkillScaffold (seed 002, sections 4.1-4.4): skill-free Scouts, candidate skill cards, likelihood-ratio
-utility and positive-gated injection. GRPO training of the shared policy is not reproduced.
+"""SkillScaffold (seed 002, sections 3 and 4.1-4.4): skill-free Scouts, candidate skill cards (constrained to
+their format), likelihood-ratio utility, positive-gated injection and its ablations, and the pilot
+diagnostics. GRPO training is in scaffold_grpo, the WebShop and tau2-bench data in scaffold_data.
 
 The pure decisions (`utility`, `select`, `check_card`, `group_kind`) take plain numbers and strings so a
 test can reach every branch. The rest turns stored records into those inputs: Scout trajectories from
