@@ -236,6 +236,7 @@ def make_trainer(model: Any, tokenizer: Any, samples: Sequence[Sample], group_si
         epsilon_high=settings.clip_high, num_iterations=1, max_completion_length=max(len(s.completion_ids) for s in samples),
         use_cpu=use_cpu, bf16=False, report_to="none", logging_steps=1, save_strategy="no", seed=0,
         dataloader_num_workers=0, remove_unused_columns=False,
+        gradient_checkpointing=not use_cpu,  # memory for an 8B policy on a GPU; only time on a tiny CPU one
     )
     data = Dataset.from_list([{"prompt": q} for q in queries])
     trainer = _trainer_class()(model=model, reward_funcs=advantage_reward, args=cfg, train_dataset=data,
