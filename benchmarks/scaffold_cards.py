@@ -52,7 +52,10 @@ def main() -> None:
             clients = {j: LLMClient(ss.phase_seed(cfg, "generate", j), url) for j in range(a.m)}
             started, cands = time.perf_counter(), []
             for ev in evidence:
-                cands += ss.generate_candidates(clients.__getitem__, ev, template, fmt, a.m, a.max_tokens, request)[0]
+                new = ss.generate_candidates(clients.__getitem__, ev, template, fmt, a.m, a.max_tokens, request)[0]
+                print(f"  {mode} task {ev.task_id}: valid {[c.valid for c in new]} "
+                      f"problems {[c.problems for c in new if not c.valid]}", flush=True)
+                cands += new
             wall = time.perf_counter() - started
             problems = collections.Counter(p.split(":")[0] for c in cands for p in c.problems.split("; ") if p)
             rows.append((mode, sum(c.valid for c in cands), len(cands), wall, problems.most_common(2)))
