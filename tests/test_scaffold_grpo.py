@@ -139,3 +139,34 @@ def test_internalization_cohort_and_bootstrap():
     assert r2.recovery_pp == pytest.approx(25.0) and r2.ci_low == pytest.approx(-50) and r2.ci_high == pytest.approx(100)
     with pytest.raises(ValueError, match="'z'"):
         internalization(early, later, ["z"])
+
+
+@pytest.mark.integration
+def test_groups_from_the_scaffold_records(tiny):
+    """Scouts + Post-Scouts become the Executor's samples and the cards, with the request each came from,
+    the Generator's; a group is N+L+M samples, and the pre-fill is kept out of the card's mask."""
+    import json
+
+    import pandas as pd
+
+    from skillrepro.studies.scaffold import PREFILL, CandidateRecord, Trajectory, UtilityRecord
+    from skillrepro.studies.scaffold_grpo import groups_from_records
+
+    _, tok, seq = tiny
+
+    def traj(i, ok):
+        msgs = ({"role": "system", "content": "S"}, {"role": "user", "content": "Mission: go."},
+                {"role": "assistant", "content": f"Action: go_forward() {i}"})
+        return Trajectory(f"e{i}", "7", ok, i, msgs, ())
+
+    req = [{"role": "system", "content": "G"}, {"role": "user", "content": "evidence"},
+           {"role": "assistant", "content": PREFILL}]
+    calls = pd.DataFrame({"call_id": ["c0", "c1"], "prompt": [json.dumps({"messages": req})] * 2})
+    cards = [CandidateRecord("b", "grp", "7", j, PREFILL + f'card-{j}\\n## X\\ny"}}', "", "", 3, True, "", f"c{j}")
+             for j in range(2)]
+    utils = [UtilityRecord("b", "grp", "7", j, "mixed", 1, 1, u, True, True) for j, u in enumerate([0.2, -0.1])]
+    (g,) = groups_from_records(seq, "grp", 2, [traj(0, True), traj(1, False)], [traj(2, True)], cards, utils, calls)
+    assert len(g.executor) == 3 and [s.reward for s in g.executor] == [1.0, 0.0, 1.0]
+    assert len(g.generator) == 2 and g.utilities == [0.2, -0.1]
+    own = tok.decode([t for t, m in zip(g.generator[1].completion_ids, g.generator[1].mask) if m])
+    assert "card-1" in own and "skill" not in own and "evidence" not in tok.decode(g.generator[1].completion_ids)
