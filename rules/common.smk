@@ -16,6 +16,21 @@ wildcard_constraints:
     variant="|".join(METHODS),
     seed=r"\d+",
     k=r"\d+",
+    split="train|test",
+
+
+# What every rollout, sleep phase and evaluation of a run reads from the config (its seed is in its path).
+RUN_SETTINGS = ("llm", "benchmark", "call_budget", "method")
+
+
+def settings(*reads):
+    """A params entry: the fingerprint of exactly the config settings a job reads (see
+    skillrepro.config.settings_fingerprint). Snakemake records params of plain types only, so the scripts
+    rebuild their typed settings from snakemake.config and the rule carries this string instead; the job
+    reruns when one of those settings changes, and only then (key order is no change)."""
+    return lambda w: cfg.settings_fingerprint(
+        config, reads, bench=getattr(w, "bench", None), variant=getattr(w, "variant", None)
+    )
 
 
 def run_path(wildcards, name):
@@ -46,6 +61,8 @@ def start_llm_server():
 
     if LLM.base_url or LLM.backend == "openai" or os.environ.get(servers.URL_ENV) or not workflow.local_exec:
         return
+    if not any(job.resources.get("llm", 0) for job in workflow.dag.needrun_jobs()):
+        return  # no job of this invocation asks for the model (e.g. the KV-cache study's replay mode)
     _server = servers.start(LLM, workdir=".")
     os.environ[servers.URL_ENV] = _server.url
     logger.info(f"LLM server ({LLM.backend}, {LLM.model}) at {_server.url}")

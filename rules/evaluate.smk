@@ -1,6 +1,6 @@
 rule evaluate:
     input:
-        tasks="results/tasks/{bench}.json",
+        tasks="results/tasks/{bench}/test.json",
         library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
     output:
         episodes="results/runs/{bench}/{variant}/seed{seed}/eval/v{k}/episodes.parquet",
@@ -8,10 +8,7 @@ rule evaluate:
         llm_calls="results/runs/{bench}/{variant}/seed{seed}/eval/v{k}/llm_calls.parquet",
         skill_calls="results/runs/{bench}/{variant}/seed{seed}/eval/v{k}/skill_calls.parquet",
     params:
-        bench=lambda w: BENCHMARKS[w.bench],
-        method=lambda w: METHODS[w.variant],
-        llm=LLM,
-        protocol=PROTOCOL,
+        settings=settings(*RUN_SETTINGS),
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
         llm=1,

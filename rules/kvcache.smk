@@ -1,6 +1,8 @@
-# KV-cache reuse study (seed 001, issue 5): ALFWorld actor runs per (prompt format, seed) recording every
-# request's token ids and the server's cached tokens -> request streams -> prefix-cache simulations (retain
-# vs flush, capacities, lockstep concurrency) -> tables -> the seminar's figures. Target: kvcache_all.
+# KV-cache reuse study (seed 001, issue 5): ALFWorld actor runs per (model, prompt format, seed) recording
+# every request's token ids and the server's cached tokens -> request streams -> prefix-cache simulations
+# (retain vs flush, capacities, lockstep concurrency) -> tables and the seminar's figures per model -> a
+# comparison of the models. With kvcache.replay, recorded trajectories stand in for the model.
+# Target: kvcache_all.
 from snakemake.utils import validate as _kv_validate
 
 from skillrepro import config as _kv_cfg
@@ -11,30 +13,38 @@ config.setdefault("kvcache", {})
 _kv_validate(config["kvcache"], str(_kv_cfg.ROOT / "schemas" / "kvcache.schema.yaml"), set_default=True)
 KV = KVConfig.from_config(config)
 _KV_LLM = _kv_cfg.llm_config(config)
+_KV_LLMS = KV.model_llms(config)  # model name -> its llm settings
 _KV_BENCH = KV.bench(config)
 _KV_WALL = config.get("budgets", {}).get("rollout_wall_s", 1800)
+# what served the runs: the LLM backend, or "replay" when kvcache.replay plays trajectories without one
+_KV_BACKEND = "replay" if KV.replay else _KV_LLM.backend
 
-_KV_RUN = "results/kvcache/runs/{kvfmt}/seed{kvseed}"
-_KV_SIM = "results/kvcache/sim/{kvfmt}/seed{kvseed}"
-_KV_CONSTRAINTS = dict(kvfmt="|".join(KV.formats), kvseed=r"\d+")
+_KV_RUN = "results/kvcache/{kvmodel}/runs/{kvfmt}/seed{kvseed}"
+_KV_SIM = "results/kvcache/{kvmodel}/sim/{kvfmt}/seed{kvseed}"
+_KV_CONSTRAINTS = dict(kvmodel="|".join(_KV_LLMS), kvfmt="|".join(KV.formats), kvseed=r"\d+")
+_KV_TABLE_NAMES = ("reuse", "steps", "load", "success", "server", "overload", "counters")
+_KV_FIGURE_NAMES = ("reuse", "prefix", "load", "reuse_steps", "recomputed", "preemptions", "success", "server")
 
 
-# every (format, seed) instance of a path pattern
-_kv_all = lambda pattern: [pattern.format(kvfmt=f, kvseed=s) for f in KV.formats for s in KV.seeds]
-
-
-KV_TABLES = [f"results/tables/kvcache_{n}.csv" for n in ("reuse", "steps", "load", "success", "server")]
-KV_FIGURES = [
-    f"results/figures/kvcache_{n}.png"
-    for n in ("reuse", "prefix", "load", "reuse_steps", "recomputed", "preemptions", "success", "server")
+# every (format, seed) instance of a path pattern, for the job's model
+_kv_model_runs = lambda pattern: lambda w: [
+    pattern.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s) for f in KV.formats for s in KV.seeds
 ]
+# a model other than the llm section's cannot use the invocation's shared server: its job starts its own
+_kv_own_server = lambda w: not KV.replay and _KV_LLMS[w.kvmodel] != _KV_LLM
 
 
 rule kvcache_all:
     input:
+        expand("results/tables/kvcache/{kvmodel}/{name}.csv", kvmodel=_KV_LLMS, name=_KV_TABLE_NAMES),
+        expand("results/figures/kvcache/{kvmodel}/{name}.png", kvmodel=_KV_LLMS, name=_KV_FIGURE_NAMES),
         "results/tables/kvcache_prefix.csv",
-        KV_TABLES,
-        KV_FIGURES,
+        "results/tables/kvcache_models.csv",
+        "results/figures/kvcache_models.png",
+        # the non-prefix reuse experiment, when kvcache.blend.model names a model
+        ["results/tables/kvcache_blend_summary.csv", "results/figures/kvcache_blend.png"]
+        if KV.blend_settings.get("model")
+        else [],
 
 
 rule kvcache_tasks:
@@ -53,29 +63,52 @@ rule kvcache_tasks:
         "../workflow/scripts/kvcache_tasks.py"
 
 
+rule kvcache_trajectories:
+    input:
+        tasks="results/kvcache/tasks.json",
+    output:
+        "results/kvcache/trajectories.json",
+    params:
+        bench=_KV_BENCH,
+        kv=KV,
+    log:
+        "logs/kvcache/trajectories.log",
+    benchmark:
+        "results/benchmarks/kvcache/trajectories.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/kvcache_trajectories.py"
+
+
 rule kvcache_run:
     input:
         tasks="results/kvcache/tasks.json",
+        # replay mode: every format replays the same recorded games
+        **({"trajectories": "results/kvcache/trajectories.json"} if KV.replay else {}),
     output:
         episodes=f"{_KV_RUN}/episodes.parquet",
         steps=f"{_KV_RUN}/steps.parquet",
         llm_calls=f"{_KV_RUN}/llm_calls.parquet",
         requests=f"{_KV_RUN}/requests.jsonl",
+        counters=f"{_KV_RUN}/server_counters.json",
     wildcard_constraints:
         **_KV_CONSTRAINTS,
     params:
         bench=_KV_BENCH,
         kv=KV,
-        llm=_KV_LLM,
+        llm=lambda w: _KV_LLMS[w.kvmodel],
+        own_server=_kv_own_server,
         wall_s=_KV_WALL,
     resources:
-        # a run with P episodes in flight takes P server slots, so runs do not crowd each other's batch
-        llm=min(KV.parallel_episodes, _KV_LLM.slots),
+        # a run with P episodes in flight takes P slots of the shared server, so runs do not crowd each
+        # other's batch; a replay or a run on its own server takes none
+        llm=lambda w: 0 if KV.replay or _kv_own_server(w) else min(KV.parallel_episodes, _KV_LLM.slots),
         mem_mb=4000,
     log:
-        "logs/kvcache/run_{kvfmt}_seed{kvseed}.log",
+        "logs/kvcache/{kvmodel}/run_{kvfmt}_seed{kvseed}.log",
     benchmark:
-        "results/benchmarks/kvcache/run_{kvfmt}_seed{kvseed}.tsv"
+        "results/benchmarks/kvcache/{kvmodel}/run_{kvfmt}_seed{kvseed}.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -85,20 +118,22 @@ rule kvcache_run:
 rule kvcache_simulate:
     input:
         requests=f"{_KV_RUN}/requests.jsonl",
+        counters=f"{_KV_RUN}/server_counters.json",
     output:
         summary=f"{_KV_SIM}/summary.parquet",
         steps=f"{_KV_SIM}/steps.parquet",
         load=f"{_KV_SIM}/load.parquet",
         server=f"{_KV_SIM}/server.parquet",
+        counters=f"{_KV_SIM}/counters.parquet",
     wildcard_constraints:
         **_KV_CONSTRAINTS,
     params:
         kv=KV,
         slots=KV.server_slots,
     log:
-        "logs/kvcache/simulate_{kvfmt}_seed{kvseed}.log",
+        "logs/kvcache/{kvmodel}/simulate_{kvfmt}_seed{kvseed}.log",
     benchmark:
-        "results/benchmarks/kvcache/simulate_{kvfmt}_seed{kvseed}.tsv"
+        "results/benchmarks/kvcache/{kvmodel}/simulate_{kvfmt}_seed{kvseed}.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -108,6 +143,7 @@ rule kvcache_simulate:
 rule kvcache_prefix:
     input:
         tasks="results/kvcache/tasks.json",
+        **({"trajectories": "results/kvcache/trajectories.json"} if KV.replay else {}),
     output:
         report("results/tables/kvcache_prefix.csv", category="KV cache"),
     params:
@@ -125,21 +161,24 @@ rule kvcache_prefix:
 
 rule kvcache_tables:
     input:
-        summary=_kv_all(f"{_KV_SIM}/summary.parquet"),
-        steps=_kv_all(f"{_KV_SIM}/steps.parquet"),
-        load=_kv_all(f"{_KV_SIM}/load.parquet"),
-        server=_kv_all(f"{_KV_SIM}/server.parquet"),
-        episodes=_kv_all(f"{_KV_RUN}/episodes.parquet"),
+        summary=_kv_model_runs(f"{_KV_SIM}/summary.parquet"),
+        steps=_kv_model_runs(f"{_KV_SIM}/steps.parquet"),
+        load=_kv_model_runs(f"{_KV_SIM}/load.parquet"),
+        server=_kv_model_runs(f"{_KV_SIM}/server.parquet"),
+        counters=_kv_model_runs(f"{_KV_SIM}/counters.parquet"),
+        episodes=_kv_model_runs(f"{_KV_RUN}/episodes.parquet"),
     output:
-        **{n: report(f"results/tables/kvcache_{n}.csv", category="KV cache")
-           for n in ("reuse", "steps", "load", "success", "server")},
+        **{n: report(f"results/tables/kvcache/{{kvmodel}}/{n}.csv", category="KV cache", subcategory="{kvmodel}")
+           for n in _KV_TABLE_NAMES},
+    wildcard_constraints:
+        kvmodel=_KV_CONSTRAINTS["kvmodel"],
     params:
         kv=KV,
-        backend=_KV_LLM.backend,
+        backend=lambda w: "replay" if KV.replay else _KV_LLMS[w.kvmodel].backend,
     log:
-        "logs/kvcache/tables.log",
+        "logs/kvcache/{kvmodel}/tables.log",
     benchmark:
-        "results/benchmarks/kvcache/tables.tsv"
+        "results/benchmarks/kvcache/{kvmodel}/tables.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -149,17 +188,62 @@ rule kvcache_tables:
 rule kvcache_figures:
     input:
         prefix="results/tables/kvcache_prefix.csv",
-        **{n: f"results/tables/kvcache_{n}.csv" for n in ("reuse", "steps", "load", "success", "server")},
+        **{n: f"results/tables/kvcache/{{kvmodel}}/{n}.csv" for n in _KV_TABLE_NAMES},
     output:
-        **{n: report(f"results/figures/kvcache_{n}.png", category="KV cache")
-           for n in ("reuse", "prefix", "load", "reuse_steps", "recomputed", "preemptions", "success", "server")},
+        **{n: report(f"results/figures/kvcache/{{kvmodel}}/{n}.png", category="KV cache", subcategory="{kvmodel}")
+           for n in _KV_FIGURE_NAMES},
+    wildcard_constraints:
+        kvmodel=_KV_CONSTRAINTS["kvmodel"],
     params:
         kv=KV,
     log:
-        "logs/kvcache/figures.log",
+        "logs/kvcache/{kvmodel}/figures.log",
     benchmark:
-        "results/benchmarks/kvcache/figures.tsv"
+        "results/benchmarks/kvcache/{kvmodel}/figures.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
         "../workflow/scripts/kvcache_figures.py"
+
+
+rule kvcache_models:
+    input:
+        reuse=expand("results/tables/kvcache/{kvmodel}/reuse.csv", kvmodel=_KV_LLMS),
+        success=expand("results/tables/kvcache/{kvmodel}/success.csv", kvmodel=_KV_LLMS),
+        overload=expand("results/tables/kvcache/{kvmodel}/overload.csv", kvmodel=_KV_LLMS),
+    output:
+        table=report("results/tables/kvcache_models.csv", category="KV cache"),
+        figure=report("results/figures/kvcache_models.png", category="KV cache"),
+    params:
+        kv=KV,
+        models=list(_KV_LLMS),
+    log:
+        "logs/kvcache/models.log",
+    benchmark:
+        "results/benchmarks/kvcache/models.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/kvcache_models.py"
+
+
+rule kvcache_blend:
+    input:
+        trajectories="results/kvcache/trajectories.json",
+    output:
+        table=report("results/tables/kvcache_blend.csv", category="KV cache"),
+        summary=report("results/tables/kvcache_blend_summary.csv", category="KV cache"),
+        figure=report("results/figures/kvcache_blend.png", category="KV cache"),
+    params:
+        kv=KV,
+    resources:
+        mem_mb=6000,  # a 0.5B model dequantised to float32, and its activations over ~1.5k tokens
+    threads: KV.blend_settings.get("threads", 2)
+    log:
+        "logs/kvcache/blend.log",
+    benchmark:
+        "results/benchmarks/kvcache/blend.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/kvcache_blend.py"

@@ -5,6 +5,10 @@
 rule init_library:
     output:
         "results/runs/{bench}/{variant}/seed{seed}/library/v0/manifest.json",
+    params:
+        # What every job of the run reads; the manifest keeps it, so a changed setting reruns the whole
+        # chain here, and a run folder made under other settings is refused, never extended silently.
+        settings=settings(*RUN_SETTINGS),
     log:
         "logs/runs/{bench}/{variant}/seed{seed}/init_library.log",
     benchmark:
@@ -17,7 +21,7 @@ rule init_library:
 
 rule rollout:
     input:
-        tasks="results/tasks/{bench}.json",
+        tasks="results/tasks/{bench}/train.json",
         library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
         batches=lambda w: [run_path(w, f"train/batch{i}/episodes.parquet") for i in range(int(w.k))],
     output:
@@ -26,10 +30,8 @@ rule rollout:
         llm_calls="results/runs/{bench}/{variant}/seed{seed}/train/batch{k}/llm_calls.parquet",
         skill_calls="results/runs/{bench}/{variant}/seed{seed}/train/batch{k}/skill_calls.parquet",
     params:
-        bench=lambda w: BENCHMARKS[w.bench],
-        method=lambda w: METHODS[w.variant],
-        llm=LLM,
-        protocol=PROTOCOL,
+        settings=settings(*RUN_SETTINGS),
+        sleep_every=config["protocol"]["sleep_every"],
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
         llm=1,
@@ -54,9 +56,7 @@ rule induce:
         llm_calls="results/runs/{bench}/{variant}/seed{seed}/induce/v{k}/llm_calls.parquet",
         transcript="results/runs/{bench}/{variant}/seed{seed}/induce/v{k}/transcript.jsonl",
     params:
-        bench=lambda w: BENCHMARKS[w.bench],
-        method=lambda w: METHODS[w.variant],
-        llm=LLM,
+        settings=settings(*RUN_SETTINGS),
         request_budget=config["budgets"]["inducer_requests"],
     wildcard_constraints:
         k=r"[1-9]\d*",  # v0 comes from init_library

@@ -23,7 +23,8 @@ _SCV = "results/scaffold/{sbench}/{svariant}"
 _SC_SCOUTS = [f"{_SC}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts)]
 _SC_CONSTRAINTS = dict(sbench="|".join(_SC_BENCH) or "none", svariant="|".join(SCAFFOLD.selection_variants), i=r"\d+")
 _SC_COMMON = dict(bench=lambda w: _SC_BENCH[w.sbench], llm=lambda w: executor_llm(_SC_LLM, SCAFFOLD, w.sbench),
-                  scaffold=SCAFFOLD)
+                  scaffold=SCAFFOLD,
+                  settings=lambda w: _scaffold_cfg.fingerprint([_scaffold_cfg.settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=w.sbench), SCAFFOLD]))
 # Every benchmark x variant instance of a path pattern: utility variants, or every selection variant.
 _sc_all = lambda pattern, variants=SCAFFOLD.variants: [pattern.format(sbench=b, svariant=v) for b in _SC_BENCH for v in variants]  # noqa: E731
 _sc_sel = lambda pattern: _sc_all(pattern, SCAFFOLD.selection_variants)  # noqa: E731
@@ -112,9 +113,6 @@ rule scaffold_generate:
     wildcard_constraints:
         **_SC_CONSTRAINTS,
     params:
-        # Plain-text fingerprint: Snakemake ignores the dataclass params when deciding to rerun.
-        settings=repr((SCAFFOLD.card, SCAFFOLD.generator_decoding, SCAFFOLD.generator_max_tokens,
-                       SCAFFOLD.n_candidates, SCAFFOLD.generator_prompts, _SC_LLM)),
         **_SC_COMMON,
     resources:
         llm=1,

@@ -1,13 +1,16 @@
 rule sample_tasks:
     output:
-        "results/tasks/{bench}.json",
+        "results/tasks/{bench}/{split}.json",
     params:
-        bench=lambda w: BENCHMARKS[w.bench],
-        protocol=PROTOCOL,
+        settings=settings("benchmark"),
+        # The splits never overlap (Benchmark.sample_tasks), so each is drawn alone: a new n_test leaves
+        # the training list, and every rollout that reads it, untouched.
+        n_tasks=lambda w: config["protocol"]["train_rollouts" if w.split == "train" else "n_test"],
+        task_seed=config["protocol"]["task_seed"],
     log:
-        "logs/sample_tasks/{bench}.log",
+        "logs/sample_tasks/{bench}_{split}.log",
     benchmark:
-        "results/benchmarks/sample_tasks/{bench}.tsv"
+        "results/benchmarks/sample_tasks/{bench}_{split}.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:

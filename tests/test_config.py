@@ -84,3 +84,71 @@ def test_method_options_are_checked_by_the_methods_options_class():
         check_config(cfg)
     cfg = with_change("methods.react", {"method": "speedrunner", "options": {"interpreter": False, "access": "all_public"}})
     assert check_config(cfg)["methods"]["react"]["options"] == {"interpreter": False, "access": "all_public"}
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", "re act", "réact", "a.b", "x|y", "(x)", "", "react\n", "9lives",
+                                  "x" * 65])
+@pytest.mark.parametrize("section", ["benchmarks", "methods"])
+def test_names_that_become_paths_must_be_safe(section, name):
+    cfg = copy.deepcopy(BASE)
+    cfg[section][name] = cfg[section].pop(next(iter(cfg[section])))
+    with pytest.raises(ConfigError, match=f"config key {section}: .* is not a valid name"):
+        check_config(cfg)
+
+
+@pytest.mark.parametrize("path, value, expected", [
+    ("protocol.train_rollouts", 10**9, "config key protocol.train_rollouts: 1000000000 must be <= 100000"),
+    ("protocol.seeds", list(range(101)), "config key protocol.seeds: more than 100 entries"),
+    ("protocol.seeds", [0, 0], "config key protocol.seeds: [0, 0] repeats a seed"),
+    ("protocol.n_test", 31, "config key protocol.n_test: 31 test tasks asked for, but benchmark babyai (babyai) has 30"),
+    ("protocol.train_rollouts", 202, "config key protocol.train_rollouts: 202 train tasks asked for"),
+    ("budgets.inducer_requests", 10**7, "config key budgets.inducer_requests: 10000000 must be <= 100000"),
+    ("llm.temperature", float("nan"), "config key llm.temperature: nan is not a finite number"),
+    ("budgets.rollout_wall_s", float("inf"), "config key budgets.rollout_wall_s: inf is not a finite number"),
+    ("methods.react.benchmarks", ["../x"], "config key methods.react.benchmarks.0: '../x' is not a valid name"),
+])
+def test_values_that_size_the_work_are_bounded(path, value, expected):
+    with pytest.raises(ConfigError) as err:
+        check_config(with_change(path, value))
+    assert expected in str(err.value)
+
+
+def test_too_many_sleep_cycles_are_refused():
+    cfg = with_change("protocol", dict(BASE["protocol"], train_rollouts=100000, sleep_every=1, eval_every=1))
+    cfg["benchmarks"] = {"crafter": {"env": "crafter"}}
+    with pytest.raises(ConfigError, match="100000 sleep cycles per run; at most 1000"):
+        check_config(cfg)
+
+
+def test_an_alias_bomb_stops_before_anything_walks_it(tmp_path):
+    lines = ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\n")
+    cfg = copy.deepcopy(BASE)
+    cfg["methods"]["react"]["options"] = load_yaml(bomb)  # 10**9 values once expanded
+    with pytest.raises(ConfigError, match="more than 100000 values once YAML aliases are expanded"):
+        check_config(cfg)
+
+
+def test_a_gguf_path_must_be_a_gguf_file(tmp_path):
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"<html>404 not found</html>")
+    with pytest.raises(ConfigError, match=r"config key llm.model: .*model.gguf is not a GGUF file"):
+        check_config(with_change("llm.model", str(fake)))
+    fake.write_bytes(b"GGUF\x03\x00\x00\x00")
+    check_config(with_change("llm.model", str(fake)))
+
+
+def test_settings_fingerprint_ignores_key_order_and_defaults_written_out():
+    from skillrepro.config import settings_fingerprint
+
+    cfg = check_config(BASE)
+    reordered = check_config({k: dict(reversed(list(v.items()))) if isinstance(v, dict) else v
+                              for k, v in reversed(list(BASE.items()))})
+    reads = ("llm", "benchmark", "call_budget", "method", "protocol.n_test")
+    fp = settings_fingerprint(cfg, reads, bench="babyai", variant="react")
+    assert fp == settings_fingerprint(reordered, reads, bench="babyai", variant="react")
+    assert fp == settings_fingerprint(check_config(with_change("llm.threads", 16)), reads, bench="babyai", variant="react")
+    assert fp != settings_fingerprint(check_config(with_change("llm.temperature", 0.1)), reads, bench="babyai", variant="react")
+    assert len(fp) == 16

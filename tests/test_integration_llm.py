@@ -48,3 +48,17 @@ def test_two_episodes_on_the_real_server_record_every_field(llm_url, llm_cfg, tm
     assert set(eps.termination) <= {"budget", "success", "env_done"}
     assert (eps.wall_s > 0).all() and eps.split.eq("test").all() and eps.library_version.eq(0).all()
     assert steps.observation.str.len().min() > 0
+
+
+def test_token_count_without_usage_matches_the_servers_usage(llm_url, llm_cfg):
+    """The fallback for a reply without `usage` (llama.cpp's /apply-template and /tokenize) counts what the
+    server itself reports when it does send usage."""
+    from skillrepro.llm import LLMClient
+
+    client = LLMClient(llm_cfg, llm_url)
+    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a colour."}]
+    reply = client.chat(messages, role="actor", session_id="t")
+    assert not reply.record.usage_missing
+    prompt, completion = client._count_tokens(messages, reply.text)
+    assert prompt == reply.record.prompt_tokens
+    assert abs(completion - reply.record.completion_tokens) <= 1  # an end-of-turn token is not in the text

@@ -5,9 +5,11 @@ import numpy as np
 import pytest
 
 from skillrepro.studies.kvcache.sim import (
+    VLLM_VERSION,
     BlockPool,
     CacheConfig,
     LlamaCppConfig,
+    PrefixCacheSim,
     Request,
     block_hashes,
     simulate,
@@ -62,23 +64,24 @@ def test_divergence_mid_block_and_chain():
 
 def test_eviction_takes_the_finished_requests_last_block_first():
     x = toks(0, 48)  # 3 full blocks
-    # capacity 4 blocks; y needs 2: the never-used block, then x's last block
-    _, res = seq(CacheConfig(capacity_tokens=64), Request("x", 0, x), Request("y", 0, toks(900, 32)),
+    # 5 blocks, the null block reserved: 4 usable; y needs 2: the never-used block, then x's last block
+    _, res = seq(CacheConfig(capacity_tokens=80), Request("x", 0, x), Request("y", 0, toks(900, 32)),
                  Request("x", 1, x))
     assert res[2].cached_tokens == 32  # x0, x1 survive; the cap (47//16 = 2 blocks) also allows 32
     # y needs 3 blocks: evicts the free one, x2 and x1; only x0 remains
-    _, res = seq(CacheConfig(capacity_tokens=64), Request("x", 0, x), Request("y", 0, toks(900, 48)),
+    _, res = seq(CacheConfig(capacity_tokens=80), Request("x", 0, x), Request("y", 0, toks(900, 48)),
                  Request("x", 1, x))
     assert res[2].cached_tokens == 16
 
 
 def test_lru_order_in_the_pool():
-    pool = BlockPool(4)
+    pool = BlockPool(5)  # block 0 is the null block
     blocks = pool.allocate(3)
+    assert blocks == [1, 2, 3]
     pool.register(blocks, [11, 12, 13], 0, 3)
     pool.release(blocks)
-    assert list(pool.free) == [3, 2, 1, 0]
-    pool.allocate(2)  # block 3 (never used), then block 2 (hash 13)
+    assert list(pool.free) == [4, 3, 2, 1]
+    pool.allocate(2)  # block 4 (never used), then block 3 (hash 13)
     assert set(pool.cached) == {11, 12} and pool.evictions == 1
     pool.touch(pool.longest_hit([11, 12], 2))
     assert list(pool.free) == []
@@ -94,21 +97,6 @@ def test_flush_policy_empties_the_cache_between_steps_only():
     assert [r.cached_tokens for r in flush] == [0, 96, 0, 96]
 
 
-def test_lockstep_preempts_latest_arrival_and_recomputes_it():
-    # capacity 6 blocks; each request: 32 prompt tokens (2 blocks) + 32 output tokens (2 more blocks)
-    a = Request("a", 0, toks(0, 32), completion_tokens=32)
-    b = Request("b", 0, toks(5000, 32), completion_tokens=32)
-    s, res = simulate([a, b], CacheConfig(capacity_tokens=96))
-    ra, rb = res
-    # round 1: both admitted (4 blocks); round 2: each grows one block (6); round 3: a needs a 7th block,
-    # so b (the latest arrival) is preempted; b is re-admitted with its 16 generated tokens: its 2 prompt
-    # blocks are still cached, so only those 16 are recomputed.
-    assert (ra.preemptions, rb.preemptions) == (0, 1)
-    assert (ra.cached_tokens, rb.cached_tokens) == (0, 0)  # reported at first scheduling
-    assert ra.recomputed_tokens == 32 and rb.recomputed_tokens == 32 + 16
-    assert s.preemptions == 1 and s.recomputed_tokens == 80
-
-
 def test_lockstep_requests_of_one_step_share_blocks():
     skills = toks(0, 320)
     reqs = [Request(f"e{i}", 0, np.concatenate([skills, toks(10_000 * (i + 1), 50)])) for i in range(3)]
@@ -117,16 +105,13 @@ def test_lockstep_requests_of_one_step_share_blocks():
     assert s.reuse_ratio == pytest.approx(640 / 1110, abs=1e-6)
 
 
-def test_request_larger_than_cache_names_it():
-    with pytest.raises(ValueError, match="episode 'big' step 3"):
-        simulate([Request("big", 3, toks(0, 200))], CacheConfig(capacity_tokens=64))
-
-
 def test_bad_config_is_rejected():
     with pytest.raises(ValueError, match="policy"):
         CacheConfig(capacity_tokens=64, policy="keep")
     with pytest.raises(ValueError, match="capacity_tokens"):
-        CacheConfig(capacity_tokens=8)
+        CacheConfig(capacity_tokens=16)  # one block: nothing left beside the null block
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        CacheConfig(capacity_tokens=64, max_num_seqs=0)
 
 
 def test_llamacpp_single_slot_keeps_prompt_and_reply():
@@ -152,3 +137,162 @@ def test_llamacpp_two_slots_pick_the_similar_one():
     assert [r.cached_tokens for r in res] == [0, 0, 99]
     _, res = simulate_llamacpp([Request("a", 0, a), Request("b", 0, b), Request("a", 1, a)])
     assert [r.cached_tokens for r in res] == [0, 0, 0]  # one slot: b replaced a
+
+
+# -- vLLM 0.11.0's scheduler rules, one test each ------------------------------------------------------
+
+
+def traced(cfg: CacheConfig, reqs, fast_forward: bool = True):
+    engine = PrefixCacheSim(cfg, trace=True, fast_forward=fast_forward)
+    results = engine.run(reqs)
+    return engine, results
+
+
+def test_pinned_version_and_its_serving_defaults():
+    cfg = CacheConfig(capacity_tokens=419_000)
+    assert VLLM_VERSION == "0.11.0"
+    assert (cfg.max_num_seqs, cfg.max_batched_tokens) == (1024, 8192)
+
+
+def test_null_block_is_reserved():
+    cfg = CacheConfig(capacity_tokens=64)  # 4 blocks: 3 usable
+    assert cfg.usable_blocks == 3
+    engine = PrefixCacheSim(cfg)
+    assert 0 not in engine.pool.free and len(engine.pool.free) == 3
+    simulate([Request("a", 0, toks(0, 48))], cfg)  # exactly the 3 usable blocks
+    with pytest.raises(ValueError, match="episode 'b' step 0"):
+        simulate([Request("b", 0, toks(0, 49))], cfg)
+
+
+def test_chunked_prefill_shares_the_step_budget():
+    a = Request("a", 0, toks(0, 100), completion_tokens=3)
+    b = Request("b", 0, toks(1000, 100), completion_tokens=3)
+    engine, _ = traced(CacheConfig(capacity_tokens=4096, max_batched_tokens=64), [a, b])
+    # step 1: a's first chunk takes the whole budget; step 2: a finishes its prompt (36), b starts (28);
+    # step 3: a decodes one token, b takes the rest of the budget (63 of its 72); ...
+    assert engine.trace[:4] == [[("a", 0, 64)], [("a", 0, 36), ("b", 0, 28)], [("a", 0, 1), ("b", 0, 63)],
+                                [("a", 0, 1), ("b", 0, 9)]]
+    assert engine.trace[4:] == [[("b", 0, 1)], [("b", 0, 1)]]
+
+
+def test_one_decode_token_per_running_request_per_step():
+    reqs = [Request(e, 0, toks(100 * i, 20), completion_tokens=5) for i, e in enumerate("abc")]
+    engine, _ = traced(CacheConfig(capacity_tokens=4096), reqs)
+    assert engine.trace[0] == [("a", 0, 20), ("b", 0, 20), ("c", 0, 20)]  # prefill samples token 1
+    assert engine.trace[1:] == [[("a", 0, 1), ("b", 0, 1), ("c", 0, 1)]] * 4  # tokens 2..5
+
+
+def test_final_sampled_token_gets_no_kv():
+    p = toks(0, 32)
+    cfg = CacheConfig(capacity_tokens=64)  # 3 usable blocks = 48 tokens
+    simulate([Request("a", 0, p, completion_tokens=17)], cfg)  # holds 32 + 17 - 1 = 48
+    with pytest.raises(ValueError, match="need 49 tokens"):
+        simulate([Request("a", 0, p, completion_tokens=18)], cfg)
+    # a 16-token reply completes block 2 in the token stream, but its last token has no KV: block 2 is
+    # never full, so the next step's prompt (prompt + reply + more) hits only 2 blocks
+    reply = toks(500, 16)
+    nxt = np.concatenate([p, reply, toks(900, 20)])
+    _, res = seq(CacheConfig(capacity_tokens=4096), Request("a", 0, p, response_token_ids=reply), Request("a", 1, nxt))
+    assert res[1].cached_tokens == 32
+    reply = toks(500, 17)  # now 48 tokens have KV: three full blocks
+    nxt = np.concatenate([p, reply, toks(900, 20)])
+    _, res = seq(CacheConfig(capacity_tokens=4096), Request("a", 0, p, response_token_ids=reply), Request("a", 1, nxt))
+    assert res[1].cached_tokens == 48
+
+
+def test_preemption_takes_the_most_recent_and_requeues_it_in_front():
+    # 5 usable blocks; a: 16-token prompt (1 block), b, c: 24 tokens (2 blocks each); d waits (max_num_seqs 3).
+    # a's first decode token needs a second block: none is free, so c (admitted last) is preempted, not b
+    reqs = [Request("a", 0, toks(0, 16), completion_tokens=4), Request("b", 0, toks(1000, 24), completion_tokens=4),
+            Request("c", 0, toks(2000, 24), completion_tokens=4), Request("d", 0, toks(3000, 8), completion_tokens=4)]
+    engine, res = traced(CacheConfig(capacity_tokens=6 * 16, max_num_seqs=3), reqs)
+    assert engine.trace[0] == [("a", 0, 16), ("b", 0, 24), ("c", 0, 24)]
+    assert engine.trace[1] == [("a", 0, 1), ("b", 0, 1)]  # c preempted; nothing admitted in this step
+    # c, at the head of the queue, needs 2 blocks (its surviving first block sits in the free queue and
+    # counts, as in vLLM) and 1 is free: it waits, and d behind it waits too, until a and b finish
+    assert engine.trace[2] == engine.trace[3] == [("a", 0, 1), ("b", 0, 1)]
+    # requeued at the front: c comes back before d. It had sampled one token (25 tokens); its first block
+    # survived in the cache (a took its last block, freed first), so 25 - 16 = 9 tokens are recomputed
+    assert engine.trace[4] == [("c", 0, 9), ("d", 0, 8)]
+    by = {r.episode: r for r in res}
+    assert [by[e].preemptions for e in "abcd"] == [0, 0, 1, 0]
+    assert by["c"].cached_tokens == 0  # reported at its first scheduling, as vLLM does
+    # its 24-token prompt, then the 9 re-prefilled tokens less the one its decode would have computed anyway
+    assert by["c"].recomputed_tokens == 24 + 8
+    assert by["d"].cached_tokens == 0 and by["d"].recomputed_tokens == 8
+
+
+def test_a_request_that_cannot_grow_preempts_itself_when_it_is_the_latest():
+    reqs = [Request(e, 0, toks(1000 * i, 16), completion_tokens=40) for i, e in enumerate("abc")]
+    engine, res = traced(CacheConfig(capacity_tokens=9 * 16), reqs)  # 8 usable blocks
+    # at token 32 a and b take their third block (8 in use); c, the latest, cannot: it preempts itself
+    # and comes back once a and b have finished
+    first = next(i for i, t in enumerate(engine.trace) if len(t) < 3)
+    assert [e for e, _, _ in engine.trace[first]] == ["a", "b"]
+    assert [r.preemptions for r in res] == [0, 0, 1]
+    assert engine.trace[first - 1][2] == ("c", 0, 1)
+
+
+def test_duplicate_blocks_are_kept():
+    # a and b share an 80-token prompt; a's prefill is chunked (48 + 32), b joins in a's second step and
+    # hits the 4 blocks a has registered, then computes block 4 itself: a second copy of a's block 4
+    shared = toks(0, 80)
+    reqs = [Request("a", 0, shared), Request("b", 0, shared)]
+    engine, res = traced(CacheConfig(capacity_tokens=4096, max_batched_tokens=48), reqs)
+    assert engine.trace[:2] == [[("a", 0, 48)], [("a", 0, 32), ("b", 0, 16)]]
+    assert res[1].cached_tokens == 64
+    h4 = block_hashes(shared, 16)[4]
+    assert len(engine.pool.cached[h4]) == 2
+    pool = BlockPool(4)
+    blocks = pool.allocate(2)
+    pool.register(blocks, [7, 7], 0, 2)
+    pool.release(blocks)
+    pool.allocate(2)  # the never-used block 3, then the second copy (released last-first): one copy stays
+    assert pool.longest_hit([7], 1) == [1]
+
+
+def test_max_num_seqs_limits_running_requests():
+    reqs = [Request(e, 0, toks(1000 * i, 20), completion_tokens=3) for i, e in enumerate("abc")]
+    engine, _ = traced(CacheConfig(capacity_tokens=4096, max_num_seqs=2), reqs)
+    assert max(len(t) for t in engine.trace) == 2
+    assert [e for e, _, _ in engine.trace[3]] == ["c"]  # admitted only once a and b have finished
+
+
+def test_request_that_can_never_fit_is_rejected_before_running():
+    # the prompt fits (2 blocks of 3 usable), prompt + completion never will: vLLM rejects it up front
+    reqs = [Request("ok", 0, toks(0, 16), completion_tokens=5), Request("big", 3, toks(0, 32), completion_tokens=40)]
+    with pytest.raises(ValueError, match=r"episode 'big' step 3: prompt \+ completion need 71 tokens"):
+        simulate(reqs, CacheConfig(capacity_tokens=64))
+
+
+def test_prefix_cache_counters_count_every_lookup():
+    # b waits behind a (max_num_seqs 1) and is looked up once, when it is admitted; with a blocked head
+    # (no free block), vLLM looks it up again every step
+    a, b = Request("a", 0, toks(0, 40), completion_tokens=2), Request("b", 0, toks(0, 40), completion_tokens=2)
+    s, _ = simulate([a, b], CacheConfig(capacity_tokens=4096, max_num_seqs=1))
+    assert (s.prefix_cache_queries, s.prefix_cache_hits) == (80, 32)
+    # 3 usable blocks: a holds all three (40 + 8 - 1 = 47 tokens) until it finishes; b is looked up every step
+    a, b = Request("a", 0, toks(0, 40), completion_tokens=8), Request("b", 0, toks(500, 17), completion_tokens=1)
+    engine = PrefixCacheSim(CacheConfig(capacity_tokens=64))
+    results = engine.run([a, b])
+    s = engine.summary(results)
+    assert engine.steps == 9  # a: prefill + 7 decodes; b: admitted in step 9, once a has freed its blocks
+    assert s.prefix_cache_queries == 40 + 17 * 9 and s.prefix_cache_hits == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_forward_is_exact(seed):
+    rng = np.random.default_rng(seed)
+    shared = rng.integers(0, 50_000, 200)
+    reqs = []
+    for t in range(3):
+        for e in range(6):
+            tail = rng.integers(0, 50_000, int(rng.integers(5, 120)))
+            reqs.append(Request(str(e), t, np.concatenate([shared[: int(rng.integers(0, 200))], tail]),
+                                completion_tokens=int(rng.integers(0, 90))))
+    cfg = CacheConfig(capacity_tokens=int(rng.choice([640, 1024, 4096])), max_batched_tokens=int(rng.choice([64, 512])),
+                      max_num_seqs=int(rng.choice([2, 1024])))
+    fast, r1 = traced(cfg, reqs, fast_forward=True)
+    slow, r2 = traced(cfg, reqs, fast_forward=False)
+    assert r1 == r2 and fast.trace == slow.trace
+    assert (fast.queries, fast.hits, fast.steps) == (slow.queries, slow.hits, slow.steps)

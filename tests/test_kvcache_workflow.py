@@ -9,9 +9,9 @@ from test_workflow import ROOT, copy_workflow, snakemake
 def test_kvcache_study_end_to_end(tmp_path):
     copy_workflow(tmp_path)
     snakemake("kvcache_all", "--cores", "2", "--configfile", str(ROOT / "tests/data/kvcache_tiny.yaml"), cwd=tmp_path)
-    t = tmp_path / "results/tables"
+    t = tmp_path / "results/tables/kvcache/smollm2-135m"  # the model is part of every result path
 
-    reuse = pd.read_csv(t / "kvcache_reuse.csv")
+    reuse = pd.read_csv(t / "reuse.csv")
     assert set(reuse.format) == {"skillrl", "evoskill"} and set(reuse.policy) == {"retain", "flush"}
     assert (reuse.requests == 2 * 3).all()  # 2 games x 3 requests (the budget), every request recorded
     big = reuse[reuse.capacity_tokens == 65536].set_index(["format", "policy"]).reuse_ratio
@@ -24,18 +24,85 @@ def test_kvcache_study_end_to_end(tmp_path):
     assert small.loc[("evoskill", "retain"), "preemptions_per_run"] >= 0
     assert (reuse.recomputed_tokens_per_run > 0).all()
 
-    prefix = pd.read_csv(t / "kvcache_prefix.csv").set_index(["format", "relation"])
+    prefix = pd.read_csv(tmp_path / "results/tables/kvcache_prefix.csv").set_index(["format", "relation"])
     assert 30 < prefix.shared_tokens_mean.min() < prefix.loc["evoskill"].shared_tokens_mean.min()
 
-    server = pd.read_csv(t / "kvcache_server.csv")
+    server = pd.read_csv(t / "server.csv")
     assert (server.backend == "embedded").all() and (server.requests == 6).all()
     assert (server.server_cached_tokens > 0).all() and (server.sim_llamacpp_cached_tokens > 0).all()
 
-    load = pd.read_csv(t / "kvcache_load.csv")
+    load = pd.read_csv(t / "load.csv")
     assert list(load[load.format == "skillrl"].step) == [0, 1, 2] and (load.running == 2).all()
-    success = pd.read_csv(t / "kvcache_success.csv")
+    success = pd.read_csv(t / "success.csv")
     assert set(success.format) == {"skillrl", "evoskill"} and (success.episodes == 2).all()
     for name in ("reuse", "prefix", "load", "reuse_steps", "recomputed", "preemptions", "success", "server"):
-        assert (tmp_path / f"results/figures/kvcache_{name}.png").stat().st_size > 5000
-    log = (tmp_path / "logs/kvcache/run_skillrl_seed0.log").read_text()
+        assert (tmp_path / f"results/figures/kvcache/smollm2-135m/{name}.png").stat().st_size > 5000
+    assert set(pd.read_csv(tmp_path / "results/tables/kvcache_models.csv").model) == {"smollm2-135m"}
+    log = (tmp_path / "logs/kvcache/smollm2-135m/run_skillrl_seed0.log").read_text()
     assert "prompt tokens, server cached" in log
+
+
+@pytest.mark.workflow
+def test_kvcache_study_replayed_without_a_model(tmp_path):
+    """Every table and figure of the study from recorded trajectories: no LLM, no game engine."""
+    copy_workflow(tmp_path)
+    cfg = (ROOT / "tests/data/kvcache_replay.yaml").read_text().replace(
+        "replay: planner", f"replay: {ROOT / 'tests/data/kvcache_trajectories.json'}")
+    (tmp_path / "replay.yaml").write_text(cfg)
+    snakemake("kvcache_all", "--cores", "2", "--configfile", "replay.yaml", cwd=tmp_path)
+    t = tmp_path / "results/tables/kvcache/replay"
+    reuse = pd.read_csv(t / "reuse.csv").set_index(["format", "policy", "capacity_tokens"])
+    assert (reuse.requests == 13).all()  # the two recorded games: 6 + 7 steps, replayed in every format
+    for f in ("skillrl", "evoskill", "noskill"):
+        assert reuse.loc[(f, "retain", 65536), "reuse_ratio"] > reuse.loc[(f, "flush", 65536), "reuse_ratio"]
+    # evoskill's growing conversation outgrows 4240 tokens for two episodes at once: one preempts the other
+    assert reuse.loc[("evoskill", "retain", 4240), "preemptions_per_run"] == 1
+    assert reuse.loc[("noskill", "retain", 65536), "preemptions_per_run"] == 0
+    over = pd.read_csv(t / "overload.csv").set_index(["format", "capacity_tokens"])
+    assert pd.isna(over.loc[("noskill", 65536), "first_step_over"])
+    assert over.loc[("evoskill", 4240), "first_step_over"] == 3 and pd.isna(over.loc[("skillrl", 4240), "first_step_over"])
+    server = pd.read_csv(t / "server.csv")
+    assert (server.backend == "replay").all() and (server.server_cached_tokens == 0).all()
+    success = pd.read_csv(t / "success.csv")
+    assert (success.success_rate == 1.0).all()  # the planner solves both games
+    counters = pd.read_csv(t / "counters.csv")  # no server to ask: only the simulator's counters
+    assert counters.server_prefix_cache_queries.isna().all() and (counters.sim_prefix_cache_queries > 0).all()
+    for name in ("reuse", "prefix", "load", "reuse_steps", "recomputed", "preemptions", "success", "server"):
+        assert (tmp_path / f"results/figures/kvcache/replay/{name}.png").stat().st_size > 5000
+    models = pd.read_csv(tmp_path / "results/tables/kvcache_models.csv").set_index("format")
+    assert models.loc["evoskill", "preemptions_per_run_at_4240"] == 1
+    assert models.loc["evoskill", "reuse_ratio_retain"] > models.loc["skillrl", "reuse_ratio_retain"]
+    assert (tmp_path / "results/figures/kvcache_models.png").stat().st_size > 5000
+    assert not (tmp_path / "logs/kvcache/replay/run_skillrl_seed0.log").read_text().count("LLM server")
+
+
+def test_several_models_get_their_own_paths_and_servers(tmp_path):
+    """Dry run with two models: each has its runs, simulations, tables and figures; the second one, not
+    the llm section's model, runs on its own server and takes no slot of the shared one."""
+    copy_workflow(tmp_path)
+    cfg = (ROOT / "tests/data/kvcache_tiny.yaml").read_text() + (
+        "  models:\n    - {name: small, llm: {model: smollm2-135m}}\n"
+        "    - {name: qwen, llm: {model: qwen2.5-coder-0.5b}}\n")
+    (tmp_path / "two.yaml").write_text(cfg)
+    out = snakemake("kvcache_all", "-n", "-p", "--cores", "2", "--configfile", "two.yaml", cwd=tmp_path).stdout
+    for model in ("small", "qwen"):
+        for fmt in ("skillrl", "evoskill"):
+            assert f"results/kvcache/{model}/runs/{fmt}/seed0/requests.jsonl" in out
+        assert f"results/tables/kvcache/{model}/reuse.csv" in out
+        assert f"results/figures/kvcache/{model}/preemptions.png" in out
+    assert "results/tables/kvcache_models.csv" in out
+    runs = [block for block in out.split("\n\n") if "rule kvcache_run:" in block]
+    assert len(runs) == 4
+    for block in runs:
+        assert ("llm=0" in block) == ("/qwen/" in block), block
+
+
+def test_blend_rule_joins_the_study_when_a_model_is_named(tmp_path):
+    copy_workflow(tmp_path)
+    cfg = (ROOT / "tests/data/kvcache_replay.yaml").read_text()
+    (tmp_path / "off.yaml").write_text(cfg)
+    (tmp_path / "on.yaml").write_text(cfg + "  blend: {model: qwen2.5-coder-0.5b, samples: 2}\n")
+    off = snakemake("kvcache_all", "-n", "--cores", "2", "--configfile", "off.yaml", cwd=tmp_path).stdout
+    on = snakemake("kvcache_all", "-n", "--cores", "2", "--configfile", "on.yaml", cwd=tmp_path).stdout
+    assert "kvcache_blend" not in off
+    assert "rule kvcache_blend:" in on and "results/figures/kvcache_blend.png" in on

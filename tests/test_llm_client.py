@@ -19,12 +19,34 @@ OK_BODY = {
 }
 
 
+TRUNCATED = json.dumps(OK_BODY)[:-40].encode()
+NO_USAGE = {k: v for k, v in OK_BODY.items() if k != "usage"}
+
+
+def raw(body, status=200, headers=()):
+    return ("raw", status, body if isinstance(body, bytes) else json.dumps(body).encode(), dict(headers))
+
+
+# Replies of an OpenAI-compatible server that misbehaves: each is (kind, status, body bytes, headers).
+FAULTS = {
+    "truncated_json": raw(TRUNCATED),
+    "empty_choices": raw(OK_BODY | {"choices": []}),
+    "null_message": raw(OK_BODY | {"choices": [{"index": 0, "finish_reason": "stop", "message": None}]}),
+    "invalid_utf8": raw(json.dumps(OK_BODY).encode().replace(b"go_forward", b"go_\xff\xfe")),
+    # valid JSON whose string holds a lone surrogate, which no UTF-8 text (nor Parquet) can carry
+    "lone_surrogate": raw(json.dumps(OK_BODY).replace("go_forward", "go_\\udcff").encode()),
+    "html_502": raw(b"<html>bad gateway</html>", status=502),
+}
+
+
 class Script:
-    """What the fake server does for each successive request: an HTTP status, 'drop' or 'ok'."""
+    """What the fake server does for each successive request: an HTTP status, 'drop', 'ok', a FAULTS key or a
+    raw(...) reply. `requests` keeps each request's path and JSON body."""
 
     def __init__(self, actions):
         self.actions = list(actions)
         self.seen = 0
+        self.requests = []
 
 
 @pytest.fixture
@@ -35,20 +57,37 @@ def fake_server():
         def log_message(self, *a):
             pass
 
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            action = script.actions[script.seen] if script.seen < len(script.actions) else "ok"
-            script.seen += 1
-            if action == "drop":
-                self.connection.close()  # the client sees the connection die mid-request
-                return
-            status, body = (200, OK_BODY) if action == "ok" else (action, {"error": {"message": f"fake {action}"}})
-            data = json.dumps(body).encode()
+        def reply(self, status, data, headers=()):
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for k, v in dict(headers).items():
+                self.send_header(k, v)
             self.end_headers()
             self.wfile.write(data)
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            script.requests.append((self.path, body))
+            if self.path == "/apply-template":  # llama.cpp: the prompt the chat template makes
+                text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in body["messages"])
+                return self.reply(200, json.dumps({"prompt": text + "<|im_start|>assistant\n"}).encode())
+            if self.path == "/tokenize":  # one fake token per whitespace-separated word
+                if "content" in body:  # llama.cpp
+                    return self.reply(200, json.dumps({"tokens": list(range(len(body["content"].split())))}).encode())
+                text = body.get("prompt") or " ".join(m["content"] for m in body["messages"])  # vLLM
+                return self.reply(200, json.dumps({"count": len(text.split()) + 3 * bool(body.get("messages"))}).encode())
+            action = script.actions[script.seen] if script.seen < len(script.actions) else "ok"
+            script.seen += 1
+            action = FAULTS.get(action, action) if isinstance(action, str) else action
+            if action == "drop":
+                self.connection.close()  # the client sees the connection die mid-request
+                return
+            if isinstance(action, tuple):
+                _, status, data, headers = action
+                return self.reply(status, data, headers)
+            status, body = (200, OK_BODY) if action == "ok" else (action, {"error": {"message": f"fake {action}"}})
+            self.reply(status, json.dumps(body).encode())
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -56,8 +95,8 @@ def fake_server():
     httpd.shutdown()
 
 
-def client(url, retries=3):
-    c = LLMClient(LLMConfig(backend="openai", model="fake-model", max_retries=retries, timeout_s=5), url)
+def client(url, retries=3, backend="openai"):
+    c = LLMClient(LLMConfig(backend=backend, model="fake-model", max_retries=retries, timeout_s=5), url)
     c.backoff_base_s = 0.01
     return c
 
@@ -73,6 +112,64 @@ def test_transient_failures_are_retried_and_counted(fake_server):
     assert (rec.prompt_tokens, rec.cached_tokens, rec.completion_tokens, rec.reasoning_tokens) == (120, 96, 7, 3)
     assert rec.finish_reason == "stop" and rec.model == "fake-model" and rec.role == "actor"
     assert len(rec.prompt_sha256) == 64 and json.loads(rec.prompt)["messages"][0]["content"] == "hi"
+
+
+@pytest.mark.parametrize("fault", ["truncated_json", "empty_choices", "null_message", "invalid_utf8",
+                                   "lone_surrogate", "html_502", 429, 500, 503, "drop"])
+def test_each_fault_is_retried_and_recorded(fake_server, fault):
+    url, script = fake_server
+    script.actions = [fault, fault, "ok"]
+    reply = client(url, retries=2).chat([{"role": "user", "content": "hi"}], role="actor", session_id="e")
+    kind = {"html_502": "502", "drop": "connection", "lone_surrogate": "invalid_utf8"}.get(fault, str(fault))
+    assert reply.text == "Action: go_forward()" and script.seen == 3
+    assert reply.record.retries == 2 and reply.record.faults == [kind, kind]
+    assert not reply.record.usage_missing
+
+
+def test_faults_reach_the_parquet_record(fake_server, tmp_path):
+    from skillrepro.store import LLMCall, read_records, write_records
+
+    url, script = fake_server
+    script.actions = ["truncated_json", 503, "ok"]
+    reply = client(url).chat([{"role": "user", "content": "hi"}], role="actor", session_id="e")
+    [back] = read_records(write_records(tmp_path / "llm_calls.parquet", [reply.record], LLMCall), LLMCall)
+    assert back.faults == ["truncated_json", "503"] and back.retries == 2 and back.usage_missing is False
+
+
+def test_retry_after_is_honoured(fake_server, monkeypatch):
+    from skillrepro.llm import client as client_module
+
+    slept = []
+    monkeypatch.setattr(client_module.time, "sleep", slept.append)
+    url, script = fake_server
+    script.actions = [raw({"error": {"message": "slow down"}}, 429, {"Retry-After": "7"}),
+                      raw({"error": {"message": "busy"}}, 503, {"retry-after-ms": "1500"}), "ok"]
+    reply = client(url).chat([{"role": "user", "content": "hi"}], role="actor", session_id="e")
+    assert slept == [7.0, 1.5] and reply.record.faults == ["429", "503"]
+
+
+def test_retry_after_as_http_date():
+    import email.utils
+    import time
+
+    from skillrepro.llm.client import retry_after
+
+    assert 25 <= retry_after({"retry-after": email.utils.formatdate(time.time() + 30, usegmt=True)}) <= 30
+    assert retry_after({}) is None and retry_after({"retry-after": "soon"}) is None
+
+
+@pytest.mark.parametrize("backend, tokens", [
+    ("embedded", (4, 2)),  # llama.cpp: the templated prompt, split at whitespace by the fake /tokenize
+    ("vllm", (5, 2)),
+    ("openai", (0, 0)),  # no tokenizer: 0, but flagged
+])
+def test_a_reply_without_usage_is_flagged_and_counted_by_the_servers_tokenizer(fake_server, backend, tokens):
+    url, script = fake_server
+    script.actions = [raw(NO_USAGE)]
+    reply = client(url, backend=backend).chat([{"role": "user", "content": "hi there"}], role="actor", session_id="e")
+    rec = reply.record
+    assert rec.usage_missing and (rec.prompt_tokens, rec.completion_tokens) == tokens
+    assert rec.retries == 0
 
 
 def test_retries_give_up_at_the_limit(fake_server):

@@ -6,6 +6,10 @@ constructors to get typed dataclasses instead of passing dicts around.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import hashlib
+import json
+import math
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -129,6 +133,14 @@ def _describe(error: jsonschema.ValidationError) -> str:
         return f"config key {key}: unknown key(s) {', '.join(extra)}; allowed keys: {', '.join(allowed)}"
     if v in ("minimum", "exclusiveMinimum"):
         return f"config key {key}: {error.instance!r} must be {'>=' if v == 'minimum' else '>'} {error.validator_value}"
+    if v in ("maximum", "exclusiveMaximum"):
+        return f"config key {key}: {error.instance!r} must be {'<=' if v == 'maximum' else '<'} {error.validator_value} (it sizes the work)"
+    if v in ("maxItems", "maxProperties"):
+        return f"config key {key}: more than {error.validator_value} entries (it sizes the work)"
+    if v == "pattern":
+        # A name becomes a folder and a wildcard value: nothing that could leave results/ or confuse a regex.
+        return (f"config key {key}: {error.instance!r} is not a valid name: use 1-64 ASCII letters, digits, "
+                f"'_' or '-', starting with a letter")
     if v == "type":
         return f"config key {key}: {error.instance!r} has the wrong type; expected {error.validator_value}"
     if v == "required":
@@ -136,11 +148,38 @@ def _describe(error: jsonschema.ValidationError) -> str:
     return f"config key {key}: {error.message}"
 
 
+# YAML aliases can make a small file expand into billions of values when it is walked (an "anchor bomb");
+# a config walks far fewer than this.
+MAX_CONFIG_VALUES = 100_000
+# Training cycles per run: each rollout job lists every earlier batch, so the DAG grows with its square.
+MAX_CYCLES = 1000
+GGUF_MAGIC = b"GGUF"
+
+
+def _check_values(config: Any) -> None:
+    """Refuse NaN, infinities and alias bombs before anything walks the config (the schema validator would)."""
+    seen = 0
+    stack: list[tuple[str, Any]] = [("", config)]
+    while stack:
+        where, value = stack.pop()
+        seen += 1
+        if seen > MAX_CONFIG_VALUES:
+            raise ConfigError(f"config has more than {MAX_CONFIG_VALUES} values once YAML aliases are expanded "
+                              f"(an alias bomb?); last seen under {where or '(top level)'}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"config key {where}: {value!r} is not a finite number")
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((f"{where}.{i}", v) for i, v in enumerate(value))
+
+
 def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[str, Any]:
     """Validate `config` against the schema and the rules a schema cannot say; return it with defaults.
 
     Raises ConfigError with one message naming the key. Nothing is started or written.
     """
+    _check_values(config)
     config = copy.deepcopy(config)
     schema = yaml.safe_load(SCHEMA.read_text())
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
@@ -162,6 +201,11 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
         raise ConfigError(
             f"config key protocol.eval_every: {proto.eval_every} must be a multiple of protocol.sleep_every ({proto.sleep_every})"
         )
+    if proto.n_cycles > MAX_CYCLES:
+        raise ConfigError(f"config key protocol.sleep_every: {proto.train_rollouts} rollouts in batches of "
+                          f"{proto.sleep_every} make {proto.n_cycles} sleep cycles per run; at most {MAX_CYCLES}")
+    if len(set(proto.seeds)) != len(proto.seeds):
+        raise ConfigError(f"config key protocol.seeds: {list(proto.seeds)} repeats a seed (each seed is one run)")
     from skillrepro.methods import get_method
 
     for variant, m in config["methods"].items():
@@ -178,9 +222,14 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
 
     for b in benchmarks(config):
         try:
-            b.load()
+            bench = b.load()
         except TaskError as e:
             raise ConfigError(f"config key benchmarks.{b.name}: {e}") from None
+        for split, n, key in (("train", proto.train_rollouts, "train_rollouts"), ("test", proto.n_test, "n_test")):
+            pool = bench.pool_size(split)
+            if pool is not None and n > pool:
+                raise ConfigError(f"config key protocol.{key}: {n} {split} tasks asked for, but benchmark "
+                                  f"{b.name} ({b.env}) has {pool} {split} tasks")
     return config
 
 
@@ -194,6 +243,12 @@ def _check_llm(llm: LLMConfig, pricing: dict[str, Any], check_files: bool) -> No
             )
         if check_files and not Path(llm.model).is_file():
             raise ConfigError(f"config key llm.model: model file {llm.model} does not exist")
+        if check_files:
+            with open(llm.model, "rb") as f:
+                magic = f.read(4)
+            if magic != GGUF_MAGIC:
+                raise ConfigError(f"config key llm.model: {llm.model} is not a GGUF file (it starts with "
+                                  f"{magic!r}, not {GGUF_MAGIC!r})")
     if llm.backend == "openai":
         if not llm.base_url:
             raise ConfigError("config key llm.base_url: required for backend openai")
@@ -227,7 +282,71 @@ def methods(config: dict[str, Any]) -> list[MethodConfig]:
     ]
 
 
+def sandbox_require(config: dict[str, Any]) -> tuple[str, ...]:
+    """Isolation layers the skill sandbox must have, or the run refuses to start (config key sandbox.require)."""
+    return tuple((config.get("sandbox") or {}).get("require") or ())
+
+
 def price(config: dict[str, Any]) -> Price:
     llm = llm_config(config)
     p = config.get("pricing", {}).get(llm.model)
     return Price(**p) if p else Price(0.0, 0.0)
+
+
+# Settings that change how a job runs, not what it produces: raising threads on a bigger machine, or the
+# retry and timeout limits, must not redo finished work.
+OPERATIONAL_LLM_KEYS = frozenset({"slots", "threads", "max_retries", "timeout_s", "api_key_env"})
+
+
+def fingerprint(value: Any) -> str:
+    """A short digest of `value` that ignores key order (sha256 of canonical JSON)."""
+    text = json.dumps(_canonical(value), sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _canonical(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # `temperature: 1` and `temperature: 1.0` are one setting
+    return value
+
+
+def settings_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, bench: str | None = None,
+                         variant: str | None = None) -> str:
+    """Fingerprint of exactly the config settings a job reads, for its rule's params: Snakemake records it and
+    reruns the job when it changes (it drops dataclass params from that record).
+
+    `reads` names parts: "llm" (without the operational keys); "benchmark" (env and options), "call_budget"
+    and "method" of the job's `bench` and `variant` (a method's options with their defaults filled in, so
+    writing a default out is no change); or "section.key" for one value (e.g. "protocol.n_test").
+    """
+    chosen: dict[str, Any] = {}
+    for part in reads:
+        if part == "llm":
+            chosen[part] = {k: v for k, v in config["llm"].items() if k not in OPERATIONAL_LLM_KEYS}
+        elif part == "benchmark":
+            chosen[part] = {k: v for k, v in config["benchmarks"][bench].items() if k != "llm_call_budget"}
+        elif part == "call_budget":
+            chosen[part] = config["benchmarks"][bench].get("llm_call_budget")
+        elif part == "method":
+            from skillrepro.methods import get_method
+
+            m = config["methods"][variant]
+            chosen[part] = {"method": m["method"], "options": get_method(m["method"]).parse_options(m.get("options"), variant)}
+        else:
+            section, _, key = part.partition(".")
+            chosen[part] = config[section][key]
+    return fingerprint(chosen)
+
+
+def benchmark(config: dict[str, Any], name: str) -> BenchmarkConfig:
+    return BenchmarkConfig(name=name, **config["benchmarks"][name])
+
+
+def method(config: dict[str, Any], variant: str) -> MethodConfig:
+    return next(m for m in methods(config) if m.variant == variant)

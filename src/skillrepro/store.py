@@ -79,6 +79,9 @@ class LLMCall:
     response: str
     started_at: float
     prompt_token_ids: list[int] = field(default_factory=list)  # filled when a cache study asks for them
+    faults: list[str] = field(default_factory=list)  # kind of each fault retried before this reply ("429", ...)
+    # The reply had no `usage`: the token counts come from the server's tokenizer, or are 0 where it has none.
+    usage_missing: bool = False
 
 
 @dataclass

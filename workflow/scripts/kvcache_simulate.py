@@ -1,6 +1,8 @@
 """Replay one run's request stream: every (policy, capacity, concurrency), the per-step load, and the
 simulator's prediction for the server that served it next to what the server reported."""
 import dataclasses
+import json
+from pathlib import Path
 
 import pandas as pd
 
@@ -17,9 +19,10 @@ tables = {
     "steps": steps,
     "load": study.step_load(stream),
     "server": study.server_comparison(stream, snakemake.params.slots, kv.block_size),
+    "counters": [study.counter_row(json.loads(Path(snakemake.input.counters).read_text()), rows, kv)],
 }
 for name, records in tables.items():
-    df = pd.DataFrame([dataclasses.asdict(r) for r in records]).assign(format=w.kvfmt, seed=int(w.kvseed))
+    df = pd.DataFrame([dataclasses.asdict(r) for r in records]).assign(model=w.kvmodel, format=w.kvfmt, seed=int(w.kvseed))
     write_table(snakemake.output[name], study.arrow(df))
 for r in rows:
-    log.info("%s seed %s %s", w.kvfmt, w.kvseed, r)
+    log.info("%s %s seed %s %s", w.kvmodel, w.kvfmt, w.kvseed, r)

@@ -1,16 +1,12 @@
-"""Draw the train and test task lists of one benchmark with the protocol's task seed."""
+"""Draw one split's task list of one benchmark with the protocol's task seed."""
 import json
 
+from skillrepro import config as cfg
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
 
 log = setup_logging(snakemake)
-bench, proto = snakemake.params.bench, snakemake.params.protocol
-benchmark = bench.load()
-tasks = {
-    "train": benchmark.sample_tasks("train", proto.train_rollouts, proto.task_seed),
-    "test": benchmark.sample_tasks("test", proto.n_test, proto.task_seed),
-}
-assert not set(tasks["train"]) & set(tasks["test"]), "train and test tasks overlap"
-log.info("%s: %d train, %d test tasks (task seed %d)", bench.name, len(tasks["train"]), len(tasks["test"]), proto.task_seed)
-write_text(snakemake.output[0], json.dumps(tasks, indent=1))
+w, p = snakemake.wildcards, snakemake.params
+task_ids = cfg.benchmark(snakemake.config, w.bench).load().sample_tasks(w.split, p.n_tasks, p.task_seed)
+log.info("%s: %d %s tasks (task seed %d)", w.bench, len(task_ids), w.split, p.task_seed)
+write_text(snakemake.output[0], json.dumps(task_ids, indent=1))

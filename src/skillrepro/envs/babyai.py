@@ -154,6 +154,10 @@ class BabyAIBenchmark(Benchmark):
         ids = random.Random(seed).sample(range(1_000_000), TRAIN_POOL + TEST_POOL)
         return ids[:TRAIN_POOL], ids[TRAIN_POOL:]
 
+    def pool_size(self, split: str) -> int:
+        check_split(split)
+        return TRAIN_POOL if split == "train" else TEST_POOL
+
     def sample_tasks(self, split: str, n: int, seed: int) -> list[str]:
         check_split(split)
         pool = self._pools(seed)[0 if split == "train" else 1]

@@ -162,6 +162,11 @@ class Benchmark(ABC):
     def sample_tasks(self, split: str, n: int, seed: int) -> list[str]:
         """`n` task ids of `split` ('train' or 'test'), drawn with `seed`; the splits never overlap."""
 
+    def pool_size(self, split: str) -> int | None:
+        """How many task ids `split` holds, where that is known without starting a simulator: the config
+        check compares the protocol with it before any job. None: checked when the tasks are drawn."""
+        return None
+
     @abstractmethod
     def make(self, task_id: str) -> Env:
         """An Env for `task_id`; an id this benchmark cannot produce raises TaskError."""

@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from skillrepro.cli import InputFileError, read_lines, shorten
+
 DEFAULT_COUNTS = {"train": 200, "test": 30}
 
 
@@ -50,19 +52,20 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
 
 def parse_call(text: str, line: int = 0, where: str = "<calls>") -> Call:
     """One line of Python call syntax -> Call; keyword arguments are kept as (name, value) to bind later."""
+    shown = repr(shorten(text.strip()))
     try:
         node = ast.parse(text.strip(), mode="eval").body
     except SyntaxError as e:
-        raise CallsFileError(f"{where}:{line}: not Python call syntax ({e.msg}): {text.strip()!r}") from None
+        raise CallsFileError(f"{where}:{line}: not Python call syntax ({e.msg}): {shown}") from None
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
-        raise CallsFileError(f"{where}:{line}: expected one call like name(arg, ...), got {text.strip()!r}")
+        raise CallsFileError(f"{where}:{line}: expected one call like name(arg, ...), got {shown}")
     try:
         args: list[Any] = [ast.literal_eval(a) for a in node.args]
         kwargs = [(k.arg, ast.literal_eval(k.value)) for k in node.keywords]
     except ValueError:
-        raise CallsFileError(f"{where}:{line}: arguments must be literals (strings, numbers): {text.strip()!r}") from None
+        raise CallsFileError(f"{where}:{line}: arguments must be literals (strings, numbers): {shown}") from None
     if any(k is None for k, _ in kwargs):
-        raise CallsFileError(f"{where}:{line}: **kwargs are not allowed: {text.strip()!r}")
+        raise CallsFileError(f"{where}:{line}: **kwargs are not allowed: {shown}")
     return Call(line, text.strip(), node.func.id, args + [_Keyword(k, v) for k, v in kwargs])
 
 
@@ -73,10 +76,12 @@ class _Keyword:
 
 
 def read_calls(path: Path) -> list[Call]:
-    if not path.is_file():
-        raise CallsFileError(f"calls file {str(path)!r} does not exist")
+    try:
+        lines = read_lines(path, "calls file")
+    except InputFileError as e:
+        raise CallsFileError(str(e)) from None
     calls = []
-    for i, raw in enumerate(path.read_text().splitlines(), start=1):
+    for i, raw in enumerate(lines, start=1):
         if raw.strip() and not raw.strip().startswith("#"):
             calls.append(parse_call(raw, i, str(path)))
     return calls
@@ -97,7 +102,7 @@ def bind(call: Call, params: tuple[tuple[str, str], ...]) -> list[Any]:
             raise CallsFileError(f"line {call.line}: {call.name}() got {kw.name!r} twice")
         out[idx] = kw.value
     if _MISSING in out:
-        raise CallsFileError(f"line {call.line}: {call.text} leaves a parameter of {call.name}() unset")
+        raise CallsFileError(f"line {call.line}: {shorten(call.text)} leaves a parameter of {call.name}() unset")
     return out
 
 
@@ -154,7 +159,7 @@ def _replay(a: argparse.Namespace) -> int:
     try:
         print(env.reset())
         for call in calls:
-            print(f"\n>>> {call.text}")
+            print(f"\n>>> {shorten(call.text)}")
             try:
                 if call.name not in prims:
                     raise ActionError(f"unknown action {call.name!r}; valid actions: {', '.join(prims)}")

@@ -402,6 +402,11 @@ class CrafterBenchmark(Benchmark):
             achievements=", ".join(_title(a) for a in ACHIEVEMENTS),
         )
 
+    def pool_size(self, split: str) -> int:
+        check_split(split)
+        lo, hi = self._SEED_RANGES[split]
+        return hi - lo
+
     def sample_tasks(self, split: str, n: int, seed: int) -> list[str]:
         check_split(split)
         lo, hi = self._SEED_RANGES[split]

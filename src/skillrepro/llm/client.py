@@ -1,11 +1,14 @@
 """One OpenAI-compatible client for every backend, with retries and a record of every call."""
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
+import logging
 import os
 import random
 import time
+import urllib.request
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,6 +27,17 @@ class LLMFatalError(RuntimeError):
 
 class LLMRequestError(RuntimeError):
     """The server rejected this request (for example, the prompt exceeds the context)."""
+
+
+class BadReply(Exception):
+    """The server answered 200 with something that is not a usable completion; asking again may fix it."""
+
+    def __init__(self, kind: str):
+        super().__init__(kind)
+        self.kind = kind
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -49,6 +63,7 @@ class LLMClient:
     records: list[LLMCall] = field(default_factory=list)
     backoff_base_s: float = 1.0
     backoff_cap_s: float = 60.0
+    retry_after_cap_s: float = 600.0  # a server's Retry-After is honoured up to this
 
     def __post_init__(self):
         # The SDK's own retries are off: ours are counted and recorded.
@@ -98,7 +113,7 @@ class LLMClient:
             request["extra_body"] = extra_body
         prompt_json = json.dumps({"messages": messages, "tools": tools or []}, ensure_ascii=False)
         started = time.time()
-        response, retries = self._with_retries(request)
+        response, faults = self._with_retries(request)
         latency = time.time() - started
         choice = response.choices[0]
         msg = choice.message
@@ -113,52 +128,142 @@ class LLMClient:
         ptd = getattr(usage, "prompt_tokens_details", None)
         ctd = getattr(usage, "completion_tokens_details", None)
         text = msg.content or ""
+        response_json = json.dumps({"content": text, "tool_calls": [c.__dict__ for c in calls]}, ensure_ascii=False)
+        usage_missing = usage is None or usage.prompt_tokens is None or usage.completion_tokens is None
+        if usage_missing:
+            # Never a silent 0 that under-counts cost: count with the server's tokenizer where it has one,
+            # and flag the record either way.
+            prompt_tokens, completion_tokens = self._count_tokens(messages, response_json if calls else text)
+            log.warning("reply without usage from %s; counted %d prompt, %d completion tokens with the "
+                        "server's tokenizer (0 where it has none)", self.base_url, prompt_tokens, completion_tokens)
+        else:
+            prompt_tokens, completion_tokens = usage.prompt_tokens, usage.completion_tokens
         record = LLMCall(
             call_id=uuid.uuid4().hex,
             session_id=session_id,
             role=role,
             model=response.model or self.cfg.model,
             backend=self.cfg.backend,
-            prompt_tokens=usage.prompt_tokens if usage else 0,
+            prompt_tokens=prompt_tokens,
             cached_tokens=(ptd.cached_tokens or 0) if ptd else 0,
-            completion_tokens=usage.completion_tokens if usage else 0,
+            completion_tokens=completion_tokens,
             reasoning_tokens=(getattr(ctd, "reasoning_tokens", 0) or 0) if ctd else 0,
             latency_s=latency,
-            retries=retries,
+            retries=len(faults),
             finish_reason=choice.finish_reason or "",
             prompt_sha256=hashlib.sha256(prompt_json.encode()).hexdigest(),
             prompt=prompt_json,
-            response=json.dumps({"content": text, "tool_calls": [c.__dict__ for c in calls]}, ensure_ascii=False),
+            response=response_json,
             started_at=started,
+            faults=faults,
+            usage_missing=usage_missing,
         )
         self.records.append(record)
         return Reply(text, calls, record.finish_reason, record)
 
-    def _with_retries(self, request: dict[str, Any]):
-        retries = 0
+    def _with_retries(self, request: dict[str, Any]) -> tuple[Any, list[str]]:
+        """The reply and the kind of each fault retried before it ("429", "503", "connection", "timeout",
+        "truncated_json", "invalid_utf8", "empty_choices", "null_message")."""
+        faults: list[str] = []
         while True:
+            wait = None
             try:
-                return self._client.chat.completions.create(**request), retries
+                response = self._client.chat.completions.create(**request)
+                _check_reply(response)
+                return response, faults
             except openai.AuthenticationError as e:
                 raise LLMFatalError(f"401 unauthorized from {self.base_url}: check the key in ${self.cfg.api_key_env}") from e
             except openai.NotFoundError as e:
                 raise LLMFatalError(f"404 not found from {self.base_url}: wrong base_url or model {self.cfg.model!r}") from e
-            except (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError) as e:
-                # APITimeoutError is an APIConnectionError.
-                if retries >= self.cfg.max_retries:
-                    raise LLMFatalError(f"LLM request failed after {retries} retries: {e}") from e
             except openai.APIStatusError as e:
-                if e.status_code < 500:
+                if e.status_code < 500 and e.status_code not in (408, 409, 429):
                     raise LLMRequestError(f"{e.status_code} from {self.base_url}: {e.message}") from e
-                if retries >= self.cfg.max_retries:
-                    raise LLMFatalError(f"LLM request failed after {retries} retries: {e}") from e
-            delay = min(self.backoff_cap_s, self.backoff_base_s * 2**retries)
-            time.sleep(delay * random.uniform(0.5, 1.0))  # jitter spreads out jobs that failed together
-            retries += 1
+                kind, wait, error = str(e.status_code), retry_after(e.response.headers), e
+            except openai.APITimeoutError as e:
+                kind, error = "timeout", e
+            except openai.APIConnectionError as e:
+                kind, error = "connection", e
+            except UnicodeDecodeError as e:  # before ValueError: it is one
+                kind, error = "invalid_utf8", e
+            except (json.JSONDecodeError, openai.APIResponseValidationError) as e:
+                kind, error = "truncated_json", e
+            except BadReply as e:
+                kind, error = e.kind, e
+            faults.append(kind)
+            if len(faults) > self.cfg.max_retries:
+                raise LLMFatalError(f"LLM request failed after {len(faults) - 1} retries ({', '.join(faults)}): "
+                                    f"{type(error).__name__}: {str(error)[:300]}") from error
+            if wait is None:
+                # jitter spreads out jobs that failed together
+                wait = min(self.backoff_cap_s, self.backoff_base_s * 2 ** (len(faults) - 1)) * random.uniform(0.5, 1.0)
+            log.warning("LLM fault %s from %s; retry %d in %.1f s", kind, self.base_url, len(faults), wait)
+            time.sleep(min(wait, self.retry_after_cap_s))
+
+    def _count_tokens(self, messages: list[dict[str, Any]], completion: str) -> tuple[int, int]:
+        """Prompt and completion tokens by the server's own tokenizer: llama.cpp's /apply-template and
+        /tokenize (embedded), vLLM's /tokenize; (0, 0) for an API without one. The record is flagged
+        usage_missing either way."""
+        base, timeout = self.base_url.removesuffix("/v1"), self.cfg.timeout_s
+        try:
+            if self.cfg.backend == "embedded":
+                prompt = _post_json(base + "/apply-template", {"messages": messages}, timeout)["prompt"]
+                return tuple(  # type: ignore[return-value]
+                    len(_post_json(base + "/tokenize", {"content": t, "add_special": False, "parse_special": True},
+                                   timeout)["tokens"])
+                    for t in (prompt, completion)
+                )
+            if self.cfg.backend == "vllm":
+                return tuple(  # type: ignore[return-value]
+                    _post_json(base + "/tokenize", {"model": self.cfg.model, **body}, timeout)["count"]
+                    for body in ({"messages": messages}, {"prompt": completion, "add_special_tokens": False})
+                )
+        except (OSError, KeyError, ValueError) as e:
+            log.warning("could not count tokens with %s/tokenize: %s", base, e)
+        return 0, 0
 
     def take_records(self) -> list[LLMCall]:
         out, self.records = self.records, []
         return out
+
+
+def _check_reply(response: Any) -> None:
+    """A 200 reply that carries no usable completion is a fault to retry, not a crash further on."""
+    if not getattr(response, "choices", None):
+        raise BadReply("empty_choices")
+    msg = response.choices[0].message
+    if msg is None:
+        raise BadReply("null_message")
+    try:  # a lone surrogate parses as JSON but can be neither logged nor stored
+        json.dumps([msg.content, [tc.function.arguments for tc in msg.tool_calls or []]], ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise BadReply("invalid_utf8") from None
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds a server asks to wait (Retry-After: seconds or an HTTP date; retry-after-ms), if it says."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _post_json(url: str, body: dict[str, Any], timeout: float) -> Any:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.load(r)
 
 
 @contextmanager

@@ -1,13 +1,16 @@
 """The sandbox worker: a separate Python process that runs untrusted skill or inducer code.
 
-Started by skillrepro.skills.sandbox as `python -I [-S] _worker.py`; it imports only the standard library
-(and duckdb when the inducer asks for its history). It talks to the parent over its inherited stdin/stdout
-pipes with length-prefixed JSON frames; once running, fds 0-2 point at /dev/null so skill code cannot
-write into the protocol by printing.
+Started by skillrepro.skills.sandbox as `python -I [-S] _worker.py`, inside bubblewrap where it can run; it
+imports only the standard library (and duckdb when the inducer asks for its history). It talks to the parent
+over its inherited stdin/stdout pipes with length-prefixed JSON frames; once running, fds 0-2 point at
+/dev/null so skill code cannot write into the protocol by printing. Every frame it sends carries the call id
+and a per-call sequence number; the parent checks both (and everything else) and trusts nothing here.
 
 Isolation is applied in this order, before any untrusted code is read (see sandbox.py for the table of
 what the kernel enforces and what only the audit hook enforces):
-  netns (unshare) -> no_new_privs -> Landlock -> rlimits -> drop capabilities -> audit hook.
+  unprivileged uid -> fresh environment -> netns (unshare) -> no_new_privs -> Landlock -> rlimits ->
+  seccomp -> drop capabilities -> audit hook (a convenience only: code in this process can switch it off).
+Each layer reports `[active, description]` under its name; the parent decides what a missing one means.
 """
 from __future__ import annotations
 
@@ -16,17 +19,21 @@ import json
 import linecache
 import os
 import resource
+import select
 import signal
 import struct
 import sys
-import time
 import traceback
 
 IN_FD, OUT_FD = 0, 1  # replaced by private duplicates in main()
+NOBODY = 65534
+_CALL = {"id": "init", "seq": 0}  # the call the frames belong to, and the next sequence number
 
 
 # ---------------------------------------------------------------------------------------------- framing
 def send(msg: dict) -> None:
+    msg = {**msg, "call": _CALL["id"], "seq": _CALL["seq"]}
+    _CALL["seq"] += 1
     data = json.dumps(msg, default=repr).encode()
     buf = struct.pack(">I", len(data)) + data
     while buf:
@@ -105,16 +112,32 @@ def _libc():
     return ctypes, ctypes.CDLL(None, use_errno=True)
 
 
+def _drop_uid(init: dict, report: dict) -> None:
+    """Become `nobody` (host uid 65534) before anything untrusted runs: its files, processes and rlimits
+    are not the parent's, and RLIMIT_NPROC applies (the kernel never applies it to uid 0)."""
+    if os.geteuid() != 0:  # bwrap mapped us to nobody in a user namespace, or we run as the parent's user
+        report["uid"] = ([True, f"nobody ({NOBODY}) in a user namespace; RLIMIT_NPROC applies"] if init.get("bwrap")
+                         else [False, f"the parent's own uid {os.geteuid()} (not root, so RLIMIT_NPROC applies)"])
+        return
+    if not init.get("drop_uid"):
+        report["uid"] = [False, "unavailable: root, and the Python runtime is not readable by nobody here"]
+        return
+    os.setgroups([])
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)  # from 0 to non-zero: every capability is gone
+    report["uid"] = [True, f"nobody ({NOBODY}): not the parent's uid, RLIMIT_NPROC applies"]
+
+
 def _unshare_net(report: dict) -> None:
     ctypes, libc = _libc()
     CLONE_NEWNET, CLONE_NEWUSER = 0x40000000, 0x10000000
     if libc.unshare(CLONE_NEWNET) == 0:
-        report["netns"] = "new network namespace (no interfaces but a down loopback)"
+        report["netns"] = [True, "new network namespace (no interfaces but a down loopback)"]
         return
     if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
-        report["netns"] = "new user+network namespace"
+        report["netns"] = [True, "new user+network namespace"]
         return
-    report["netns"] = f"unavailable ({os.strerror(ctypes.get_errno())})"
+    report["netns"] = [False, f"unavailable ({os.strerror(ctypes.get_errno())})"]
 
 
 # Landlock (Linux >= 5.13): kernel-enforced file-system, TCP and signal restrictions for this process.
@@ -132,7 +155,7 @@ def _landlock(scratch: str, read_paths: list[str] | None, report: dict) -> None:
     SYS_CREATE, SYS_ADD, SYS_RESTRICT = 444, 445, 446  # same numbers on x86_64 and aarch64
     abi = libc.syscall(SYS_CREATE, None, 0, 1)  # LANDLOCK_CREATE_RULESET_VERSION
     if abi < 1:
-        report["landlock"] = f"unavailable ({os.strerror(ctypes.get_errno())})"
+        report["landlock"] = [False, f"unavailable ({os.strerror(ctypes.get_errno())})"]
         return
     known = {k: bit for k, (bit, since) in _LL_FS.items() if since <= abi}
     write_rights = sum(bit for k, bit in known.items() if k not in _READ)
@@ -144,7 +167,7 @@ def _landlock(scratch: str, read_paths: list[str] | None, report: dict) -> None:
     size = 8 if abi < 4 else (16 if abi < 6 else 24)
     fd = libc.syscall(SYS_CREATE, ctypes.c_char_p(attr[:size]), size, 0)
     if fd < 0:
-        report["landlock"] = f"ruleset failed ({os.strerror(ctypes.get_errno())})"
+        report["landlock"] = [False, f"ruleset failed ({os.strerror(ctypes.get_errno())})"]
         return
 
     def allow(path: str, rights: int) -> None:
@@ -166,49 +189,87 @@ def _landlock(scratch: str, read_paths: list[str] | None, report: dict) -> None:
         for p in read_paths:
             allow(p, read_rights)
     if libc.syscall(SYS_RESTRICT, fd, 0) != 0:
-        report["landlock"] = f"restrict_self failed ({os.strerror(ctypes.get_errno())})"
+        report["landlock"] = [False, f"restrict_self failed ({os.strerror(ctypes.get_errno())})"]
     else:
-        report["landlock"] = (f"ABI {abi}: writes only under scratch"
-                              + ("; reads only the listed paths" if read_paths is not None else "")
+        report["landlock"] = [True, f"ABI {abi}: writes only under scratch"
+                              + ("; reads only the allow-list" if read_paths is not None else "")
                               + ("; TCP bind/connect denied" if handled_net else "")
-                              + ("; signals and abstract unix sockets scoped to the sandbox" if scoped else ""))
+                              + ("; signals and abstract unix sockets scoped to the sandbox" if scoped else "")]
     os.close(fd)
 
 
-def _seccomp(report: dict) -> None:
-    """Kernel filter (x86_64): no fork/vfork, no clone without CLONE_THREAD, no execve. Threads still work.
+# seccomp (x86_64 only). Any other architecture (the i386 `int 0x80` entry) and the x32 bit kill the
+# process; the calls below fail with EPERM; clone is allowed only for threads (RLIMIT_NPROC=0 refuses those
+# too where it applies), clone3 answers ENOSYS so that libc falls back to clone, whose flags a filter can read.
+_DENY = {
+    "process": {57: "fork", 58: "vfork", 59: "execve", 322: "execveat", 101: "ptrace", 310: "process_vm_readv",
+                311: "process_vm_writev", 312: "kcmp", 272: "unshare", 308: "setns", 135: "personality"},
+    "signals": {62: "kill", 200: "tkill", 234: "tgkill", 129: "rt_sigqueueinfo", 297: "rt_tgsigqueueinfo",
+                424: "pidfd_send_signal", 434: "pidfd_open", 438: "pidfd_getfd"},
+    "sockets": {41: "socket", 53: "socketpair"},
+    "uncounted memory": {319: "memfd_create", 447: "memfd_secret", 29: "shmget", 30: "shmat", 31: "shmctl",
+                         68: "msgget", 69: "msgsnd", 240: "mq_open", 323: "userfaultfd"},
+    "file metadata": {90: "chmod", 91: "fchmod", 268: "fchmodat", 452: "fchmodat2", 92: "chown", 93: "fchown",
+                      94: "lchown", 260: "fchownat", 132: "utime", 235: "utimes", 280: "utimensat",
+                      261: "futimesat", 188: "setxattr", 189: "lsetxattr", 190: "fsetxattr", 197: "removexattr",
+                      198: "lremovexattr", 199: "fremovexattr", 133: "mknod", 259: "mknodat"},
+    "kernel interfaces": {165: "mount", 166: "umount2", 155: "pivot_root", 161: "chroot", 250: "keyctl",
+                          248: "add_key", 249: "request_key", 321: "bpf", 298: "perf_event_open",
+                          425: "io_uring_setup", 426: "io_uring_enter", 427: "io_uring_register",
+                          303: "name_to_handle_at", 304: "open_by_handle_at", 428: "open_tree", 429: "move_mount",
+                          430: "fsopen", 431: "fsconfig", 432: "fsmount", 433: "fspick", 442: "mount_setattr"},
+}
+_X86_64, _X32_BIT = 0xC000003E, 0x40000000
+_SYS_CLONE, _SYS_CLONE3, _SYS_PRLIMIT64, _CLONE_THREAD = 56, 435, 302, 0x00010000
 
-    Needed because RLIMIT_NPROC never applies to uid 0, whatever its capabilities."""
+
+def seccomp_program() -> list[tuple[int, int, int, int]]:
+    """The BPF program (classic BPF, `struct sock_filter` tuples); tests read it to check the arch test."""
+    LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
+    KILL, ALLOW, EPERM, ENOSYS = 0x80000000, 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    denied = sorted({nr for group in _DENY.values() for nr in group})
+    # Layout: header, one JEQ per denied number (-> EPERM), clone, clone3, prlimit64 checks, returns.
+    head = [(LD, 0, 0, 4), None, (LD, 0, 0, 0), None]  # arch, x86_64?, nr, x32 bit?
+    n = len(denied)
+    body_start = len(head)
+    # Index of each target, computed once the length is known.
+    i_clone_chk = body_start + n + 3  # after the JEQ list and the three dispatch JEQs
+    i_allow = i_clone_chk + 6
+    i_eperm, i_enosys, i_kill = i_allow + 1, i_allow + 2, i_allow + 3
+    prog = head
+    prog[1] = (JEQ, 0, i_kill - 2, _X86_64)  # jumps are relative to the next instruction
+    prog[3] = (JGE, i_kill - 4, 0, _X32_BIT)
+    for k, nr in enumerate(denied):
+        here = body_start + k
+        prog.append((JEQ, i_eperm - here - 1, 0, nr))
+    here = len(prog)
+    prog.append((JEQ, i_clone_chk - here - 1, 0, _SYS_CLONE))
+    prog.append((JEQ, i_enosys - here - 2, 0, _SYS_CLONE3))
+    prog.append((JEQ, 2, i_allow - here - 3, _SYS_PRLIMIT64))  # -> prlimit check (2 below the clone check)
+    # i_clone_chk: clone flags (low 32 bits of args[0]); a thread -> allow, else EPERM
+    prog += [(LD, 0, 0, 16), (JSET, i_allow - i_clone_chk - 2, i_eperm - i_clone_chk - 2, _CLONE_THREAD)]
+    # prlimit64 on another process (pid != 0) -> EPERM; on itself (pid 0) -> allow
+    prog += [(LD, 0, 0, 16), (JEQ, 0, i_eperm - i_clone_chk - 4, 0),
+             (LD, 0, 0, 20), (JEQ, i_allow - i_clone_chk - 6, i_eperm - i_clone_chk - 6, 0)]
+    prog += [(RET, 0, 0, ALLOW), (RET, 0, 0, EPERM), (RET, 0, 0, ENOSYS), (RET, 0, 0, KILL)]
+    assert len(prog) == i_kill + 1 and all(0 <= jt <= 255 and 0 <= jf <= 255 for _, jt, jf, _ in prog)
+    return prog
+
+
+def _seccomp(report: dict) -> None:
     if os.uname().machine != "x86_64":
-        report["seccomp"] = "not installed (filter written for x86_64 only)"
+        report["seccomp"] = [False, f"not installed (the filter is written for x86_64, this is {os.uname().machine})"]
         return
     ctypes, libc = _libc()
-    LD, JEQ, JSET, RET = 0x20, 0x15, 0x45, 0x06
-    ALLOW, EPERM, ENOSYS = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
-    prog = [
-        (LD, 0, 0, 4),  # 0: arch
-        (JEQ, 0, 7, 0xC000003E),  # 1: not x86_64 -> allow (9)
-        (LD, 0, 0, 0),  # 2: syscall number
-        (JEQ, 6, 0, 56),  # 3: clone -> flag check (10)
-        (JEQ, 8, 0, 57),  # 4: fork -> deny (13)
-        (JEQ, 7, 0, 58),  # 5: vfork -> deny
-        (JEQ, 6, 0, 59),  # 6: execve -> deny
-        (JEQ, 5, 0, 322),  # 7: execveat -> deny
-        (JEQ, 5, 0, 435),  # 8: clone3 -> ENOSYS (14): libc falls back to clone, whose flags we can read
-        (RET, 0, 0, ALLOW),  # 9
-        (LD, 0, 0, 16),  # 10: clone flags (low 32 bits of args[0])
-        (JSET, 0, 1, 0x00010000),  # 11: CLONE_THREAD -> allow (12) else deny (13)
-        (RET, 0, 0, ALLOW),  # 12
-        (RET, 0, 0, EPERM),  # 13
-        (RET, 0, 0, ENOSYS),  # 14
-    ]
+    prog = seccomp_program()
     filt = b"".join(struct.pack("<HBBI", *ins) for ins in prog)
     buf = ctypes.create_string_buffer(filt)
     fprog = struct.pack("<HxxxxxxQ", len(prog), ctypes.addressof(buf))
     if libc.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0) == 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
-        report["seccomp"] = "fork, vfork, process clone and execve refused by the kernel"
+        report["seccomp"] = [True, "foreign architectures and x32 kill the process; denied: "
+                             + ", ".join(sorted(_DENY)) + "; clone only for threads"]
     else:
-        report["seccomp"] = f"failed ({os.strerror(ctypes.get_errno())})"
+        report["seccomp"] = [False, f"failed ({os.strerror(ctypes.get_errno())})"]
 
 
 def _drop_capabilities(report: dict) -> None:
@@ -219,8 +280,7 @@ def _drop_capabilities(report: dict) -> None:
     data = bytes(24)  # effective, permitted, inheritable = 0 (two 32-bit words each)
     ok = libc.syscall(126 if os.uname().machine == "x86_64" else 91, ctypes.c_char_p(header),
                       ctypes.c_char_p(data)) == 0
-    report["capabilities"] = "all dropped (root without capabilities: RLIMIT_NPROC applies)" if ok else \
-        f"capset failed ({os.strerror(ctypes.get_errno())})"
+    report["capabilities"] = [ok, "all dropped" if ok else f"capset failed ({os.strerror(ctypes.get_errno())})"]
 
 
 def _rlimits(lim: dict, report: dict) -> None:
@@ -234,9 +294,13 @@ def _rlimits(lim: dict, report: dict) -> None:
     setlim(resource.RLIMIT_FSIZE, lim["file_bytes"])
     setlim(resource.RLIMIT_CPU, int(lim["worker_cpu_s"]))
     setlim(resource.RLIMIT_CORE, 0)
-    setlim(resource.RLIMIT_NPROC, 0)  # no new process or thread (for root only once capabilities are gone)
+    setlim(resource.RLIMIT_NOFILE, 64)
+    setlim(resource.RLIMIT_NPROC, 0)  # no new process or thread (never applied to uid 0)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write fails with EFBIG instead of killing us
-    report["rlimits"] = {k: lim[k] for k in ("memory_bytes", "file_bytes", "worker_cpu_s")} | {"nproc": 0}
+    nproc = "applies" if os.geteuid() != 0 else "NOT applied (uid 0)"
+    report["rlimits"] = [not report.get("rlimit_errors"),
+                         f"AS {lim['memory_bytes']}, FSIZE {lim['file_bytes']}, CPU {int(lim['worker_cpu_s'])} s, "
+                         f"NOFILE 64, NPROC 0 ({nproc})"]
 
 
 _BLOCKED = {
@@ -356,7 +420,6 @@ class Worker:
         self.frames_sent = 0
         self.stack: list[str] = []
         self.counter = 0
-        self.last_obs = None
         self.done = False
         for name in init["primitives"]:
             self.ns[name] = self._primitive(name)
@@ -366,10 +429,11 @@ class Worker:
         def call(*args):
             if self.done:
                 raise EpisodeOver("the episode is over")
+            if len(json.dumps(list(args), default=repr)) > 4000:
+                raise ActionError(f"{name}: arguments longer than 4000 characters")
             send({"t": "prim", "frame": self.stack[-1] if self.stack else "", "name": name, "args": list(args)})
-            reply = recv()
+            reply = recv()  # the parent's answers are trusted: it wrote them
             if reply["t"] == "obs":
-                self.last_obs = reply["text"]
                 # The primitive that ends the episode returns normally; any further one raises.
                 self.done = bool(reply.get("done"))
                 return reply["text"]
@@ -391,7 +455,7 @@ class Worker:
                 send({"t": "enter", "frame": frame, "parent": parent, "fn": name,
                       "args": _clip(json.dumps([list(args), kwargs], default=repr), 2000)})
             self.stack.append(frame)
-            t0, ret, exc = time.perf_counter(), None, ""
+            ret, exc = None, ""
             try:
                 ret = fn(*args, **kwargs)
                 return ret
@@ -401,8 +465,7 @@ class Worker:
             finally:
                 self.stack.pop()
                 if visible:
-                    send({"t": "exit", "frame": frame, "ret": _clip(repr(ret), 2000), "exc": _clip(exc, 2000),
-                          "dur": time.perf_counter() - t0})
+                    send({"t": "exit", "frame": frame, "ret": _clip(repr(ret), 2000), "exc": _clip(exc, 2000)})
 
         wrapper.__name__, wrapper.__doc__, wrapper.__wrapped__ = name, fn.__doc__, fn
         return wrapper
@@ -428,6 +491,7 @@ class Worker:
         import inspect
 
         name, args = msg["name"], msg["args"]
+        _CALL["id"], _CALL["seq"] = msg["call"], 0
         fn = self.ns.get(name)
         if name not in self.functions or fn is None:
             return {"t": "badargs", "msg": f"unknown skill {name!r}"}
@@ -435,26 +499,25 @@ class Worker:
             inspect.signature(fn.__wrapped__).bind(*args)
         except TypeError as e:
             return {"t": "badargs", "msg": f"{name}{inspect.signature(fn.__wrapped__)}: {e}"}
-        self.stack, self.counter, self.frames_sent, self.last_obs = [msg["frame"]], 0, 0, None
+        self.stack, self.counter, self.frames_sent = [msg["frame"]], 0, 0
         self.done = bool(msg.get("done"))
         # The actor's call is frame msg["frame"] (the parent opened it); nested calls get child ids.
         fn_inner = fn.__wrapped__
         ret, exc, tb = None, "", ""
-        t0 = time.perf_counter()
         try:
             ret = self._run_limited(lambda: fn_inner(*args))
         except BaseException as e:  # everything comes back to the actor as an observation
-            exc = f"{type(e).__name__}: {e}"
+            exc = _clip(f"{type(e).__name__}: {e}", 2000)
             tb = _clip("".join(traceback.format_exception(e)[-6:]), 3000)
         out, total = self.out.take()
         self.stack = []
         return {"t": "result", "ret": None if ret is None else _clip(ret if isinstance(ret, str) else repr(ret),
                                                                     self.lim["output_chars"]),
-                "exc": exc, "tb": tb, "out": out, "out_total": total, "last_obs": self.last_obs,
-                "dur": time.perf_counter() - t0}
+                "exc": exc, "tb": tb, "out": out, "out_total": total}
 
-    def exec_code(self, code: str) -> dict:
-        ret, exc = None, ""
+    def exec_code(self, msg: dict) -> dict:
+        code, ret, exc = msg["code"], None, ""
+        _CALL["id"], _CALL["seq"] = msg["call"], 0
         try:
             tree = ast.parse(code, "<execute_code>")
             last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
@@ -470,37 +533,25 @@ class Worker:
             exc = "".join(traceback.format_exception(e)[-4:])
         out, total = self.out.take()
         return {"t": "result", "ret": None if ret is None else _clip(repr(ret), self.lim["output_chars"]),
-                "exc": _clip(exc, 3000), "tb": "", "out": out, "out_total": total, "last_obs": None, "dur": 0.0}
+                "exc": _clip(exc, 3000), "tb": "", "out": out, "out_total": total}
 
 
-def main() -> None:
-    global IN_FD, OUT_FD
-    IN_FD, OUT_FD = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    init = recv()
-    report: dict = {}
+def _child(init: dict) -> None:
+    """One skill call's (or the inducer's) process: apply the per-process layers, load the library, serve."""
+    report: dict = dict(init["zygote_report"])
     try:
-        ctypes, libc = _libc()
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
-        scratch = init["scratch"]
-        os.chdir(scratch)
-        os.environ.update(HOME=scratch, TMPDIR=scratch)
-        import tempfile
-
-        tempfile.tempdir = scratch
-        helpers = _setup_db(init["db"]) if init.get("db") else {}
-        _unshare_net(report)
-        libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, required by Landlock without CAP_SYS_ADMIN
-        _landlock(scratch, init.get("read_paths"), report)
+        helpers = _setup_db(init["db"]) if init.get("db") else {}  # the run's history, read before the uid changes
+        _drop_uid(init, report)
+        libc = _libc()[1]
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (again: the uid change cleared it)
+        libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, required by Landlock and seccomp without privileges
+        _drop_capabilities(report)
+        _landlock(init["scratch"], init.get("read_paths"), report)
         _rlimits(init["limits"], report)
         _seccomp(report)
-        _drop_capabilities(report)
-        del ctypes, libc
         if init.get("audit_hook", True):  # switched off only by tests that check the kernel layers alone
-            _install_audit_hook(scratch)
-            report["audit_hook"] = "sockets, processes, signals, ctypes, rlimit changes, writes outside scratch"
+            _install_audit_hook(init["scratch"])
+            report["audit_hook"] = [True, "a convenience for clear messages, not a boundary"]
         signal.signal(signal.SIGPROF, _on_cpu_timer)
         w = Worker(init)
         w.ns.update(helpers)
@@ -508,18 +559,91 @@ def main() -> None:
         if init.get("source"):
             w._run_limited(lambda: w.load(init["source"]))
     except BaseException as e:
-        send({"t": "init_error", "msg": f"{type(e).__name__}: {e}", "tb": traceback.format_exc()[-3000:],
-              "isolation": report})
+        send({"t": "init_error", "msg": _clip(f"{type(e).__name__}: {e}", 2000), "isolation": report})
         return
-    send({"t": "ready", "isolation": report, "functions": w.functions})
+    send({"t": "ready", "isolation": report})
     while True:
         msg = recv()
         if msg["t"] == "call":
             send(w.call(msg))
         elif msg["t"] == "exec":
-            send(w.exec_code(msg["code"]))
-        elif msg["t"] == "quit":
-            return
+            send(w.exec_code(msg))
+
+
+def _ctrl_send(fd: int, msg: dict) -> None:
+    data = json.dumps(msg).encode()
+    os.write(fd, struct.pack(">I", len(data)) + data)
+
+
+def main() -> None:
+    """The zygote: set up what all children share once, then fork one child per call on the parent's word.
+    It never runs untrusted code; children cannot reach it (another uid, no signals, no ptrace, no /proc,
+    and its control pipe is closed in them). A child is killed and reaped before the next one starts. Each
+    child changes its uid itself, after reading the inducer's history (written by the parent's uid)."""
+    global IN_FD, OUT_FD
+    IN_FD, OUT_FD = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    init = recv()
+    ctrl_in, ctrl_out = init["ctrl"]
+    report: dict = {}
+    libc = _libc()[1]
+    if not init.get("bwrap"):  # bubblewrap has already given us every namespace
+        _unshare_net(report)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
+    libc.prctl(4, 0)  # PR_SET_DUMPABLE 0: no ptrace or /proc/<pid>/mem of the zygote
+    os.chdir(init["scratch"])
+    os.environ.clear()  # the parent started us with an empty environment; nothing is inherited
+    os.environ.update(HOME=init["scratch"], TMPDIR=init["scratch"], PATH="/nonexistent")
+    import inspect  # noqa: F401  (imported once here, so that a child starts in a few milliseconds)
+    import tempfile
+
+    tempfile.tempdir = init["scratch"]
+    init["zygote_report"] = report
+    pid = pidfd = None
+    while True:
+        ready, _, _ = select.select([ctrl_in] + ([pidfd] if pidfd is not None else []), [], [])
+        if pidfd is not None and pidfd in ready:  # the child died on its own (a limit, a crash, seccomp)
+            _, status = os.waitpid(pid, 0)
+            os.close(pidfd)
+            pid = pidfd = None
+            sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+            _ctrl_send(ctrl_out, {"t": "died", "signal": sig, "code": 0 if sig else os.WEXITSTATUS(status)})
+        if ctrl_in not in ready:
+            continue
+        head = os.read(ctrl_in, 4)
+        cmd = json.loads(os.read(ctrl_in, struct.unpack(">I", head)[0])) if len(head) == 4 else {"t": "quit"}
+        if cmd["t"] in ("kill", "quit") and pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # died just now; waitpid collects it
+            os.waitpid(pid, 0)
+            os.close(pidfd)
+            pid = pidfd = None
+        if cmd["t"] == "quit":
+            os._exit(0)
+        if cmd["t"] == "kill":
+            # Whatever the parent sent the dead child and it never read must not reach the next one.
+            os.set_blocking(IN_FD, False)
+            try:
+                while os.read(IN_FD, 1 << 16):
+                    pass
+            except BlockingIOError:
+                pass
+            os.set_blocking(IN_FD, True)
+            _ctrl_send(ctrl_out, {"t": "reaped"})
+        elif cmd["t"] == "fork" and pid is None:
+            pid = os.fork()
+            if pid == 0:
+                os.close(ctrl_in)
+                os.close(ctrl_out)
+                try:
+                    _child(init)
+                finally:
+                    os._exit(0)
+            pidfd = os.pidfd_open(pid)
 
 
 if __name__ == "__main__":

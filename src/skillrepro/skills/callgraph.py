@@ -141,8 +141,13 @@ def describe(folder: str | Path) -> dict:
     if (folder / "manifest.json").is_file():
         lib = Library.load(folder)
     elif (folder / "skills.py").is_file() or folder.suffix == ".py":
+        from skillrepro.cli import read_lines
+
         src_file = folder if folder.suffix == ".py" else folder / "skills.py"
-        lib = Library(-1, parse_functions(src_file.read_text()))
+        try:
+            lib = Library(-1, parse_functions("\n".join(read_lines(src_file, "skills file"))))
+        except SyntaxError as e:
+            raise SyntaxError(f"{src_file}:{e.lineno}: {e.msg}") from None
     else:
         raise FileNotFoundError(f"{folder}: neither a library version (manifest.json / skills.py) "
                                 f"nor a library root with v0, v1, ... folders")

@@ -1,37 +1,51 @@
 """Sandboxed execution of LLM-written code: skills for the actor, `execute_code` for the inducer.
 
-Each `SandboxSession` owns one worker process (skills/_worker.py), started on first use and kept for the
-episode (or the inducer session), so a skill call costs a few pipe round trips rather than a process
-start. Primitives are proxied: the worker sends a request over its pipe, the parent applies it to the
-real env with `env.step` and sends the observation back. The parent counts primitive calls and enforces
-the wall clock; if the worker overruns, it is killed (its whole process group) and a fresh one is
-started on the next call. Every skill frame (the actor's call and each nested skill call) becomes one
-`SkillCall` record.
+Skill code is written by an LLM and may be hostile, so the worker (skills/_worker.py) runs behind layers the
+kernel enforces and the worker cannot undo, and the parent trusts nothing the worker sends.
 
-What enforces what (on Linux; the worker reports which layers were active in `isolation`):
+Layers (each reported under its name in `SandboxSession.isolation`; a missing one is logged, and config key
+`sandbox.require` names the ones a run refuses to start without):
 
-| threat                          | kernel                                                     | audit hook (in-process, defence in depth) |
-|---------------------------------|------------------------------------------------------------|-------------------------------------------|
-| infinite loop                   | parent wall clock + SIGKILL; RLIMIT_CPU caps the worker    | ITIMER_PROF per call raises SandboxLimit  |
-| memory                          | RLIMIT_AS (MemoryError, or the kernel kills the worker)    | -                                         |
-| threads / processes (non-root)  | RLIMIT_NPROC=0 (the kernel never applies it to uid 0)      | -                                         |
-| fork bomb / subprocess          | seccomp: no fork/vfork/execve, clone only for threads      | os.fork/exec/spawn, subprocess.Popen      |
-| writing outside scratch         | Landlock (writes only beneath the scratch folder)          | open-for-write, remove/rename/mkdir, ...  |
-| big files                       | RLIMIT_FSIZE (EFBIG)                                       | -                                         |
-| network                         | new network namespace if permitted; Landlock TCP (ABI>=4)  | socket creation, connect, DNS             |
-| signalling the parent           | Landlock signal scope (ABI>=6); own session (setsid)       | os.kill, os.killpg, pthread_kill          |
-| deep recursion                  | a C stack overflow kills only the worker                   | RecursionError at Python's limit          |
-| printing 100 MB                 | fds 0-2 are /dev/null                                      | stdout capped at `output_chars`           |
-| runaway primitives              | parent refuses calls beyond `max_primitives`               | -                                         |
-The audit hook is not a security boundary against deliberately hostile code (Python objects can be
-reached through introspection); the kernel layers are. Reads are unrestricted for skills unless
-`read_paths` is given (the inducer's sandbox restricts reads to the interpreter, its packages and the
-run's own history, so it cannot open held-out test episodes).
+| layer          | what it does                                                                                |
+|----------------|---------------------------------------------------------------------------------------------|
+| bwrap          | bubblewrap: fresh mount, pid, ipc, uts, net and cgroup namespaces; the worker sees only the |
+|                | read allow-list below, read-only, and an empty environment                                  |
+| read_allowlist | the Python runtime's standard library and the system libraries (bwrap's mount namespace,    |
+|                | and Landlock read rules): no home folder, results, project or environment packages          |
+| scratch_limit  | the only writable folder is a tmpfs of `scratch_bytes` (bwrap only)                         |
+| uid            | the worker runs as nobody (65534), not the parent's uid; RLIMIT_NPROC applies to it         |
+| seccomp        | foreign architectures (i386 `int 0x80`) and the x32 bit kill the worker; fork/exec/clone of |
+|                | processes, sockets, signals, ptrace, memfd/shm, chmod/chown/utime/xattr, mount, io_uring,  |
+|                | bpf, keyctl ... fail with EPERM                                                              |
+| landlock       | writes only under scratch, reads only the allow-list, no TCP, signals scoped (Linux >= 5.13)|
+| memory_cgroup  | a memory cgroup counts every page the worker touches (tmpfs included), limit memory_bytes   |
+| netns          | no network (bwrap's, or an unshared namespace in the fallback)                              |
+| rlimits        | AS, FSIZE, CPU, NOFILE, NPROC=0                                                             |
+| audit_hook     | clear messages for the common cases; a convenience, never relied on (it can be switched off)|
+Without bubblewrap (not installed, or no namespaces allowed) the worker is started directly and applies
+the uid, seccomp, Landlock, netns and rlimits layers itself; then scratch_limit is missing and memfd/shm are
+denied by seccomp instead of being counted (memory_cgroup needs a writable cgroup in either mode).
+
+Processes: a zygote (started once per session, inside bwrap; it never runs untrusted code) forks one child
+per skill call; the child becomes nobody, applies Landlock, rlimits and seccomp, loads the library and
+serves the call. After the call the parent has the zygote kill and reap the child, drains what it left in
+the pipes, and only then asks for the next child (which starts while the actor thinks): nothing of call n
+(threads, `__del__`, timers, patched globals, unsent frames) can act during call n+1. The inducer's
+interpreter (`exec_code`) is a notebook: its child lives until a call is killed; it reads the run's
+history before changing uid, and has no environment to step.
+
+The protocol: every frame the child sends must match its schema (keys, types, sizes), carry the current
+call id and the next sequence number, and respect the frame stack (a nested frame's id is the call's root id
+plus a fresh suffix, its parent the innermost open frame). A frame that does not is a protocol violation:
+the child is killed, the call's records say so, and the actor gets an ActionError. So is any byte written
+after the result. Environment steps and the last observation are the parent's own counts.
 """
 from __future__ import annotations
 
 import ast
 import json
+import logging
+import math
 import os
 import selectors
 import shutil
@@ -51,7 +65,11 @@ from skillrepro.envs.base import ActionError, Env
 from skillrepro.store import SkillCall
 
 WORKER = Path(__file__).with_name("_worker.py")
-MAX_MESSAGE = 64 << 20  # a frame larger than this is a protocol violation
+LAYERS = ("bwrap", "read_allowlist", "scratch_limit", "uid", "seccomp", "landlock", "memory_cgroup", "netns",
+          "rlimits")
+NOBODY = 65534
+SCRATCH_IN_BWRAP = "/scratch"
+log = logging.getLogger("skillrepro.sandbox")
 
 
 @dataclass(frozen=True)
@@ -59,8 +77,9 @@ class SandboxLimits:
     call_wall_s: float = 60.0  # wall clock per skill call / execute_code, enforced by the parent
     call_cpu_s: float = 30.0  # CPU per call (ITIMER_PROF in the worker)
     worker_cpu_s: float = 1800.0  # RLIMIT_CPU for the worker's whole life (kernel)
-    memory_bytes: int = 1 << 30  # RLIMIT_AS
+    memory_bytes: int = 1 << 30  # RLIMIT_AS, and the memory cgroup's limit
     file_bytes: int = 16 << 20  # RLIMIT_FSIZE (scratch files)
+    scratch_bytes: int = 64 << 20  # size of the scratch tmpfs (bwrap)
     max_primitives: int = 200  # primitive calls per skill invocation
     output_chars: int = 4000  # printed output and return value kept per call
     max_frames: int = 500  # nested frames recorded per invocation
@@ -68,7 +87,11 @@ class SandboxLimits:
 
 
 class SandboxError(RuntimeError):
-    """The worker could not be started or broke the protocol."""
+    """The worker could not be started, or a layer that config key sandbox.require names is missing."""
+
+
+class _Violation(Exception):
+    """The worker sent something the protocol does not allow."""
 
 
 @dataclass
@@ -90,7 +113,7 @@ class Outcome:
 
 
 def _system_read_paths() -> list[str]:
-    """Paths a Python worker needs to read: the interpreter, its standard library and site-packages."""
+    """Paths the inducer's interpreter needs to read: the interpreter, its standard library and site-packages."""
     import site
 
     # Not sys.path: it may hold the working directory or a test folder, which could contain results.
@@ -98,6 +121,136 @@ def _system_read_paths() -> list[str]:
              "/etc", "/dev", "/proc", "/sys", str(WORKER.parent)}
     paths |= set(site.getsitepackages())
     return sorted(paths)
+
+
+def _runtime() -> tuple[str, list[str]]:
+    """The base interpreter (never a virtual environment's: skills import only the standard library) and
+    the read allow-list of a skill worker."""
+    exe = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    libs = [p for p in ("/usr/lib", "/usr/lib64") if os.path.isdir(p)]
+    return exe, [os.path.realpath(sys.base_prefix), *libs, "/dev/urandom", "/dev/zero"]
+
+
+def _traversable_by_nobody(path: str) -> bool:
+    """Whether uid 65534 can reach `path` (every folder above it searchable by others)."""
+    p = Path(path)
+    return all(os.stat(d).st_mode & 0o001 for d in [*reversed(p.parents), p] if d.is_dir())
+
+
+_BWRAP: dict[str, Any] = {}
+
+
+def _bwrap() -> tuple[str | None, str]:
+    """The bubblewrap binary if it can create namespaces here (checked once per process), and why not."""
+    if not _BWRAP:
+        path, why = shutil.which("bwrap"), "bwrap is not installed (apt-get install bubblewrap)"
+        if path:
+            probe = [path, "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--", "/bin/true"]
+            if os.geteuid() != 0:
+                probe[1:1] = ["--unshare-user"]
+            try:
+                r = subprocess.run(probe, capture_output=True, text=True, timeout=20, env={})
+                why = "" if r.returncode == 0 else f"bwrap cannot create namespaces here: {r.stderr.strip()[:200]}"
+            except (OSError, subprocess.TimeoutExpired) as e:
+                why = f"bwrap failed to run: {e}"
+        _BWRAP.update(path=path if not why else None, why=why)
+    return _BWRAP["path"], _BWRAP["why"]
+
+
+class _MemoryCgroup:
+    """A child memory cgroup of our own (v1 or v2) with a hard limit; every page the worker touches,
+    tmpfs and page tables included, is charged to it. `procs` is None where none can be made."""
+
+    def __init__(self, limit: int):
+        self.path, self.procs, self.why = None, None, ""
+        try:
+            lines = Path("/proc/self/cgroup").read_text().splitlines()
+        except OSError as e:
+            self.why = f"unavailable ({e})"
+            return
+        v1 = [ln.split(":", 2)[2] for ln in lines if ln.split(":", 2)[1] == "memory"]
+        v2 = [ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")]
+        if v1:
+            base, files = Path("/sys/fs/cgroup/memory") / v1[0].lstrip("/"), [("memory.limit_in_bytes", limit),
+                                                                              ("memory.memsw.limit_in_bytes", limit)]
+        elif v2:
+            base, files = Path("/sys/fs/cgroup") / v2[0].lstrip("/"), [("memory.max", limit), ("memory.swap.max", 0)]
+        else:
+            self.why = "unavailable (no memory controller)"
+            return
+        path = base / f"skillrepro-sandbox-{uuid.uuid4().hex[:12]}"
+        try:
+            path.mkdir()
+        except OSError as e:
+            self.why = f"unavailable (cannot create a cgroup under {base}: {e.strerror})"
+            return
+        self.path = path
+        for name, value in files:
+            try:
+                (path / name).write_text(str(value))
+            except OSError as e:
+                if name in ("memory.limit_in_bytes", "memory.max"):
+                    self.remove()
+                    self.why = f"unavailable (cannot set {name}: {e.strerror})"
+                    return
+        self.procs = str(path / "cgroup.procs")
+
+    def remove(self) -> None:
+        """Remove the cgroup once its last (just killed) task has gone; the kernel needs a moment for that."""
+        for _ in range(200):
+            if self.path is None:
+                return
+            try:
+                self.path.rmdir()
+                self.path = self.procs = None
+            except FileNotFoundError:
+                self.path = self.procs = None
+            except OSError:
+                time.sleep(0.01)
+
+
+# The worker's frames: exact keys (besides t, call, seq) with their types and maximum lengths (characters).
+# A cap of -1 means output_chars (+100 for the worker's "... cut" note); 0 means none beyond the frame size.
+_SCHEMA: dict[str, dict[str, tuple[type | tuple, int]]] = {
+    "ready": {"isolation": (dict, 0)},
+    "init_error": {"msg": (str, 2100), "isolation": (dict, 0)},
+    "prim": {"frame": (str, 80), "name": (str, 64), "args": (list, 4096)},
+    "enter": {"frame": (str, 80), "parent": (str, 80), "fn": (str, 200), "args": (str, 2100)},
+    "exit": {"frame": (str, 80), "ret": (str, 2100), "exc": (str, 2100)},
+    "badargs": {"msg": (str, 2100)},
+    "result": {"ret": ((str, type(None)), -1), "exc": (str, 3100), "tb": (str, 3100), "out": (str, -1),
+               "out_total": (int, 0)},
+}
+
+
+def _check_frame(msg: Any, call: str, seq: int, output_chars: int) -> dict:
+    """`msg` if it is a well-formed frame of call `call` with sequence number `seq`; else _Violation."""
+    if not isinstance(msg, dict) or not isinstance(msg.get("t"), str) or msg["t"] not in _SCHEMA:
+        raise _Violation(f"unknown frame {str(msg)[:80]!r}")
+    t, fields = msg["t"], _SCHEMA[msg["t"]]
+    if set(msg) != {"t", "call", "seq", *fields}:
+        raise _Violation(f"{t} frame with keys {sorted(msg)[:12]}; expected {sorted(['t', 'call', 'seq', *fields])}")
+    if msg["call"] != call or msg["seq"] != seq or isinstance(msg["seq"], bool):
+        raise _Violation(f"{t} frame numbered {str(msg['call'])[:40]}#{str(msg['seq'])[:20]}; expected {call}#{seq}")
+    for key, (typ, cap) in fields.items():
+        v = msg[key]
+        if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+            raise _Violation(f"{t}.{key} has type {type(v).__name__}")
+        cap = output_chars + 100 if cap == -1 else cap
+        if cap and isinstance(v, (str, list)) and len(json.dumps(v) if isinstance(v, list) else v) > cap:
+            raise _Violation(f"{t}.{key} is longer than {cap}")
+    if t == "result" and not (0 <= msg["out_total"] and len(msg["out"]) <= msg["out_total"]):
+        raise _Violation("result.out_total is inconsistent with result.out")
+    if t == "prim" and not all(isinstance(a, (str, int, float, bool, type(None))) and
+                               not (isinstance(a, float) and not math.isfinite(a)) for a in msg["args"]):
+        raise _Violation("prim.args must be plain values")
+    if t in ("ready", "init_error"):
+        iso = msg["isolation"]
+        if len(iso) > 20 or not all(isinstance(k, str) and len(k) <= 40 and isinstance(v, list) and len(v) <= 40
+                                    and all(isinstance(x, (bool, str)) and len(str(x)) <= 400 for x in v)
+                                    for k, v in iso.items()):
+            raise _Violation("malformed isolation report")
+    return msg
 
 
 @dataclass
@@ -114,56 +267,255 @@ class _Frame:
 
 
 class SandboxSession:
-    """One worker process: skills bound to an env, or the inducer's interpreter."""
+    """Skills bound to an env (a fresh child process per call), or the inducer's interpreter (one child)."""
 
     def __init__(self, *, source: str = "", env: Env | None = None, limits: SandboxLimits | None = None,
                  db: dict | None = None, read_paths: list[str] | None = None, site_packages: bool = False,
                  record: Callable[[SkillCall], None] | None = None, episode_id: str = "",
-                 audit_hook: bool = True):
+                 audit_hook: bool = True, require: tuple[str, ...] | None = None):
         self.source, self.env, self.limits = source, env, limits or SandboxLimits()
         self.db, self.read_paths, self.site_packages = db, read_paths, site_packages
         self.record = record or (lambda c: None)
         self.episode_id = episode_id
         self.audit_hook = audit_hook
+        self.require = tuple(REQUIRED if require is None else require)
         self.proc: subprocess.Popen | None = None
-        self.scratch = tempfile.mkdtemp(prefix="skillrepro-sandbox-")
-        self.isolation: dict = {}
+        self.bwrap, why = _bwrap()
+        self.scratch = SCRATCH_IN_BWRAP if self.bwrap else tempfile.mkdtemp(prefix="skillrepro-sandbox-")
+        self.cgroup: _MemoryCgroup | None = None  # made at the first start
+        self.isolation: dict[str, str] = {"bwrap": f"MISSING: {why}"} if why else {}
+        self.missing: tuple[str, ...] = ()
         self.functions: list[str] = []
         self.load_error = ""
         self.restarts = 0
         self._buf = b""
+        self._ready = False
+        self._call, self._seq = "init", 0
+        self.max_message = 65536 + 16 * self.limits.output_chars
+        try:  # the parent's own list of the library's functions: frames naming others are forged
+            tree = ast.parse(source or "")
+            self._known = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        except SyntaxError:
+            self._known = set()
+        self._primitive_names = {p.name for p in env.primitives()} if env is not None else set()
         self._finalizer = weakref.finalize(self, _cleanup, self.__dict__)
 
     # ------------------------------------------------------------------------------------ process
-    def _start(self) -> None:
-        args = [sys.executable, "-I", *([] if self.site_packages else ["-S"]), str(WORKER)]
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     cwd=self.scratch, start_new_session=True, close_fds=True)
-        self._buf = b""
-        self._send({"t": "init", "source": self.source, "scratch": self.scratch,
-                    "primitives": [p.name for p in self.env.primitives()] if self.env else [],
-                    "limits": self.limits.__dict__, "db": self.db, "read_paths": self.read_paths,
-                    "audit_hook": self.audit_hook})
-        msg = self._recv(time.monotonic() + self.limits.start_wall_s)
-        if msg is None:
-            why = self._kill("did not start in time")
-            raise SandboxError(f"sandbox worker {why}")
-        self.isolation = msg.get("isolation", {})
-        if msg["t"] == "init_error":
-            self._kill("library failed to load")
-            self.load_error = msg["msg"]
-            self.functions = []
+    def _argv(self) -> tuple[list[str], dict]:
+        exe, allow = _runtime()
+        if self.site_packages:  # the inducer: its virtual environment and the read paths it was given
+            exe = sys.executable
+        read = list(self.read_paths) if self.read_paths is not None else allow
+        python = [exe, "-I", *([] if self.site_packages else ["-S"])]
+        init = {"read_paths": read, "drop_uid": False, "bwrap": bool(self.bwrap), "scratch": self.scratch}
+        if not self.bwrap:
+            if os.geteuid() == 0 and _traversable_by_nobody(os.path.dirname(exe)) and all(
+                    _traversable_by_nobody(p) for p in read if os.path.exists(p)):
+                os.chown(self.scratch, NOBODY, NOBODY)
+                init["drop_uid"] = True
+            return [*python, str(WORKER)], init
+        argv = [self.bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+                "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv"]
+        if os.geteuid() == 0:  # no user namespace: each child becomes nobody (a real host uid) itself, and
+            # the zygote (never running untrusted code) keeps only what it needs for that and to kill a child
+            argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"]
+            init["drop_uid"] = True
         else:
-            self.functions = msg["functions"]
-            self.load_error = ""
+            argv += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY), "--disable-userns"]
+        made: set[str] = set()
+
+        def parents(dest: str) -> list[str]:
+            out = []
+            for d in reversed(Path(dest).parents):
+                if str(d) != "/" and str(d) not in made:
+                    made.add(str(d))
+                    out += ["--perms", "0755", "--dir", str(d)]
+            return out
+
+        binds = sorted({os.path.realpath(p) for p in [*read, os.path.dirname(exe)]
+                        if os.path.exists(p) and not p.startswith(("/dev", "/proc", "/sys"))})
+        bound: list[str] = []
+        for p in binds:
+            if any(p == b or p.startswith(b + "/") for b in bound):
+                continue  # already visible through a folder above it
+            bound.append(p)
+            argv += [*parents(p), "--ro-bind", p, p]
+            made.add(p)
+        for link, target in (("/lib", "usr/lib"), ("/lib64", "usr/lib64")):
+            if os.path.islink(link) and os.readlink(link) == target and link not in made:
+                argv += ["--symlink", target, link]
+        if not self.site_packages:  # the base runtime's own site-packages holds third-party code: hide it
+            site = Path(os.path.realpath(sys.base_prefix)) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+            if site.is_dir():
+                argv += ["--perms", "0755", "--tmpfs", str(site)]
+        argv += ["--proc", "/proc", "--dev", "/dev",
+                 "--perms", "1777", "--size", str(self.limits.scratch_bytes), "--tmpfs", SCRATCH_IN_BWRAP,
+                 *parents("/sandbox/_worker.py"), "--ro-bind", str(WORKER), "/sandbox/_worker.py",
+                 "--chdir", SCRATCH_IN_BWRAP, "--", *python, "/sandbox/_worker.py"]
+        return argv, init
+
+    def _spawn(self) -> None:
+        """Start the zygote (in bwrap where it can run) and ask it for the first child."""
+        argv, init = self._argv()
+        if self.cgroup is None:
+            self.cgroup = _MemoryCgroup(self.limits.memory_bytes)
+        if self.cgroup.procs:  # join the cgroup before exec, so every page of the worker is counted
+            argv = ["/bin/sh", "-c", 'echo $$ > "$1" || exit 97; shift; exec "$@"', "sh", self.cgroup.procs, *argv]
+        to_zygote, from_zygote = os.pipe(), os.pipe()
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, cwd="/", env={}, start_new_session=True,
+                                         close_fds=True, pass_fds=(to_zygote[0], from_zygote[1]))
+        finally:
+            os.close(to_zygote[0])
+            os.close(from_zygote[1])
+        self._ctrl_w, self._ctrl_r = to_zygote[1], from_zygote[0]
+        os.set_blocking(self.proc.stdin.fileno(), False)
+        self._buf, self._ready, self._died = b"", False, None
+        init |= {"t": "init", "ctrl": [to_zygote[0], from_zygote[1]], "source": self.source,
+                 "primitives": sorted(self._primitive_names), "limits": self.limits.__dict__, "db": self.db,
+                 "audit_hook": self.audit_hook}
+        self._send(init, time.monotonic() + self.limits.start_wall_s)
+        self._fork()
+
+    def _fork(self) -> None:
+        """Ask the zygote for a fresh child; it loads the library and says ready while the actor thinks."""
+        self._call, self._seq, self._ready, self._died = "init", 0, False, None
+        self._forked = time.monotonic()
+        self._ctrl({"t": "fork"})
+
+    def _ctrl(self, msg: dict) -> None:
+        data = json.dumps(msg).encode()
+        try:
+            os.write(self._ctrl_w, struct.pack(">I", len(data)) + data)
+        except OSError:
+            pass  # the zygote is gone; the next read says so
+
+    def _ctrl_recv(self, deadline: float) -> dict | None:
+        """The zygote's next control frame ('died' or 'reaped'), or None if it is gone or silent."""
+        head = self._read_exactly(self._ctrl_r, 4, deadline)
+        if head is None:
+            return None
+        body = self._read_exactly(self._ctrl_r, min(struct.unpack(">I", head)[0], 4096), deadline)
+        try:
+            msg = json.loads(body) if body is not None else None
+        except ValueError:
+            return None
+        return msg if isinstance(msg, dict) and msg.get("t") in ("died", "reaped") else None
+
+    @staticmethod
+    def _read_exactly(fd: int, n: int, deadline: float) -> bytes | None:
+        out = b""
+        while len(out) < n:
+            left = deadline - time.monotonic()
+            with selectors.DefaultSelector() as sel:
+                sel.register(fd, selectors.EVENT_READ)
+                if left <= 0 or not sel.select(left):
+                    return None
+            chunk = os.read(fd, n - len(out))
+            if not chunk:
+                return None
+            out += chunk
+        return out
+
+    def _reap(self) -> bool:
+        """Kill the current child (and everything it started) and drain what it left in the pipe, before any
+        next child exists. True if it had written anything after its last legitimate frame."""
+        if self.proc is None:
+            return False
+        self._ctrl({"t": "kill"})
+        deadline = time.monotonic() + 10
+        while True:
+            msg = self._ctrl_recv(deadline)
+            if msg is None:  # the zygote does not answer: replace it whole
+                self._kill("")
+                return bool(self._buf)
+            if msg["t"] == "reaped":
+                break
+        fd, leftover = self.proc.stdout.fileno(), bool(self._buf)
+        os.set_blocking(fd, False)
+        try:
+            while os.read(fd, 1 << 16):
+                leftover = True
+        except BlockingIOError:
+            pass
+        os.set_blocking(fd, True)
+        self._buf, self._ready = b"", False
+        return leftover
+
+    def _await_ready(self) -> None:
+        """The child's first frame. A child that breaks the protocol, dies or hangs while loading the library
+        is the library's doing (module-level code runs there): a load error, reported to the caller as one.
+        Only a zygote that is gone is the sandbox's own failure (SandboxError)."""
+        deadline = self._forked + self.limits.start_wall_s
+        try:
+            msg, why = self._recv(deadline), ""
+        except _Violation as e:
+            msg, why = None, f"it broke the sandbox protocol ({e})"
+        if msg is None:
+            why = why or self._death_reason(deadline, self.limits.start_wall_s)
+            if (self._died or {}).get("t") == "gone" or self.proc.poll() is not None:
+                self._kill("")  # the zygote itself died: the sandbox cannot run here
+                raise SandboxError(f"sandbox worker did not start: {why}")
+            self._reap()
+            self._fork()
+            self.load_error, self.functions = f"the worker stopped while loading the library: {why}", []
+            return
+        self._ready = True
+        self._report_layers(msg["isolation"])
+        if msg["t"] == "init_error":
+            self._reap()
+            self._fork()
+            self.load_error, self.functions = msg["msg"], []
+        else:
+            self.load_error, self.functions = "", sorted(self._known)
+
+    def _report_layers(self, worker_report: dict) -> None:
+        iso = {k: v for k, v in self.isolation.items() if k == "bwrap"}
+        if self.bwrap:
+            iso["bwrap"] = "namespaces: mount (read-only allow-list), pid, ipc, uts, net, cgroup; empty environment"
+            iso["read_allowlist"] = "only the runtime and system libraries are mounted"
+            iso["scratch_limit"] = f"tmpfs of {self.limits.scratch_bytes} bytes"
+            iso["netns"] = "bwrap's network namespace"
+        else:
+            iso["scratch_limit"] = "MISSING: scratch is a host folder (files are capped, not their total)"
+            iso["read_allowlist"] = "Landlock read rules" if str(worker_report.get("landlock", [False, ""])[1]).find(
+                "reads only") >= 0 else "MISSING: neither bwrap nor Landlock read rules"
+        iso["memory_cgroup"] = (f"limit {self.limits.memory_bytes} bytes" if self.cgroup.procs
+                                else f"MISSING: {self.cgroup.why}; memfd and shared memory denied by seccomp")
+        for k, v in worker_report.items():
+            if len(v) == 2 and isinstance(v[0], bool):
+                iso[k] = str(v[1]) if v[0] else f"MISSING: {v[1]}"
+            else:
+                iso[k] = "; ".join(map(str, v))
+        for k in LAYERS:
+            iso.setdefault(k, "MISSING: not reported")
+        self.isolation = iso
+        self.missing = tuple(k for k in LAYERS if iso[k].startswith("MISSING"))
+        key = (self.missing, bool(self.bwrap))
+        if key not in _LOGGED:
+            _LOGGED.add(key)
+            log.info("sandbox layers: %s", "; ".join(f"{k}: {v}" for k, v in iso.items()))
+            if self.missing:
+                log.warning("sandbox layer(s) missing on this machine: %s (config key sandbox.require decides "
+                            "whether a run may go on without them)", ", ".join(self.missing))
+        refused = [k for k in self.require if k in self.missing]
+        if refused:
+            self._kill("")
+            raise SandboxError("config key sandbox.require: layer(s) " + ", ".join(refused) + " unavailable here: "
+                               + "; ".join(f"{k}: {iso[k]}" for k in refused))
 
     def _ensure(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            if self.proc is not None:
-                self.restarts += 1
-            self._start()
+        if self.proc is not None and self.proc.poll() is not None:
+            self.restarts += 1
+            self._kill("")
+        if self.proc is None:
+            self._spawn()
+        if not self._ready:
+            self._await_ready()
 
     def _kill(self, why: str) -> str:
+        """Kill the zygote and all its children (bwrap's pid namespace takes them with it)."""
         if self.proc is not None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -172,120 +524,184 @@ class SandboxSession:
             self.proc.wait()
             self.proc.stdin.close()
             self.proc.stdout.close()
-            self.proc = None
+            os.close(self._ctrl_w)
+            os.close(self._ctrl_r)
+            self.proc, self._ready = None, False
         return why
 
     def close(self) -> None:
         self._finalizer()
 
     # ------------------------------------------------------------------------------------ framing
-    def _send(self, msg: dict) -> None:
+    def _send(self, msg: dict, deadline: float) -> bool:
+        """Write one frame without ever blocking past `deadline` (a worker that stops reading cannot hang us)."""
         data = json.dumps(msg, default=repr).encode()
-        try:
-            self.proc.stdin.write(struct.pack(">I", len(data)) + data)
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass  # the worker died; the next read reports it
+        buf = memoryview(struct.pack(">I", len(data)) + data)
+        fd = self.proc.stdin.fileno()
+        while buf:
+            try:
+                n = os.write(fd, buf)
+                buf = buf[n:]
+                continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                return False  # the worker died; the next read reports it
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with selectors.DefaultSelector() as sel:
+                sel.register(fd, selectors.EVENT_WRITE)
+                sel.select(left)
+        return True
 
     def _recv(self, deadline: float) -> dict | None:
-        """Next message, or None when the deadline passed or the worker died (the caller kills it)."""
+        """Next well-formed frame of the child; None when the deadline passed or the child died (the zygote
+        said so, in self._died); _Violation for anything malformed."""
         fd = self.proc.stdout.fileno()
         while True:
             if len(self._buf) >= 4:
                 (n,) = struct.unpack(">I", self._buf[:4])
-                if n > MAX_MESSAGE:
-                    return None
+                if n > self.max_message:
+                    raise _Violation(f"a frame of {n} bytes (the limit is {self.max_message})")
                 if len(self._buf) >= 4 + n:
                     data, self._buf = self._buf[4:4 + n], self._buf[4 + n:]
                     try:
-                        return json.loads(data)
-                    except ValueError:
-                        return None
+                        msg = json.loads(data)
+                    except (ValueError, RecursionError):
+                        raise _Violation("a frame that is not JSON") from None
+                    msg = _check_frame(msg, self._call, self._seq, self.limits.output_chars)
+                    self._seq += 1
+                    return msg
+            if self._died is not None:
+                return None
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
             with selectors.DefaultSelector() as sel:
-                sel.register(fd, selectors.EVENT_READ)
-                if not sel.select(left):
-                    return None
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
+                sel.register(fd, selectors.EVENT_READ, "child")
+                sel.register(self._ctrl_r, selectors.EVENT_READ, "zygote")
+                events = [k.data for k, _ in sel.select(left)]
+            if not events:
                 return None
-            self._buf += chunk
+            if "child" in events:  # what the child wrote before it died still counts
+                chunk = os.read(fd, 1 << 20)
+                if chunk:
+                    self._buf += chunk
+                    continue
+            if "zygote" in events or "child" in events:
+                msg = self._ctrl_recv(time.monotonic() + 5)
+                self._died = msg if msg is not None and msg["t"] == "died" else {"t": "gone"}
 
-    def _death_reason(self, deadline: float) -> str:
-        if self.proc is None:
-            return "worker gone"
-        code = self.proc.poll()
-        if code is None and time.monotonic() >= deadline:
-            return f"wall-clock limit of {self.limits.call_wall_s:g} s reached"
-        if code is None:
-            return "protocol violation by the worker"
-        if code < 0:
-            name = signal.Signals(-code).name
+    def _death_reason(self, deadline: float, wall_s: float) -> str:
+        died = self._died
+        if died is None:
+            return f"wall-clock limit of {wall_s:g} s reached" if time.monotonic() >= deadline else "worker gone"
+        if died.get("t") != "died":
+            return "the sandbox's zygote died"
+        sig, code = died.get("signal"), died.get("code")
+        if isinstance(sig, int) and sig > 0:
+            try:
+                name = signal.Signals(sig).name
+            except ValueError:
+                name = f"signal {sig}"
             hint = {"SIGXCPU": " (CPU limit)", "SIGKILL": " (killed; memory or CPU limit)",
+                    "SIGSYS": " (a system call seccomp forbids on pain of death)",
                     "SIGSEGV": " (crashed; e.g. stack overflow from deep recursion)"}.get(name, "")
             return f"worker died with {name}{hint}"
         return f"worker exited with status {code}"
 
     # ------------------------------------------------------------------------------------ skills
-    def call_skill(self, name: str, args: list[Any], step: int = -1) -> Outcome:
-        """Run skill `name(*args)`; primitives go to self.env. Raises ActionError for bad arguments."""
+    def call_skill(self, name: str, args: list[Any], step: int = -1, wall_s: float | None = None) -> Outcome:
+        """Run skill `name(*args)`; primitives go to self.env. `wall_s` shortens the wall clock (e.g. to the
+        episode's remaining time). Raises ActionError for bad arguments and for a worker that breaks the
+        protocol; the worker is replaced after every call."""
         self._ensure()
         top = uuid.uuid4().hex[:12]
+        args_json = json.dumps([args, {}], default=repr)[:2100]
         if self.load_error:
             exc = f"the skill library failed to load: {self.load_error}"
-            self.record(SkillCall(top, "", self.episode_id, step, name, json.dumps([args, {}], default=repr), "[]",
-                                  "", exc, 0.0))
+            self.record(SkillCall(top, "", self.episode_id, step, name, args_json, "[]", "", exc, 0.0))
             return Outcome(None, exc, "", 0, None, 0)
-        frames: dict[str, _Frame] = {top: _Frame(top, "", name, json.dumps([args, {}], default=repr), time.time())}
-        deadline = time.monotonic() + self.limits.call_wall_s
-        self._send({"t": "call", "frame": top, "name": name, "args": args, "done": bool(self.env.done)})
-        n_prims, last_obs = 0, None
-        while True:
-            msg = self._recv(deadline)
-            if msg is None:
-                why = self._death_reason(deadline)
-                self._kill(why)
-                out = Outcome(None, "", "", 0, last_obs, n_prims, killed=why)
-                break
-            t = msg["t"]
-            if t == "prim":
-                frame = frames.get(msg["frame"]) or frames[top]
-                if n_prims >= self.limits.max_primitives:
-                    self._send({"t": "prim_limit", "msg": f"limit of {self.limits.max_primitives} primitive calls per skill call reached"})
-                    frame.primitives.append([msg["name"], msg["args"], "(refused: primitive call limit)"])
+        wall = self.limits.call_wall_s if wall_s is None else max(0.0, min(wall_s, self.limits.call_wall_s))
+        frames: dict[str, _Frame] = {top: _Frame(top, "", name, args_json, time.time())}
+        stack = [top]
+        deadline = time.monotonic() + wall
+        self._call, self._seq = top, 0
+        n_prims, last_obs, violation, out = 0, None, "", None
+        try:
+            if not self._send({"t": "call", "call": top, "frame": top, "name": name, "args": args,
+                               "done": bool(self.env.done)}, deadline):
+                raise _Violation("the worker stopped reading its pipe")
+            while out is None:
+                msg = self._recv(deadline)
+                if msg is None:
+                    why = self._death_reason(deadline, wall)
+                    out = Outcome(None, "", "", 0, last_obs, n_prims, killed=why)
+                    break
+                t = msg["t"]
+                if t == "prim":
+                    if msg["name"] not in self._primitive_names:
+                        raise _Violation(f"unknown primitive {msg['name']!r}")
+                    if msg["frame"] != stack[-1]:
+                        raise _Violation(f"a primitive from frame {msg['frame']!r}, not the open frame {stack[-1]!r}")
+                    frame = frames[stack[-1]]
+                    if n_prims >= self.limits.max_primitives:
+                        self._send({"t": "prim_limit", "msg": f"limit of {self.limits.max_primitives} primitive calls per skill call reached"}, deadline)
+                        frame.primitives.append([msg["name"], msg["args"], "(refused: primitive call limit)"])
+                        n_prims += 1
+                        continue
                     n_prims += 1
-                    continue
-                n_prims += 1
-                try:
-                    res = self.env.step(msg["name"], msg["args"])
-                except ActionError as e:
-                    frame.primitives.append([msg["name"], msg["args"], f"ActionError: {e}"])
-                    self._send({"t": "prim_error", "msg": str(e)})
-                    continue
-                except Exception:
-                    self._kill("env raised")
-                    raise  # a broken env is not the skill's fault: let it surface
-                last_obs = res.observation
-                frame.primitives.append([msg["name"], msg["args"], res.observation])
-                self._send({"t": "obs", "text": res.observation, "done": bool(self.env.done)})
-            elif t == "enter":
-                frames[msg["frame"]] = _Frame(msg["frame"], msg["parent"], msg["fn"], msg["args"], time.time())
-            elif t == "exit":
-                f = frames.get(msg["frame"])
-                if f:
-                    f.ret, f.exc, f.dur = msg["ret"], msg["exc"], msg["dur"]
-            elif t == "badargs":
-                raise ActionError(msg["msg"])
-            elif t == "result":
-                out = Outcome(msg["ret"], msg["exc"], msg["out"], msg["out_total"], msg["last_obs"] or last_obs,
-                              n_prims, traceback=msg.get("tb", ""))
-                break
-            else:
-                self._kill("protocol violation by the worker")
-                out = Outcome(None, "", "", 0, last_obs, n_prims, killed="protocol violation by the worker")
-                break
+                    try:
+                        res = self.env.step(msg["name"], msg["args"])
+                    except ActionError as e:
+                        frame.primitives.append([msg["name"], msg["args"], f"ActionError: {e}"])
+                        self._send({"t": "prim_error", "msg": str(e)}, deadline)
+                        continue
+                    except Exception:
+                        self._reap()
+                        self._fork()
+                        raise  # a broken env is not the skill's fault: let it surface
+                    last_obs = res.observation
+                    frame.primitives.append([msg["name"], msg["args"], res.observation])
+                    self._send({"t": "obs", "text": res.observation, "done": bool(self.env.done)}, deadline)
+                elif t == "enter":
+                    fid = msg["frame"]
+                    if msg["fn"] not in self._known:
+                        raise _Violation(f"frame {fid!r} names {msg['fn']!r}, which the library does not define")
+                    if not (fid.startswith(top + ".") and fid[len(top) + 1:].isdigit()) or fid in frames:
+                        raise _Violation(f"frame id {fid!r} is not a fresh child of this call")
+                    if msg["parent"] != stack[-1]:
+                        raise _Violation(f"frame {fid!r} names parent {msg['parent']!r}, not the open frame")
+                    if len(frames) > self.limits.max_frames:
+                        raise _Violation(f"more than {self.limits.max_frames} frames")
+                    frames[fid] = _Frame(fid, msg["parent"], msg["fn"], msg["args"], time.time())
+                    stack.append(fid)
+                elif t == "exit":
+                    if len(stack) < 2 or msg["frame"] != stack[-1]:
+                        raise _Violation(f"exit of frame {msg['frame']!r}, which is not the open nested frame")
+                    f = frames[stack.pop()]
+                    f.ret, f.exc, f.dur = msg["ret"], msg["exc"], time.time() - f.started
+                elif t == "badargs":
+                    if msg["seq"] != 0:
+                        raise _Violation("badargs after the call started")
+                    if not self._reap():
+                        self._fork()
+                        raise ActionError(msg["msg"])
+                    raise _Violation("the worker wrote after badargs")
+                elif t == "result":
+                    if len(stack) != 1:
+                        raise _Violation(f"result while frame {stack[-1]!r} is open")
+                    out = Outcome(msg["ret"], msg["exc"], msg["out"], msg["out_total"], last_obs, n_prims,
+                                  traceback=msg["tb"])
+                else:
+                    raise _Violation(f"a {t} frame during a call")
+        except _Violation as e:
+            violation = f"the sandbox worker broke the protocol ({e}); it was replaced"
+            out = Outcome(None, "", "", 0, last_obs, n_prims, killed=violation)
+        if self._reap() and not violation:  # a thread or __del__ wrote after the result: the call fails
+            violation = "the sandbox worker wrote after its result; it was replaced"
+            out.killed = out.killed or violation
         if n_prims > self.limits.max_primitives and not out.killed:
             out.exception = out.exception or f"limit of {self.limits.max_primitives} primitive calls reached"
         root = frames[top]
@@ -297,24 +713,60 @@ class SandboxSession:
                 f.exc, f.dur = f"killed: {out.killed}" if out.killed else "unfinished", time.time() - f.started
             self.record(SkillCall(f.frame_id, f.parent, self.episode_id, step, f.function, f.arguments,
                                   json.dumps(f.primitives, default=repr), f.ret, f.exc, f.dur))
+        if self.proc is not None:
+            self._fork()  # the next call's child starts now
+        if violation:
+            raise ActionError(f"skill {name}: {violation}")
         return out
 
     # ------------------------------------------------------------------------------------ inducer
     def exec_code(self, code: str) -> Outcome:
-        """Run `code` in the persistent interpreter (a notebook: names survive between calls)."""
+        """Run `code` in the persistent interpreter (a notebook: names survive between calls, until a call is
+        killed)."""
         self._ensure()
         if self.load_error:
             return Outcome(None, f"the interpreter failed to start: {self.load_error}", "", 0, None, 0)
         deadline = time.monotonic() + self.limits.call_wall_s
-        self._send({"t": "exec", "code": code})
-        while True:
+        self._call, self._seq = uuid.uuid4().hex[:12], 0
+        why = ""
+        try:
+            self._send({"t": "exec", "call": self._call, "code": code}, deadline)
             msg = self._recv(deadline)
-            if msg is None:
-                why = self._death_reason(deadline)
-                self._kill(why)
-                return Outcome(None, "", "", 0, None, 0, killed=why)
-            if msg["t"] == "result":
-                return Outcome(msg["ret"], msg["exc"], msg["out"], msg["out_total"], None, 0)
+            while msg is not None and msg["t"] in ("enter", "exit"):  # library functions called by the code
+                msg = self._recv(deadline)
+            if msg is not None and msg["t"] != "result":
+                raise _Violation(f"a {msg['t']} frame answering exec")
+        except _Violation as e:
+            msg, why = None, f"the interpreter broke the protocol ({e})"
+        if msg is None:
+            why = why or self._death_reason(deadline, self.limits.call_wall_s)
+            self._reap()
+            self._fork()
+            return Outcome(None, "", "", 0, None, 0, killed=why)
+        return Outcome(msg["ret"], msg["exc"], msg["out"], msg["out_total"], None, 0)
+
+
+REQUIRED: tuple[str, ...] = ()  # layers every session refuses to run without (config key sandbox.require)
+_LOGGED: set = set()
+
+
+def configure(require: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """Set the layers every later session requires (config key sandbox.require), start one probe worker
+    to see which layers this machine gives (logged), and raise SandboxError if a required one is missing.
+    Returns the probe's isolation report."""
+    global REQUIRED
+    unknown = sorted(set(require) - set(LAYERS))
+    if unknown:
+        raise SandboxError(f"config key sandbox.require: unknown layer(s) {', '.join(unknown)}; known: {', '.join(LAYERS)}")
+    REQUIRED = tuple(require)
+    probe = SandboxSession()
+    try:
+        probe._ensure()
+        if probe.load_error:
+            raise SandboxError(f"the sandbox cannot start a worker here: {probe.load_error}")
+        return dict(probe.isolation)
+    finally:
+        probe.close()
 
 
 def _cleanup(state: dict) -> None:
@@ -328,7 +780,15 @@ def _cleanup(state: dict) -> None:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-    shutil.rmtree(state.get("scratch", ""), ignore_errors=True)
+    for fd in (state.get("_ctrl_w"), state.get("_ctrl_r")) if proc is not None else ():
+        try:
+            os.close(fd)
+        except (OSError, TypeError):
+            pass
+    if state.get("cgroup") is not None:
+        state["cgroup"].remove()
+    if state.get("scratch", "").startswith(tempfile.gettempdir()):
+        shutil.rmtree(state["scratch"], ignore_errors=True)
 
 
 def render_outcome(name: str, out: Outcome, output_chars: int = 4000) -> str:

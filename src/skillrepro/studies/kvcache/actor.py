@@ -198,6 +198,13 @@ def write_stream(path, stream: list[StreamRequest]) -> None:
     write_text(path, "".join(json.dumps(dataclasses.asdict(r)) + "\n" for r in stream))
 
 
+def write_counters(path, counters: dict) -> None:
+    """The server's own cache counters for a run (`delta`: None where the backend has none)."""
+    from skillrepro.store import write_text
+
+    write_text(path, json.dumps(counters, indent=1))
+
+
 def walk_views(benchmark, task_ids: list[str], step: int) -> list[F.EpisodeView]:
     """Each game at `step`, reached without a model by visiting receptacles in the order the game lists
     them (the history only has to be real ALFWorld text: every format's cross-episode prefix ends before
@@ -249,11 +256,21 @@ def record_run(*, fmt: str, seed: int, bench, llm: LLMConfig, task_ids: list[str
     formatter = AlfWorldFormatter(fmt, F.load_bank(bank_path), F.Templates(templates_dir))
     spec = EpisodeSpec(f"kvcache/{fmt}/seed{seed}", bench.name, "kvcache", fmt, seed, split, 0, 0)
     benchmark = format_benchmark(bench)
+    from skillrepro.studies.kvcache import vllm_metrics
+
+    counters: dict = {"backend": llm.backend, "delta": None}
     with session(llm) as client:
+        if llm.backend == "vllm":  # the server's own cache counters, before and after this run's requests
+            before = vllm_metrics.scrape(client.base_url)
         run = run_format(formatter=formatter, benchmark=benchmark, task_ids=task_ids, client=client, spec=spec,
                          call_budget=call_budget, wall_s=wall_s, prompt_ids=prompt_ids_fn(llm, client.base_url),
                          reply_ids=text_ids_fn(llm, client.base_url), parallel=parallel, log=log)
+        if llm.backend == "vllm":
+            after = vllm_metrics.scrape(client.base_url)
+            counters.update(before=dataclasses.asdict(before), after=dataclasses.asdict(after),
+                            delta=dataclasses.asdict(after.minus(before)))
     out = Path(out_dir)
+    write_counters(out / "server_counters.json", counters)
     write_records(out / "episodes.parquet", [r.episode for r in run.records], Episode)
     write_records(out / "steps.parquet", [s for r in run.records for s in r.steps], Step)
     write_records(out / "llm_calls.parquet", [c for r in run.records for c in r.llm_calls], LLMCall)

@@ -22,10 +22,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--engine", choices=("vllm", "llamacpp"), default="vllm",
                    help="llamacpp: token-level reuse of each slot's previous prompt and reply")
     s.add_argument("--slots", type=int, default=1, help="llamacpp engine: number of slots")
-    s.add_argument("--max-num-seqs", type=int, default=256)
-    s.add_argument("--max-batched-tokens", type=int, default=8192)
+    s.add_argument("--max-num-seqs", type=int, default=1024,
+                   help="vLLM --max-num-seqs (0.11.0's default for `vllm serve` on an H100-class GPU: 1024)")
+    s.add_argument("--max-batched-tokens", type=int, default=8192,
+                   help="vLLM --max-num-batched-tokens: tokens per scheduler step (0.11.0, H100-class: 8192)")
+    s.add_argument("--vocab-size", type=int,
+                   help="token ids must lie below it (default: the tokenizer's vocabulary, else 2**63)")
     s.add_argument("--out", required=True, help="folder for per_request.parquet")
     s.set_defaults(func=_simulate)
+
+
+def _check_args(a: argparse.Namespace) -> None:
+    """Every option a user can get wrong, before any work starts."""
+    for opt in ("block_size", "capacity_tokens", "max_num_seqs", "max_batched_tokens", "slots", "vocab_size"):
+        v = getattr(a, opt)
+        if v is not None and v < 1:
+            raise ValueError(f"--{opt.replace('_', '-')} must be >= 1, got {v}")
+    out = Path(a.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise ValueError(f"--out {a.out}: cannot be written ({e.strerror or e})") from None
 
 
 def _simulate(a: argparse.Namespace) -> int:
@@ -34,8 +54,10 @@ def _simulate(a: argparse.Namespace) -> int:
     from skillrepro.store import write_table
 
     try:
+        _check_args(a)
         tok = get_tokenizer(a.tokenizer) if a.tokenizer else None
-        reqs = sim.read_requests(a.requests, tok)
+        vocab = a.vocab_size or getattr(tok, "n_vocab", None) or sim.MAX_TOKEN_ID
+        reqs = sim.read_requests(a.requests, tok, vocab)
         if a.engine == "llamacpp":
             summary, results = sim.simulate_llamacpp(reqs, sim.LlamaCppConfig(slots=a.slots))
         else:
@@ -47,5 +69,6 @@ def _simulate(a: argparse.Namespace) -> int:
         print(f"skillrepro kvcache simulate: error: {e}", file=sys.stderr)
         return 2
     write_table(Path(a.out) / "per_request.parquet", sim.results_table(results))
-    print(json.dumps(dataclasses.asdict(summary)))
+    engine = {"engine": "llamacpp"} if a.engine == "llamacpp" else {"engine": "vllm", "vllm_version": sim.VLLM_VERSION}
+    print(json.dumps({**engine, **dataclasses.asdict(summary)}))
     return 0

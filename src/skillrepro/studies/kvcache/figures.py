@@ -1,7 +1,7 @@
 """The seminar's figures (seed 001, 2-1..2-3) from the study's tables; each function writes one PNG.
 
 `FIGURES` maps an output name of the `kvcache_figures` rule to its function(tables, kv, path), where
-`tables` holds the CSVs as DataFrames (reuse, prefix, steps, load, success, server).
+`tables` holds the CSVs as DataFrames (reuse, prefix, steps, load, success, server, overload).
 """
 from __future__ import annotations
 
@@ -60,15 +60,18 @@ def load(tables, kv, path) -> None:
     """Prompt+response tokens of all running episodes per step against the KV capacity (2-3)."""
     t = tables["load"]
     fig, ax = plt.subplots(figsize=(8, 4))
-    for f, g in t.groupby("format", sort=False):
-        ax.plot(g.step, g.total_tokens, marker=".", label=f)
+    over = tables["overload"].dropna(subset=["first_step_over"])
+    for i, (f, g) in enumerate(t.groupby("format", sort=False)):
+        ax.plot(g.step, g.total_tokens, marker=".", label=f, color=f"C{i}")
+        for step in over[over.format == f].first_step_over:  # the first step each capacity is exceeded
+            ax.plot(step, g[g.step == step].total_tokens.iloc[0], "x", markersize=10, color=f"C{i}")
     for c in kv.capacity_tokens:
         ax.axhline(c, color="red", linewidth=1)
     ax.set_xlabel("step")
     ax.set_ylabel("tokens of running episodes")
     ax.set_yscale("log")
     ax.legend(fontsize=7)
-    ax.set_title("Per-step KV demand (all episodes at once) vs capacity (red)")
+    ax.set_title("Per-step KV demand (all episodes at once) vs capacity (red); x: first step over it")
     _save(fig, path)
 
 
@@ -140,3 +143,46 @@ def server(tables, kv, path) -> None:
 
 FIGURES = {"reuse": reuse, "prefix": prefix, "load": load, "reuse_steps": reuse_steps, "recomputed": recomputed,
            "preemptions": preemptions, "success": success, "server": server}
+
+
+def models(table, kv, path) -> None:
+    """Per format, each model's reuse (cache retained, headline setting) and success (seed 001, 2-3)."""
+    fmts = list(dict.fromkeys(table.format))
+    names = list(dict.fromkeys(table.model))
+    col = f"reuse_ratio_{kv.policies[0]}"
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
+
+    def series(column):
+        return {m: [table[(table.model == m) & (table.format == f)][column].sum() for f in fmts] for m in names}
+
+    _grouped_bars(a, fmts, series(col), f"reuse ratio ({kv.policies[0]})")
+    a.set_ylim(0, 1)
+    a.set_title(f"Reuse per model, capacity {max(kv.capacity_tokens):,} tokens")
+    _grouped_bars(b, fmts, series("success_mean"), "success (mean over seeds)")
+    b.set_ylim(0, 1)
+    b.set_title("Success per model")
+    _save(fig, path)
+
+
+def blend(table, summary, path) -> None:
+    """Non-prefix reuse (2-4): K rel per chunk and context, K rel per layer, samples whose action moved."""
+    chunks = list(dict.fromkeys(summary.chunk))
+    contexts = [c for c in dict.fromkeys(summary.context) if c != "noise"]  # noise: the numerical floor
+
+    def cell(column):
+        s = summary.set_index(["chunk", "context"])[column]
+        return {c: [float(s.get((ch, c), 0.0)) for ch in chunks] for c in contexts}
+
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4))
+    _grouped_bars(a, chunks, cell("k_rel_median"), "K rel (median over samples)")
+    a.set_title("Reused K vs recomputed K")
+    for ctx, g in table[table.context != "noise"].groupby("context", sort=False):
+        layers = [list(map(float, x.split(","))) for x in g.k_rel_layers]
+        b.plot(range(len(layers[0])), [sum(col) / len(col) for col in zip(*layers)], marker=".", label=ctx)
+    b.set_xlabel("layer")
+    b.set_ylabel("K rel (mean over chunks and samples)")
+    b.legend(fontsize=8)
+    b.set_title("K rel per layer")
+    _grouped_bars(c, chunks, cell("large_shifts"), f"samples with |shift| > {summary.threshold.iloc[0]} nats")
+    c.set_title("Action log-prob moved a lot")
+    _save(fig, path)

@@ -14,6 +14,8 @@ Formats:
   not change within an episode) and only the other actions at the end.
 - `wikiskill_front` / `wikiskill_back`: the whole SKILL.md documents after the role sentence, before / after
   the task sentence, at every step.
+- `noskill`: the baseline without skills (seed 001's no-skill rows): SkillRL's prompt with no retrieved
+  experience, the same step-0 prompt.
 - `evoskill`: skill names and descriptions in the system message; after the first reply, a Skill tool
   result brings the category's SKILL.md (with the core sections) into the conversation, which is never
   truncated. `evoskill_common_top`: the always-loaded core document sits in the system message instead.
@@ -36,7 +38,7 @@ CATEGORY_TITLES = {
 }
 SKILLRL_FORMATS = ("skillrl", "skillrl_skills_first", "skillrl_common_first", "skillrl_instruction_first",
                    "skillrl_split_actions")
-FORMATS = SKILLRL_FORMATS + ("wikiskill_front", "wikiskill_back", "evoskill", "evoskill_common_top")
+FORMATS = SKILLRL_FORMATS + ("wikiskill_front", "wikiskill_back", "evoskill", "evoskill_common_top", "noskill")
 # SkillRL's retrieval: how many general principles and mistakes go into a prompt
 N_GENERAL, N_MISTAKES, N_HISTORY = 6, 5, 2
 # Qwen's chat template adds this system message when a conversation has none.
@@ -286,6 +288,8 @@ def build_messages(fmt: str, bank: SkillBank, task: str, category: str | None, h
     values = dict(common, progress=format_progress(history, step))
     if fmt.startswith("wikiskill"):
         values["documents"] = _wiki_documents(bank)
+    elif fmt == "noskill":
+        pass
     else:
         values.update(general=general_section(bank), category=category_section(bank, category),
                       mistakes=mistakes_section(bank))

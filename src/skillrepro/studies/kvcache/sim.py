@@ -1,19 +1,35 @@
-"""A prefix-cache simulator that follows vLLM's block manager, and a llama.cpp single-slot model.
+"""A prefix-cache simulator that follows vLLM V1's scheduler and block manager, and a llama.cpp slot model.
 
-vLLM rules reproduced (FACTS.md, "vLLM facts"):
-- the KV cache is a pool of `capacity_tokens // block_size` blocks;
-- a block's hash chains its parent's hash and its own token ids, so a block is reusable only when every
-  block before it is the same;
-- only full blocks are cached, and the last prompt token is always recomputed: at most
-  floor((n-1)/block_size) blocks of an n-token prompt hit;
-- freed blocks join an LRU free queue; a finished request frees its blocks last-block-first, so its tail is
-  evicted before its head; a cached block taken from the free queue by a hit leaves the queue;
-- the scheduler serves running requests first; when a running request needs a block and none is free, the
-  latest-arriving running request is preempted (its blocks freed) and recomputed later.
+Pinned to vLLM 0.11.0 (`VLLM_VERSION`); each rule below is what that version's `v1/core` does (block_pool,
+kv_cache_manager, single_type_kv_cache_manager, kv_cache_utils, sched/scheduler), re-implemented here:
+- the pool has `capacity_tokens // block_size` blocks, `capacity_tokens` being the "GPU KV cache size" vLLM
+  logs; block 0 is the reserved null block, so one block fewer is usable;
+- a block's hash chains its parent's hash and its own token ids; only full blocks are cached; a lookup stops
+  one token short of the request (`max_cache_hit_length = num_tokens - 1`), so at most
+  floor((n-1)/block_size) blocks of an n-token request hit;
+- blocks are cached when they are allocated for tokens being scheduled; two requests that compute the same
+  block each keep their copy (no deduplication): both copies stay cached and a lookup takes the first;
+- freed blocks join an LRU free queue (a request frees its blocks last-block-first); a cached block leaves
+  the cache only when the free queue hands it out again;
+- one scheduler step has `max_num_batched_tokens` tokens: running requests first, in admission order, each
+  taking its remaining prefill (chunked by the budget) or one decode token; a running request that cannot
+  get a block preempts the most recently admitted running request (blocks freed, requeued at the front of
+  the waiting queue, recomputed from scratch later, prefix hits allowed) until it fits or is itself the
+  victim; waiting requests are admitted only in a step that preempted nothing, while the budget lasts and
+  fewer than `max_num_seqs` run;
+- a request whose prefill completes samples its first token; each decode step samples one more; the final
+  sampled token never gets KV, so a request with c completion tokens holds p + c - 1 tokens at most;
+- vLLM's prefix-cache counters count every lookup, including a blocked head of the queue that is looked up
+  again each step (`prefix_cache_queries`, `prefix_cache_hits`);
+- a request that cannot fit even alone (p + c - 1 tokens > usable blocks) is rejected before anything runs,
+  as vLLM's server rejects it (its max_model_len never exceeds the KV cache).
 
-Time is coarser than vLLM's per-token iterations: one scheduler round admits waiting prompts whole (up to
-`max_batched_tokens` of computed prompt tokens per round) and grows every running request by up to one block
-of output. Preemption decisions can therefore shift by at most one block of output; cache hits do not.
+Defaults are 0.11.0's for `vllm serve` on a GPU with >= 70 GiB that is not an A100 (the seminar's H100):
+max_num_batched_tokens 8192 and max_num_seqs 1024.
+
+The simulator's own choices: requests of one `step` arrive together and run until all finish before the
+next step's requests arrive (an agent's next prompt needs the reply); steps in which nothing but
+block-interior decoding happens are fast-forwarded (exact: nothing the scheduler reads changes in them).
 
 Block hashes are computed with numpy (a mixed per-block content hash, chained by a position-weighted
 running sum), deterministic across processes, unlike Python's salted `hash` that vLLM pins with
@@ -88,6 +104,13 @@ class Request:
             self.completion_tokens = len(self.response_token_ids)
         if len(self.token_ids) == 0:
             raise ValueError(f"episode {self.episode!r} step {self.step}: empty prompt")
+        if self.completion_tokens < 0:
+            raise ValueError(f"episode {self.episode!r} step {self.step}: completion_tokens must be >= 0")
+
+    @property
+    def output_tokens(self) -> int:
+        """Tokens vLLM samples: at least one (a request always samples after its prefill)."""
+        return max(self.completion_tokens, 1)
 
 
 @dataclass
@@ -96,7 +119,8 @@ class RequestResult:
     step: int
     prompt_tokens: int
     cached_tokens: int  # as the server reports it: the hit at the request's first scheduling
-    recomputed_tokens: int  # prompt (and, after a preemption, earlier output) tokens computed, all admissions
+    recomputed_tokens: int  # tokens computed beyond the decode of an undisturbed run: prompt less the hit,
+    # plus, after each preemption, everything recomputed
     preemptions: int
 
 
@@ -108,60 +132,74 @@ class Summary:
     reuse_ratio: float
     recomputed_tokens: int
     preemptions: int
+    # vLLM's own counters (vllm:prefix_cache_queries / _hits): every lookup, re-admissions included
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
 
     @classmethod
-    def of(cls, results: Sequence[RequestResult]) -> "Summary":
+    def of(cls, results: Sequence[RequestResult], queries: int = 0, hits: int = 0) -> "Summary":
         p = sum(r.prompt_tokens for r in results)
         c = sum(r.cached_tokens for r in results)
         return cls(len(results), p, c, round(c / p, 6) if p else 0.0,
-                   sum(r.recomputed_tokens for r in results), sum(r.preemptions for r in results))
+                   sum(r.recomputed_tokens for r in results), sum(r.preemptions for r in results), queries, hits)
+
+
+VLLM_VERSION = "0.11.0"
+# 0.11.0's defaults for `vllm serve` on a >= 70 GiB GPU that is not an A100 (engine/arg_utils.py)
+DEFAULT_MAX_NUM_SEQS = 1024
+DEFAULT_MAX_BATCHED_TOKENS = 8192
 
 
 @dataclass
 class CacheConfig:
-    capacity_tokens: int
+    capacity_tokens: int  # vLLM's logged "GPU KV cache size": every block, the null block included
     block_size: int = 16
     policy: str = "retain"  # retain: vLLM's default; flush: cache emptied before every step (SkillRL's verl path)
     schedule: str = "lockstep"  # lockstep: requests of one step run together; sequential: one at a time
-    max_num_seqs: int = 256  # vLLM's default --max-num-seqs
-    max_batched_tokens: int = 8192  # computed prompt tokens admitted per scheduler round
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+    max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS  # tokens per scheduler step, prefill and decode
 
     def __post_init__(self):
         if self.block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {self.block_size}")
-        if self.capacity_tokens < self.block_size:
-            raise ValueError(f"capacity_tokens {self.capacity_tokens} is smaller than one block ({self.block_size})")
+        if self.capacity_tokens < 2 * self.block_size:
+            raise ValueError(f"capacity_tokens {self.capacity_tokens} is smaller than two blocks (one is the "
+                             f"reserved null block) of {self.block_size}")
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_batched_tokens < 1:
+            raise ValueError(f"max_batched_tokens must be >= 1, got {self.max_batched_tokens}")
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.capacity_tokens // self.block_size - 1
 
 
 class BlockPool:
-    """vLLM's block pool: ref counts, a hash -> block map, and an LRU free queue (head evicted first)."""
+    """vLLM's block pool: block 0 reserved (null), ref counts, hash -> {block} (duplicates kept, the first
+    one answers a lookup), and an LRU free queue (head handed out first)."""
 
     def __init__(self, num_blocks: int):
         self.num_blocks = num_blocks
         self.ref = [0] * num_blocks
         self.hash_of: list[int | None] = [None] * num_blocks
-        self.cached: dict[int, int] = {}
-        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.cached: dict[int, dict[int, None]] = {}
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))  # 0 is the null block
         self.evictions = 0
 
     def longest_hit(self, hashes: Sequence[int], max_blocks: int) -> list[int]:
         hit = []
         get = self.cached.get
         for h in hashes[:max_blocks]:
-            b = get(h)
-            if b is None:
+            copies = get(h)
+            if copies is None:
                 break
-            hit.append(b)
+            hit.append(next(iter(copies)))
         return hit
-
-    def free_after_touch(self, hit: Sequence[int]) -> int:
-        """Free blocks left once `hit` is taken out of the free queue."""
-        ref = self.ref
-        return len(self.free) - sum(1 for b in hit if ref[b] == 0)
 
     def touch(self, hit: Iterable[int]) -> None:
         ref, free = self.ref, self.free
@@ -177,8 +215,10 @@ class BlockPool:
             b, _ = free.popitem(last=False)
             h = hash_of[b]
             if h is not None:
-                # The block leaves the cache only now, when it is reused.
-                if cached.get(h) == b:
+                # The block leaves the cache only now, when it is handed out again; other copies stay.
+                copies = cached[h]
+                del copies[b]
+                if not copies:
                     del cached[h]
                 hash_of[b] = None
                 self.evictions += 1
@@ -187,13 +227,14 @@ class BlockPool:
         return out
 
     def register(self, blocks: Sequence[int], hashes: Sequence[int], start: int, stop: int) -> None:
-        """Cache blocks[start:stop] under hashes[start:stop]; a hash already cached keeps its first block."""
+        """Cache blocks[start:stop] under hashes[start:stop]; a hash already cached gains one more copy."""
         cached, hash_of = self.cached, self.hash_of
         for i in range(start, min(stop, len(hashes))):
-            h = hashes[i]
-            if h not in cached:
-                cached[h] = blocks[i]
-                hash_of[blocks[i]] = h
+            b = blocks[i]
+            if hash_of[b] is None:  # a hit block is registered already
+                h = hashes[i]
+                cached.setdefault(h, {})[b] = None
+                hash_of[b] = h
 
     def release(self, blocks: Sequence[int]) -> None:
         ref, free = self.ref, self.free
@@ -204,30 +245,34 @@ class BlockPool:
 
     def reset(self) -> None:
         """vLLM's reset_prefix_cache: drop every hash (only valid while no block is in use)."""
-        if len(self.free) != self.num_blocks:
+        if len(self.free) != self.num_blocks - 1:
             raise RuntimeError("cannot reset the prefix cache while requests hold blocks")
         self.cached.clear()
         self.hash_of = [None] * self.num_blocks
 
 
 class _State:
-    __slots__ = ("req", "order", "hashes", "blocks", "tokens", "generated", "cached", "recomputed", "preemptions")
+    __slots__ = ("req", "hashes", "blocks", "num_tokens", "computed", "generated", "max_out", "cached",
+                 "computed_total", "preemptions", "new")
 
-    def __init__(self, req: Request, order: int, block_size: int):
+    def __init__(self, req: Request, block_size: int):
         self.req = req
-        self.order = order
         seq = req.token_ids if req.response_token_ids is None else np.concatenate([req.token_ids, req.response_token_ids])
         self.hashes = block_hashes(seq, block_size)
         self.blocks: list[int] = []
-        self.tokens = 0  # tokens whose KV is held
+        self.num_tokens = len(req.token_ids)  # prompt + tokens sampled so far
+        self.computed = 0  # tokens whose KV is held
         self.generated = 0
+        self.max_out = req.output_tokens
         self.cached: int | None = None
-        self.recomputed = 0
+        self.computed_total = 0
         self.preemptions = 0
+        self.new = 0  # tokens scheduled in the current step
 
     def result(self) -> RequestResult:
         r = self.req
-        return RequestResult(str(r.episode), int(r.step), len(r.token_ids), self.cached or 0, self.recomputed,
+        recomputed = self.computed_total - (self.max_out - 1)  # less the decode of an undisturbed run
+        return RequestResult(str(r.episode), int(r.step), len(r.token_ids), self.cached or 0, recomputed,
                              self.preemptions)
 
 
@@ -236,101 +281,181 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 class PrefixCacheSim:
-    """Replays batches of requests through one vLLM-style block pool."""
+    """Replays batches of requests through one vLLM V1 scheduler and block pool."""
 
-    def __init__(self, cfg: CacheConfig):
+    def __init__(self, cfg: CacheConfig, *, fast_forward: bool = True, trace: bool = False):
         self.cfg = cfg
         self.pool = BlockPool(cfg.capacity_tokens // cfg.block_size)
+        self.queries = 0
+        self.hits = 0
+        self.steps = 0
+        self.fast_forward = fast_forward
+        # with trace: one entry per scheduler step, [(episode, step, tokens scheduled)] in schedule order
+        self.trace: list[list[tuple[str, int, int]]] | None = [] if trace else None
+
+    def check_fits(self, requests: Sequence[Request]) -> None:
+        """vLLM's server rejects a request longer than its max_model_len, which never exceeds the KV cache."""
+        bs, usable = self.cfg.block_size, self.cfg.usable_blocks
+        for r in requests:
+            n = len(r.token_ids) + r.output_tokens - 1
+            if _ceil_div(n, bs) > usable:
+                raise ValueError(
+                    f"episode {r.episode!r} step {r.step}: prompt + completion need {n} tokens of KV, more than "
+                    f"the {usable * bs} usable tokens of a {self.cfg.capacity_tokens}-token cache; vLLM "
+                    f"{VLLM_VERSION} rejects such a request (its max_model_len cannot exceed the KV cache)")
 
     def run(self, requests: Iterable[Request]) -> list[RequestResult]:
+        requests = list(requests)
+        self.check_fits(requests)
         results: list[RequestResult] = []
-        order = 0
         for batch in _batches(requests, self.cfg.schedule):
             if self.cfg.policy == "flush":
                 self.pool.reset()
-            states = []
-            for r in batch:
-                states.append(_State(r, order, self.cfg.block_size))
-                order += 1
+            states = [_State(r, self.cfg.block_size) for r in batch]
             self._run_batch(states)
             results.extend(s.result() for s in states)
         return results
 
-    # -- one batch: all requests arrive together and run until every one has finished
+    def summary(self, results: Sequence[RequestResult]) -> Summary:
+        return Summary.of(results, self.queries, self.hits)
+
+    # -- one batch: all requests arrive together; scheduler steps until every one has finished
     def _run_batch(self, states: list[_State]) -> None:
         waiting = deque(states)
         running: list[_State] = []
         while waiting or running:
-            preempted = self._decode_round(running, waiting)
-            if not preempted or not running:  # like vLLM, nothing new starts in a round that preempted
-                self._admit(running, waiting)
-            if waiting and not running:
-                r = waiting[0].req
-                raise ValueError(f"episode {r.episode!r} step {r.step}: needs more than the cache's "
-                                 f"{self.cfg.capacity_tokens} tokens")
+            if self.fast_forward:
+                self._fast_forward(running, waiting)
+            scheduled = self._step(running, waiting)
+            self.steps += 1
+            if self.trace is not None:
+                self.trace.append([(s.req.episode, s.req.step, s.new) for s in scheduled])
+            if not scheduled:  # cannot happen once check_fits passed; guards the loop all the same
+                raise RuntimeError("scheduler step scheduled nothing; the simulator would loop forever")
+            self._update(running, scheduled)
 
-    def _admit(self, running: list[_State], waiting: deque) -> None:
-        bs, pool = self.cfg.block_size, self.pool
-        budget = self.cfg.max_batched_tokens
-        first = True
-        while waiting and len(running) < self.cfg.max_num_seqs:
-            s = waiting[0]
-            n = len(s.req.token_ids) + s.generated  # after a preemption the output so far is recomputed too
-            hit = pool.longest_hit(s.hashes, (n - 1) // bs)
-            compute = n - len(hit) * bs
-            if compute > budget and not first:
-                break
-            need = _ceil_div(n, bs) - len(hit)
-            if need > pool.free_after_touch(hit):
-                break
-            pool.touch(hit)
-            s.blocks = hit + pool.allocate(need)
-            pool.register(s.blocks, s.hashes, len(hit), n // bs)
-            s.tokens = n
-            if s.cached is None:
-                s.cached = len(hit) * bs
-            s.recomputed += compute
-            budget -= compute
-            first = False
-            waiting.popleft()
-            running.append(s)
+    def _lookup(self, s: _State) -> list[int]:
+        return self.pool.longest_hit(s.hashes, (s.num_tokens - 1) // self.cfg.block_size)
 
-    def _decode_round(self, running: list[_State], waiting: deque) -> bool:
-        """Grow every running request by up to one block of output; True if anything was preempted."""
-        bs, pool = self.cfg.block_size, self.pool
+    def _admission_need(self, s: _State, hit: list[int], budget: int) -> tuple[int, int, int]:
+        """For a waiting request: tokens to compute this step, new blocks, and blocks it takes out of the
+        free queue (the new ones plus hit blocks sitting there, as vLLM counts them)."""
+        bs, ref = self.cfg.block_size, self.pool.ref
+        computed = len(hit) * bs
+        new = min(s.num_tokens - computed, budget)
+        fresh = _ceil_div(computed + new, bs) - len(hit)
+        return new, fresh, fresh + sum(1 for b in hit if ref[b] == 0)
+
+    def _step(self, running: list[_State], waiting: deque) -> list[_State]:
+        bs, pool, cfg = self.cfg.block_size, self.pool, self.cfg
+        budget = cfg.max_batched_tokens
+        scheduled: list[_State] = []
         preempted = False
         i = 0
-        while i < len(running):
+        while i < len(running) and budget > 0:
             s = running[i]
-            grow = min(bs, s.req.completion_tokens - s.generated)
-            new_tokens = s.tokens + grow
-            need = _ceil_div(new_tokens, bs) - len(s.blocks)
-            victim_is_self = False
-            while need > len(pool.free):
-                victim = running.pop()  # the latest arrival
-                pool.release(victim.blocks)
-                victim.blocks = []
-                victim.tokens = 0
-                victim.preemptions += 1
-                waiting.appendleft(victim)
-                preempted = True
-                if victim is s:
-                    victim_is_self = True
-                    break
-            if victim_is_self:
-                break
+            c = s.computed
+            new = s.num_tokens - c  # the rest of a (re)prefill, or 1 when decoding
+            if new > budget:
+                new = budget
+            end = c + new
+            need = _ceil_div(end, bs) - len(s.blocks)
             if need > 0:
+                victim = None
+                while need > len(pool.free):
+                    victim = running.pop()  # the most recently admitted
+                    self._preempt(victim, waiting)
+                    preempted = True
+                    if victim is s:
+                        break
+                if victim is s:
+                    break
                 s.blocks += pool.allocate(need)
-                pool.register(s.blocks, s.hashes, s.tokens // bs, new_tokens // bs)
-            s.tokens = new_tokens
-            s.generated += grow
-            if s.generated >= s.req.completion_tokens:
-                pool.release(s.blocks)
-                s.blocks = []
-                running.pop(i)
-            else:
-                i += 1
-        return preempted
+            if end // bs > c // bs and c // bs < len(s.hashes):  # blocks became full: cache them
+                pool.register(s.blocks, s.hashes, c // bs, end // bs)
+            s.new = new
+            budget -= new
+            scheduled.append(s)
+            i += 1
+        if preempted:  # vLLM admits nothing in a step that preempted
+            return scheduled
+        while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
+            s = waiting[0]
+            hit = self._lookup(s)
+            self.queries += s.num_tokens
+            self.hits += len(hit) * bs
+            new, fresh, need = self._admission_need(s, hit, budget)
+            if need > len(pool.free):
+                break
+            pool.touch(hit)
+            s.blocks = hit + pool.allocate(fresh)
+            s.computed = len(hit) * bs
+            if s.cached is None:
+                s.cached = s.computed
+            pool.register(s.blocks, s.hashes, len(hit), (s.computed + new) // bs)
+            s.new = new
+            budget -= new
+            waiting.popleft()
+            running.append(s)
+            scheduled.append(s)
+        return scheduled
+
+    def _preempt(self, s: _State, waiting: deque) -> None:
+        self.pool.release(s.blocks)
+        s.blocks = []
+        s.computed = 0
+        s.preemptions += 1
+        waiting.appendleft(s)
+
+    def _update(self, running: list[_State], scheduled: list[_State]) -> None:
+        finished = False
+        for s in scheduled:
+            s.computed += s.new
+            s.computed_total += s.new
+            if s.computed == s.num_tokens:  # the step's logits sample one token
+                s.generated += 1
+                s.num_tokens += 1
+                if s.generated >= s.max_out:
+                    self.pool.release(s.blocks)
+                    s.blocks = []
+                    finished = True
+        if finished:
+            running[:] = [s for s in running if s.generated < s.max_out]
+
+    def _fast_forward(self, running: list[_State], waiting: deque) -> None:
+        """Skip the steps in which every running request decodes inside its last block without filling it
+        and none finishes, while the head of the queue stays blocked: the pool does not change in them."""
+        if not running:
+            return
+        bs, cfg = self.cfg.block_size, self.cfg
+        k = 1 << 62
+        for s in running:
+            if s.computed != s.num_tokens - 1:
+                return  # still in prefill
+            # quiet until the step that fills the last block (if that block is cached) or needs a new one
+            room = len(s.blocks) * bs - s.computed - (1 if s.computed // bs < len(s.hashes) else 0)
+            k = min(k, room, s.max_out - s.generated - 1)
+            if k < 1:
+                return
+        budget = cfg.max_batched_tokens - len(running)
+        if budget < 0:
+            return
+        lookups = waiting and budget > 0 and len(running) < cfg.max_num_seqs
+        if lookups:
+            head = waiting[0]
+            hit = self._lookup(head)
+            if self._admission_need(head, hit, budget)[2] <= len(self.pool.free):
+                return  # it would be admitted now
+            self.queries += k * head.num_tokens
+            self.hits += k * len(hit) * bs
+        for s in running:
+            s.computed += k
+            s.computed_total += k
+            s.generated += k
+            s.num_tokens += k
+        self.steps += k
+        if self.trace is not None:
+            self.trace += [[(s.req.episode, s.req.step, 1) for s in running] for _ in range(k)]
 
 
 def _batches(requests: Iterable[Request], schedule: str) -> Iterable[list[Request]]:
@@ -348,8 +473,9 @@ def _batches(requests: Iterable[Request], schedule: str) -> Iterable[list[Reques
 
 
 def simulate(requests: Iterable[Request], cfg: CacheConfig) -> tuple[Summary, list[RequestResult]]:
-    results = PrefixCacheSim(cfg).run(requests)
-    return Summary.of(results), results
+    engine = PrefixCacheSim(cfg)
+    results = engine.run(requests)
+    return engine.summary(results), results
 
 
 # -- llama.cpp ------------------------------------------------------------------------------------------
@@ -404,18 +530,35 @@ def simulate_llamacpp(requests: Iterable[Request], cfg: LlamaCppConfig | None = 
 # -- request streams ------------------------------------------------------------------------------------
 
 
-def read_requests(path: str, tokenizer=None) -> list[Request]:
+MAX_TOKEN_ID = 2**63  # token ids are held as int64
+
+
+def _token_ids(value, key: str, where: str, vocab_size: int) -> list[int]:
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: {key!r} must be a list of token ids, got {type(value).__name__}")
+    for i, t in enumerate(value):
+        # bool is an int in Python and JSON's true/false would pass as 1/0
+        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size:
+            raise ValueError(f"{where}: {key!r}[{i}] = {t!r} is not a token id (an integer in [0, {vocab_size}))")
+    return value
+
+
+def read_requests(path: str, tokenizer=None, vocab_size: int = MAX_TOKEN_ID) -> list[Request]:
     """Read a JSONL stream: each line has `episode`, `step` and `token_ids` or `text` (the whole prompt as
     sent, chat-template markers included; needs `tokenizer`). Optional: `completion_tokens`,
-    `response_token_ids` or `response_text`."""
+    `response_token_ids` or `response_text`. Every error names the file, the line and the key."""
     import json
 
     out = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            where = f"{path}:{n}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{where}: not valid UTF-8 (byte {e.start})") from None
             if not line.strip():
                 continue
-            where = f"{path}:{n}"
             try:
                 d = json.loads(line)
             except json.JSONDecodeError as e:
@@ -425,24 +568,32 @@ def read_requests(path: str, tokenizer=None) -> list[Request]:
             for key in ("episode", "step"):
                 if key not in d:
                     raise ValueError(f"{where}: missing key {key!r}")
-            if not isinstance(d["step"], int) or isinstance(d["step"], bool):
-                raise ValueError(f"{where}: 'step' must be an integer, got {d['step']!r}")
+            if not isinstance(d["step"], int) or isinstance(d["step"], bool) or d["step"] < 0:
+                raise ValueError(f"{where}: 'step' must be a non-negative integer, got {d['step']!r}")
             if "token_ids" in d:
-                ids = d["token_ids"]
-                if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
-                    raise ValueError(f"{where}: 'token_ids' must be a list of integers")
+                ids = _token_ids(d["token_ids"], "token_ids", where, vocab_size)
             elif "text" in d:
+                if not isinstance(d["text"], str):
+                    raise ValueError(f"{where}: 'text' must be a string")
                 if tokenizer is None:
                     raise ValueError(f"{where}: has 'text' but no tokenizer was given (--tokenizer)")
                 ids = tokenizer.encode(d["text"])
             else:
                 raise ValueError(f"{where}: needs 'token_ids' or 'text'")
-            resp = d.get("response_token_ids")
-            if resp is None and "response_text" in d and tokenizer is not None:
+            completion = d.get("completion_tokens", 0)
+            if not isinstance(completion, int) or isinstance(completion, bool) or completion < 0:
+                raise ValueError(f"{where}: 'completion_tokens' must be a non-negative integer, got {completion!r}")
+            resp = None
+            if "response_token_ids" in d:
+                resp = _token_ids(d["response_token_ids"], "response_token_ids", where, vocab_size)
+            elif "response_text" in d:
+                if not isinstance(d["response_text"], str):
+                    raise ValueError(f"{where}: 'response_text' must be a string")
+                if tokenizer is None:
+                    raise ValueError(f"{where}: has 'response_text' but no tokenizer was given (--tokenizer)")
                 resp = tokenizer.encode(d["response_text"])
             try:
-                out.append(Request(str(d["episode"]), d["step"], np.asarray(ids, dtype=np.int64),
-                                   int(d.get("completion_tokens", 0)),
+                out.append(Request(str(d["episode"]), d["step"], np.asarray(ids, dtype=np.int64), completion,
                                    None if resp is None else np.asarray(resp, dtype=np.int64)))
             except ValueError as e:
                 raise ValueError(f"{where}: {e}") from None

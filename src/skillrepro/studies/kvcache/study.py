@@ -89,6 +89,8 @@ class SimRow:
     reuse_ratio: float
     recomputed_tokens: int
     preemptions: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
 
 
 @dataclass
@@ -103,7 +105,8 @@ class StepRow:
 
 
 def simulate_settings(stream: Sequence[StreamRequest], settings: Iterable[Setting], block_size: int = 16,
-                      max_num_seqs: int = 256, max_batched_tokens: int = 8192) -> tuple[list[SimRow], list[StepRow]]:
+                      max_num_seqs: int = sim.DEFAULT_MAX_NUM_SEQS,
+                      max_batched_tokens: int = sim.DEFAULT_MAX_BATCHED_TOKENS) -> tuple[list[SimRow], list[StepRow]]:
     rows, steps = [], []
     for s in settings:
         n = min(s.concurrency, len(_episodes_in_order(stream)))
@@ -173,6 +176,32 @@ def server_comparison(stream: Sequence[StreamRequest], slots: int = 1, block_siz
                       b.cached_tokens) for r, a, b in zip(ordered, lcpp, vl)]
 
 
+@dataclass
+class CounterRow:
+    """The server's own counters for a run (vLLM's /metrics; None elsewhere) beside the simulator's at the
+    headline setting (first policy, largest capacity and concurrency)."""
+
+    backend: str
+    server_prefix_cache_queries: float | None
+    server_prefix_cache_hits: float | None
+    server_preemptions: float | None
+    sim_policy: str
+    sim_capacity_tokens: int
+    sim_concurrency: int
+    sim_prefix_cache_queries: int
+    sim_prefix_cache_hits: int
+    sim_preemptions: int
+
+
+def counter_row(counters: dict, rows: Sequence[SimRow], kv: "KVConfig") -> CounterRow:
+    head = next(r for r in rows if r.policy == kv.policies[0] and r.capacity_tokens == max(kv.capacity_tokens)
+                and r.concurrency == max(kv.concurrency))
+    d = counters.get("delta") or {}
+    return CounterRow(counters.get("backend", ""), d.get("prefix_cache_queries"), d.get("prefix_cache_hits"),
+                      d.get("preemptions"), head.policy, head.capacity_tokens, head.concurrency,
+                      head.prefix_cache_queries, head.prefix_cache_hits, head.preemptions)
+
+
 # -- configuration --------------------------------------------------------------------------------------
 
 
@@ -200,6 +229,9 @@ class KVConfig:
     max_num_seqs: int
     max_batched_tokens: int
     server_slots: int
+    replay: str | None = None  # model-free: "planner", a trajectories JSON file or a recorded run folder
+    models: tuple[tuple[str, str], ...] = ()  # (name, JSON of llm overrides); empty: the llm section's model
+    blend: tuple[tuple[str, object], ...] = ()  # the `blend:` settings as sorted (key, value) pairs
 
     @classmethod
     def from_config(cls, config: dict) -> "KVConfig":
@@ -211,9 +243,20 @@ class KVConfig:
         for key in ("formats", "seeds", "capacity_tokens", "policies", "concurrency"):
             if key in kv:
                 kv[key] = tuple(kv[key])
+        models = kv.get("models") or []
+        names = [m["name"] for m in models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"kvcache.models: names must be unique, got {', '.join(names)}")
+        if models and kv.get("replay"):
+            raise ValueError("kvcache.models: a replay (kvcache.replay) has no model; leave one of them out")
+        kv["blend"] = tuple(sorted((kv.get("blend") or {}).items()))
+        # frozen and hashable, and a plain value in Snakemake's params: the overrides as sorted JSON
+        kv["models"] = tuple((m["name"], json.dumps(m.get("llm") or {}, sort_keys=True)) for m in models)
         for key in ("bank", "templates_dir"):
             if kv.get(key) and not Path(kv[key]).exists():
                 raise ValueError(f"kvcache.{key}: {kv[key]} does not exist")
+        if kv.get("replay") not in (None, "planner") and not Path(kv["replay"]).exists():
+            raise ValueError(f"kvcache.replay: {kv['replay']} is neither 'planner' nor an existing file or folder")
         return cls(**kv)
 
     def bench(self, config: dict):
@@ -233,8 +276,44 @@ class KVConfig:
         raise ValueError(f"kvcache.benchmark: {self.benchmark!r} is not a benchmark of `benchmarks:` "
                          f"(has {', '.join(sorted(benches)) or 'none'})")
 
+    @property
+    def blend_settings(self) -> dict:
+        return dict(self.blend)
+
+    @property
+    def trajectory_source(self) -> str:
+        """What the recorded trajectories come from: the replay source, else the planner (for blend)."""
+        return self.replay or "planner"
+
+    def model_llms(self, config: dict) -> dict:
+        """Model name -> its LLMConfig: each `kvcache.models` entry is the llm section with its overrides;
+        without entries, the llm section's model, named after it ("replay" in replay mode)."""
+        from skillrepro.config import LLMConfig
+
+        base = dict(config.get("llm") or {})
+        if self.replay:
+            return {"replay": LLMConfig.from_dict(base)}
+        if not self.models:
+            return {model_name(LLMConfig.from_dict(base).model): LLMConfig.from_dict(base)}
+        out = {}
+        for name, overrides in self.models:
+            extra = json.loads(overrides)
+            unknown = sorted(set(extra) - set(LLMConfig.__dataclass_fields__))
+            if unknown:
+                raise ValueError(f"kvcache.models[{name}].llm: unknown key(s) {', '.join(unknown)}")
+            out[name] = LLMConfig.from_dict({**base, **extra})
+        return out
+
     def settings(self) -> list[Setting]:
         return [Setting(p, c, n) for p in self.policies for c in self.capacity_tokens for n in self.concurrency]
+
+
+def model_name(model: str) -> str:
+    """A path-safe name for a model id or file ("Qwen/Qwen2.5-7B-Instruct" -> "Qwen2.5-7B-Instruct")."""
+    import re
+
+    stem = Path(model).name.removesuffix(".gguf") or model
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", stem)
 
 
 # -- tables ---------------------------------------------------------------------------------------------
@@ -246,7 +325,27 @@ def arrow(df):
     return pa.Table.from_pandas(df, preserve_index=False)
 
 
-def tables(*, summary, steps, load, server, episodes, backend: str) -> dict:
+def overload(load, capacities: Sequence[int]):
+    """Per format and capacity: the first step at which the per-step load (prompts + responses of all
+    running episodes, mean over seeds) exceeds the capacity, and the peak load (seed 001, 2-3)."""
+    import pandas as pd
+
+    rows = []
+    for fmt, g in load.groupby("format", sort=False):
+        g = g.sort_values("step")
+        peak = g.loc[g.total_tokens.idxmax()]
+        for cap in capacities:
+            over = g[g.total_tokens > cap]
+            rows.append(dict(format=fmt, capacity_tokens=cap, first_step_over=int(over.step.iloc[0]) if len(over) else None,
+                             steps_over=len(over), steps=len(g), peak_tokens=float(peak.total_tokens),
+                             peak_step=int(peak.step), peak_over_capacity=float(peak.total_tokens) / cap))
+    out = pd.DataFrame(rows)
+    out["first_step_over"] = out.first_step_over.astype("Int64")  # empty when the load never exceeds it
+    return out
+
+
+def tables(*, summary, steps, load, server, episodes, backend: str, capacities: Sequence[int] = (),
+           counters=None) -> dict:
     """The study's CSV tables (pandas DataFrames) from every run's simulation outputs and episodes."""
 
     setting = ["format", "policy", "capacity_tokens", "concurrency"]
@@ -283,4 +382,37 @@ def tables(*, summary, steps, load, server, episodes, backend: str) -> dict:
     srv.insert(2, "backend", backend)
     srv["server_reuse_ratio"] = srv.server_cached_tokens / srv.prompt_tokens.clip(lower=1)
     srv["sim_reuse_ratio"] = srv[sim_col] / srv.prompt_tokens.clip(lower=1)
-    return {"reuse": reuse, "steps": st, "load": ld, "success": success, "server": srv}
+    out = {"reuse": reuse, "steps": st, "load": ld, "success": success, "server": srv,
+           "overload": overload(ld, capacities)}
+    if counters is not None:
+        import pandas as pd
+
+        c = counters.copy()
+        for col in ("server_prefix_cache_queries", "server_prefix_cache_hits", "server_preemptions"):
+            c[col] = pd.to_numeric(c[col], errors="coerce")  # empty where the backend has no counters
+        c["server_prefix_cache_hit_rate"] = c.server_prefix_cache_hits / c.server_prefix_cache_queries.where(
+            c.server_prefix_cache_queries > 0)
+        c["sim_prefix_cache_hit_rate"] = c.sim_prefix_cache_hits / c.sim_prefix_cache_queries.clip(lower=1)
+        out["counters"] = c
+    return out
+
+
+def model_comparison(reuse, success, overload, kv: KVConfig):
+    """One row per (model, format) from the models' tables (each with its `model` column): reuse with the
+    cache retained and flushed at the headline setting (largest capacity and concurrency), preemptions and
+    the first step over capacity at the smallest capacity, and success (seed 001, 2-3 compares models)."""
+    cap, small, n = max(kv.capacity_tokens), min(kv.capacity_tokens), max(kv.concurrency)
+    keys = ["model", "format"]
+    head = reuse[(reuse.capacity_tokens == cap) & (reuse.concurrency == n)]
+    out = head.pivot_table(index=keys, columns="policy", values="reuse_ratio", sort=False)
+    out.columns = [f"reuse_ratio_{p}" for p in out.columns]
+    per_req = head.groupby(keys, sort=False).agg(requests=("requests", "max"), prompt_tokens=("prompt_tokens", "max"))
+    out = out.join(per_req.assign(prompt_tokens_per_request=per_req.prompt_tokens / per_req.requests.clip(lower=1))
+                   [["requests", "prompt_tokens_per_request"]])
+    tight = reuse[(reuse.capacity_tokens == small) & (reuse.concurrency == n) & (reuse.policy == kv.policies[0])]
+    out = out.join(tight.set_index(keys)[["preemptions_per_run", "recomputed_tokens_per_run"]]
+                   .add_suffix(f"_at_{small}"))
+    over = overload[overload.capacity_tokens == small].set_index(keys)[["first_step_over", "peak_tokens"]]
+    out = out.join(over.rename(columns={"first_step_over": f"first_step_over_{small}"}))
+    succ = success.groupby(keys, sort=False)[["success_mean", "success_sd"]].first()
+    return out.join(succ).reset_index()

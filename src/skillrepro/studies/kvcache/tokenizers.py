@@ -49,6 +49,10 @@ class TiktokenTokenizer:
     def decode(self, ids: list[int]) -> str:
         return self.encoding.decode(ids)
 
+    @property
+    def n_vocab(self) -> int:
+        return self.encoding.n_vocab
+
 
 @dataclass
 class ServerTokenizer:

@@ -1,0 +1,66 @@
+"""What a vLLM server says about its own cache: the counters of its Prometheus endpoint (`/metrics`).
+
+vLLM 0.11.0 exports `vllm:prefix_cache_queries` and `vllm:prefix_cache_hits` (tokens looked up and found,
+counted at every lookup, as `sim.PrefixCacheSim` counts them) and `vllm:num_preemptions`, as Prometheus
+counters (`_total` suffix in the text format), one series per engine/model label set. A run scrapes them
+before and after its requests; the difference is what the run cost the server, beside what the simulator
+predicts. On a server shared with other jobs at the same time the difference includes their requests.
+"""
+from __future__ import annotations
+
+import re
+import urllib.request
+from dataclasses import asdict, dataclass
+
+# counter -> the metric names vLLM has used for it (the first one present wins)
+NAMES = {
+    "prefix_cache_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
+    "preemptions": ("vllm:num_preemptions",),
+}
+_LINE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
+
+
+@dataclass(frozen=True)
+class Counters:
+    prefix_cache_queries: float
+    prefix_cache_hits: float
+    preemptions: float
+
+    def minus(self, before: "Counters") -> "Counters":
+        return Counters(*(a - b for a, b in zip(asdict(self).values(), asdict(before).values())))
+
+
+def parse(text: str) -> Counters:
+    """The counters of a /metrics page, each summed over its label sets (engines, models)."""
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        name = m.group("name").removesuffix("_total")
+        if name.endswith("_created"):
+            continue
+        try:
+            totals[name] = totals.get(name, 0.0) + float(m.group("value"))
+        except ValueError:
+            continue
+    values = {}
+    for key, names in NAMES.items():
+        found = next((n for n in names if n in totals), None)
+        if found is None:
+            raise ValueError(f"vLLM /metrics has no {' or '.join(names)} counter")
+        values[key] = totals[found]
+    return Counters(**values)
+
+
+def scrape(base_url: str, timeout_s: float = 30) -> Counters:
+    """The counters of the server at `base_url` (its /v1 suffix, if any, is dropped)."""
+    url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            return parse(r.read().decode("utf-8", "replace"))
+    except OSError as e:
+        raise RuntimeError(f"vLLM metrics: {url} failed: {e}") from e

@@ -1,0 +1,69 @@
+"""Files given to the CLI: not UTF-8, or with very long lines, stop with a message naming file and line
+that never echoes the line in full, and without reading the whole line into memory."""
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from skillrepro.cli import MAX_LINE_BYTES, InputFileError, main, read_lines
+
+
+def test_utf8_lines_are_read(tmp_path):
+    f = tmp_path / "calls.txt"
+    f.write_text("move_north()\r\n# café\n\nmove_south()")
+    assert read_lines(f) == ["move_north()", "# café", "", "move_south()"]
+
+
+def test_a_file_that_is_not_utf8_names_file_line_and_byte(tmp_path):
+    f = tmp_path / "calls.txt"
+    f.write_bytes(b"move_north()\n# caf\xe9 in latin-1\n")
+    with pytest.raises(InputFileError, match=r"calls.txt:2: not UTF-8 text \(byte 0xe9 at column 6\)"):
+        read_lines(f, "calls file")
+
+
+def test_a_long_line_stops_without_being_read_or_echoed(tmp_path):
+    f = tmp_path / "skills.py"
+    with open(f, "wb") as out:
+        out.write(b"def f():\n    return 1\n")
+        out.write(b"x = '" + b"a" * (8 * MAX_LINE_BYTES) + b"'\n")
+    with pytest.raises(InputFileError, match=f"skills.py:3: line longer than {MAX_LINE_BYTES} bytes") as err:
+        read_lines(f, "skills file")
+    assert len(str(err.value)) < 300
+
+
+def test_replay_reports_a_latin1_calls_file_before_starting_the_env(tmp_path, capsys):
+    f = tmp_path / "calls.txt"
+    f.write_bytes(b"go_forward()\npick_up('bo\xeete')\n")
+    assert main(["env", "replay", "babyai", "--task", "1", "--calls", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert f"{f}:2: not UTF-8 text" in err
+
+
+def test_replay_echoes_a_long_bad_line_shortened(tmp_path, capsys):
+    f = tmp_path / "calls.txt"
+    f.write_text("go_forward(" + "1 +" * 5000 + ")\n")
+    assert main(["env", "replay", "babyai", "--task", "1", "--calls", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert f"{f}:1:" in err and "more characters" in err and len(err) < 500
+
+
+def test_callgraph_names_file_and_line_of_a_bad_skills_file(tmp_path):
+    bad = tmp_path / "skills.py"
+    bad.write_bytes(b"def f():\n    return '\xff'\n")
+    out = subprocess.run([sys.executable, "-m", "skillrepro.cli", "callgraph", str(bad)], capture_output=True, text=True)
+    assert out.returncode != 0 and f"{bad}:2: not UTF-8 text" in out.stderr
+    bad.write_text("def f(:\n    pass\n")
+    out = subprocess.run([sys.executable, "-m", "skillrepro.cli", "callgraph", str(bad)], capture_output=True, text=True)
+    assert out.returncode != 0 and f"{bad}:1:" in out.stderr
+
+
+def test_a_gigabyte_line_uses_little_memory(tmp_path):
+    """A sparse 1 GiB file of one line: refused after reading one line's worth of bytes."""
+    f = tmp_path / "calls.txt"
+    with open(f, "wb") as out:
+        out.truncate(1 << 30)  # a single line of zero bytes, nothing on disk
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(InputFileError, match="line longer than"):
+        read_lines(f, "calls file")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50_000  # KiB

@@ -1,0 +1,27 @@
+"""Non-prefix reuse (seed 001, 2-4): chunk K/V computed elsewhere, re-rotated, vs full recomputation."""
+import dataclasses
+
+import pandas as pd
+
+from skillrepro.llm.models import resolve
+from skillrepro.studies.kvcache import blend, figures
+from skillrepro.studies.kvcache import formats as F
+from skillrepro.studies.kvcache.replay import read_trajectories
+from skillrepro.pipeline import setup_logging
+from skillrepro.store import write_text
+
+log = setup_logging(snakemake)
+kv, b = snakemake.params.kv, snakemake.params.kv.blend_settings
+targets = blend.targets_from_trajectories(read_trajectories(snakemake.input.trajectories), F.load_bank(kv.bank),
+                                          b["min_step"], b["samples"], F.Templates(kv.templates_dir))
+blender = blend.Blender.from_gguf(str(resolve(b["model"])), threads=b["threads"])
+rows = []
+for i, target in enumerate(targets, 1):
+    rows += blender.run(target)
+    log.info("sample %d/%d (%s step %d): %d cells", i, len(targets), target.episode, target.step, len(rows))
+table = pd.DataFrame([dataclasses.asdict(r) for r in rows]).assign(model=b["model"])
+summary = blend.summarize(rows, b["threshold"]).assign(model=b["model"])
+write_text(snakemake.output.table, table.to_csv(index=False))
+write_text(snakemake.output.summary, summary.to_csv(index=False))
+figures.blend(table, summary, snakemake.output.figure)
+log.info("summary:\n%s", summary.to_string(index=False))
