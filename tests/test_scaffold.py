@@ -1,15 +1,22 @@
 """SkillScaffold's pure decisions on hand-made numbers and cards (no model, no env)."""
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import replace
+from pathlib import Path
+import random
+import re
 
 import pandas as pd
 import pytest
 
 from skillrepro.studies.scaffold import (
-    CandidateRecord, CardFormat, GeneratorTemplate, Trajectory, TrajectoryStep, build_evidence, check_card,
-    decision_rules, exploration_view, group_kind, select, selection_for_query, utilities_for_query, utility,
-    utility_quintiles,
+    Ablation, ScaffoldConfig, executor_llm, pilot_competence, pilot_rollout_estimates, rollout_outcomes,
+    sample_queries, select_with,
+    CandidateRecord, CardFormat, GeneratorTemplate, Trajectory, TrajectoryStep, build_evidence, card_grammar,
+    check_card, decision_rules, exploration_view, generate_candidates, generator_request, group_kind,
+    section_word_bounds, select, selection_for_query, utilities_for_query, utility, utility_quintiles,
 )
 
 # ---------------------------------------------------------------- utility, every branch of eq. 8 and 9
@@ -273,3 +280,268 @@ def test_exploration_view_groups_by_scout_outcomes():
     v = exploration_view(sel, post).set_index("group")
     assert v.loc["all_failure", "post_scout_success"] == 0.5 and v.loc["all_failure", "injection_rate"] == 1.0
     assert v.loc["all_success", "scout_success"] == 1.0 and v.loc["all_success", "injection_rate"] == 0.0
+
+
+# ---------------------------------------------------------------- constrained decoding of cards
+
+
+def _card_at(fmt: CardFormat, words_per_section: int) -> str:
+    """A card of the shape the grammar allows, with the given number of words in every section."""
+    body = " ".join(["step"] * words_per_section)
+    return "# Skill: probe-card\n" + "\n".join(f"## {h}\n{body}." for h in fmt.headings)
+
+
+def test_grammar_word_bounds_keep_every_allowed_card_valid():
+    for fmt, max_tokens in [(CardFormat(), None), (CardFormat(), 500), (CardFormat(), 160),
+                            (CardFormat(("A b", "C"), max_words=60, min_words=30), None)]:
+        lo, hi = section_word_bounds(fmt, max_tokens)
+        assert 1 <= lo <= hi
+        for n in (lo, hi):  # both extremes of what the grammar allows pass validation
+            chk = check_card(_card_at(fmt, n), fmt)
+            assert chk.valid, (fmt, n, chk.problems)
+        assert not check_card(_card_at(fmt, hi + (fmt.max_words - hi * len(fmt.headings))), fmt).valid
+    assert section_word_bounds(CardFormat(), 500)[1] * 2 * 7 + 16 + 12 * 7 <= 500
+
+
+def test_impossible_card_format_is_named():
+    with pytest.raises(ValueError, match="impossible"):
+        section_word_bounds(CardFormat(max_words=25, min_words=20), None)
+    with pytest.raises(ValueError, match="40 generator tokens"):
+        section_word_bounds(CardFormat(), 40)
+
+
+def test_grammar_lists_headings_in_order_and_closes_the_json():
+    fmt = CardFormat(("When to use", 'Say "x"'))
+    g = card_grammar(fmt, 300)
+    root = g.splitlines()[0]
+    assert root.index('"\\\\n## When to use\\\\n"') < root.index('"\\\\n## Say \\\\\\"x\\\\\\"\\\\n"')
+    assert root.endswith('"\\"}"')
+    lo, hi = section_word_bounds(fmt, 300)
+    assert f"(sep word){{{lo - 1},{hi - 1}}}" in g
+    sep = next(line for line in g.splitlines() if line.startswith("sep ::="))
+    assert not re.search(r"[A-Za-z0-9]", sep.split("::=")[1].replace("\\\\n", ""))  # no word inside a separator
+
+
+def test_json_reply_is_the_papers_contract():
+    card = _card_at(CardFormat(), 3)
+    ok = check_card(json.dumps({"skill": card}))
+    assert ok.valid and ok.card == card and ok.name == "probe-card"
+    for bad in ('{"skill": "# Skill: x', json.dumps({"skill": card, "extra": 1}), json.dumps({"card": card}),
+                json.dumps({"skill": 3})):
+        chk = check_card(bad)
+        assert not chk.valid and "JSON object" in chk.problems[0]
+
+
+def test_generator_request_per_backend():
+    fmt = CardFormat()
+    emb = generator_request(fmt, "grammar", "embedded", 500)
+    assert emb.prefill == '{"skill":"# Skill: ' and emb.extra_body["grammar"].startswith("root ::= name")
+    vl = generator_request(fmt, "grammar", "vllm", 500)
+    assert vl.extra_body["continue_final_message"] and not vl.extra_body["add_generation_prompt"]
+    assert vl.extra_body["structured_outputs"]["grammar"] == emb.extra_body["grammar"]
+    js = generator_request(fmt, "json_schema", "openai", 500)
+    assert js.prefill == "" and js.extra_body["response_format"]["type"] == "json_schema"
+    pattern = js.extra_body["response_format"]["json_schema"]["schema"]["properties"]["skill"]["pattern"]
+    assert re.fullmatch(pattern[1:-1], _card_at(fmt, 2)) and not re.fullmatch(pattern[1:-1], "# Skill: x\n## Procedure\nx")
+    assert generator_request(fmt, "none", "embedded", 500).extra_body == {}
+    with pytest.raises(ValueError, match="json_schema"):
+        generator_request(fmt, "grammar", "openai", 500)
+    with pytest.raises(ValueError, match="generator_decoding"):
+        generator_request(fmt, "regex", "embedded", 500)
+    # The pre-fill is added once, whether the server echoes it (llama.cpp) or not (vLLM).
+    assert emb.reply_text('{"skill":"# Skill: a"}') == emb.reply_text('a"}') == '{"skill":"# Skill: a"}'
+
+
+def test_generate_candidates_sends_prefill_and_grammar():
+    from types import SimpleNamespace
+
+    fmt = CardFormat()
+    req = generator_request(fmt, "grammar", "embedded", 500)
+    card = _card_at(fmt, 2)
+    seen = []
+
+    class Client:
+        def chat(self, messages, **kw):
+            seen.append((messages, kw))
+            return SimpleNamespace(text=json.dumps({"skill": card}, separators=(",", ":"))[len(req.prefill):],
+                                   record=SimpleNamespace(call_id="c"))
+
+    ev = build_evidence("babyai", "grp", [traj(0, True)])
+    cands, _ = generate_candidates(lambda j: Client(), ev, GeneratorTemplate.load("babyai"), fmt, 2, 500, req)
+    assert [c.valid for c in cands] == [True, True] and cands[0].card == card
+    messages, kw = seen[0]
+    assert messages[-1] == {"role": "assistant", "content": req.prefill}
+    assert kw["extra_body"]["grammar"] == req.extra_body["grammar"] and kw["max_tokens"] == 500
+
+
+# ---------------------------------------------------------------- selection ablations (table 3)
+
+
+def test_select_with_paper_rule_is_eq_10():
+    assert select_with([0.1, 0.5, -0.2], [True, True, True]) == (1, [0.1, 0.5, -0.2])
+    assert select_with([-0.1, -0.5], [True, True])[0] is None
+
+
+def test_no_gate_injects_the_best_even_when_not_positive():
+    assert select_with([-0.1, -0.5, 0.9], [True, True, False], gate=False)[0] == 0
+    assert select_with([float("nan")], [True], gate=False)[0] is None  # nothing eligible: still skill-free
+
+
+def test_shuffled_keeps_whether_but_pairs_utilities_with_other_cards():
+    us, ok = [0.3, -0.2, 0.1, float("nan")], [True, True, True, True]
+    picks = set()
+    for seed in range(40):
+        j, used = select_with(us, ok, selection="shuffled", rng=random.Random(seed))
+        assert sorted(used[:3]) == sorted(us[:3]) and math.isnan(used[3])  # a permutation of the eligible ones
+        assert j is not None and used[j] == 0.3
+        picks.add(j)
+    assert picks == {0, 1, 2}  # the card injected is not tied to its own utility
+    assert select_with([-0.3, -0.1], [True, True], selection="shuffled", rng=random.Random(1))[0] is None
+
+
+def test_random_selection_draws_among_eligible_when_the_gate_opens():
+    us, ok = [0.3, -0.2, 0.1], [True, True, False]
+    picks = {select_with(us, ok, selection="random", rng=random.Random(s))[0] for s in range(40)}
+    assert picks == {0, 1}
+    assert select_with([-0.3, -0.1], [True, True], selection="random")[0] is None
+    with pytest.raises(ValueError, match="'best'"):
+        select_with(us, ok, selection="best")
+
+
+def test_selection_for_query_applies_the_ablation_reproducibly():
+    scouts = [traj(0, True), traj(1, False)]
+    cands = [CandidateRecord("b", "grp", "7", j, "", "c", "n", 30, True, "", "") for j in range(3)]
+    utils = utilities_for_query("b", "grp", scouts, cands, {"ep0": -1.0, "ep1": -1.0},
+                                {(0, "ep0"): -0.9, (0, "ep1"): -1.0, (1, "ep0"): -1.2, (1, "ep1"): -0.9,
+                                 (2, "ep0"): -1.1, (2, "ep1"): -1.0})
+    assert [round(u.utility, 3) for u in utils] == [0.05, -0.15, -0.05]
+    assert selection_for_query("b", "grp", scouts, cands, utils, 0.0).selected == 0
+    a = selection_for_query("b", "grp-random", scouts, cands, utils, 0.0, "random")
+    assert a.selected == selection_for_query("b", "grp-random", scouts, cands, utils, 0.0, "random").selected
+    assert a.utility == utils[a.selected].utility  # the record keeps the card's own utility
+    ng = [u for u in utils]
+    for u in ng:
+        u.utility -= 1.0
+    assert selection_for_query("b", "grp", scouts, cands, ng, 0.0).selected == -1
+    assert selection_for_query("b", "grp-no_gate", scouts, cands, ng, 0.0, gate=False).selected == 0
+
+
+# ---------------------------------------------------------------- configuration
+
+
+def _cfg(**scaffold):
+    return {"llm": {"backend": "embedded"}, "benchmarks": {"sw": {"env": "scienceworld"}, "ba": {"env": "babyai"}},
+            "scaffold": {"benchmarks": ["sw", "ba"], "variants": ["grp"], **scaffold}}
+
+
+def test_config_ablations_splits_and_executor():
+    cfg = ScaffoldConfig.from_config(_cfg(ablations={"grp-random": {"of": "grp", "selection": "random"}},
+                                          splits={"sw": {"test_ood": ["power-component@test"]}},
+                                          executor={"sw": {"max_tokens": 384}}))
+    assert cfg.selection_variants == ("grp", "grp-random")
+    assert cfg.ablation("grp-random").selection == "random" and cfg.ablation("grp") == Ablation(of="grp")
+    assert cfg.splits["sw"]["test_ood"] == ("power-component@test",)
+    from skillrepro.config import LLMConfig
+    llm = LLMConfig(max_tokens=512)
+    assert executor_llm(llm, cfg, "sw").max_tokens == 384 and executor_llm(llm, cfg, "ba").max_tokens == 512
+    with pytest.raises(ValueError, match="ablations.anc-x"):
+        ScaffoldConfig.from_config(_cfg(ablations={"anc-x": {"of": "anc"}}))
+    with pytest.raises(ValueError, match="'nope'"):
+        ScaffoldConfig.from_config(_cfg(splits={"nope": {"train": ["power-component@train"]}}))
+    with pytest.raises(ValueError, match="json_schema"):
+        ScaffoldConfig.from_config({**_cfg(), "llm": {"backend": "openai"}})
+    with pytest.raises(ValueError, match="impossible"):
+        ScaffoldConfig.from_config(_cfg(card={"max_words": 25}))
+
+
+def test_sample_queries_rejects_unknown_split_before_any_work():
+    from skillrepro.config import BenchmarkConfig
+
+    cfg = ScaffoldConfig.from_config(_cfg(split="test_ood"))
+    with pytest.raises(ValueError, match="scaffold.split"):
+        sample_queries(BenchmarkConfig("ba", "babyai", 3), cfg, 0)
+    cfg = ScaffoldConfig.from_config(_cfg(splits={"ba": {"train": ["x@train"]}}))
+    with pytest.raises(ValueError, match="scienceworld only"):
+        sample_queries(BenchmarkConfig("ba", "babyai", 3), cfg, 0)
+
+
+@pytest.mark.integration
+def test_paper_scienceworld_pools_have_the_papers_sizes():
+    """Appendix A.1: 460 training variations, 230 Test-ID, 155 Test-OOD (real ScienceWorld partitions)."""
+    import yaml
+
+    from skillrepro.config import BenchmarkConfig
+
+    paper = yaml.safe_load((Path(__file__).parents[1] / "configs/scaffold-paper.yaml").read_text())
+    bench = BenchmarkConfig("sciworld", "scienceworld", 50, {"family": "electricity"})
+    for split, size in (("train", 460), ("test_id", 230), ("test_ood", 155)):
+        cfg = ScaffoldConfig.from_config({"llm": paper["llm"], "benchmarks": paper["benchmarks"],
+                                          "scaffold": {**paper["scaffold"], "split": split, "n_queries": size}})
+        tasks = sample_queries(bench, cfg, 0)
+        assert len(set(tasks)) == size
+        with pytest.raises(ValueError, match=f"has {size} tasks"):
+            sample_queries(bench, replace(cfg, n_queries=size + 1), 0)
+    assert {t.rsplit(":", 1)[0] for t in tasks} == {"test-conductivity-of-unknown-substances",
+                                                    "power-component-renewable-vs-nonrenewable-energy"}
+
+
+# ---------------------------------------------------------------- pilot diagnostics (figures 2-3)
+
+
+def _outcomes(table):
+    """{(task, candidate): [successes by rollout index]} -> the rollout_outcomes frame."""
+    return pd.DataFrame([{"benchmark": "b", "variant": "grp", "task_id": t, "candidate": c, "k": k, "success": float(x)}
+                         for (t, c), xs in table.items() for k, x in enumerate(xs)])
+
+
+def test_pilot_sign_disagreement_and_ties_by_hand():
+    o = _outcomes({("q1", -1): [0, 0, 1, 1], ("q1", 0): [1, 0, 0, 1], ("q1", 1): [0, 0, 0, 0],
+                   ("q2", -1): [1, 1, 1, 1], ("q2", 0): [1, 1, 1, 1], ("q2", 1): [1, 1, 1, 1]})
+    t = pilot_rollout_estimates(o, [1, 2, 4]).set_index("K")
+    # K=1: q1 c0 estimates +1 (k=0) and 0 (k=1), c1 0 and 0: none both non-zero; q2: all 0.
+    assert t.loc[1, "sign_disagreement"] == 0 and t.loc[1, "n_pairs_split"] == 4
+    # K=2: q1 c0 = 0.5 - 0 and 0.5 - 1 (opposite); c1 = 0 and -1; q2 zeros: one disagreement in 4 pairs.
+    assert t.loc[2, "sign_disagreement"] == pytest.approx(1 / 4)
+    assert math.isnan(t.loc[4, "sign_disagreement"])  # 8 rollouts would be needed
+    assert t.loc[1, "non_tied_fraction"] == 0.5 and t.loc[4, "extra_rollouts_per_query"] == 12
+
+
+def test_pilot_competence_by_hand():
+    o = _outcomes({("q1", -1): [0, 0, 0, 1], ("q1", 0): [1, 1, 0, 0], ("q1", 1): [0, 0, 0, 0],
+                   ("q2", -1): [1, 1, 1, 1], ("q2", 0): [1, 0, 1, 1], ("q2", 1): [1, 1, 1, 1]})
+    t = pilot_competence(o).set_index("probe_successes")
+    assert t.loc[1, "mean_effect"] == pytest.approx((0.25 - 0.25) / 2) and t.loc[1, "best_effect"] == 0.25
+    assert t.loc[1, "queries_with_mixed_signs"] == 1 and t.loc[4, "queries_with_mixed_signs"] == 0
+    assert t.loc[4, "mean_effect"] == pytest.approx(-0.125) and t.loc[4, "best_effect"] == 0
+
+
+def test_rollout_outcomes_joins_free_and_candidates():
+    free = pd.DataFrame({"benchmark": ["b"] * 2, "task_id": ["q"] * 2, "k": [0, 1], "success": [True, False]})
+    cand = pd.DataFrame({"benchmark": ["b"], "task_id": ["q"], "k": [0], "success": [True],
+                         "variant": ["grp/eval/c3"]})
+    o = rollout_outcomes(free, cand, ["grp", "anc"])
+    assert len(o) == 5 and set(o[o.candidate == 3].variant) == {"grp"} and o.success.dtype == float
+
+
+@pytest.mark.workflow
+def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
+    """configs/scaffold-paper.yaml (with the ALFWorld data path cleared: generated games) dry-runs with one
+    selection per benchmark x (2 utility variants + 3 ablations) and one GRPO update per utility variant."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = yaml.safe_load((root / "configs/scaffold-paper.yaml").read_text())
+    cfg["benchmarks"]["alfworld"]["options"]["data_path"] = None
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (tmp_path / "Snakefile").write_text(f'configfile: "config.yaml"\ninclude: "{root}/rules/scaffold.smk"\n')
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "scaffold_all", "scaffold_grpo", "--cores", "8"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = dict(re.findall(r"^(scaffold_\w+)\s+(\d+)$", proc.stdout, flags=re.M))
+    assert counts["scaffold_select"] == "10" and counts["scaffold_generate"] == "4"
+    assert counts["scaffold_grpo_update"] == "4" and counts["scaffold_post_scout"] == str(10 * 4)
+    assert counts["scaffold_scout"] == "8"  # N=4 Scouts per benchmark, shared by every variant

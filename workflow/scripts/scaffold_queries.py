@@ -2,12 +2,13 @@
 import json
 
 from skillrepro.pipeline import setup_logging
+from skillrepro.studies import scaffold as ss
 from skillrepro.skills import Library
 from skillrepro.store import write_text
 
 log = setup_logging(snakemake)
 p = snakemake.params
-tasks = p.bench.load().sample_tasks(p.scaffold.split, p.scaffold.n_queries, p.task_seed)
+tasks = ss.sample_queries(p.bench, p.scaffold, p.task_seed)
 Library(version=0, meta={"method": "skillscaffold"}).write(snakemake.output.library.removesuffix("/manifest.json"))
 write_text(snakemake.output.queries, json.dumps(tasks))
 log.info("%d %s queries: %s", len(tasks), p.scaffold.split, tasks)

@@ -1,4 +1,6 @@
 """SkillScaffold validation tables: decision rules and utility quintiles (section 5.4), exploration view (fig. 6)."""
+from pathlib import Path
+
 import pandas as pd
 
 from skillrepro.studies import scaffold as ss
@@ -7,8 +9,14 @@ from skillrepro.pipeline import setup_logging
 log = setup_logging(snakemake)
 i, p = snakemake.input, snakemake.params
 read = lambda files: pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)  # noqa: E731
+# Downstream rollouts tagged with their index k (from .../k{k}/episodes.parquet) for the pilot diagnostics.
+read_k = lambda files: pd.concat([pd.read_parquet(f).assign(k=int(Path(f).parent.name[1:])) for f in files], ignore_index=True)  # noqa: E731
 utils = read(i.utilities)
-evals = ss.eval_table(read(i.eval_free), read(i.evals), p.variants)
+free, cand = read_k(i.eval_free), read_k(i.evals)
+evals = ss.eval_table(free, cand, p.variants)
+outcomes = ss.rollout_outcomes(free, cand, p.variants)
+ss.pilot_rollout_estimates(outcomes).to_csv(snakemake.output.pilot_rollout, index=False)
+ss.pilot_competence(outcomes).to_csv(snakemake.output.pilot_competence, index=False)
 rules = ss.decision_rules(utils, evals, p.threshold)
 quintiles = ss.utility_quintiles(utils, evals)
 exploration = ss.exploration_view(read(i.selections), read(i.post).assign(variant=lambda d: d.variant.str.split("/").str[0]))

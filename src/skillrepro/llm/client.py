@@ -92,9 +92,11 @@ class LLMClient:
         max_tokens: int | None = None,
         stop: list[str] | None = None,
         seed: int = 0,
+        extra_body: dict[str, Any] | None = None,
     ) -> Reply:
         """One chat completion. `seed` is added to the configured seed: callers vary it per request, since
-        one fixed seed makes a small model draw the same reply again whenever its context barely changes."""
+        one fixed seed makes a small model draw the same reply again whenever its context barely changes.
+        `extra_body`: server-specific request fields (a llama.cpp `grammar`, vLLM `structured_outputs`)."""
         request: dict[str, Any] = dict(
             model=self.cfg.model,
             messages=messages,
@@ -110,6 +112,8 @@ class LLMClient:
         effort = dict(self.cfg.reasoning_effort).get(role)
         if effort and self.cfg.backend != "embedded":  # llama.cpp accepts and ignores it: not sent
             request["reasoning_effort"] = effort
+        if extra_body:
+            request["extra_body"] = extra_body
         prompt_json = json.dumps({"messages": messages, "tools": tools or []}, ensure_ascii=False)
         started = time.time()
         response, faults = self._with_retries(request)

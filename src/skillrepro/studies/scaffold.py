@@ -1,5 +1,6 @@
-"""SkillScaffold (seed 002, sections 4.1-4.4): skill-free Scouts, candidate skill cards, likelihood-ratio
-utility and positive-gated injection. GRPO training of the shared policy is not reproduced.
+"""SkillScaffold (seed 002, sections 3 and 4.1-4.4): skill-free Scouts, candidate skill cards (constrained to
+their format), likelihood-ratio utility, positive-gated injection and its ablations, and the pilot
+diagnostics. GRPO training is in scaffold_grpo, the WebShop and tau2-bench data in scaffold_data.
 
 The pure decisions (`utility`, `select`, `check_card`, `group_kind`) take plain numbers and strings so a
 test can reach every branch. The rest turns stored records into those inputs: Scout trajectories from
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -63,6 +66,36 @@ def select(utilities: Sequence[float], valid: Sequence[bool], threshold: float =
     return best
 
 
+SELECTIONS = ("utility", "random", "shuffled")
+
+
+def select_with(utilities: Sequence[float], valid: Sequence[bool], threshold: float = 0.0, *,
+                selection: str = "utility", gate: bool = True, rng: random.Random | None = None,
+                ) -> tuple[int | None, list[float]]:
+    """Selection with the ablations of table 3; returns (index or None, the utilities paired with the
+    candidates as used, which are what the Generator's rewards read).
+
+    utility: eq. 10. shuffled: the eligible candidates' utilities are permuted among them before eq. 10,
+    so whether to inject is unchanged (the maximum is) but which card is unrelated to its own utility.
+    random: inject when eq. 10 would, but a uniformly drawn eligible card. gate=False: the best eligible
+    card is injected even when its utility is not above the threshold."""
+    if selection not in SELECTIONS:
+        raise ValueError(f"unknown selection {selection!r}; known: {', '.join(SELECTIONS)}")
+    thr = threshold if gate else -math.inf
+    us = [float(u) for u in utilities]
+    eligible = [j for j, (u, ok) in enumerate(zip(us, valid)) if ok and math.isfinite(u)]
+    if selection == "utility" or not eligible:
+        return select(us, valid, thr), us
+    rng = rng or random.Random(0)
+    if selection == "shuffled":
+        perm = rng.sample(eligible, len(eligible))
+        shuffled = list(us)
+        for j, k in zip(eligible, perm):
+            shuffled[j] = us[k]
+        return select(shuffled, valid, thr), shuffled
+    return (None if select(us, valid, thr) is None else rng.choice(eligible)), us
+
+
 def group_kind(outcomes: Sequence[bool]) -> str:
     """all_success | all_failure | mixed, for a non-empty Scout group."""
     if not outcomes:
@@ -111,9 +144,19 @@ _HEADING = re.compile(r"^(#{1,6})\s*(.*?)\s*#*\s*$")
 
 
 def extract_card(text: str) -> str:
-    """The card inside a Generator reply: between <skill> and </skill> if present, else from the first
-    '# Skill:' line on. Reasoning before it (a <think> block, a preface) is dropped."""
+    """The card inside a Generator reply. A reply that is a JSON object (the paper's serialization
+    contract) gives its "skill" string, or "" unless it is exactly one object with one string key "skill".
+    Otherwise: between <skill> and </skill> if present, else from the first '# Skill:' line on.
+    Reasoning before it (a <think> block, a preface) is dropped."""
     text = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL | re.IGNORECASE)
+    if text.lstrip().startswith("{"):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError:
+            return ""
+        if not (isinstance(obj, dict) and list(obj) == ["skill"] and isinstance(obj["skill"], str)):
+            return ""
+        text = obj["skill"]
     m = re.search(r"<skill>(.*?)(?:</skill>|$)", text, flags=re.DOTALL | re.IGNORECASE)
     if m:
         text = m.group(1)
@@ -125,6 +168,8 @@ def check_card(text: str, fmt: CardFormat = CardFormat()) -> CardCheck:
     """Extract the card from a Generator reply and list every way it breaks `fmt` (none: valid)."""
     card = extract_card(text)
     if not card:
+        if text.lstrip().startswith("{"):
+            return CardCheck("", "", 0, ('not one JSON object with exactly one string key "skill"',))
         return CardCheck("", "", 0, ("no card: expected a line starting with '# Skill:'",))
     lines = card.splitlines()
     problems: list[str] = []
@@ -160,6 +205,100 @@ def check_card(text: str, fmt: CardFormat = CardFormat()) -> CardCheck:
     if n_words < fmt.min_words:
         problems.append(f"{n_words} words, fewer than the minimum of {fmt.min_words}")
     return CardCheck(card, name, n_words, tuple(problems))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Constrained decoding of cards (valid structure by construction; the words stay the model's)
+
+# The paper pre-fills the Generator's reply with this and asks for one JSON object (appendix D).
+PREFILL = '{"skill":"# Skill: '
+DECODINGS = ("grammar", "json_schema", "none")
+_WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
+
+
+def _gbnf_literal(text: str) -> str:
+    """`text` as it appears inside a JSON string, as a GBNF string literal."""
+    inner = json.dumps(text)[1:-1]  # JSON-escaped: a newline becomes the two characters \ n
+    return '"' + inner.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def section_word_bounds(fmt: CardFormat, max_tokens: int | None = None) -> tuple[int, int]:
+    """(lo, hi) words per section such that any card the grammar allows has min_words..max_words words
+    (as check_card counts them: title word, name, heading words and section words) and, when
+    `max_tokens` is given, fits in it (about 2 tokens per word and separator, 12 per heading line), so
+    the reply is never cut off before its closing brace."""
+    k = len(fmt.headings)
+    fixed = 2 + sum(len(_WORD.findall(h)) for h in fmt.headings)  # "Skill", the kebab name, headings
+    hi = (fmt.max_words - fixed) // k
+    if max_tokens is not None:
+        hi = min(hi, (max_tokens - 16 - 12 * k) // (2 * k))
+    lo = max(1, -(-(fmt.min_words - fixed) // k))
+    if hi < lo:
+        raise ValueError(f"card format: {k} sections need {lo}..{hi} words each, impossible with max_words "
+                         f"{fmt.max_words}, min_words {fmt.min_words}" + (f" and {max_tokens} generator tokens"
+                                                                         if max_tokens else ""))
+    return lo, hi
+
+
+def card_grammar(fmt: CardFormat, max_tokens: int | None = None) -> str:
+    """GBNF (llama.cpp; vLLM's xgrammar reads the same syntax) for the Generator's reply after PREFILL:
+    a kebab-case name, then every heading of `fmt` in order, each followed by lo..hi words (see
+    `section_word_bounds`), then the closing `"}`. Section text cannot contain '#', a quote or a
+    backslash other than a newline escape, so no extra heading can appear and the JSON stays valid."""
+    lo, hi = section_word_bounds(fmt, max_tokens)
+    parts = " ".join(f"{_gbnf_literal(chr(10) + '## ' + h + chr(10))} body" for h in fmt.headings)
+    return "\n".join([
+        f'root ::= name {parts} "\\"}}"',
+        'name ::= [a-z] [a-z0-9]{0,15} ("-" [a-z0-9] [a-z0-9]{0,15}){0,5}',
+        f'body ::= "- "? word (sep word){{{lo - 1},{hi - 1}}} "."?',
+        "word ::= [A-Za-z0-9] [A-Za-z0-9'-]{0,19}",
+        # A separator holds no letter or digit, so each `word` is exactly one word for check_card.
+        'sep ::= " " | ", " | ". " | "; " | ": " | " (" | ") " | "), " | "/" | "\\\\n- "',
+    ])
+
+
+def card_json_schema(fmt: CardFormat) -> dict[str, Any]:
+    """JSON schema of the reply for servers without grammars (OpenAI-style structured outputs): one
+    object with one string key "skill" whose headings come in order; the word bounds are not expressible
+    here and are left to validation."""
+    pattern = "^# Skill: [a-z0-9]+(-[a-z0-9]+)*" + "".join(
+        "\\n## " + re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", h) + "\\n[^#]+" for h in fmt.headings) + "$"
+    return {"type": "object", "additionalProperties": False, "required": ["skill"],
+            "properties": {"skill": {"type": "string", "pattern": pattern}}}
+
+
+@dataclass(frozen=True)
+class GeneratorRequest:
+    """What to send with the Generator's messages: an assistant pre-fill (the reply continues it) and
+    the request fields the backend needs for it and for constrained decoding."""
+
+    prefill: str
+    extra_body: dict[str, Any]
+
+    def reply_text(self, continuation: str) -> str:
+        """The whole reply. llama.cpp returns the pre-fill with the continuation, vLLM without it."""
+        return continuation if continuation.startswith(self.prefill) else self.prefill + continuation
+
+
+def generator_request(fmt: CardFormat, decoding: str, backend: str, max_tokens: int | None) -> GeneratorRequest:
+    """`grammar`: pre-fill PREFILL and constrain the rest by `card_grammar` (llama.cpp's `grammar`,
+    vLLM's `structured_outputs.grammar`). `json_schema`: `response_format` with `card_json_schema`,
+    no pre-fill (a schema covers the whole reply). `none`: pre-fill only, free decoding."""
+    if decoding not in DECODINGS:
+        raise ValueError(f"config key scaffold.generator_decoding: {decoding!r}; allowed: {', '.join(DECODINGS)}")
+    if decoding == "json_schema":
+        return GeneratorRequest("", {"response_format": {"type": "json_schema", "json_schema": {
+            "name": "skill_card", "strict": True, "schema": card_json_schema(fmt)}}})
+    if backend == "openai":
+        raise ValueError(f"config key scaffold.generator_decoding: {decoding!r} pre-fills the assistant reply, "
+                         "which OpenAI-style APIs do not continue; use json_schema for llm.backend openai")
+    extra: dict[str, Any] = {}
+    if backend == "vllm":  # vLLM continues a final assistant message only when asked to
+        extra.update(continue_final_message=True, add_generation_prompt=False)
+    if decoding == "grammar":
+        grammar = card_grammar(fmt, max_tokens)
+        extra.update({"structured_outputs": {"grammar": grammar}} if backend == "vllm" else {"grammar": grammar})
+    return GeneratorRequest(PREFILL, extra)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -457,13 +596,16 @@ def utilities_for_query(
 
 def selection_for_query(benchmark: str, variant: str, scouts: Sequence[Trajectory],
                         candidates: Sequence[CandidateRecord], utils: Sequence[UtilityRecord],
-                        threshold: float) -> SelectionRecord:
+                        threshold: float, selection: str = "utility", gate: bool = True) -> SelectionRecord:
+    """The selection of one query under `variant` (a utility variant or an ablation of one); the random
+    draws of the ablations are seeded by (benchmark, variant, task) so reruns select the same card."""
     kind = group_kind([t.success for t in scouts])
     n_s = sum(t.success for t in scouts)
     by = {u.candidate: u for u in utils}
     us = [by[c.candidate].utility if c.candidate in by else math.nan for c in candidates]
     ok = [c.valid for c in candidates]
-    j = select(us, ok, threshold)
+    rng = random.Random(zlib.crc32(f"{benchmark}/{variant}/{scouts[0].task_id}".encode()))
+    j, _ = select_with(us, ok, threshold, selection=selection, gate=gate, rng=rng)
     eligible = [u for u, v in zip(us, ok) if v and math.isfinite(u)]
     return SelectionRecord(
         benchmark, variant, scouts[0].task_id, kind, n_s, len(scouts),
@@ -558,7 +700,97 @@ def exploration_view(selections: "Any", post: "Any") -> "Any":
 
 
 # ----------------------------------------------------------------------------------------------------
+# Pilot diagnostics (section 3, figures 2-3) from the validation experiment's downstream rollouts
+
+
+def rollout_outcomes(free: Any, cand: Any, variants: Sequence[str]) -> Any:
+    """One row per downstream rollout: benchmark, variant, task_id, candidate (-1: skill-free), k (the
+    rollout's index within its condition), success. `free`/`cand` are evaluation episodes with a `k` column."""
+    import pandas as pd
+
+    cols = ["benchmark", "variant", "task_id", "candidate", "k", "success"]
+    rows = [free.assign(variant=v, candidate=-1)[cols] for v in variants]
+    if len(cand):
+        parsed = cand.variant.str.extract(r"^(?P<v>[\w-]+)/eval/c(?P<c>\d+)$")
+        rows.append(cand.assign(variant=parsed.v, candidate=parsed.c.astype(int))[cols])
+    out = pd.concat(rows, ignore_index=True)
+    return out.assign(success=out.success.astype(float)).sort_values(cols[:5], ignore_index=True)
+
+
+def pilot_rollout_estimates(outcomes: Any, ks: Sequence[int] | None = None) -> Any:
+    """Figure 2: rollout-based utility U_DR (eq. 4) at budget K per condition. Sign disagreement: two
+    estimates from disjoint rollouts (indices 0..K-1 and K..2K-1) both non-zero with opposite signs, over
+    all candidate-query pairs. Non-tied: a query's candidates do not all get the same estimate (first K
+    rollouts). Cost: (M+1)K extra rollouts per query, against none for the likelihood utility."""
+    import pandas as pd
+
+    keys = ["benchmark", "variant", "task_id"]
+    n_roll = int(outcomes.groupby(keys + ["candidate"]).k.nunique().min()) if len(outcomes) else 0
+    ks = [k for k in (ks or [1, 2, 4, 8, 16]) if k <= n_roll]
+    rows = []
+    for (b, v), g in outcomes.groupby(["benchmark", "variant"]):
+        for K in ks:
+            def est(lo: int, hi: int) -> Any:
+                m = g[(g.k >= lo) & (g.k < hi)].groupby(keys + ["candidate"]).success.mean().unstack("candidate")
+                return m.drop(columns=-1).sub(m[-1], axis=0)  # U_DR per query x candidate
+
+            first = est(0, K)
+            n_m = first.notna().sum(axis=1)
+            tied = first.nunique(axis=1) <= 1
+            dis, pairs = math.nan, 0
+            if 2 * K <= n_roll:
+                second = est(K, 2 * K)
+                both = first.notna() & second.notna()
+                pairs = int(both.values.sum())
+                opposite = (first * second < 0) & both
+                dis = float(opposite.values.sum()) / pairs if pairs else math.nan
+            rows.append({"benchmark": b, "variant": v, "K": K, "n_queries": len(first), "n_pairs_split": pairs,
+                         "sign_disagreement": dis, "non_tied_fraction": float((~tied).mean()),
+                         "extra_rollouts_per_query": float(((n_m + 1) * K).mean())})
+    return pd.DataFrame(rows, columns=["benchmark", "variant", "K", "n_queries", "n_pairs_split", "sign_disagreement",
+                                       "non_tied_fraction", "extra_rollouts_per_query"])
+
+
+def pilot_competence(outcomes: Any, n_probes: int = 4) -> Any:
+    """Figure 3: per query, candidate effects U_DR (all rollouts) against skill-free competence, the
+    number of successful probes among the first `n_probes` skill-free rollouts. Reports per competence
+    level the mean and the best candidate effect, and how many queries hold both a positive and a
+    negative candidate (figure 3a). The probes are also part of the skill-free baseline here."""
+    import pandas as pd
+
+    keys = ["benchmark", "variant", "task_id"]
+    rows = []
+    for (b, v, t), g in outcomes.groupby(keys):
+        free = g[g.candidate == -1]
+        probes = free[free.k < n_probes]
+        effects = g[g.candidate >= 0].groupby("candidate").success.mean() - free.success.mean()
+        if effects.empty or len(probes) < min(n_probes, free.k.nunique()):
+            continue
+        rows.append({"benchmark": b, "variant": v, "task_id": t, "probe_successes": int(probes.success.sum()),
+                     "n_probes": len(probes), "mean_effect": float(effects.mean()), "best_effect": float(effects.max()),
+                     "mixed_signs": bool((effects > 0).any() and (effects < 0).any())})
+    per_query = pd.DataFrame(rows)
+    cols = ["benchmark", "variant", "probe_successes", "n_probes", "n_queries", "mean_effect", "best_effect",
+            "queries_with_mixed_signs"]
+    if per_query.empty:
+        return pd.DataFrame(columns=cols)
+    out = per_query.groupby(["benchmark", "variant", "probe_successes", "n_probes"]).agg(
+        n_queries=("task_id", "size"), mean_effect=("mean_effect", "mean"), best_effect=("best_effect", "mean"),
+        queries_with_mixed_signs=("mixed_signs", "sum")).reset_index()
+    return out[cols]
+
+
+# ----------------------------------------------------------------------------------------------------
 # Configuration (the `scaffold:` section, checked by schemas/scaffold.schema.yaml)
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """A selection ablation of table 3 on top of utility variant `of`."""
+
+    of: str = "grp"
+    selection: str = "utility"  # utility | random | shuffled (see select_with)
+    gate: bool = True  # False: inject the best card even when its utility is not positive
 
 
 @dataclass(frozen=True)
@@ -574,11 +806,27 @@ class ScaffoldConfig:
     threshold: float = 0.0
     evidence_max_chars: int = 6000
     generator_max_tokens: int = 600
+    generator_decoding: str = "grammar"  # grammar | json_schema | none (see generator_request)
     generator_prompts: dict[str, str] = field(default_factory=dict)  # benchmark env -> template file
     card: CardFormat = CardFormat()
     scorer_backend: str = "auto"  # auto | transformers | vllm
     scorer_model: str | None = None  # GGUF path or shipped name (transformers); served model id (vllm)
     scorer_batch_tokens: int = 8192
+    # Selection ablations (table 3): name -> Ablation; each reuses its base variant's cards and utilities.
+    ablations: dict[str, "Ablation"] = field(default_factory=dict)
+    # ScienceWorld query pools per benchmark and split (appendix A.1): split -> ["task@partition", ...].
+    splits: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    executor: dict[str, dict[str, Any]] = field(default_factory=dict)  # benchmark -> {max_tokens, temperature}
+    training: dict[str, Any] = field(default_factory=dict)  # table 5's RL settings, read by the GRPO stage
+    webshop_data: str | None = None  # WebShop's data folder: the category split of appendix A.1
+
+    @property
+    def selection_variants(self) -> tuple[str, ...]:
+        """Every variant that selects and runs Post-Scouts: the utility variants, then the ablations."""
+        return self.variants + tuple(self.ablations)
+
+    def ablation(self, variant: str) -> "Ablation":
+        return self.ablations.get(variant) or Ablation(of=variant)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "ScaffoldConfig":
@@ -593,16 +841,63 @@ class ScaffoldConfig:
         bad = [v for v in s.get("variants", ["grp"]) if v not in VARIANTS]
         if bad:
             raise ValueError(f"config key scaffold.variants: {bad} not allowed; allowed: {', '.join(VARIANTS)}")
+        ablations = {name: Ablation(**a) for name, a in (s.pop("ablations", {}) or {}).items()}
+        for name, a in ablations.items():
+            if name in VARIANTS or a.of not in s.get("variants", ["grp"]):
+                raise ValueError(f"config key scaffold.ablations.{name}: the name must differ from grp/anc and "
+                                 f"'of' ({a.of}) must be one of scaffold.variants")
+        splits = {b: {k: tuple(v) for k, v in d.items()} for b, d in (s.pop("splits", {}) or {}).items()}
+        for b in list(splits) + list(s.get("executor", {}) or {}):
+            if b not in names:
+                raise ValueError(f"config key scaffold.splits/executor: {b!r} is not one of scaffold.benchmarks")
+        s["splits"] = splits
         fmt = CardFormat(tuple(card.get("headings", CardFormat.headings)), card.get("max_words", 400),
                          card.get("min_words", 20))
-        return cls(benchmarks=tuple(names), variants=tuple(s.pop("variants", ("grp",))), card=fmt,
-                   scorer_backend=scorer.get("backend", "auto"), scorer_model=scorer.get("model"),
-                   scorer_batch_tokens=scorer.get("batch_tokens", 8192),
-                   generator_prompts=dict(s.pop("generator_prompts", {}) or {}), **s)
+        out = cls(benchmarks=tuple(names), variants=tuple(s.pop("variants", ("grp",))), card=fmt,
+                  scorer_backend=scorer.get("backend", "auto"), scorer_model=scorer.get("model"),
+                  scorer_batch_tokens=scorer.get("batch_tokens", 8192),
+                  generator_prompts=dict(s.pop("generator_prompts", {}) or {}), ablations=ablations, **s)
+        out.generator_request((config.get("llm") or {}).get("backend", "embedded"))  # fails early if impossible
+        return out
+
+    def generator_request(self, backend: str) -> "GeneratorRequest":
+        return generator_request(self.card, self.generator_decoding, backend, self.generator_max_tokens)
 
 
 # ----------------------------------------------------------------------------------------------------
 # Steps the workflow scripts call
+
+
+def sample_queries(bench: Any, cfg: ScaffoldConfig, seed: int) -> list[str]:
+    """The fixed queries of `bench`: from `scaffold.splits[bench][split]` when given (ScienceWorld
+    "task@partition" pools, drawn uniformly from their union as the paper trains on it), else the
+    benchmark's own sampler for `split` (train | test)."""
+    spec = cfg.splits.get(bench.name, {}).get(cfg.split)
+    if spec is None:
+        if cfg.split not in ("train", "test"):
+            raise ValueError(f"config key scaffold.split: {cfg.split!r} is neither train/test nor a split in "
+                             f"scaffold.splits.{bench.name}")
+        return bench.load().sample_tasks(cfg.split, cfg.n_queries, seed)
+    if bench.env != "scienceworld":
+        raise ValueError(f"config key scaffold.splits.{bench.name}: task pools exist for scienceworld only")
+    from skillrepro.envs.scienceworld import TaskRef, partitions
+
+    pool = []
+    for item in spec:
+        task, _, part = item.partition("@")
+        if part not in ("train", "dev", "test"):
+            raise ValueError(f"config key scaffold.splits.{bench.name}.{cfg.split}: {item!r} is not 'task@train|dev|test'")
+        pool += [TaskRef(task, v).task_id for v in partitions(task)[part]]
+    if cfg.n_queries > len(pool):
+        raise ValueError(f"scaffold.splits.{bench.name}.{cfg.split} has {len(pool)} tasks; n_queries is {cfg.n_queries}")
+    return random.Random(seed).sample(pool, cfg.n_queries)
+
+
+def executor_llm(llm: Any, cfg: ScaffoldConfig, benchmark: str) -> Any:
+    """The actor's LLM settings on `benchmark` (table 5 has tokens per turn per benchmark)."""
+    from dataclasses import replace
+
+    return replace(llm, **cfg.executor.get(benchmark, {}))
 
 
 def episode_variant(variant: str, phase: str, candidate: int = -1) -> str:
@@ -731,18 +1026,23 @@ def load_scorer(cfg: ScaffoldConfig, llm: Any) -> Any:
 
 
 def generate_candidates(client_for: Any, ev: EvidenceRecord, template: GeneratorTemplate, fmt: CardFormat,
-                        n: int, max_tokens: int) -> tuple[list[CandidateRecord], list[Any]]:
-    """M independently sampled cards for one query; `client_for(j)` gives the LLM client for sample j."""
+                        n: int, max_tokens: int, request: GeneratorRequest = GeneratorRequest("", {}),
+                        ) -> tuple[list[CandidateRecord], list[Any]]:
+    """M independently sampled cards for one query; `client_for(j)` gives the LLM client for sample j.
+    `request` adds the pre-fill and constrained decoding (`generator_request`)."""
     if ev.skip:
         return [], []
     messages = template.messages(ev, fmt)
+    if request.prefill:
+        messages.append({"role": "assistant", "content": request.prefill})
     cands, calls = [], []
     for j in range(n):
         reply = client_for(j).chat(messages, role="generator",
                                    session_id=f"scaffold/{ev.benchmark}/{ev.variant}/{ev.task_id}/gen{j}",
-                                   max_tokens=max_tokens)
-        chk = check_card(reply.text, fmt)
-        cands.append(CandidateRecord(ev.benchmark, ev.variant, ev.task_id, j, reply.text, chk.card, chk.name,
+                                   max_tokens=max_tokens, extra_body=request.extra_body or None)
+        text = request.reply_text(reply.text)
+        chk = check_card(text, fmt)
+        cands.append(CandidateRecord(ev.benchmark, ev.variant, ev.task_id, j, text, chk.card, chk.name,
                                      chk.n_words, chk.valid, "; ".join(chk.problems), reply.record.call_id))
         calls.append(reply.record)
     return cands, calls
@@ -768,7 +1068,7 @@ def eval_table(free: Any, cand: Any, variants: Sequence[str]) -> Any:
             rows.append({"benchmark": b, "variant": v, "task_id": t, "candidate": -1,
                          "success_rate": float(g.success.mean()), "n_rollouts": len(g)})
     if len(cand):
-        parsed = cand.variant.str.extract(r"^(?P<v>\w+)/eval/c(?P<c>\d+)$")
+        parsed = cand.variant.str.extract(r"^(?P<v>[\w-]+)/eval/c(?P<c>\d+)$")
         if parsed.v.isna().any():
             raise ValueError(f"evaluation episodes with an unexpected variant: {sorted(cand.variant[parsed.v.isna()].unique())}")
         cand = cand.assign(v=parsed.v, c=parsed.c.astype(int))

@@ -1,0 +1,172 @@
+"""SkillScaffold's GRPO joint training: eq. 11-12 advantages by hand, and a CPU smoke run of TRL updates
+on the shipped SmolLM2-135M (dequantised from its GGUF file, as the CPU scorer loads it)."""
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from skillrepro.studies.scaffold_grpo import (
+    QueryGroup, Sample, TrainSettings, assign_advantages, conversation_sample, generator_group_complete,
+    generator_rewards, group_normalized, query_advantages,
+)
+
+
+def test_eq_11_generator_rewards():
+    assert generator_rewards([0.3, -0.2], "grp") == [0.3, -0.2]
+    assert generator_rewards([0.3, -0.2], "anc") == [0.3, 0.0]
+    with pytest.raises(ValueError):
+        generator_rewards([0.1], "best")
+
+
+def test_group_normalisation():
+    a = group_normalized([1, 0, 0, 1])
+    assert sum(a) == pytest.approx(0) and a[0] == pytest.approx(0.5 / (math.sqrt(1 / 3) + 1e-4))
+    assert group_normalized([1, 1, 1]) == [0, 0, 0]
+
+
+def test_eq_12_weights_make_trls_flat_mean_the_per_role_objective():
+    exec_r, gen_r, lam = [1, 0, 0, 0, 1, 1, 0, 0], [0.2, -0.1, 0.05, 0.0], 0.1
+    a_exec, a_gen = query_advantages(exec_r, gen_r, 4, lam)
+    g = 12
+    # flat mean over the 12 samples of sum(A * x) == mean_exec(A_norm * x) + lam * mean_gen(A_norm * x), any x
+    xs = [0.3, -1.2, 0.5, 2.0, 0.1, -0.4, 0.9, 1.1, -0.7, 0.2, 0.6, -0.3]
+    flat = sum(a * x for a, x in zip(a_exec + a_gen, xs)) / g
+    want = (sum(a * x for a, x in zip(group_normalized(exec_r), xs[:8])) / 8
+            + lam * sum(a * x for a, x in zip(group_normalized(gen_r), xs[8:])) / 4)
+    assert flat == pytest.approx(want)
+    assert sum(a_exec) + sum(a_gen) == pytest.approx(0, abs=1e-9)  # TRL's group-mean subtraction is a no-op
+    assert query_advantages(exec_r, None, 4, lam)[1] == [0.0] * 4
+
+
+def test_incomplete_generator_group_is_omitted():
+    assert generator_group_complete([0.1, 0.2], [True, True], 2)
+    assert not generator_group_complete([0.1, float("nan")], [True, True], 2)
+    assert not generator_group_complete([0.1, 0.2], [True, False], 2)
+    assert not generator_group_complete([0.1], [True], 2)
+    s = lambda role, r: Sample("q", role, [1], [2, 3], [1, 1], r)  # noqa: E731
+    q = QueryGroup("q", [s("executor", 1.0), s("executor", 0.0)], [s("generator", 0), s("generator", 0)],
+                   [0.3, float("nan")], [True, True])
+    out = assign_advantages([q], 2, 0.1)
+    assert not q.trainable_generator and [x.advantage for x in out[2:]] == [0.0, 0.0]
+    assert out[0].advantage > 0 > out[1].advantage
+    # no cards at all (anc without a success): placeholders keep the group size, masked out
+    q2 = QueryGroup("q2", [s("executor", 1.0), s("executor", 0.0)], [], [], [], "anc")
+    out2 = assign_advantages([q2], 2, 0.1)
+    assert len(out2) == 4 and all(x.mask == [0] and x.advantage == 0 for x in out2[2:])
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    import torch
+
+    from skillrepro.llm.scorer import ChatSequencer
+    from skillrepro.studies.scaffold_grpo import load_policy
+
+    torch.manual_seed(0)
+    model, tok = load_policy("smollm2-135m")
+    return model, tok, ChatSequencer(tok)
+
+
+def _groups(seq):
+    from skillrepro.studies.scaffold import PREFILL
+
+    execs, gens = [], []
+    for i, ok in enumerate([True, False, True, False]):
+        msgs = [{"role": "system", "content": "You act in a grid world."},
+                {"role": "user", "content": "Mission: go to the red ball."},
+                {"role": "assistant", "content": f"Thought: turn.\nAction: {'go_forward' if ok else 'turn_left'}()"},
+                {"role": "user", "content": f"Observation: step {i}."},
+                {"role": "assistant", "content": "Action: done()"}]
+        execs.append(conversation_sample(seq, msgs, "q0", "executor", float(ok)))
+    for j in range(2):
+        msgs = [{"role": "user", "content": "Write a card as JSON."},
+                {"role": "assistant", "content": PREFILL + f'go-{j}\\n## When to apply\\nAlways."}}'}]
+        gens.append(conversation_sample(seq, msgs, "q0", "generator", 0.0, skip_chars=len(PREFILL)))
+    return [QueryGroup("q0", execs, gens, [0.4, -0.2], [True, True])]
+
+
+@pytest.mark.integration
+def test_samples_mask_only_the_policys_tokens(tiny):
+    _, tok, seq = tiny
+    g = _groups(seq)[0]
+    e = g.executor[0]
+    own = tok.decode([t for t, m in zip(e.completion_ids, e.mask) if m])
+    assert "go_forward()" in own and "done()" in own and "Observation" not in own and "Mission" not in own
+    c = g.generator[0]
+    card = tok.decode([t for t, m in zip(c.completion_ids, c.mask) if m])
+    assert card.lstrip().startswith("go-0") and '"skill"' not in card and "Skill" not in card  # the pre-fill is not the policy's
+
+
+@pytest.mark.integration
+def test_cpu_smoke_run_updates_the_policy(tiny, tmp_path):
+    import torch
+
+    from skillrepro.studies.scaffold_grpo import make_trainer
+
+    model, tok, seq = tiny
+    samples = assign_advantages(_groups(seq), 2, 0.1)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    started = time.perf_counter()
+    trainer = make_trainer(model, tok, samples, 6, TrainSettings(learning_rate=1e-4), tmp_path, steps=2)
+    trainer.train()
+    wall = time.perf_counter() - started
+    changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
+    print(f"CPU smoke run: 2 GRPO updates on SmolLM2-135M in {wall:.1f} s; {len(changed)} of {len(before)} "
+          f"parameter tensors changed")
+    assert len(changed) > 0.5 * len(before)
+    assert trainer.state.global_step == 2
+
+
+def test_internalization_cohort_and_bootstrap():
+    import pandas as pd
+
+    from skillrepro.studies.scaffold_grpo import benefit_cohort, internalization
+
+    sel = pd.DataFrame({"task_id": ["a", "b", "c", "d"], "selected": [0, 2, -1, 1], "n_success": [0, 2, 0, 1],
+                        "n_scouts": [4, 4, 4, 4]})
+    post = pd.DataFrame({"task_id": list("aaaabbbbccccdddd"),
+                         "success": [1, 0, 0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0]})
+    assert benefit_cohort(sel, post) == ["a"]  # b: 1/4 < 2/4; c: not injected; d: 0 < 1/4
+    early = pd.DataFrame({"task_id": ["a", "a", "b", "b"], "success": [0, 0, 1, 0]})
+    later = pd.DataFrame({"task_id": ["a", "a", "b", "b"], "success": [1, 0, 1, 1]})
+    r = internalization(early, later, ["a", "b"], n_boot=2000)
+    assert r.n_queries == 2 and r.recovery_pp == pytest.approx(50.0)
+    assert r.ci_low == pytest.approx(50.0) and r.ci_high == pytest.approx(50.0)  # both queries gain 50 pp
+    later2 = pd.DataFrame({"task_id": ["a", "a", "b", "b"], "success": [1, 1, 0, 0]})
+    r2 = internalization(early, later2, ["a", "b"], n_boot=2000)
+    assert r2.recovery_pp == pytest.approx(25.0) and r2.ci_low == pytest.approx(-50) and r2.ci_high == pytest.approx(100)
+    with pytest.raises(ValueError, match="'z'"):
+        internalization(early, later, ["z"])
+
+
+@pytest.mark.integration
+def test_groups_from_the_scaffold_records(tiny):
+    """Scouts + Post-Scouts become the Executor's samples and the cards, with the request each came from,
+    the Generator's; a group is N+L+M samples, and the pre-fill is kept out of the card's mask."""
+    import json
+
+    import pandas as pd
+
+    from skillrepro.studies.scaffold import PREFILL, CandidateRecord, Trajectory, UtilityRecord
+    from skillrepro.studies.scaffold_grpo import groups_from_records
+
+    _, tok, seq = tiny
+
+    def traj(i, ok):
+        msgs = ({"role": "system", "content": "S"}, {"role": "user", "content": "Mission: go."},
+                {"role": "assistant", "content": f"Action: go_forward() {i}"})
+        return Trajectory(f"e{i}", "7", ok, i, msgs, ())
+
+    req = [{"role": "system", "content": "G"}, {"role": "user", "content": "evidence"},
+           {"role": "assistant", "content": PREFILL}]
+    calls = pd.DataFrame({"call_id": ["c0", "c1"], "prompt": [json.dumps({"messages": req})] * 2})
+    cards = [CandidateRecord("b", "grp", "7", j, PREFILL + f'card-{j}\\n## X\\ny"}}', "", "", 3, True, "", f"c{j}")
+             for j in range(2)]
+    utils = [UtilityRecord("b", "grp", "7", j, "mixed", 1, 1, u, True, True) for j, u in enumerate([0.2, -0.1])]
+    (g,) = groups_from_records(seq, "grp", 2, [traj(0, True), traj(1, False)], [traj(2, True)], cards, utils, calls)
+    assert len(g.executor) == 3 and [s.reward for s in g.executor] == [1.0, 0.0, 1.0]
+    assert len(g.generator) == 2 and g.utilities == [0.2, -0.1]
+    own = tok.decode([t for t, m in zip(g.generator[1].completion_ids, g.generator[1].mask) if m])
+    assert "card-1" in own and "skill" not in own and "evidence" not in tok.decode(g.generator[1].completion_ids)
