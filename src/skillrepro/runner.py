@@ -106,6 +106,7 @@ def run_batch(
                   history_window=bench.history_window)
     env_lock = threading.Lock()
     progress = _progress(len(task_ids), f"{spec.benchmark}/{spec.variant}/seed{spec.seed} {spec.split} c{spec.cycle}")
+
     def play(i: int) -> None:
         task_id, episode_actor, shown, choice_calls = task_ids[i], actor, visible, []
         if curriculum:
@@ -114,8 +115,7 @@ def run_batch(
                                                 spec.run_id))
             task_id, choice_calls = choice.task_id, list(choice.llm_calls)
             if choice.goal:
-                episode_actor = replace(actor, notes=f"{notes}
-Goal for this episode: {choice.goal}".strip())
+                episode_actor = replace(actor, notes=f"{notes}\nGoal for this episode: {choice.goal}".strip())
             if choice.visible is not None:
                 shown = list(choice.visible)
         with env_lock:
