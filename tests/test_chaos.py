@@ -91,13 +91,22 @@ def _kill_and_rerun(tmp_path: Path, env: dict, flag: Path, before: dict, procs: 
     assert sum(r["split"] == "train" for r in before.values()) == 2  # the test at v0 may have run beside it
 
     # 2. The same command again (no --unlock): batch 0 is restored, not replayed; kill as soon as a later
-    #    batch or evaluation has finished an episode.
+    #    batch or evaluation has finished an episode (the unfinished v0 evaluation may come first: wait for
+    #    batch 0's rerun to say what it did, too).
+    log_file = tmp_path / "logs/runs/babyai/react/seed0/rollout_batch0.log"
+    first_log = log_file.stat().st_mtime_ns
+
+    def batch0_rerun_spoke() -> bool:
+        if not log_file.exists() or log_file.stat().st_mtime_ns == first_log:
+            return False
+        text = log_file.read_text()
+        return "already merged before an interruption" in text or "train task=" in text
+
     proc = start(tmp_path, env)
     procs.append(proc)
-    wait_for(lambda: len(finished_episodes(tmp_path)) > len(before), proc)
+    wait_for(lambda: batch0_rerun_spoke() and len(finished_episodes(tmp_path)) > len(before), proc)
     kill(proc)
-    log = (tmp_path / "logs/runs/babyai/react/seed0/rollout_batch0.log").read_text()
-    assert "already merged before an interruption" in log
+    assert "already merged before an interruption" in log_file.read_text()
     before |= finished_episodes(tmp_path)
 
     # 3. Killed as soon as the LLM server is up, before or while the first jobs start.

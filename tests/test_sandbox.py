@@ -483,7 +483,8 @@ def test_hostile_skill_is_contained(hostile, cid, cls, code, expect):
 def test_a_library_that_attacks_while_loading_fails_to_load(module_code, expect):
     """Module-level code runs in the child before `ready`: forged frames, a forbidden syscall or a hang
     there make a load error (an observation), never an exception in the actor."""
-    s, calls, env = session(module_code, limits=SandboxLimits(call_wall_s=5, start_wall_s=3, call_cpu_s=1))
+    # CPU limit above the start wall clock: the hang is stopped by the wall clock on a quiet or a busy machine.
+    s, calls, env = session(module_code, limits=SandboxLimits(call_wall_s=5, start_wall_s=3, call_cpu_s=10))
     out = s.call_skill("forward_once", [])
     assert "failed to load" in out.exception and expect in out.exception, out
     assert env.n_primitive_steps == 0 and [c.function for c in calls] == ["forward_once"]

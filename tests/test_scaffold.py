@@ -448,8 +448,10 @@ def test_config_ablations_splits_and_executor():
         ScaffoldConfig.from_config(_cfg(ablations={"anc-x": {"of": "anc"}}))
     with pytest.raises(ValueError, match="'nope'"):
         ScaffoldConfig.from_config(_cfg(splits={"nope": {"train": ["power-component@train"]}}))
-    with pytest.raises(ValueError, match="json_schema"):
-        ScaffoldConfig.from_config({**_cfg(), "llm": {"backend": "openai"}})
+    with pytest.raises(ValueError, match="json_schema"):  # an API does not continue a pre-filled reply
+        ScaffoldConfig.from_config({**_cfg(generator_decoding="grammar"), "llm": {"backend": "openai"}})
+    auto = ScaffoldConfig.from_config({**_cfg(), "llm": {"backend": "openai"}})  # the default picks json_schema
+    assert "response_format" in auto.generator_request("openai").extra_body and not auto.generator_request("openai").prefill
     with pytest.raises(ValueError, match="impossible"):
         ScaffoldConfig.from_config(_cfg(card={"max_words": 25}))
 

@@ -212,7 +212,7 @@ def check_card(text: str, fmt: CardFormat = CardFormat()) -> CardCheck:
 
 # The paper pre-fills the Generator's reply with this and asks for one JSON object (appendix D).
 PREFILL = '{"skill":"# Skill: '
-DECODINGS = ("grammar", "json_schema", "none")
+DECODINGS = ("auto", "grammar", "json_schema", "none")
 _WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
 
 
@@ -283,9 +283,12 @@ class GeneratorRequest:
 def generator_request(fmt: CardFormat, decoding: str, backend: str, max_tokens: int | None) -> GeneratorRequest:
     """`grammar`: pre-fill PREFILL and constrain the rest by `card_grammar` (llama.cpp's `grammar`,
     vLLM's `structured_outputs.grammar`). `json_schema`: `response_format` with `card_json_schema`,
-    no pre-fill (a schema covers the whole reply). `none`: pre-fill only, free decoding."""
+    no pre-fill (a schema covers the whole reply). `none`: pre-fill only, free decoding. `auto`: grammar,
+    or json_schema on the openai backend (API servers do not continue a pre-filled reply)."""
     if decoding not in DECODINGS:
         raise ValueError(f"config key scaffold.generator_decoding: {decoding!r}; allowed: {', '.join(DECODINGS)}")
+    if decoding == "auto":
+        decoding = "json_schema" if backend == "openai" else "grammar"
     if decoding == "json_schema":
         return GeneratorRequest("", {"response_format": {"type": "json_schema", "json_schema": {
             "name": "skill_card", "strict": True, "schema": card_json_schema(fmt)}}})
@@ -806,7 +809,7 @@ class ScaffoldConfig:
     threshold: float = 0.0
     evidence_max_chars: int = 6000
     generator_max_tokens: int = 600
-    generator_decoding: str = "grammar"  # grammar | json_schema | none (see generator_request)
+    generator_decoding: str = "auto"  # auto | grammar | json_schema | none (see generator_request)
     generator_prompts: dict[str, str] = field(default_factory=dict)  # benchmark env -> template file
     card: CardFormat = CardFormat()
     scorer_backend: str = "auto"  # auto | transformers | vllm
