@@ -28,11 +28,12 @@ def test_paper_scale_dry_run_builds_every_job():
     out = snakemake("results/tables/main.csv", "-n", "--cores", "8", "--configfile", "configs/paper.yaml")
     text = out.stdout
     # Every (benchmark, variant, seed) of the preset, and only those, x 3 seeds: react, speedrunner and opo
-    # on the 6 benchmarks; two ablations on babyai; no-interpreter on the 4 main benchmarks (figure 7); asi on
-    # 3 (+ asi-crafter), asi_replay on ScienceWorld electricity (G.3), voyager on the 3 Crafter variants.
+    # on the 7 benchmarks (T4-after-T3 included); two ablations on babyai; no-interpreter on the 4 main
+    # benchmarks (figure 7); asi on 4 (+ asi-crafter), asi_replay on ScienceWorld electricity (G.3), voyager
+    # on the 3 Crafter variants.
     runs = {l.split("results/runs/")[1].split("/eval")[0] for l in text.splitlines()
             if "output:" in l and "/eval/v20/episodes.parquet" in l}
-    assert len(runs) == 3 * (6 * 3 + 2 + 4 + 3 + 1 + 1 + 3)
+    assert len(runs) == 3 * (7 * 3 + 2 + 4 + 4 + 1 + 1 + 3)
     benches = lambda variant: {r.split("/")[0] for r in runs if r.split("/")[1] == variant}  # noqa: E731
     assert benches("speedrunner-asi_prompt") == benches("speedrunner-all_public") == {"babyai"}
     assert benches("voyager") == {"crafter", "crafter_zombie0x", "crafter_zombie2x"}
