@@ -34,10 +34,6 @@ def parse_notes(reply: str) -> str:
     return (m.group(1) if m else reply).strip()
 
 
-def notes(library: Library, options: Options) -> str:
-    return library.notes
-
-
 def induce(ctx: InduceContext, client=None) -> Library:
     if client is None:
         with client_for(ctx.llm) as c:
@@ -64,4 +60,4 @@ def induce(ctx: InduceContext, client=None) -> Library:
         "episodes_read": len(traces), "notes_kept": kept})
 
 
-register("opo", Options, induce, notes=notes)
+register("opo", Options, induce)  # the default `notes` hook shows library.notes, which OPO rewrites
