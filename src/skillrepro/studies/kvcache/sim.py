@@ -533,6 +533,19 @@ def simulate_llamacpp(requests: Iterable[Request], cfg: LlamaCppConfig | None = 
 MAX_TOKEN_ID = 2**63  # token ids are held as int64
 
 
+def _ids_or_text(d: dict, ids_key: str, text_key: str, where: str, tokenizer, vocab_size) -> list[int] | None:
+    """Token ids given as ids (`ids_key`) or as text to tokenize (`text_key`); None when neither is there."""
+    if ids_key in d:
+        return _token_ids(d[ids_key], ids_key, where, vocab_size)
+    if text_key not in d:
+        return None
+    if not isinstance(d[text_key], str):
+        raise ValueError(f"{where}: {text_key!r} must be a string")
+    if tokenizer is None:
+        raise ValueError(f"{where}: has {text_key!r} but no tokenizer was given (--tokenizer)")
+    return tokenizer.encode(d[text_key])
+
+
 def _token_ids(value, key: str, where: str, vocab_size: int) -> list[int]:
     if not isinstance(value, list):
         raise ValueError(f"{where}: {key!r} must be a list of token ids, got {type(value).__name__}")
@@ -570,28 +583,13 @@ def read_requests(path: str, tokenizer=None, vocab_size: int = MAX_TOKEN_ID) -> 
                     raise ValueError(f"{where}: missing key {key!r}")
             if not isinstance(d["step"], int) or isinstance(d["step"], bool) or d["step"] < 0:
                 raise ValueError(f"{where}: 'step' must be a non-negative integer, got {d['step']!r}")
-            if "token_ids" in d:
-                ids = _token_ids(d["token_ids"], "token_ids", where, vocab_size)
-            elif "text" in d:
-                if not isinstance(d["text"], str):
-                    raise ValueError(f"{where}: 'text' must be a string")
-                if tokenizer is None:
-                    raise ValueError(f"{where}: has 'text' but no tokenizer was given (--tokenizer)")
-                ids = tokenizer.encode(d["text"])
-            else:
+            ids = _ids_or_text(d, "token_ids", "text", where, tokenizer, vocab_size)
+            if ids is None:
                 raise ValueError(f"{where}: needs 'token_ids' or 'text'")
             completion = d.get("completion_tokens", 0)
             if not isinstance(completion, int) or isinstance(completion, bool) or completion < 0:
                 raise ValueError(f"{where}: 'completion_tokens' must be a non-negative integer, got {completion!r}")
-            resp = None
-            if "response_token_ids" in d:
-                resp = _token_ids(d["response_token_ids"], "response_token_ids", where, vocab_size)
-            elif "response_text" in d:
-                if not isinstance(d["response_text"], str):
-                    raise ValueError(f"{where}: 'response_text' must be a string")
-                if tokenizer is None:
-                    raise ValueError(f"{where}: has 'response_text' but no tokenizer was given (--tokenizer)")
-                resp = tokenizer.encode(d["response_text"])
+            resp = _ids_or_text(d, "response_token_ids", "response_text", where, tokenizer, vocab_size)
             try:
                 out.append(Request(str(d["episode"]), d["step"], np.asarray(ids, dtype=np.int64), completion,
                                    None if resp is None else np.asarray(resp, dtype=np.int64)))
