@@ -106,15 +106,19 @@ def reply_code(text: str) -> str:
     """The reply's code: its ```python blocks, or from the first `def` on; a cut-off tail is dropped."""
     blocks = _FENCE.findall(text)
     code = "\n\n".join(b.strip("\n") for b in blocks) if blocks else text[text.find("def "):] if "def " in text else ""
-    lines = code.splitlines()
-    for end in range(len(lines), 0, -1):  # the longest prefix that parses (a reply cut by max_tokens)
+    return longest_parsing_prefix(code.splitlines()) or ""
+
+
+def longest_parsing_prefix(lines: list[str]) -> str | None:
+    """The longest run of leading lines that parses as Python (a reply cut by max_tokens); None if none does."""
+    for end in range(len(lines), 0, -1):
         chunk = "\n".join(lines[:end])
         try:
             ast.parse(chunk)
             return chunk
         except SyntaxError:
             continue
-    return ""
+    return None
 
 
 def append_functions(library: Library, code: str, primitives: set[str]) -> tuple[list[SkillFunction], list[str]]:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from skillrepro.methods import InduceContext, register
+from skillrepro.methods.common import longest_parsing_prefix
 from skillrepro.skills.library import Library, SkillFunction, parse_functions
 from skillrepro.skills.sandbox import SandboxLimits, SandboxSession, _system_read_paths
 from skillrepro.store import LLMCall, schema, write_records, write_text
@@ -109,14 +110,7 @@ def _bare_code(text: str) -> str:
     if start is None:
         return ""
     body = lines[start:]
-    for end in range(len(body), 0, -1):
-        chunk = "\n".join(body[:end])
-        try:
-            ast.parse(chunk)
-            return chunk
-        except SyntaxError:
-            continue
-    return "\n".join(body)
+    return longest_parsing_prefix(body) or "\n".join(body)
 
 
 def parse_action(text: str, interpreter: bool) -> Action:
