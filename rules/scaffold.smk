@@ -113,7 +113,8 @@ rule scaffold_generate:
     wildcard_constraints:
         **_SC_CONSTRAINTS,
     params:
-        **_SC_COMMON,
+        # scaffold.executor's per-benchmark sampling (table 5: Executor tokens and top-p) is the Executor's
+        **{**_SC_COMMON, "llm": _SC_LLM},
     resources:
         llm=1,
     log:

@@ -97,14 +97,14 @@ def test_solving_ends_the_episode_with_success():
 # ---------------------------------------------------------------------------------------------------------
 # SpeedRunner's protocol (appendices A-D), one rule per test
 # ---------------------------------------------------------------------------------------------------------
-def _capturing_client(backend: str, monkeypatch):
+def _capturing_client(backend: str, monkeypatch, **llm):
     """A real LLMClient whose HTTP call is replaced by one that records the request."""
     from openai.types.chat import ChatCompletion
 
     from skillrepro.config import LLMConfig
     from skillrepro.llm.client import LLMClient
 
-    client = LLMClient(LLMConfig(backend=backend, model="m"), "http://127.0.0.1:9/v1")
+    client = LLMClient(LLMConfig(backend=backend, model="m", **llm), "http://127.0.0.1:9/v1")
     sent: list[dict] = []
 
     def create(**request):
@@ -134,6 +134,11 @@ def test_a1_actor_and_inducer_request_parameters(monkeypatch):
     client, sent = _capturing_client("embedded", monkeypatch)
     client.chat([{"role": "user", "content": "hi"}], role="actor", session_id="e", tools=tools)
     assert "reasoning_effort" not in sent[0] and sent[0]["parallel_tool_calls"] is False
+    assert "top_p" not in sent[0]  # unset: the server's default
+
+    client, sent = _capturing_client("vllm", monkeypatch, top_p=0.85)  # SkillScaffold's Executor (table 5)
+    client.chat([{"role": "user", "content": "hi"}], role="actor", session_id="e")
+    assert sent[0]["top_p"] == 0.85
 
     cfg = check_config(load_yaml("configs/paper.yaml"), check_files=False)
     assert cfg["budgets"]["inducer_requests"] == 100

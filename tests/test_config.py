@@ -29,6 +29,8 @@ def test_default_and_shipped_configs_are_valid():
             # Official data the user supplies (scaffold-paper's ALFWorld): its absence is an error that names
             # the option (tests/test_env_alfworld.py); the rest of the preset is checked without it.
             (bench.get("options") or {}).pop("data_path", None)
+        for model, rates in merged["pricing"].items():  # the provider's rates, which a billed preset leaves 0
+            merged["pricing"][model] = {k: v or 1.0 for k, v in rates.items()}
         check_config(merged, check_files=False)
 
 
@@ -67,6 +69,9 @@ def test_openai_backend_needs_key_and_price(monkeypatch):
         check_config(cfg)
     monkeypatch.setenv("SKILLREPRO_TEST_KEY", "k")
     with pytest.raises(ConfigError, match="no price for model 'gpt-x'"):
+        check_config(cfg)
+    cfg["pricing"] = {"gpt-x": {"input": 0.0, "cached_input": 0.0, "output": 0.0}}  # a preset's placeholder
+    with pytest.raises(ConfigError, match="pricing.gpt-x: every rate is 0"):
         check_config(cfg)
     cfg["pricing"] = {"gpt-x": {"input": 0.75, "cached_input": 0.075, "output": 4.5}}
     check_config(cfg)

@@ -33,6 +33,7 @@ class LLMConfig:
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
     temperature: float = 0.7
+    top_p: float | None = None  # None: the server's default (1.0)
     max_tokens: int = 96
     seed: int = 0
     slots: int = 2
@@ -312,6 +313,11 @@ def _check_llm(llm: LLMConfig, pricing: dict[str, Any], check_files: bool) -> No
             raise ConfigError(f"config key llm.api_key_env: environment variable {llm.api_key_env} is not set")
         if llm.model not in pricing:
             raise ConfigError(f"config key pricing: no price for model {llm.model!r} (backend openai is billed)")
+        if not any(pricing[llm.model].values()):
+            # A preset ships zeros where the provider's rates go: a billed run priced at $0 would be a wrong
+            # figure 3, not a free one.
+            raise ConfigError(f"config key pricing.{llm.model}: every rate is 0 for a billed model; put your "
+                              "provider's dollars per million tokens there")
 
 
 def llm_config(config: dict[str, Any]) -> LLMConfig:

@@ -104,6 +104,8 @@ class LLMClient:
             max_tokens=max_tokens or self.cfg.max_tokens,
             seed=(self.cfg.seed + seed) % 2**31,
         )
+        if self.cfg.top_p is not None:
+            request["top_p"] = self.cfg.top_p
         if tools:
             request["tools"] = tools
             request["parallel_tool_calls"] = False
