@@ -366,10 +366,15 @@ def test_phase_chain_and_truncation_are_in_the_dag(tmp_path):
 
 
 @pytest.mark.parametrize("preset", ["cpu-study", "shift", "cross-model-gemini-3-flash"])
-def test_presets_build_their_dag(preset):
+def test_presets_build_their_dag(preset, tmp_path):
     env = os.environ | {"GEMINI_API_KEY": "unused-in-a-dry-run"}
+    # A billed preset ships zero rates that the user replaces (a zero-priced billed model is refused).
+    rates = tmp_path / "rates.yaml"
+    rates.write_text("pricing:\n  gemini-3-flash: {input: 0.5, cached_input: 0.05, output: 3.0}\n")
+    extra = [str(rates)] if preset.startswith("cross-model") else []  # --configfile takes several files
     proc = subprocess.run([sys.executable, "-m", "snakemake", "all", "-n", "--forceall", "--cores", "8",
-                           "--configfile", f"configs/{preset}.yaml"], cwd=ROOT, env=env, capture_output=True, text=True)
+                           "--configfile", f"configs/{preset}.yaml", *extra], cwd=ROOT, env=env, capture_output=True,
+                          text=True)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "rule analytics:" in proc.stdout and "rule figure_11:" in proc.stdout
     if preset == "shift":
