@@ -210,3 +210,17 @@ def test_missing_java_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(sw.shutil, "which", lambda name: None)
     with pytest.raises(sw.JavaMissingError, match="apt-get install openjdk-17-jre-headless"):
         sw.simulator()
+
+
+def test_easy_simplification_teleports_and_unknown_names_are_refused():
+    """Seed 002 (appendix A.1) plays ScienceWorld under the easy simplification: go() reaches any room."""
+    for simplifications, reached in (("", False), ("easy", True)):
+        env = ScienceWorldBenchmark(family="electricity", simplifications=simplifications).make("test-conductivity:3")
+        env.reset()  # starts outside; the workshop is not adjacent
+        obs = env.step("go", ["workshop"]).observation
+        assert ("This room is called the workshop" in obs) is reached, obs[:200]
+        env.release()
+    with pytest.raises(TaskError, match=r"unknown simplification\(s\) \['fast'\]"):
+        ScienceWorldBenchmark(simplifications="easy,fast")
+    with pytest.raises(TaskError, match="noElectricalAction removes"):
+        ScienceWorldBenchmark(family="electricity", simplifications="noElectricalAction")

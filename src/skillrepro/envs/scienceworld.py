@@ -145,6 +145,16 @@ def _check_exists(name: str, variation: int) -> None:
 # ----------------------------------------------------------------------------------------------------------
 # Primitive -> command text. The docstrings of the Env methods below are what the agent reads.
 # ----------------------------------------------------------------------------------------------------------
+# ScienceWorld's simplifications (`load(..., simplificationStr)`); "easy" is all of them that the task
+# allows (the simulator drops noElectricalAction from it on electrical tasks).
+SIMPLIFICATIONS = ("easy", "teleportAction", "selfWateringFlowerPots", "openContainers", "openDoors",
+                   "noElectricalAction")
+
+
+def teleports(simplifications: str) -> bool:
+    return any(x in ("easy", "teleportAction") for x in simplifications.split(","))
+
+
 COMMANDS: dict[str, str] = {
     "go": "go to {0}",
     "look_around": "look around",
@@ -179,10 +189,11 @@ class ScienceWorldEnv(Env):
     benchmark = "scienceworld"
 
 
-    def __init__(self, task_id: str, room_each_step: bool = True):
+    def __init__(self, task_id: str, room_each_step: bool = True, simplifications: str = ""):
         super().__init__(task_id)
         self.task_name, self.variation = parse_task_id(task_id)
         self.room_each_step = room_each_step
+        self.simplifications = simplifications
         self.raw_score = 0  # ScienceWorld's score, -100..100 (-100: the agent focused on the wrong thing)
         self.submitted = False
         self.task_text = ""
@@ -194,7 +205,7 @@ class ScienceWorldEnv(Env):
         sim = simulator()
         # A fresh load is the initial state of the variation; the shipped reset() would load it again and
         # then take a slow shipped step.
-        sim.load(self.task_name, self.variation, "", False)
+        sim.load(self.task_name, self.variation, self.simplifications, False)
         _OWNER = self
         self.done, self.submitted, self.raw_score = False, False, 0
         self.total_reward, self.n_primitive_steps = 0.0, 0
@@ -233,6 +244,8 @@ class ScienceWorldEnv(Env):
             commands = ["wait"] if ticks == 10 else ["wait1"] * ticks
         elif name == "disambiguate":
             commands = [COMMANDS[name].format(_as_int(args[0], "disambiguate(choice)"))]
+        elif name == "go" and teleports(self.simplifications):
+            commands = [f"teleport to {_as_text(args[0], 'go argument 1')}"]
         else:
             texts = [_as_text(a, f"{name} argument {i + 1}") for i, a in enumerate(args)]
             commands = [COMMANDS[name].format(*texts)]
@@ -255,7 +268,8 @@ class ScienceWorldEnv(Env):
     # --- primitives (their docstrings are the agent's tool list) -------------------------------------------
     @primitive
     def go(self, location: str) -> str:
-        """Go to an adjacent room or location, e.g. go("kitchen"). Its door must be open."""
+        """Go to an adjacent room or location, e.g. go("kitchen"). Its door must be open (under the easy
+        simplification, any room: the move is ScienceWorld's teleport)."""
         return self.step("go", [location]).observation
 
     @primitive
@@ -466,11 +480,20 @@ class ScienceWorldBenchmark(Benchmark):
     PROMPTS = ("paper",)  # prompts/env_scienceworld_paper.txt: the interface, no strategy (B.3: no hints)
 
     def __init__(self, family: str = "electricity", room_each_step: bool = True, prompt: str = "paper",
-                 **unknown: Any):
+                 simplifications: str = "", **unknown: Any):
         if unknown:
-            raise TaskError(f"scienceworld: unknown option(s) {sorted(unknown)}; known: family, room_each_step, prompt")
+            raise TaskError(f"scienceworld: unknown option(s) {sorted(unknown)}; known: family, room_each_step, "
+                            "prompt, simplifications")
         if family not in FAMILIES:
             raise TaskError(f"scienceworld: unknown family {family!r}; known: {', '.join(FAMILIES)}")
+        bad = [x for x in simplifications.split(",") if x and x not in SIMPLIFICATIONS]
+        if bad:
+            raise TaskError(f"scienceworld: unknown simplification(s) {bad} in option simplifications; known: "
+                            f"{', '.join(SIMPLIFICATIONS)} (comma-separated)")
+        if "noElectricalAction" in simplifications and family == "electricity":
+            raise TaskError("scienceworld: option simplifications: noElectricalAction removes the actions the "
+                            "electricity tasks need")
+        self.simplifications = simplifications
         self.family = family
         self.tasks = FAMILIES[family]
         self.room_each_step = bool(room_each_step)
@@ -519,4 +542,4 @@ class ScienceWorldBenchmark(Benchmark):
                 f"{', '.join(self.tasks)}"
             )
         _check_exists(name, variation)
-        return ScienceWorldEnv(task_id, room_each_step=self.room_each_step)
+        return ScienceWorldEnv(task_id, room_each_step=self.room_each_step, simplifications=self.simplifications)
