@@ -2,12 +2,18 @@
 # utility -> positive-gated selection -> Post-Scouts; plus the validation experiment (section 5.4) that
 # evaluates every candidate with separate downstream rollouts. Target: scaffold_all.
 # Paths: results/scaffold/{sbench}/... (per benchmark) and results/scaffold/{sbench}/{svariant}/... (grp|anc).
+# GRPO joint training (section 4.5, algorithm 1; target scaffold_grpo): iteration k of utility variant v's
+# training chain on benchmark b is the scaffold instance "b@v{k}" (its own query batch, played, carded and
+# scored by policy checkpoint k; 0 is llm.model), and update k+1 trains checkpoint k on that iteration's records.
 import os
+import re
+from dataclasses import replace as _sc_replace
 
 from snakemake.utils import validate as _scaffold_validate
 
 from skillrepro import config as _scaffold_cfg
 from skillrepro.studies.scaffold import ScaffoldConfig, executor_llm
+from skillrepro.studies.scaffold_grpo import serving_model
 
 config.setdefault("scaffold", {})
 _scaffold_validate(config["scaffold"], str(_scaffold_cfg.ROOT / "schemas" / "scaffold.schema.yaml"), set_default=True)
@@ -17,14 +23,58 @@ _SC_BENCH = {b.name: b for b in _scaffold_cfg.benchmarks(config) if b.name in SC
 _SC_WALL = config.get("budgets", {}).get("rollout_wall_s", 1800)
 _SC_TASK_SEED = config.get("protocol", {}).get("task_seed", 42)
 _SC_SCORER_LLM = SCAFFOLD.scorer_backend == "vllm" or (SCAFFOLD.scorer_backend == "auto" and _SC_LLM.backend == "vllm")
+_SC_TRAIN = dict(SCAFFOLD.training)
+_SC_STEPS = int(_SC_TRAIN.get("steps", 1))
+_SC_GPU = _SC_LLM.backend == "vllm"
+
+
+def _sc_instance(sbench):
+    """(benchmark, training-chain variant or None, iteration) of a scaffold instance name."""
+    bench, _, chain = sbench.partition("@")
+    if not chain:
+        return bench, None, 0
+    m = re.fullmatch(r"([a-z]+)(\d+)", chain)
+    return bench, m.group(1), int(m.group(2))
+
+
+def _sc_checkpoint(bench, variant, k):
+    return f"results/scaffold/{bench}/{variant}/grpo/ckpt{k}"
+
+
+def _sc_policy(w):
+    """The GRPO checkpoint that plays an instance ("": llm.model on the run's shared server)."""
+    bench, chain, k = _sc_instance(w.sbench)
+    return _sc_checkpoint(bench, chain, k) if chain and k > 0 else ""
+
+
+def _sc_llm(executor=True):
+    def llm(w):
+        bench, _, _ = _sc_instance(w.sbench)
+        cfg = executor_llm(_SC_LLM, SCAFFOLD, bench) if executor else _SC_LLM
+        policy = _sc_policy(w)
+        return _sc_replace(cfg, model=serving_model(policy, cfg.backend), base_url=None) if policy else cfg
+    return llm
+
+
+def _sc_scaffold(w):
+    """A training iteration draws `training.query_batch_size` queries; a checkpoint scores its own utilities."""
+    _, chain, k = _sc_instance(w.sbench)
+    if not chain:
+        return SCAFFOLD
+    return _sc_replace(SCAFFOLD, n_queries=int(_SC_TRAIN.get("query_batch_size", SCAFFOLD.n_queries)),
+                       scorer_model=SCAFFOLD.scorer_model if k == 0 else None)
+
 
 _SC = "results/scaffold/{sbench}"
 _SCV = "results/scaffold/{sbench}/{svariant}"
 _SC_SCOUTS = [f"{_SC}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts)]
-_SC_CONSTRAINTS = dict(sbench="|".join(_SC_BENCH) or "none", svariant="|".join(SCAFFOLD.selection_variants), i=r"\d+")
-_SC_COMMON = dict(bench=lambda w: _SC_BENCH[w.sbench], llm=lambda w: executor_llm(_SC_LLM, SCAFFOLD, w.sbench),
-                  scaffold=SCAFFOLD,
-                  settings=lambda w: _scaffold_cfg.fingerprint([_scaffold_cfg.settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=w.sbench), SCAFFOLD]))
+_SC_CONSTRAINTS = dict(sbench=f"(?:{'|'.join(_SC_BENCH) or 'none'})(?:@(?:{'|'.join(SCAFFOLD.variants)})\\d+)?",
+                       svariant="|".join(SCAFFOLD.selection_variants), i=r"\d+")
+_SC_COMMON = dict(bench=lambda w: _SC_BENCH[_sc_instance(w.sbench)[0]], llm=_sc_llm(), scaffold=_sc_scaffold,
+                  policy=_sc_policy,
+                  settings=lambda w: _scaffold_cfg.fingerprint([_scaffold_cfg.settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=_sc_instance(w.sbench)[0]), SCAFFOLD]))
+# A job played by a checkpoint reads it (and starts its own server for it).
+_sc_policy_input = lambda w: _sc_policy(w) or []  # noqa: E731
 # Every benchmark x variant instance of a path pattern: utility variants, or every selection variant.
 _sc_all = lambda pattern, variants=SCAFFOLD.variants: [pattern.format(sbench=b, svariant=v) for b in _SC_BENCH for v in variants]  # noqa: E731
 _sc_sel = lambda pattern: _sc_all(pattern, SCAFFOLD.selection_variants)  # noqa: E731
@@ -50,7 +100,8 @@ rule scaffold_queries:
     wildcard_constraints:
         **_SC_CONSTRAINTS,
     params:
-        task_seed=_SC_TASK_SEED,
+        # a training iteration's batch: a seed of its own, shared by the chains of every utility variant
+        task_seed=lambda w: _SC_TASK_SEED + (1 + _sc_instance(w.sbench)[2] if "@" in w.sbench else 0),
         **_SC_COMMON,
     log:
         "logs/scaffold/{sbench}/queries.log",
@@ -66,6 +117,7 @@ rule scaffold_scout:
     input:
         queries=f"{_SC}/queries.json",
         library=f"{_SC}/library/v0/manifest.json",
+        policy=_sc_policy_input,
     output:
         episodes=f"{_SC}/scouts/s{{i}}/episodes.parquet",
     wildcard_constraints:
@@ -107,6 +159,7 @@ rule scaffold_evidence:
 rule scaffold_generate:
     input:
         evidence=f"{_SCV}/evidence.parquet",
+        policy=_sc_policy_input,
     output:
         candidates=f"{_SCV}/candidates.parquet",
         llm_calls=f"{_SCV}/generate/llm_calls.parquet",
@@ -114,7 +167,7 @@ rule scaffold_generate:
         **_SC_CONSTRAINTS,
     params:
         # scaffold.executor's per-benchmark sampling (table 5: Executor tokens and top-p) is the Executor's
-        **{**_SC_COMMON, "llm": _SC_LLM},
+        **{**_SC_COMMON, "llm": _sc_llm(executor=False)},
     resources:
         llm=1,
     log:
@@ -131,6 +184,7 @@ rule scaffold_score_free:
     input:
         scouts=_SC_SCOUTS,
         library=f"{_SC}/library/v0/manifest.json",
+        policy=_sc_policy_input,
     output:
         f"{_SC}/scores_free.parquet",
     wildcard_constraints:
@@ -155,6 +209,7 @@ rule scaffold_score:
         scouts=_SC_SCOUTS,
         library=f"{_SC}/library/v0/manifest.json",
         candidates=f"{_SCV}/candidates.parquet",
+        policy=_sc_policy_input,
     output:
         f"{_SCV}/scores.parquet",
     wildcard_constraints:
@@ -221,12 +276,15 @@ rule scaffold_post_scout:
     input:
         selection=f"{_SCV}/selection.parquet",
         library=f"{_SC}/library/v0/manifest.json",
+        policy=_sc_policy_input,
     output:
         episodes=f"{_SCV}/post/l{{i}}/episodes.parquet",
     wildcard_constraints:
         **_SC_CONSTRAINTS,
     params:
         wall_s=_SC_WALL,
+        # table 3's "Generator learning without injection": a training chain's Post-Scouts stay skill-free
+        inject=lambda w: "@" not in w.sbench or bool(_SC_TRAIN.get("inject", True)),
         **_SC_COMMON,
     resources:
         llm=1,
@@ -351,44 +409,99 @@ if SCAFFOLD.webshop_data:
             "../workflow/scripts/scaffold_webshop_split.py"
 
 
-# GRPO joint training (section 4.5): one update of the shared policy from one scaffold iteration of a utility
-# variant. Not part of scaffold_all: `snakemake scaffold_grpo`. On the CPU the policy is the GGUF model
-# dequantised into transformers; at paper scale set scaffold.training.model to the Hugging Face id.
-_SC_TRAIN = dict(SCAFFOLD.training)
-_SC_GPU = _SC_LLM.backend == "vllm"
+# GRPO joint training (section 4.5): update k trains checkpoint k-1 on iteration k-1 of its chain. Not part
+# of scaffold_all. On the CPU the policy is the GGUF model dequantised into transformers and each checkpoint is
+# written back as GGUF for llama.cpp; at paper scale set scaffold.training.model to the Hugging Face id.
+_SC_CHAIN = "results/scaffold/{sbench}@{svariant}{prev}"
+# the records of iteration k-1 (which update k trains on), for pattern(s) under _SC_CHAIN
+_sc_prev = lambda *patterns: lambda w: [p.format(sbench=w.sbench, svariant=w.svariant, prev=int(w.k) - 1) for p in patterns]  # noqa: E731
 
 
 rule scaffold_grpo:
     input:
-        _sc_all(f"{_SCV}/grpo/step1"),
+        [_sc_checkpoint(b, v, _SC_STEPS) for b in _SC_BENCH for v in SCAFFOLD.variants],
+        "results/tables/scaffold_internalization.csv",
 
 
 rule scaffold_grpo_update:
     input:
-        scouts=_SC_SCOUTS,
-        post=[f"{_SCV}/post/l{i}/episodes.parquet" for i in range(SCAFFOLD.n_post)],
-        candidates=f"{_SCV}/candidates.parquet",
-        utilities=f"{_SCV}/utilities.parquet",
-        generator_calls=f"{_SCV}/generate/llm_calls.parquet",
+        scouts=_sc_prev(*(f"{_SC_CHAIN}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts))),
+        post=_sc_prev(*(f"{_SC_CHAIN}/{{svariant}}/post/l{i}/episodes.parquet" for i in range(SCAFFOLD.n_post))),
+        candidates=_sc_prev(f"{_SC_CHAIN}/{{svariant}}/candidates.parquet"),
+        utilities=_sc_prev(f"{_SC_CHAIN}/{{svariant}}/utilities.parquet"),
+        generator_calls=_sc_prev(f"{_SC_CHAIN}/{{svariant}}/generate/llm_calls.parquet"),
+        policy=lambda w: _sc_checkpoint(w.sbench, w.svariant, int(w.k) - 1) if int(w.k) > 1 else [],
     output:
-        directory(f"{_SCV}/grpo/step1"),
+        directory("results/scaffold/{sbench}/{svariant}/grpo/ckpt{k}"),
     wildcard_constraints:
-        **_SC_CONSTRAINTS,
+        sbench="|".join(_SC_BENCH) or "none",
+        svariant="|".join(SCAFFOLD.variants),
+        k=r"[1-9]\d*",
     params:
         training=_SC_TRAIN,
-        model=_SC_TRAIN.get("model") or _SC_LLM.model,
+        base_model=_SC_TRAIN.get("model") or _SC_LLM.model,
         m=SCAFFOLD.n_candidates,
         group_size=SCAFFOLD.n_scouts + SCAFFOLD.n_post + SCAFFOLD.n_candidates,
-        steps=1,
         use_cpu=not _SC_GPU,
     resources:
         gpu=1 if _SC_GPU else 0,
         mem_mb=64000 if _SC_GPU else 12000,
     log:
-        "logs/scaffold/{sbench}/{svariant}/grpo_update.log",
+        "logs/scaffold/{sbench}/{svariant}/grpo_update_{k}.log",
     benchmark:
-        "results/benchmarks/scaffold/{sbench}/{svariant}/grpo_update.tsv"
+        "results/benchmarks/scaffold/{sbench}/{svariant}/grpo_update_{k}.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:
         "../workflow/scripts/scaffold_grpo_update.py"
+
+
+# Internalization (table 4): the cohort of iteration 0's queries that skill-assisted exploration helped,
+# re-evaluated skill-free (N rollouts each) by each later checkpoint.
+rule scaffold_cohort_eval:
+    input:
+        selection="results/scaffold/{sbench}@{svariant}0/{svariant}/selection.parquet",
+        post=[f"results/scaffold/{{sbench}}@{{svariant}}0/{{svariant}}/post/l{i}/episodes.parquet" for i in range(SCAFFOLD.n_post)],
+        library="results/scaffold/{sbench}@{svariant}0/library/v0/manifest.json",
+        policy="results/scaffold/{sbench}/{svariant}/grpo/ckpt{k}",
+    output:
+        episodes="results/scaffold/{sbench}/{svariant}/cohort/ckpt{k}/episodes.parquet",
+    wildcard_constraints:
+        sbench="|".join(_SC_BENCH) or "none",
+        svariant="|".join(SCAFFOLD.variants),
+        k=r"[1-9]\d*",
+    params:
+        bench=lambda w: _SC_BENCH[w.sbench],
+        llm=lambda w: _sc_replace(executor_llm(_SC_LLM, SCAFFOLD, w.sbench), base_url=None,
+                                  model=serving_model(_sc_checkpoint(w.sbench, w.svariant, w.k), _SC_LLM.backend)),
+        policy=lambda w: _sc_checkpoint(w.sbench, w.svariant, w.k),
+        rollouts=SCAFFOLD.n_scouts,
+        wall_s=_SC_WALL,
+    resources:
+        llm=1,
+    log:
+        "logs/scaffold/{sbench}/{svariant}/cohort_eval_{k}.log",
+    benchmark:
+        "results/benchmarks/scaffold/{sbench}/{svariant}/cohort_eval_{k}.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_cohort_eval.py"
+
+
+rule scaffold_internalization:
+    input:
+        selections=[f"results/scaffold/{b}@{v}0/{v}/selection.parquet" for b in _SC_BENCH for v in SCAFFOLD.variants],
+        early=[f"results/scaffold/{b}@{v}0/scouts/s{i}/episodes.parquet" for b in _SC_BENCH for v in SCAFFOLD.variants for i in range(SCAFFOLD.n_scouts)],
+        post=[f"results/scaffold/{b}@{v}0/{v}/post/l{i}/episodes.parquet" for b in _SC_BENCH for v in SCAFFOLD.variants for i in range(SCAFFOLD.n_post)],
+        later=[f"results/scaffold/{b}/{v}/cohort/ckpt{k}/episodes.parquet" for b in _SC_BENCH for v in SCAFFOLD.variants for k in range(1, _SC_STEPS + 1)],
+    output:
+        report("results/tables/scaffold_internalization.csv", caption="../report/scaffold_internalization.rst", category="SkillScaffold"),
+    log:
+        "logs/scaffold/internalization.log",
+    benchmark:
+        "results/benchmarks/scaffold/internalization.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_internalization.py"

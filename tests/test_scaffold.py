@@ -538,12 +538,17 @@ def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
     root = Path(__file__).resolve().parents[1]
     cfg = yaml.safe_load((root / "configs/scaffold-paper.yaml").read_text())
     cfg["benchmarks"]["alfworld"]["options"]["data_path"] = None
+    assert cfg["scaffold"]["training"]["steps"] == 100
+    cfg["scaffold"]["training"]["steps"] = 2  # the DAG of 100 iterations is 50 times this one
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     (tmp_path / "Snakefile").write_text(f'configfile: "config.yaml"\ninclude: "{root}/rules/scaffold.smk"\n')
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "scaffold_all", "scaffold_grpo", "--cores", "8"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = dict(re.findall(r"^(scaffold_\w+)\s+(\d+)$", proc.stdout, flags=re.M))
-    assert counts["scaffold_select"] == "10" and counts["scaffold_generate"] == "4"
-    assert counts["scaffold_grpo_update"] == "4" and counts["scaffold_post_scout"] == str(10 * 4)
-    assert counts["scaffold_scout"] == "8"  # N=4 Scouts per benchmark, shared by every variant
+    chains = 2 * 2 * 2  # benchmarks x utility variants x iterations, each with one selection and one update
+    assert counts["scaffold_select"] == str(10 + chains) and counts["scaffold_generate"] == str(4 + chains)
+    assert counts["scaffold_grpo_update"] == str(chains) and counts["scaffold_cohort_eval"] == str(chains)
+    assert counts["scaffold_post_scout"] == str(10 * 4 + chains * 4)
+    # N=4 Scouts per benchmark, shared by every variant of the validation experiment; a chain's are its own
+    assert counts["scaffold_scout"] == str(8 + chains * 4)

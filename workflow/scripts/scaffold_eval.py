@@ -10,5 +10,5 @@ plan = [(c.task_id, c.card, ss.episode_variant(w.svariant, "eval", c.candidate))
         for c in ss.read_rows(snakemake.input.candidates, ss.CandidateRecord) if c.valid]
 ss.play(bench=p.bench, llm=ss.phase_seed(p.llm, "eval", int(w.i)), library_dir=Path(snakemake.input.library).parent,
         plan=plan, run_id=f"scaffold/{w.sbench}/{w.svariant}", cycle=2,
-        out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s, logger=log)
+        out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s, logger=log, policy=p.policy)
 log.info("%d query-candidate pairs evaluated", len(plan))

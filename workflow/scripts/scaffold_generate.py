@@ -9,13 +9,14 @@ w, p = snakemake.wildcards, snakemake.params
 cfg = p.scaffold
 template = ss.GeneratorTemplate.load(p.bench.env, cfg.generator_prompts.get(p.bench.env))
 request = cfg.generator_request(p.llm.backend)
-clients = {j: LLMClient.connect(ss.phase_seed(p.llm, "generate", j)) for j in range(cfg.n_candidates)}
 cands, calls = [], []
-for ev in ss.read_rows(snakemake.input.evidence, ss.EvidenceRecord):
-    c, k = ss.generate_candidates(clients.__getitem__, ev, template, cfg.card, cfg.n_candidates,
-                                  cfg.generator_max_tokens, request)
-    cands += c
-    calls += k
-    log.info("task=%s skip=%s valid=%d/%d", ev.task_id, ev.skip, sum(x.valid for x in c), len(c))
+with ss.policy_server(p.llm, p.policy):
+    clients = {j: LLMClient.connect(ss.phase_seed(p.llm, "generate", j)) for j in range(cfg.n_candidates)}
+    for ev in ss.read_rows(snakemake.input.evidence, ss.EvidenceRecord):
+        c, k = ss.generate_candidates(clients.__getitem__, ev, template, cfg.card, cfg.n_candidates,
+                                      cfg.generator_max_tokens, request)
+        cands += c
+        calls += k
+        log.info("task=%s skip=%s valid=%d/%d", ev.task_id, ev.skip, sum(x.valid for x in c), len(c))
 write_records(snakemake.output.llm_calls, calls, LLMCall)
 write_records(snakemake.output.candidates, cands, ss.CandidateRecord)

@@ -1,9 +1,11 @@
-"""SkillScaffold: one GRPO update of the shared policy (algorithm 1, eq. 3, 11, 12) on TRL, from one scaffold
-iteration's records: Scouts + Post-Scouts train the Executor, the cards (rewarded by utility) the Generator."""
+"""SkillScaffold: GRPO update k of the shared policy (algorithm 1, eq. 3, 11, 12) on TRL, from iteration k-1 of
+its chain: Scouts + Post-Scouts train the Executor, the cards (rewarded by utility) the Generator. Writes
+checkpoint k (weights, tokenizer, Adam state; and GGUF for llama.cpp when the policy came from GGUF)."""
 from pathlib import Path
 
 import pandas as pd
 
+from skillrepro.llm.models import MODELS, resolve
 from skillrepro.llm.scorer import ChatSequencer
 from skillrepro.pipeline import setup_logging
 from skillrepro.studies import scaffold as ss
@@ -11,19 +13,24 @@ from skillrepro.studies import scaffold_grpo as sg
 
 log = setup_logging(snakemake)
 i, p, w = snakemake.input, snakemake.params, snakemake.wildcards
+out = Path(snakemake.output[0])
 settings = sg.TrainSettings.from_config(p.training)
-model, tok = sg.load_policy(p.model)
+previous = Path(i.policy) if i.policy else None
+model, tok = sg.load_policy(str(previous) if previous else p.base_model)
+# a policy that starts from GGUF is served by llama.cpp: every checkpoint is written back in that layout
+base_gguf = resolve(p.base_model) if p.base_model in MODELS or p.base_model.endswith(".gguf") else None
 groups = sg.groups_from_records(
     ChatSequencer(tok), w.svariant, p.m,
     ss.load_trajectories(Path(f).parent for f in i.scouts), ss.load_trajectories(Path(f).parent for f in i.post),
     ss.read_rows(i.candidates, ss.CandidateRecord), ss.read_rows(i.utilities, ss.UtilityRecord),
     pd.read_parquet(i.generator_calls))
 samples = sg.assign_advantages(groups, p.m, settings.lambda_gen, settings.generator_learning)
-log.info("%d queries, %d samples; Generator groups trained: %d", len(groups), len(samples),
-         sum(g.trainable_generator for g in groups))
-trainer = sg.make_trainer(model, tok, samples, p.group_size, settings, Path(snakemake.output[0]).parent / "trl",
-                          steps=p.steps, use_cpu=p.use_cpu)
+log.info("update %s from %s: %d queries, %d samples; Generator groups trained: %d", w.k, previous or p.base_model,
+         len(groups), len(samples), sum(g.trainable_generator for g in groups))
+trainer = sg.make_trainer(model, tok, samples, p.group_size, settings, out.parent / f".trl{w.k}", steps=1,
+                          use_cpu=p.use_cpu, optimizer_state=previous / sg.OPTIMIZER_STATE if previous else None)
 trainer.train()
 log.info("TRL log: %s", trainer.state.log_history)
-sg.save_checkpoint(model, tok, snakemake.output[0], {"settings": repr(settings), "steps": p.steps,
-                                                    "queries": [g.query for g in groups]})
+sg.save_checkpoint(model, tok, trainer.optimizer, out, {"settings": repr(settings), "update": int(w.k),
+                                                        "from": str(previous or p.base_model),
+                                                        "queries": [g.query for g in groups]}, base_gguf=base_gguf)

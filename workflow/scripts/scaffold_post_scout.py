@@ -6,8 +6,8 @@ from skillrepro.pipeline import setup_logging
 
 log = setup_logging(snakemake)
 w, p = snakemake.wildcards, snakemake.params
-plan = [(s.task_id, s.card, ss.episode_variant(w.svariant, "post"))
+plan = [(s.task_id, s.card if p.inject else "", ss.episode_variant(w.svariant, "post"))
         for s in ss.read_rows(snakemake.input.selection, ss.SelectionRecord)]
 ss.play(bench=p.bench, llm=ss.phase_seed(p.llm, "post", int(w.i)), library_dir=Path(snakemake.input.library).parent,
         plan=plan, run_id=f"scaffold/{w.sbench}/{w.svariant}", cycle=1,
-        out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s, logger=log)
+        out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s, logger=log, policy=p.policy)

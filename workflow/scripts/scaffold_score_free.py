@@ -8,9 +8,10 @@ from skillrepro.store import write_records
 log = setup_logging(snakemake)
 w, p = snakemake.wildcards, snakemake.params
 scouts = ss.load_trajectories(Path(f).parent for f in snakemake.input.scouts)
-scorer = ss.load_scorer(p.scaffold, p.llm)
-records = ss.score_contexts(scorer, scouts, {-1: ""}, bench=p.bench, llm=p.llm,
-                            library_dir=Path(snakemake.input.library).parent, benchmark=w.sbench, variant="")
+with ss.policy_server(p.llm, p.policy if ss.scorer_backend(p.scaffold, p.llm) == "vllm" else ""):
+    scorer = ss.load_scorer(p.scaffold, p.llm)
+    records = ss.score_contexts(scorer, scouts, {-1: ""}, bench=p.bench, llm=p.llm,
+                                library_dir=Path(snakemake.input.library).parent, benchmark=w.sbench, variant="")
 write_records(snakemake.output[0], records, ss.ScoreRecord)
 log.info("%d Scouts scored skill-free with %s (%s), %d actor tokens", len(records), scorer.name, scorer.model,
          sum(r.n_tokens for r in records))

@@ -11,4 +11,4 @@ tasks = json.loads(Path(snakemake.input.queries).read_text())
 plan = [(t, "", ss.episode_variant("", "scout")) for t in tasks]
 ss.play(bench=p.bench, llm=ss.phase_seed(p.llm, "scout", int(w.i)), library_dir=Path(snakemake.input.library).parent,
         plan=plan, run_id=f"scaffold/{w.sbench}", cycle=0, out_dir=Path(snakemake.output.episodes).parent,
-        wall_s=p.wall_s, logger=log)
+        wall_s=p.wall_s, logger=log, policy=p.policy)

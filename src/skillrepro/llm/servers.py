@@ -14,7 +14,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from skillrepro.config import LLMConfig
@@ -105,6 +106,23 @@ def start(cfg: LLMConfig, workdir: str | Path = ".", timeout_s: float = 900) -> 
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = wait_healthy("", proc, timeout_s, url_file)
     return RunningServer(url, proc)
+
+
+@contextmanager
+def own_server(cfg: LLMConfig, workdir: str | Path = "."):
+    """A server for one job whose model is not the run's shared one (a GRPO checkpoint of SkillScaffold's
+    policy): started for the job, exported to its LLM clients as URL_ENV, stopped when the job is done."""
+    server = start(replace(cfg, base_url=None), workdir)
+    before = os.environ.get(URL_ENV)
+    os.environ[URL_ENV] = server.url
+    try:
+        yield server
+    finally:
+        server.stop()
+        if before is None:
+            os.environ.pop(URL_ENV, None)
+        else:
+            os.environ[URL_ENV] = before
 
 
 def serve_embedded(model: str, slots: int, ctx_per_slot: int, threads: int):

@@ -14,6 +14,7 @@ import math
 import random
 import re
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -922,11 +923,25 @@ def phase_seed(llm: Any, phase: str, index: int) -> Any:
     return replace(llm, seed=llm.seed + base + index)
 
 
+@contextmanager
+def policy_server(llm: Any, policy: str | None):
+    """Serve a GRPO checkpoint's policy for this job (`llm.model` is its serving form); none for `policy` ""
+    (the run's shared server plays llm.model)."""
+    if not policy:
+        yield
+        return
+    from skillrepro.llm.servers import own_server
+
+    with own_server(llm):
+        yield
+
+
 def play(*, bench: Any, llm: Any, library_dir: str | Path, plan: Sequence[tuple[str, str, str]], run_id: str,
-         cycle: int, out_dir: str | Path, wall_s: float = 1800.0, logger: Any = None) -> Path:
+         cycle: int, out_dir: str | Path, wall_s: float = 1800.0, logger: Any = None, policy: str = "") -> Path:
     """Play (task_id, notes, episode variant) items and merge their records into `out_dir`.
 
-    Items with the same notes share one runner batch (the runner takes one notes text per batch)."""
+    Items with the same notes share one runner batch (the runner takes one notes text per batch).
+    `policy`: a GRPO checkpoint that plays them on a server of this job's own."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -939,12 +954,13 @@ def play(*, bench: Any, llm: Any, library_dir: str | Path, plan: Sequence[tuple[
     for task_id, notes, variant in plan:
         groups.setdefault((notes, variant), []).append(task_id)
     parts = []
-    for g, ((notes, variant), tasks) in enumerate(groups.items()):
-        spec = EpisodeSpec(run_id, bench.name, "skillscaffold", variant, llm.seed, "train", cycle, 0)
-        part = out_dir / f"part{g:03d}"
-        run_batch(bench=bench, llm=llm, library_dir=library_dir, task_ids=tasks, spec=spec, out_dir=part,
-                  wall_s=wall_s, notes=notes, logger=logger)
-        parts.append(part)
+    with policy_server(llm, policy if groups else ""):
+        for g, ((notes, variant), tasks) in enumerate(groups.items()):
+            spec = EpisodeSpec(run_id, bench.name, "skillscaffold", variant, llm.seed, "train", cycle, 0)
+            part = out_dir / f"part{g:03d}"
+            run_batch(bench=bench, llm=llm, library_dir=library_dir, task_ids=tasks, spec=spec, out_dir=part,
+                      wall_s=wall_s, notes=notes, logger=logger)
+            parts.append(part)
     for name, cls in RECORD_TABLES.items():
         tables = [pq.read_table(p / f"{name}.parquet") for p in parts]
         table = pa.concat_tables(tables) if tables else pa.Table.from_pylist([], schema=schema(cls))
@@ -998,11 +1014,15 @@ def score_contexts(scorer: Any, scouts: Sequence[Trajectory], contexts: dict[int
             for (t, c), s in zip(keys, scores)]
 
 
+def scorer_backend(cfg: ScaffoldConfig, llm: Any) -> str:
+    if cfg.scorer_backend == "auto":
+        return "vllm" if llm.backend == "vllm" else "transformers"
+    return cfg.scorer_backend
+
+
 def load_scorer(cfg: ScaffoldConfig, llm: Any) -> Any:
     """The configured scorer: transformers on the CPU from a GGUF file, or the vLLM server the run uses."""
-    backend = cfg.scorer_backend
-    if backend == "auto":
-        backend = "vllm" if llm.backend == "vllm" else "transformers"
+    backend = scorer_backend(cfg, llm)
     from skillrepro.llm import scorer as sc
     from skillrepro.llm.models import MODELS, resolve
 

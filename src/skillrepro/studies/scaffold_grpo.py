@@ -194,10 +194,15 @@ def load_policy(model: str) -> tuple[Any, Any]:
     return AutoModelForCausalLM.from_pretrained(model, dtype="auto"), AutoTokenizer.from_pretrained(model)
 
 
+OPTIMIZER_STATE = "optimizer.pt"  # Adam's moments, carried from one checkpoint's update to the next
+
+
 def make_trainer(model: Any, tokenizer: Any, samples: Sequence[Sample], group_size: int, settings: TrainSettings,
-                 out_dir: str | Path, steps: int, use_cpu: bool = True) -> Any:
+                 out_dir: str | Path, steps: int, use_cpu: bool = True, optimizer_state: str | Path | None = None
+                 ) -> Any:
     """A TRL GRPOTrainer that trains `model` on `samples` (consecutive groups of `group_size` per query)
-    for `steps` optimizer steps."""
+    for `steps` optimizer steps. `optimizer_state`: the previous update's Adam state (one run of algorithm 1
+    is one optimizer; each update is a job of its own here)."""
     import os
 
     import torch
@@ -239,8 +244,13 @@ def make_trainer(model: Any, tokenizer: Any, samples: Sequence[Sample], group_si
         gradient_checkpointing=not use_cpu,  # memory for an 8B policy on a GPU; only time on a tiny CPU one
     )
     data = Dataset.from_list([{"prompt": q} for q in queries])
+    # Adam with weight decay 0, as table 5 (AdamW's decoupled decay is then plain Adam).
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, betas=settings.adam_betas,
+                                  weight_decay=0.0)
+    if optimizer_state is not None:
+        optimizer.load_state_dict(torch.load(optimizer_state, weights_only=True))
     trainer = _trainer_class()(model=model, reward_funcs=advantage_reward, args=cfg, train_dataset=data,
-                                   processing_class=tokenizer, rollout_func=rollout)
+                                   processing_class=tokenizer, rollout_func=rollout, optimizers=(optimizer, None))
     trainer.generator_entropy_coef = settings.generator_entropy_coef
     return trainer
 
@@ -279,13 +289,69 @@ def _trainer_class() -> type:
     return ScaffoldGRPOTrainer
 
 
-def save_checkpoint(model: Any, tokenizer: Any, out_dir: str | Path, meta: dict[str, Any]) -> Path:
+CHECKPOINT_GGUF = "model.gguf"  # a checkpoint's weights as llama.cpp serves them (CPU scale)
+
+
+def save_checkpoint(model: Any, tokenizer: Any, optimizer: Any, out_dir: str | Path, meta: dict[str, Any],
+                    base_gguf: str | Path | None = None) -> Path:
+    """The trained policy as a Hugging Face folder (vLLM serves it) with its optimizer state; with `base_gguf`
+    (a policy first loaded from GGUF), also as `model.gguf` in that layout, for llama.cpp and the CPU scorer."""
+    import torch
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    torch.save(optimizer.state_dict(), out / OPTIMIZER_STATE)
+    if base_gguf is not None:
+        export_gguf(model, base_gguf, out / CHECKPOINT_GGUF)
     (out / "scaffold_update.json").write_text(json.dumps(meta, indent=1))
     return out
+
+
+def export_gguf(model: Any, base_gguf: str | Path, out: str | Path) -> Path:
+    """Write `model`'s weights into a copy of `base_gguf` (its metadata, tokenizer and tensor list): matrices
+    in F16, vectors in F32. The inverse of transformers' GGUF loading, including llama's q/k row order."""
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(str(base_gguf))
+    arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
+    writer = gguf.GGUFWriter(str(out), arch)
+    for f in reader.fields.values():
+        if f.name == gguf.Keys.General.ARCHITECTURE or f.name.startswith("GGUF.") or f.name == gguf.Keys.General.FILE_TYPE:
+            continue
+        kind = f.types[0]
+        writer.add_key_value(f.name, f.contents(), kind, sub_type=f.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    state = model.state_dict()
+    names = gguf.get_tensor_name_map(next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch),
+                                     model.config.num_hidden_layers)
+    to_hf = {}
+    for hf_name in state:
+        stem, _, suffix = hf_name.rpartition(".")
+        if (g := names.get_name(stem)) is not None:
+            to_hf[f"{g}.{suffix}"] = hf_name
+    cfg = model.config
+    for t in reader.tensors:
+        if t.name not in to_hf:
+            raise ValueError(f"{base_gguf}: tensor {t.name} has no counterpart in the trained model")
+        w = state[to_hf[t.name]].detach().float().cpu().numpy()
+        if arch == "llama" and (".attn_q." in t.name or ".attn_k." in t.name):
+            # llama.cpp stores llama's q/k rows interleaved per head (transformers undoes it on load)
+            heads = cfg.num_attention_heads if ".attn_q." in t.name else cfg.num_key_value_heads
+            w = w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+        writer.add_tensor(t.name, w.astype(np.float16 if w.ndim == 2 else np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(out)
+
+
+def serving_model(checkpoint: str | Path, backend: str) -> str:
+    """What a server loads to play a checkpoint's policy: its GGUF (llama.cpp) or its folder (vLLM)."""
+    return str(Path(checkpoint) / CHECKPOINT_GGUF) if backend == "embedded" else str(checkpoint)
 
 
 # ----------------------------------------------------------------------------------------------------
