@@ -24,6 +24,7 @@ _SC_WALL = config.get("budgets", {}).get("rollout_wall_s", 1800)
 _SC_TASK_SEED = config.get("protocol", {}).get("task_seed", 42)
 _SC_SCORER_LLM = SCAFFOLD.scorer_backend == "vllm" or (SCAFFOLD.scorer_backend == "auto" and _SC_LLM.backend == "vllm")
 _SC_TRAIN = dict(SCAFFOLD.training)
+_SC_PROMPTS = {env: _scaffold_cfg.file_digest(f) for env, f in SCAFFOLD.generator_prompts.items()}  # edited in place: rerun
 _SC_STEPS = int(_SC_TRAIN.get("steps", 1))
 _SC_GPU = _SC_LLM.backend == "vllm"
 
@@ -72,7 +73,7 @@ _SC_CONSTRAINTS = dict(sbench=f"(?:{'|'.join(_SC_BENCH) or 'none'})(?:@(?:{'|'.j
                        svariant="|".join(SCAFFOLD.selection_variants), i=r"\d+")
 _SC_COMMON = dict(bench=lambda w: _SC_BENCH[_sc_instance(w.sbench)[0]], llm=_sc_llm(), scaffold=_sc_scaffold,
                   policy=_sc_policy,
-                  settings=lambda w: _scaffold_cfg.fingerprint([_scaffold_cfg.settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=_sc_instance(w.sbench)[0]), SCAFFOLD]))
+                  settings=lambda w: _scaffold_cfg.fingerprint([_scaffold_cfg.settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=_sc_instance(w.sbench)[0]), SCAFFOLD] + ([_SC_PROMPTS] if _SC_PROMPTS else [])))
 # A job played by a checkpoint reads it (and starts its own server for it).
 _sc_policy_input = lambda w: _sc_policy(w) or []  # noqa: E731
 # Every benchmark x variant instance of a path pattern: utility variants, or every selection variant.

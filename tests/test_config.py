@@ -164,3 +164,16 @@ def test_settings_fingerprint_ignores_key_order_and_defaults_written_out():
     assert fp == settings_fingerprint(check_config(with_change("llm.threads", 16)), reads, bench="babyai", variant="react")
     assert fp != settings_fingerprint(check_config(with_change("llm.temperature", 0.1)), reads, bench="babyai", variant="react")
     assert len(fp) == 16
+
+
+def test_a_prompt_file_edited_in_place_changes_the_fingerprint(tmp_path):
+    """Replacing a method's prompt file keeps its path; the jobs that read it must still rerun."""
+    from skillrepro.config import settings_fingerprint
+
+    prompt = tmp_path / "inducer.txt"
+    prompt.write_text("Write skills.")
+    cfg = check_config({**BASE, "methods": {"sr": {"method": "speedrunner", "options": {"inducer_prompt_file": str(prompt)}}}})
+    before = settings_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
+    assert before == settings_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
+    prompt.write_text("Write better skills.")
+    assert before != settings_fingerprint(cfg, ("method",), bench="babyai", variant="sr")

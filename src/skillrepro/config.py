@@ -366,6 +366,12 @@ def fingerprint(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def file_digest(path: str | Path) -> str:
+    """sha256 of a file's bytes ("missing" for none: the job that reads it names the error)."""
+    p = Path(path)
+    return hashlib.sha256(p.read_bytes()).hexdigest()[:16] if p.is_file() else "missing"
+
+
 def _canonical(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
@@ -401,7 +407,13 @@ def settings_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, benc
             from skillrepro.methods import get_method
 
             m = config["methods"][variant]
-            chosen[part] = {"method": m["method"], "options": get_method(m["method"]).parse_options(m.get("options"), variant)}
+            options = get_method(m["method"]).parse_options(m.get("options"), variant)
+            chosen[part] = {"method": m["method"], "options": options}
+            # a prompt file the user replaces in place is a new setting too
+            files = {f.name: file_digest(getattr(options, f.name)) for f in dataclasses.fields(options)
+                     if f.name.endswith("_file") and getattr(options, f.name)}
+            if files:
+                chosen[part]["file_contents"] = files
         else:
             section, _, key = part.partition(".")
             chosen[part] = config[section][key]
