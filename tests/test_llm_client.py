@@ -199,6 +199,9 @@ def test_vllm_command_enables_cache_accounting():
     cmd = vllm_command(LLMConfig(backend="vllm", model="qwen2.5-coder-1.5b", slots=4, seed=7,
                                  vllm_args=("--gpu-memory-utilization", "0.8")), port=8123)
     assert cmd[:3] == ["vllm", "serve", "Qwen/Qwen2.5-Coder-1.5B-Instruct"]
+    # the client's model name (the shipped one) and the scorer's (the Hugging Face id) are both served
+    i = cmd.index("--served-model-name")
+    assert cmd[i + 1:i + 3] == ["qwen2.5-coder-1.5b", "Qwen/Qwen2.5-Coder-1.5B-Instruct"]
     assert "--enable-prompt-tokens-details" in cmd and "--enable-prefix-caching" in cmd
     assert cmd[cmd.index("--port") + 1] == "8123" and cmd[cmd.index("--max-num-seqs") + 1] == "4"
     assert cmd[-2:] == ["--gpu-memory-utilization", "0.8"]

@@ -48,8 +48,11 @@ def vllm_command(cfg: LLMConfig, port: int) -> list[str]:
     from skillrepro.llm.models import MODELS
 
     model = MODELS[cfg.model].hf_id if cfg.model in MODELS else cfg.model
+    # clients ask for llm.model (a shipped name), the scorer for the Hugging Face id: both are served names
+    names = [cfg.model, model] if model != cfg.model else [model]
     return [
         "vllm", "serve", model,
+        "--served-model-name", *names,
         "--host", "127.0.0.1",
         "--port", str(port),
         "--enable-prompt-tokens-details",
