@@ -16,6 +16,9 @@ _KV_LLM = _kv_cfg.llm_config(config)
 _KV_LLMS = KV.model_llms(config)  # model name -> its llm settings
 _KV_BENCH = KV.bench(config)
 _KV_WALL = config.get("budgets", {}).get("rollout_wall_s", 1800)
+# Snakemake leaves the `kv` dataclass param out of what it compares between runs: this digest of the study's
+# settings (and of the job's model's llm settings) is what reruns a job whose settings changed.
+_kv_settings = lambda w: _kv_cfg.fingerprint([KV, _KV_BENCH, _KV_LLMS[w.kvmodel] if hasattr(w, "kvmodel") else _KV_LLMS])  # noqa: E731
 # what served the runs: the LLM backend, or "replay" when kvcache.replay plays trajectories without one
 _KV_BACKEND = "replay" if KV.replay else _KV_LLM.backend
 
@@ -53,6 +56,7 @@ rule kvcache_tasks:
     params:
         bench=_KV_BENCH,
         kv=KV,
+        settings=_kv_settings,
     log:
         "logs/kvcache/tasks.log",
     benchmark:
@@ -71,6 +75,7 @@ rule kvcache_trajectories:
     params:
         bench=_KV_BENCH,
         kv=KV,
+        settings=_kv_settings,
     log:
         "logs/kvcache/trajectories.log",
     benchmark:
@@ -97,6 +102,7 @@ rule kvcache_run:
     params:
         bench=_KV_BENCH,
         kv=KV,
+        settings=_kv_settings,
         llm=lambda w: _KV_LLMS[w.kvmodel],
         own_server=_kv_own_server,
         wall_s=_KV_WALL,
@@ -129,6 +135,7 @@ rule kvcache_simulate:
         **_KV_CONSTRAINTS,
     params:
         kv=KV,
+        settings=_kv_settings,
         slots=KV.server_slots,
     log:
         "logs/kvcache/{kvmodel}/simulate_{kvfmt}_seed{kvseed}.log",
@@ -149,6 +156,7 @@ rule kvcache_prefix:
     params:
         bench=_KV_BENCH,
         kv=KV,
+        settings=_kv_settings,
     log:
         "logs/kvcache/prefix.log",
     benchmark:
@@ -174,6 +182,7 @@ rule kvcache_tables:
         kvmodel=_KV_CONSTRAINTS["kvmodel"],
     params:
         kv=KV,
+        settings=_kv_settings,
         backend=lambda w: "replay" if KV.replay else _KV_LLMS[w.kvmodel].backend,
     log:
         "logs/kvcache/{kvmodel}/tables.log",
@@ -196,6 +205,7 @@ rule kvcache_figures:
         kvmodel=_KV_CONSTRAINTS["kvmodel"],
     params:
         kv=KV,
+        settings=_kv_settings,
     log:
         "logs/kvcache/{kvmodel}/figures.log",
     benchmark:
@@ -216,6 +226,7 @@ rule kvcache_models:
         figure=report("results/figures/kvcache_models.png", caption="../report/kvcache_models.rst", category="KV cache"),
     params:
         kv=KV,
+        settings=_kv_settings,
         models=list(_KV_LLMS),
     log:
         "logs/kvcache/models.log",
@@ -236,6 +247,7 @@ rule kvcache_blend:
         figure=report("results/figures/kvcache_blend.png", caption="../report/kvcache_blend.rst", category="KV cache"),
     params:
         kv=KV,
+        settings=_kv_settings,
     resources:
         mem_mb=6000,  # a 0.5B model dequantised to float32, and its activations over ~1.5k tokens
     threads: KV.blend_settings.get("threads", 2)
