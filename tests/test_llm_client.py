@@ -10,7 +10,7 @@ from skillrepro.llm import LLMClient, LLMFatalError
 from skillrepro.llm.servers import vllm_command
 
 OK_BODY = {
-    "id": "x", "object": "chat.completion", "created": 0, "model": "fake-model",
+    "id": "x", "object": "chat.completion", "created": 0, "model": "/models/fake-model-2026-01-01.gguf",
     "choices": [{"index": 0, "finish_reason": "stop",
                  "message": {"role": "assistant", "content": "Action: go_forward()"}}],
     "usage": {"prompt_tokens": 120, "completion_tokens": 7, "total_tokens": 127,
@@ -110,6 +110,7 @@ def test_transient_failures_are_retried_and_counted(fake_server):
     rec = reply.record
     assert rec.retries == 4 and script.seen == 5
     assert (rec.prompt_tokens, rec.cached_tokens, rec.completion_tokens, rec.reasoning_tokens) == (120, 96, 7, 3)
+    # the configured model name (what `pricing` keys), not the name the server answers with
     assert rec.finish_reason == "stop" and rec.model == "fake-model" and rec.role == "actor"
     assert len(rec.prompt_sha256) == 64 and json.loads(rec.prompt)["messages"][0]["content"] == "hi"
 

@@ -147,7 +147,9 @@ class LLMClient:
             call_id=uuid.uuid4().hex,
             session_id=session_id,
             role=role,
-            model=response.model or self.cfg.model,
+            # the configured name, which `pricing` keys: servers answer with a file path (llama.cpp) or a
+            # dated snapshot (hosted APIs), which no price table names
+            model=self.cfg.model,
             backend=self.cfg.backend,
             prompt_tokens=prompt_tokens,
             cached_tokens=(ptd.cached_tokens or 0) if ptd else 0,
