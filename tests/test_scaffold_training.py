@@ -60,7 +60,7 @@ def test_each_update_trains_the_previous_checkpoint(workdir):
         meta = json.loads((c / "scaffold_update.json").read_text())
         assert meta["update"] == k and (c / "optimizer.pt").stat().st_size > 0
         assert meta["from"].endswith("grpo/ckpt1") if k == 2 else meta["from"] == "smollm2-135m"
-        assert (c / "model.gguf").read_bytes()[:4] == b"GGUF"
+        assert (c / "gguf/model.gguf").read_bytes()[:4] == b"GGUF"
         # the update trained on its own iteration's query batch
         assert meta["queries"] == json.loads((s / f"babyai@grp{k - 1}/queries.json").read_text())
     w1, w2 = _weights(ckpts[0]), _weights(ckpts[1])
@@ -70,7 +70,7 @@ def test_each_update_trains_the_previous_checkpoint(workdir):
 
 def test_iteration_1_is_played_carded_and_scored_by_checkpoint_1(workdir):
     it0, it1 = workdir / "results/scaffold/babyai@grp0", workdir / "results/scaffold/babyai@grp1"
-    served = "results/scaffold/babyai/grp/grpo/ckpt1/model.gguf"  # the checkpoint, as its own server loads it
+    served = "results/scaffold/babyai/grp/grpo/ckpt1/gguf/model.gguf"  # the checkpoint, as its own server loads it
     for i in range(N):
         calls = pd.read_parquet(it1 / f"scouts/s{i}/llm_calls.parquet")
         assert len(calls) and set(calls.model) == {served}, set(calls.model)

@@ -289,7 +289,9 @@ def _trainer_class() -> type:
     return ScaffoldGRPOTrainer
 
 
-CHECKPOINT_GGUF = "model.gguf"  # a checkpoint's weights as llama.cpp serves them (CPU scale)
+# A checkpoint's weights as llama.cpp serves them (CPU scale). In a folder of its own: transformers, given a
+# GGUF file in a folder that also holds tokenizer files, loads a tokenizer without the chat template.
+CHECKPOINT_GGUF = "gguf/model.gguf"
 
 
 def save_checkpoint(model: Any, tokenizer: Any, optimizer: Any, out_dir: str | Path, meta: dict[str, Any],
@@ -315,6 +317,7 @@ def export_gguf(model: Any, base_gguf: str | Path, out: str | Path) -> Path:
     import gguf
     import numpy as np
 
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     reader = gguf.GGUFReader(str(base_gguf))
     arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
     writer = gguf.GGUFWriter(str(out), arch)
