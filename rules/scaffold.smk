@@ -76,6 +76,8 @@ _SC_COMMON = dict(bench=lambda w: _SC_BENCH[_sc_instance(w.sbench)[0]], llm=_sc_
                   settings=lambda w: _scaffold_cfg.fingerprint([_scaffold_cfg.settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=_sc_instance(w.sbench)[0]), SCAFFOLD] + ([_SC_PROMPTS] if _SC_PROMPTS else [])))
 # A job played by a checkpoint reads it (and starts its own server for it).
 _sc_policy_input = lambda w: _sc_policy(w) or []  # noqa: E731
+# ... and takes every `llm` unit: two llama.cpp servers on the same cores slow each other many times over.
+_sc_llm_units = lambda w: _SC_LLM.slots if _sc_policy(w) else 1  # noqa: E731
 # Every benchmark x variant instance of a path pattern: utility variants, or every selection variant.
 _sc_all = lambda pattern, variants=SCAFFOLD.variants: [pattern.format(sbench=b, svariant=v) for b in _SC_BENCH for v in variants]  # noqa: E731
 _sc_sel = lambda pattern: _sc_all(pattern, SCAFFOLD.selection_variants)  # noqa: E731
@@ -127,7 +129,7 @@ rule scaffold_scout:
         wall_s=_SC_WALL,
         **_SC_COMMON,
     resources:
-        llm=1,
+        llm=_sc_llm_units,
     log:
         "logs/scaffold/{sbench}/scout_{i}.log",
     benchmark:
@@ -170,7 +172,7 @@ rule scaffold_generate:
         # scaffold.executor's per-benchmark sampling (table 5: Executor tokens and top-p) is the Executor's
         **{**_SC_COMMON, "llm": _sc_llm(executor=False)},
     resources:
-        llm=1,
+        llm=_sc_llm_units,
     log:
         "logs/scaffold/{sbench}/{svariant}/generate.log",
     benchmark:
@@ -193,7 +195,7 @@ rule scaffold_score_free:
     params:
         **_SC_COMMON,
     resources:
-        llm=1 if _SC_SCORER_LLM else 0,
+        llm=lambda w: _sc_llm_units(w) if _SC_SCORER_LLM else 0,
         mem_mb=8000,
     log:
         "logs/scaffold/{sbench}/score_free.log",
@@ -218,7 +220,7 @@ rule scaffold_score:
     params:
         **_SC_COMMON,
     resources:
-        llm=1 if _SC_SCORER_LLM else 0,
+        llm=lambda w: _sc_llm_units(w) if _SC_SCORER_LLM else 0,
         mem_mb=8000,
     log:
         "logs/scaffold/{sbench}/{svariant}/score.log",
@@ -288,7 +290,7 @@ rule scaffold_post_scout:
         inject=lambda w: "@" not in w.sbench or bool(_SC_TRAIN.get("inject", True)),
         **_SC_COMMON,
     resources:
-        llm=1,
+        llm=_sc_llm_units,
     log:
         "logs/scaffold/{sbench}/{svariant}/post_scout_{i}.log",
     benchmark:
@@ -311,7 +313,7 @@ rule scaffold_eval_free:
         wall_s=_SC_WALL,
         **_SC_COMMON,
     resources:
-        llm=1,
+        llm=_sc_llm_units,
     log:
         "logs/scaffold/{sbench}/eval_free_{i}.log",
     benchmark:
@@ -334,7 +336,7 @@ rule scaffold_eval:
         wall_s=_SC_WALL,
         **_SC_COMMON,
     resources:
-        llm=1,
+        llm=_sc_llm_units,
     log:
         "logs/scaffold/{sbench}/{svariant}/eval_{i}.log",
     benchmark:
@@ -479,7 +481,7 @@ rule scaffold_cohort_eval:
         rollouts=SCAFFOLD.n_scouts,
         wall_s=_SC_WALL,
     resources:
-        llm=1,
+        llm=_SC_LLM.slots,  # a server of its own (see _sc_llm_units)
     log:
         "logs/scaffold/{sbench}/{svariant}/cohort_eval_{k}.log",
     benchmark:

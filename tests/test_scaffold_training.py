@@ -27,11 +27,11 @@ def workdir(tmp_path_factory, llm_cfg, llm_url):
     cfg = {
         "llm": {"backend": "embedded", "model": llm_cfg.model, "max_tokens": 48, "slots": 2,
                 "ctx_per_slot": llm_cfg.ctx_per_slot, "seed": 1, "tool_calling": "text", "threads": llm_cfg.threads},
-        "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 3}},
+        "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 2}},  # short samples: a short CPU update
         "budgets": {"rollout_wall_s": 300},
         "protocol": {"task_seed": 42},
         "scaffold": {"variants": ["grp"], "n_queries": 1, "n_scouts": N, "n_candidates": M, "n_post": L,
-                     "generator_max_tokens": 160, "evidence_max_chars": 2000,
+                     "generator_max_tokens": 160, "evidence_max_chars": 1000,
                      # a learning rate that moves a few updates visibly (table 5's is 1e-6)
                      "training": {"steps": STEPS, "learning_rate": 1.0e-4, "query_batch_size": 1}},
     }
