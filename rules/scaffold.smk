@@ -6,14 +6,12 @@
 # training chain on benchmark b is the scaffold instance "b@v{k}" (its own query batch, played, carded and
 # scored by policy checkpoint k; 0 is llm.model), and update k+1 trains checkpoint k on that iteration's records.
 import os
-import re
-from dataclasses import replace as _sc_replace
 
 from snakemake.utils import validate as _scaffold_validate
 
 from skillrepro import config as _scaffold_cfg
-from skillrepro.studies.scaffold import ScaffoldConfig, executor_llm
-from skillrepro.studies.scaffold_grpo import serving_model
+from skillrepro.studies.scaffold import ScaffoldConfig, executor_llm, parse_instance, training_iteration
+from skillrepro.studies.scaffold_grpo import policy_llm
 
 config.setdefault("scaffold", {})
 _scaffold_validate(config["scaffold"], str(_scaffold_cfg.ROOT / "schemas" / "scaffold.schema.yaml"), set_default=True)
@@ -29,51 +27,23 @@ _SC_STEPS = int(_SC_TRAIN.get("steps", 1))
 _SC_GPU = _SC_LLM.backend == "vllm"
 
 
-def _sc_instance(sbench):
-    """(benchmark, training-chain variant or None, iteration) of a scaffold instance name."""
-    bench, _, chain = sbench.partition("@")
-    if not chain:
-        return bench, None, 0
-    m = re.fullmatch(r"([a-z]+)(\d+)", chain)
-    return bench, m.group(1), int(m.group(2))
-
-
-def _sc_checkpoint(bench, variant, k):
-    return f"results/scaffold/{bench}/{variant}/grpo/ckpt{k}"
-
-
-def _sc_policy(w):
-    """The GRPO checkpoint that plays an instance ("": llm.model on the run's shared server)."""
-    bench, chain, k = _sc_instance(w.sbench)
-    return _sc_checkpoint(bench, chain, k) if chain and k > 0 else ""
-
-
-def _sc_llm(executor=True):
-    def llm(w):
-        bench, _, _ = _sc_instance(w.sbench)
-        cfg = executor_llm(_SC_LLM, SCAFFOLD, bench) if executor else _SC_LLM
-        policy = _sc_policy(w)
-        return _sc_replace(cfg, model=serving_model(policy, cfg.backend), base_url=None) if policy else cfg
-    return llm
-
-
-def _sc_scaffold(w):
-    """A training iteration draws `training.query_batch_size` queries; a checkpoint scores its own utilities."""
-    _, chain, k = _sc_instance(w.sbench)
-    if not chain:
-        return SCAFFOLD
-    return _sc_replace(SCAFFOLD, n_queries=int(_SC_TRAIN.get("query_batch_size", SCAFFOLD.n_queries)),
-                       scorer_model=SCAFFOLD.scorer_model if k == 0 else None)
-
+_sc_instance = lambda w: parse_instance(w.sbench)  # noqa: E731  (benchmark, chain variant or None, iteration)
+_sc_checkpoint = lambda bench, variant, k: f"results/scaffold/{bench}/{variant}/grpo/ckpt{k}"  # noqa: E731
+# The GRPO checkpoint that plays an instance ("": llm.model on the run's shared server).
+_sc_policy = lambda w: (lambda b, chain, k: _sc_checkpoint(b, chain, k) if chain and k > 0 else "")(*_sc_instance(w))  # noqa: E731
+# The instance's LLM settings: the Executor's (or the Generator's, executor=False), served from its checkpoint.
+_sc_llm = lambda executor=True: lambda w: policy_llm(  # noqa: E731
+    executor_llm(_SC_LLM, SCAFFOLD, _sc_instance(w)[0]) if executor else _SC_LLM, _sc_policy(w))
+_sc_scaffold = lambda w: training_iteration(SCAFFOLD, *_sc_instance(w)[1:])  # noqa: E731
 
 _SC = "results/scaffold/{sbench}"
 _SCV = "results/scaffold/{sbench}/{svariant}"
 _SC_SCOUTS = [f"{_SC}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts)]
 _SC_CONSTRAINTS = dict(sbench=f"(?:{'|'.join(_SC_BENCH) or 'none'})(?:@(?:{'|'.join(SCAFFOLD.variants)})\\d+)?",
                        svariant="|".join(SCAFFOLD.selection_variants), i=r"\d+")
-_SC_COMMON = dict(bench=lambda w: _SC_BENCH[_sc_instance(w.sbench)[0]], llm=_sc_llm(), scaffold=_sc_scaffold,
+_SC_COMMON = dict(bench=lambda w: _SC_BENCH[_sc_instance(w)[0]], llm=_sc_llm(), scaffold=_sc_scaffold,
                   policy=_sc_policy,
-                  settings=lambda w: _scaffold_cfg.fingerprint([_scaffold_cfg.settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=_sc_instance(w.sbench)[0]), SCAFFOLD] + ([_SC_PROMPTS] if _SC_PROMPTS else [])))
+                  settings=lambda w: _scaffold_cfg.fingerprint([_scaffold_cfg.settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=_sc_instance(w)[0]), SCAFFOLD] + ([_SC_PROMPTS] if _SC_PROMPTS else [])))
 # A job played by a checkpoint reads it (and starts its own server for it).
 _sc_policy_input = lambda w: _sc_policy(w) or []  # noqa: E731
 # ... and takes every `llm` unit: two llama.cpp servers on the same cores slow each other many times over.
@@ -104,7 +74,7 @@ rule scaffold_queries:
         **_SC_CONSTRAINTS,
     params:
         # a training iteration's batch: a seed of its own, shared by the chains of every utility variant
-        task_seed=lambda w: _SC_TASK_SEED + (1 + _sc_instance(w.sbench)[2] if "@" in w.sbench else 0),
+        task_seed=lambda w: _SC_TASK_SEED + (1 + _sc_instance(w)[2] if "@" in w.sbench else 0),
         **_SC_COMMON,
     log:
         "logs/scaffold/{sbench}/queries.log",
@@ -475,8 +445,7 @@ rule scaffold_cohort_eval:
         k=r"[1-9]\d*",
     params:
         bench=lambda w: _SC_BENCH[w.sbench],
-        llm=lambda w: _sc_replace(executor_llm(_SC_LLM, SCAFFOLD, w.sbench), base_url=None,
-                                  model=serving_model(_sc_checkpoint(w.sbench, w.svariant, w.k), _SC_LLM.backend)),
+        llm=lambda w: policy_llm(executor_llm(_SC_LLM, SCAFFOLD, w.sbench), _sc_checkpoint(w.sbench, w.svariant, w.k)),
         policy=lambda w: _sc_checkpoint(w.sbench, w.svariant, w.k),
         rollouts=SCAFFOLD.n_scouts,
         wall_s=_SC_WALL,

@@ -552,3 +552,16 @@ def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
     assert counts["scaffold_post_scout"] == str(10 * 4 + chains * 4)
     # N=4 Scouts per benchmark, shared by every variant of the validation experiment; a chain's are its own
     assert counts["scaffold_scout"] == str(8 + chains * 4)
+
+
+def test_training_instances_name_their_chain_and_iteration():
+    from skillrepro.studies.scaffold import ScaffoldConfig, parse_instance, training_iteration
+
+    assert parse_instance("babyai") == ("babyai", None, 0)
+    assert parse_instance("sciworld_electricity@grp12") == ("sciworld_electricity", "grp", 12)
+    with pytest.raises(ValueError, match="expected <benchmark>@<variant><iteration>"):
+        parse_instance("babyai@grp")
+    cfg = ScaffoldConfig(benchmarks=("babyai",), n_queries=128, scorer_model="base.gguf", training={"query_batch_size": 16})
+    assert training_iteration(cfg, None, 0) is cfg
+    assert (training_iteration(cfg, "grp", 0).n_queries, training_iteration(cfg, "grp", 0).scorer_model) == (16, "base.gguf")
+    assert training_iteration(cfg, "grp", 3).scorer_model is None  # checkpoint 3 scores its own utilities

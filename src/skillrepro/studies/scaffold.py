@@ -897,6 +897,29 @@ def sample_queries(bench: Any, cfg: ScaffoldConfig, seed: int) -> list[str]:
     return random.Random(seed).sample(pool, cfg.n_queries)
 
 
+def parse_instance(name: str) -> tuple[str, str | None, int]:
+    """(benchmark, training-chain variant or None, iteration) of a scaffold instance: `babyai` (the validation
+    experiment) or `babyai@grp3` (iteration 3 of grp's GRPO chain)."""
+    bench, _, chain = name.partition("@")
+    if not chain:
+        return bench, None, 0
+    m = re.fullmatch(r"([a-z]+)(\d+)", chain)
+    if not m:
+        raise ValueError(f"scaffold instance {name!r}: expected <benchmark>@<variant><iteration>")
+    return bench, m.group(1), int(m.group(2))
+
+
+def training_iteration(cfg: ScaffoldConfig, chain: str | None, k: int) -> ScaffoldConfig:
+    """The settings of iteration k of a GRPO chain: a batch of `training.query_batch_size` queries, scored by
+    its own checkpoint (a configured scorer model is llm.model's, so it serves iteration 0 only)."""
+    from dataclasses import replace
+
+    if chain is None:
+        return cfg
+    return replace(cfg, n_queries=int(cfg.training.get("query_batch_size", cfg.n_queries)),
+                   scorer_model=cfg.scorer_model if k == 0 else None)
+
+
 def executor_llm(llm: Any, cfg: ScaffoldConfig, benchmark: str) -> Any:
     """The actor's LLM settings on `benchmark` (table 5 has tokens per turn per benchmark)."""
     from dataclasses import replace

@@ -357,6 +357,13 @@ def serving_model(checkpoint: str | Path, backend: str) -> str:
     return str(Path(checkpoint) / CHECKPOINT_GGUF) if backend == "embedded" else str(checkpoint)
 
 
+def policy_llm(llm: Any, checkpoint: str) -> Any:
+    """`llm` played by `checkpoint` on a server of the job's own ("": unchanged, the run's shared server)."""
+    from dataclasses import replace
+
+    return replace(llm, model=serving_model(checkpoint, llm.backend), base_url=None) if checkpoint else llm
+
+
 # ----------------------------------------------------------------------------------------------------
 # Internalization (table 4, appendix A.5)
 
