@@ -297,7 +297,7 @@ CHECKPOINT_GGUF = "gguf/model.gguf"
 def save_checkpoint(model: Any, tokenizer: Any, optimizer: Any, out_dir: str | Path, meta: dict[str, Any],
                     base_gguf: str | Path | None = None) -> Path:
     """The trained policy as a Hugging Face folder (vLLM serves it) with its optimizer state; with `base_gguf`
-    (a policy first loaded from GGUF), also as `model.gguf` in that layout, for llama.cpp and the CPU scorer."""
+    (a policy first loaded from GGUF), also as CHECKPOINT_GGUF in that layout, for llama.cpp and the CPU scorer."""
     import torch
 
     out = Path(out_dir)
