@@ -5,16 +5,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
 N, M, L, K, Q = 2, 2, 1, 1, 2
 
 pytestmark = [pytest.mark.integration, pytest.mark.workflow]
@@ -37,24 +31,10 @@ Stop when the second object is one step ahead and you face it."""
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, llm_cfg, llm_url):
-    wd = tmp_path_factory.mktemp("scaffold")
-    (wd / "Snakefile").write_text(f'configfile: "config.yaml"\ninclude: "{ROOT}/rules/scaffold.smk"\n')
-    cfg = {
-        "llm": {"backend": "embedded", "model": llm_cfg.model, "max_tokens": 48, "slots": 2,
-                "ctx_per_slot": llm_cfg.ctx_per_slot, "seed": 1, "tool_calling": "text"},
-        "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 3}},
-        "budgets": {"rollout_wall_s": 300},
-        "protocol": {"task_seed": 42},
-        "scaffold": {"variants": ["grp", "anc"], "n_queries": Q, "n_scouts": N, "n_candidates": M, "n_post": L,
-                     "n_eval": K, "generator_max_tokens": 160, "evidence_max_chars": 2000},
-    }
-    (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
-    env = dict(os.environ, SKILLREPRO_LLM_URL=llm_url)
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "scaffold_all", "--cores", "2"], cwd=wd, env=env,
-                          capture_output=True, text=True, timeout=3000)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return wd
+def workdir(tmp_path_factory, run_scaffold):
+    return run_scaffold(tmp_path_factory.mktemp("scaffold"), "scaffold_all", call_budget=3, scaffold={
+        "variants": ["grp", "anc"], "n_queries": Q, "n_scouts": N, "n_candidates": M, "n_post": L, "n_eval": K,
+        "generator_max_tokens": 160, "evidence_max_chars": 2000})
 
 
 def test_every_record_is_produced(workdir):

@@ -4,44 +4,27 @@ llama.cpp server of its own, serving checkpoint 1 written back as GGUF), two TRL
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
 N, M, L, STEPS = 2, 2, 1, 2
 
 pytestmark = [pytest.mark.integration, pytest.mark.workflow]
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, llm_cfg, llm_url):
-    wd = tmp_path_factory.mktemp("scaffold_training")
-    (wd / "Snakefile").write_text(f'configfile: "config.yaml"\ninclude: "{ROOT}/rules/scaffold.smk"\n')
-    cfg = {
-        "llm": {"backend": "embedded", "model": llm_cfg.model, "max_tokens": 48, "slots": 2,
-                "ctx_per_slot": llm_cfg.ctx_per_slot, "seed": 1, "tool_calling": "text", "threads": llm_cfg.threads},
-        "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 2}},  # short samples: a short CPU update
-        "budgets": {"rollout_wall_s": 300},
-        "protocol": {"task_seed": 42},
-        "scaffold": {"variants": ["grp"], "n_queries": 1, "n_scouts": N, "n_candidates": M, "n_post": L,
-                     "generator_max_tokens": 160, "evidence_max_chars": 1000,
-                     # a learning rate that moves a few updates visibly (table 5's is 1e-6)
-                     "training": {"steps": STEPS, "learning_rate": 1.0e-4, "query_batch_size": 1}},
-    }
-    (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
-    env = dict(os.environ, SKILLREPRO_LLM_URL=llm_url)
+def workdir(tmp_path_factory, run_scaffold):
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "scaffold_grpo", "--cores", "2"], cwd=wd, env=env,
-                          capture_output=True, text=True, timeout=3000)
+    wd = run_scaffold(tmp_path_factory.mktemp("scaffold_training"), "scaffold_grpo",
+                      call_budget=2,  # short samples: a short CPU update
+                      scaffold={"variants": ["grp"], "n_queries": 1, "n_scouts": N, "n_candidates": M, "n_post": L,
+                                "generator_max_tokens": 160, "evidence_max_chars": 1000,
+                                # a learning rate that moves a few updates visibly (table 5's is 1e-6)
+                                "training": {"steps": STEPS, "learning_rate": 1.0e-4, "query_batch_size": 1}})
     print(f"scaffold_grpo ({STEPS} updates, SmolLM2-135M): {time.perf_counter() - started:.0f} s")
-    assert proc.returncode == 0, proc.stderr[-4000:]
     return wd
 
 
