@@ -21,7 +21,7 @@ rule analytics:
     log:
         "logs/analytics.log",
     benchmark:
-        "results/benchmarks/analytics.tsv"
+        "results/timings/analytics.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -39,7 +39,7 @@ rule tables:
     log:
         "logs/tables.log",
     benchmark:
-        "results/benchmarks/tables.tsv"
+        "results/timings/tables.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -56,7 +56,7 @@ rule stats:
     log:
         "logs/stats.log",
     benchmark:
-        "results/benchmarks/stats.tsv"
+        "results/timings/stats.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -73,7 +73,7 @@ rule callgraph_table:
     log:
         "logs/callgraph_table.log",
     benchmark:
-        "results/benchmarks/callgraph_table.tsv"
+        "results/timings/callgraph_table.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -90,7 +90,7 @@ rule table_1:
     log:
         "logs/table_1.log",
     benchmark:
-        "results/benchmarks/table_1.tsv"
+        "results/timings/table_1.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -112,7 +112,7 @@ rule table_8:
     log:
         "logs/table_8.log",
     benchmark:
-        "results/benchmarks/table_8.tsv"
+        "results/timings/table_8.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -129,7 +129,7 @@ rule retention:
     log:
         "logs/retention.log",
     benchmark:
-        "results/benchmarks/retention.tsv"
+        "results/timings/retention.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:

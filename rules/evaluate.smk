@@ -17,7 +17,7 @@ rule evaluate:
     log:
         "logs/runs/{bench}/{variant}/seed{seed}/evaluate_v{k}.log",
     benchmark:
-        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/evaluate_v{k}.tsv"
+        "results/timings/runs/{bench}/{variant}/seed{seed}/evaluate_v{k}.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:

@@ -10,7 +10,7 @@ rule figure_2:
     log:
         "logs/figures/figure2.log",
     benchmark:
-        "results/benchmarks/figures/figure2.tsv"
+        "results/timings/figures/figure2.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -27,7 +27,7 @@ rule figure_4:
     log:
         "logs/figures/figure4.log",
     benchmark:
-        "results/benchmarks/figures/figure4.tsv"
+        "results/timings/figures/figure4.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -44,7 +44,7 @@ rule figure_7:
     log:
         "logs/figures/figure7.log",
     benchmark:
-        "results/benchmarks/figures/figure7.tsv"
+        "results/timings/figures/figure7.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -61,7 +61,7 @@ rule figure_12:
     log:
         "logs/figures/figure12.log",
     benchmark:
-        "results/benchmarks/figures/figure12.tsv"
+        "results/timings/figures/figure12.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -78,7 +78,7 @@ rule figure_3:
     log:
         "logs/figures/figure3.log",
     benchmark:
-        "results/benchmarks/figures/figure3.tsv"
+        "results/timings/figures/figure3.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -97,7 +97,7 @@ rule figure_5:
     log:
         "logs/figures/figure5.log",
     benchmark:
-        "results/benchmarks/figures/figure5.tsv"
+        "results/timings/figures/figure5.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -115,7 +115,7 @@ rule figure_6:
     log:
         "logs/figures/figure6.log",
     benchmark:
-        "results/benchmarks/figures/figure6.tsv"
+        "results/timings/figures/figure6.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -134,7 +134,7 @@ rule figure_11:
     log:
         "logs/figures/figure11.log",
     benchmark:
-        "results/benchmarks/figures/figure11.tsv"
+        "results/timings/figures/figure11.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:

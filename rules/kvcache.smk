@@ -60,7 +60,7 @@ rule kvcache_tasks:
     log:
         "logs/kvcache/tasks.log",
     benchmark:
-        "results/benchmarks/kvcache/tasks.tsv"
+        "results/timings/kvcache/tasks.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -79,7 +79,7 @@ rule kvcache_trajectories:
     log:
         "logs/kvcache/trajectories.log",
     benchmark:
-        "results/benchmarks/kvcache/trajectories.tsv"
+        "results/timings/kvcache/trajectories.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -114,7 +114,7 @@ rule kvcache_run:
     log:
         "logs/kvcache/{kvmodel}/run_{kvfmt}_seed{kvseed}.log",
     benchmark:
-        "results/benchmarks/kvcache/{kvmodel}/run_{kvfmt}_seed{kvseed}.tsv"
+        "results/timings/kvcache/{kvmodel}/run_{kvfmt}_seed{kvseed}.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -140,7 +140,7 @@ rule kvcache_simulate:
     log:
         "logs/kvcache/{kvmodel}/simulate_{kvfmt}_seed{kvseed}.log",
     benchmark:
-        "results/benchmarks/kvcache/{kvmodel}/simulate_{kvfmt}_seed{kvseed}.tsv"
+        "results/timings/kvcache/{kvmodel}/simulate_{kvfmt}_seed{kvseed}.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -160,7 +160,7 @@ rule kvcache_prefix:
     log:
         "logs/kvcache/prefix.log",
     benchmark:
-        "results/benchmarks/kvcache/prefix.tsv"
+        "results/timings/kvcache/prefix.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -187,7 +187,7 @@ rule kvcache_tables:
     log:
         "logs/kvcache/{kvmodel}/tables.log",
     benchmark:
-        "results/benchmarks/kvcache/{kvmodel}/tables.tsv"
+        "results/timings/kvcache/{kvmodel}/tables.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -209,7 +209,7 @@ rule kvcache_figures:
     log:
         "logs/kvcache/{kvmodel}/figures.log",
     benchmark:
-        "results/benchmarks/kvcache/{kvmodel}/figures.tsv"
+        "results/timings/kvcache/{kvmodel}/figures.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -231,7 +231,7 @@ rule kvcache_models:
     log:
         "logs/kvcache/models.log",
     benchmark:
-        "results/benchmarks/kvcache/models.tsv"
+        "results/timings/kvcache/models.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -254,7 +254,7 @@ rule kvcache_blend:
     log:
         "logs/kvcache/blend.log",
     benchmark:
-        "results/benchmarks/kvcache/blend.tsv"
+        "results/timings/kvcache/blend.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:

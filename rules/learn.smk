@@ -16,7 +16,7 @@ rule init_library:
     log:
         "logs/runs/{bench}/{variant}/seed{seed}/init_library.log",
     benchmark:
-        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/init_library.tsv"
+        "results/timings/runs/{bench}/{variant}/seed{seed}/init_library.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -44,7 +44,7 @@ rule rollout:
     log:
         "logs/runs/{bench}/{variant}/seed{seed}/rollout_batch{k}.log",
     benchmark:
-        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/rollout_batch{k}.tsv"
+        "results/timings/runs/{bench}/{variant}/seed{seed}/rollout_batch{k}.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -73,7 +73,7 @@ rule induce:
     log:
         "logs/runs/{bench}/{variant}/seed{seed}/induce_v{k}.log",
     benchmark:
-        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/induce_v{k}.tsv"
+        "results/timings/runs/{bench}/{variant}/seed{seed}/induce_v{k}.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:

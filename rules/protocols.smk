@@ -22,7 +22,7 @@ rule continue_library:
     log:
         "logs/runs/{bench}/{variant}/seed{seed}/continue_library.log",
     benchmark:
-        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/continue_library.tsv"
+        "results/timings/runs/{bench}/{variant}/seed{seed}/continue_library.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -51,7 +51,7 @@ rule evaluate_on:
     log:
         "logs/runs/{bench}/{variant}/seed{seed}/evaluate_on_{target}_v{k}.log",
     benchmark:
-        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/evaluate_on_{target}_v{k}.tsv"
+        "results/timings/runs/{bench}/{variant}/seed{seed}/evaluate_on_{target}_v{k}.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:
@@ -81,7 +81,7 @@ rule evaluate_truncated:
     log:
         "logs/runs/{bench}/{variant}/seed{seed}/evaluate_truncated_n{n}.log",
     benchmark:
-        "results/benchmarks/runs/{bench}/{variant}/seed{seed}/evaluate_truncated_n{n}.tsv"
+        "results/timings/runs/{bench}/{variant}/seed{seed}/evaluate_truncated_n{n}.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:

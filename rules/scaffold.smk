@@ -79,7 +79,7 @@ rule scaffold_queries:
     log:
         "logs/scaffold/{sbench}/queries.log",
     benchmark:
-        "results/benchmarks/scaffold/{sbench}/queries.tsv"
+        "results/timings/scaffold/{sbench}/queries.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:
@@ -103,7 +103,7 @@ rule scaffold_scout:
     log:
         "logs/scaffold/{sbench}/scout_{i}.log",
     benchmark:
-        "results/benchmarks/scaffold/{sbench}/scout_{i}.tsv"
+        "results/timings/scaffold/{sbench}/scout_{i}.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:
@@ -122,7 +122,7 @@ rule scaffold_evidence:
     log:
         "logs/scaffold/{sbench}/{svariant}/evidence.log",
     benchmark:
-        "results/benchmarks/scaffold/{sbench}/{svariant}/evidence.tsv"
+        "results/timings/scaffold/{sbench}/{svariant}/evidence.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:
@@ -146,7 +146,7 @@ rule scaffold_generate:
     log:
         "logs/scaffold/{sbench}/{svariant}/generate.log",
     benchmark:
-        "results/benchmarks/scaffold/{sbench}/{svariant}/generate.tsv"
+        "results/timings/scaffold/{sbench}/{svariant}/generate.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:
@@ -170,7 +170,7 @@ rule scaffold_score_free:
     log:
         "logs/scaffold/{sbench}/score_free.log",
     benchmark:
-        "results/benchmarks/scaffold/{sbench}/score_free.tsv"
+        "results/timings/scaffold/{sbench}/score_free.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:
@@ -195,7 +195,7 @@ rule scaffold_score:
     log:
         "logs/scaffold/{sbench}/{svariant}/score.log",
     benchmark:
-        "results/benchmarks/scaffold/{sbench}/{svariant}/score.tsv"
+        "results/timings/scaffold/{sbench}/{svariant}/score.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:
@@ -215,7 +215,7 @@ rule scaffold_utility:
     log:
         "logs/scaffold/{sbench}/{svariant}/utility.log",
     benchmark:
-        "results/benchmarks/scaffold/{sbench}/{svariant}/utility.tsv"
+        "results/timings/scaffold/{sbench}/{svariant}/utility.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:
@@ -238,7 +238,7 @@ rule scaffold_select:
     log:
         "logs/scaffold/{sbench}/{svariant}/select.log",
     benchmark:
-        "results/benchmarks/scaffold/{sbench}/{svariant}/select.tsv"
+        "results/timings/scaffold/{sbench}/{svariant}/select.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:
@@ -264,7 +264,7 @@ rule scaffold_post_scout:
     log:
         "logs/scaffold/{sbench}/{svariant}/post_scout_{i}.log",
     benchmark:
-        "results/benchmarks/scaffold/{sbench}/{svariant}/post_scout_{i}.tsv"
+        "results/timings/scaffold/{sbench}/{svariant}/post_scout_{i}.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:
@@ -287,7 +287,7 @@ rule scaffold_eval_free:
     log:
         "logs/scaffold/{sbench}/eval_free_{i}.log",
     benchmark:
-        "results/benchmarks/scaffold/{sbench}/eval_free_{i}.tsv"
+        "results/timings/scaffold/{sbench}/eval_free_{i}.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:
@@ -310,7 +310,7 @@ rule scaffold_eval:
     log:
         "logs/scaffold/{sbench}/{svariant}/eval_{i}.log",
     benchmark:
-        "results/benchmarks/scaffold/{sbench}/{svariant}/eval_{i}.tsv"
+        "results/timings/scaffold/{sbench}/{svariant}/eval_{i}.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:
@@ -337,7 +337,7 @@ rule scaffold_tables:
     log:
         "logs/scaffold/tables.log",
     benchmark:
-        "results/benchmarks/scaffold/tables.tsv"
+        "results/timings/scaffold/tables.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:
@@ -355,7 +355,7 @@ rule scaffold_figures:
     log:
         "logs/scaffold/figures.log",
     benchmark:
-        "results/benchmarks/scaffold/figures.tsv"
+        "results/timings/scaffold/figures.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:
@@ -375,7 +375,7 @@ if SCAFFOLD.webshop_data:
         log:
             "logs/scaffold/webshop_split.log",
         benchmark:
-            "results/benchmarks/scaffold/webshop_split.tsv"
+            "results/timings/scaffold/webshop_split.tsv"
         conda:
             "../envs/scaffold.yaml"
         script:
@@ -422,7 +422,7 @@ rule scaffold_grpo_update:
     log:
         "logs/scaffold/{sbench}/{svariant}/grpo_update_{k}.log",
     benchmark:
-        "results/benchmarks/scaffold/{sbench}/{svariant}/grpo_update_{k}.tsv"
+        "results/timings/scaffold/{sbench}/{svariant}/grpo_update_{k}.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:
@@ -454,7 +454,7 @@ rule scaffold_cohort_eval:
     log:
         "logs/scaffold/{sbench}/{svariant}/cohort_eval_{k}.log",
     benchmark:
-        "results/benchmarks/scaffold/{sbench}/{svariant}/cohort_eval_{k}.tsv"
+        "results/timings/scaffold/{sbench}/{svariant}/cohort_eval_{k}.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:
@@ -472,7 +472,7 @@ rule scaffold_internalization:
     log:
         "logs/scaffold/internalization.log",
     benchmark:
-        "results/benchmarks/scaffold/internalization.tsv"
+        "results/timings/scaffold/internalization.tsv"
     conda:
         "../envs/scaffold.yaml"
     script:

@@ -10,7 +10,7 @@ rule sample_tasks:
     log:
         "logs/sample_tasks/{bench}_seed{seed}_{split}.log",
     benchmark:
-        "results/benchmarks/sample_tasks/{bench}_seed{seed}_{split}.tsv"
+        "results/timings/sample_tasks/{bench}_seed{seed}_{split}.tsv"
     conda:
         "../envs/skillrepro.yaml"
     script:

@@ -5,7 +5,7 @@ import pytest
 
 from scripted import ScriptedClient
 from skillrepro.agent import Actor, EpisodeSpec, parse_text_action, primitive_tools
-from skillrepro.envs import get_benchmark
+from skillrepro.benchmarks import get_benchmark
 from skillrepro.llm.client import ToolCall
 
 NAMES = ["turn_left", "turn_right", "go_forward", "pick_up", "drop", "toggle", "connect"]
@@ -78,7 +78,7 @@ def test_solving_ends_the_episode_with_success():
     # Replay minigrid's own bot's actions through the actor to reach the goal.
     from minigrid.utils.baby_ai_bot import BabyAIBot
 
-    from skillrepro.envs.babyai import _ACTIONS
+    from skillrepro.benchmarks.babyai import _ACTIONS
 
     bench = get_benchmark("babyai")
     task = bench.sample_tasks("train", 1, 42)[0]

@@ -6,8 +6,8 @@ import pytest
 from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX
 from minigrid.utils.baby_ai_bot import BabyAIBot
 
-from skillrepro.envs import ActionError, TaskError, get_benchmark
-from skillrepro.envs.babyai import _ACTIONS, EXCLUDED, NUM_DISTS, describe_view
+from skillrepro.benchmarks import ActionError, TaskError, get_benchmark
+from skillrepro.benchmarks.babyai import _ACTIONS, EXCLUDED, NUM_DISTS, describe_view
 
 
 def blank_view():

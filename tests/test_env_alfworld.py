@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from skillrepro.envs import TaskError, get_benchmark
-from skillrepro.envs import alfworld as alf
-from skillrepro.envs import alfworld_gen as gen
+from skillrepro.benchmarks import TaskError, get_benchmark
+from skillrepro.benchmarks import alfworld as alf
+from skillrepro.benchmarks import alfworld_gen as gen
 
 
 @pytest.fixture()

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from skillrepro.cli import main
-from skillrepro.envs.cli import CallsFileError, parse_call, parse_options
-from skillrepro.envs.crafter import CrafterBenchmark
+from skillrepro.benchmarks.cli import CallsFileError, parse_call, parse_options
+from skillrepro.benchmarks.crafter import CrafterBenchmark
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -59,7 +59,7 @@ def test_replay_crafter_prints_observations_and_a_json_summary(capsys, tmp_path)
 
 
 def test_replay_scienceworld_gold_path_written_as_python_calls_succeeds(capsys, tmp_path):
-    from skillrepro.envs.scienceworld import gold_path, parse_command
+    from skillrepro.benchmarks.scienceworld import gold_path, parse_command
 
     task_id = "power-component:2"
     lines = []

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from crafter import objects
 
-from skillrepro.envs import TaskError, get_benchmark
-from skillrepro.envs.crafter import ACHIEVEMENTS, ACTIONS, CrafterBenchmark, make_world
+from skillrepro.benchmarks import TaskError, get_benchmark
+from skillrepro.benchmarks.crafter import ACHIEVEMENTS, ACTIONS, CrafterBenchmark, make_world
 
 ADVANCING = list(ACTIONS)
 
@@ -247,7 +247,7 @@ def test_d1_crafter_runs_use_different_top_level_task_seeds():
     worlds = [set(bench.sample_tasks("train", 200, s)) | set(bench.sample_tasks("test", 30, s)) for s in seeds]
     assert not worlds[0] & worlds[1] and not worlds[1] & worlds[2]
     # The other benchmarks share one pair of lists across runs (B.1, C.1).
-    from skillrepro.envs import get_benchmark
+    from skillrepro.benchmarks import get_benchmark
 
     assert {get_benchmark("babyai").run_task_seed(42, run) for run in (0, 1, 2)} == {42}
 

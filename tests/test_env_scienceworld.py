@@ -10,9 +10,9 @@ import pytest
 
 from scripted import ScriptedClient
 from skillrepro.agent import Actor, EpisodeSpec, primitive_tools
-from skillrepro.envs import ActionError, TaskError, get_benchmark
-from skillrepro.envs import scienceworld as sw
-from skillrepro.envs.scienceworld import FAMILIES, ScienceWorldBenchmark, gold_path, parse_command, partitions
+from skillrepro.benchmarks import ActionError, TaskError, get_benchmark
+from skillrepro.benchmarks import scienceworld as sw
+from skillrepro.benchmarks.scienceworld import FAMILIES, ScienceWorldBenchmark, gold_path, parse_command, partitions
 
 PAPER_PRIMITIVES = [
     "go", "look_around", "look_at", "look_in", "pick_up", "put_down", "move", "pour", "dunk", "open", "close",

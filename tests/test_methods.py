@@ -14,7 +14,7 @@ import pytest
 
 from skillrepro.agent import EpisodeSpec
 from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig, check_config
-from skillrepro.envs.babyai import _ACTIONS, BabyAIEnv
+from skillrepro.benchmarks.babyai import _ACTIONS, BabyAIEnv
 from skillrepro.llm.client import Reply
 from skillrepro.methods import InduceContext, TaskContext, get_method, registry
 from skillrepro.methods.voyager import parse_goal, retrieve

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from skillrepro.envs import get_benchmark
-from skillrepro.envs.base import ActionError
+from skillrepro.benchmarks import get_benchmark
+from skillrepro.benchmarks.base import ActionError
 from skillrepro.skills import Library, parse_functions
 from skillrepro.skills import sandbox
 from skillrepro.skills.sandbox import (WORKER, SandboxError, SandboxLimits, SandboxSession, render_outcome, skill_tools,

@@ -87,7 +87,7 @@ def mission_parts(text="pick up the red ball, then go to the blue key"):
 def test_replay_check_is_an_explicit_option(recorded, monkeypatch):
     """The replay check exists only as `replay_check: true` (a deviation from the online protocol): it then
     runs a new zero-argument function on a past training task and rejects `crashes`."""
-    from skillrepro.envs.base import Env
+    from skillrepro.benchmarks.base import Env
 
     stepped = []
     step = Env.step

@@ -88,7 +88,7 @@ def test_tiny_run_end_to_end_then_only_the_figure_reruns(tmp_path):
     assert all((inducer / v / "llm_calls.parquet").exists() for v in ("v1", "v2"))
     log = (tmp_path / "logs/runs/babyai/react/seed0/rollout_batch0.log").read_text()
     assert "train task=" in log and "success=" in log and "output_tokens=" in log
-    assert (tmp_path / "results/benchmarks/runs/babyai/react/seed0/rollout_batch0.tsv").exists()
+    assert (tmp_path / "results/timings/runs/babyai/react/seed0/rollout_batch0.tsv").exists()
 
     # The paper's tables from the same real records: paired tests, table 1 over the final libraries.
     stats = pd.read_csv(tmp_path / "results/tables/stats.csv")

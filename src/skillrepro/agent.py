@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from skillrepro.envs.base import ActionError, Env, Primitive
+from skillrepro.benchmarks.base import ActionError, Env, Primitive
 from skillrepro.llm.client import LLMClient, LLMRequestError
 from skillrepro.store import Episode, LLMCall, Step
 

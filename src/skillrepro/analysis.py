@@ -163,7 +163,7 @@ def _headline(env: str) -> str:
     """The benchmark's own choice where it declares one (Benchmark.headline), else Crafter's progression."""
     import importlib
 
-    from skillrepro.envs import BENCHMARKS
+    from skillrepro.benchmarks import BENCHMARKS
 
     module, cls = BENCHMARKS[env].split(":")
     declared = getattr(getattr(importlib.import_module(module), cls), "headline", None)

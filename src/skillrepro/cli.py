@@ -14,7 +14,7 @@ from pathlib import Path
 COMMAND_MODULES = [
     "skillrepro.cli:_core",
     "skillrepro.studies.kvcache.cli",
-    "skillrepro.envs.cli",
+    "skillrepro.benchmarks.cli",
     "skillrepro.skills.callgraph",
 ]
 

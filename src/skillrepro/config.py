@@ -116,7 +116,7 @@ class BenchmarkConfig:
         return tuple(dict.fromkeys([*self.evaluate_on, *([self.after] if self.after else [])]))
 
     def load(self):
-        from skillrepro.envs import get_benchmark
+        from skillrepro.benchmarks import get_benchmark
 
         return get_benchmark(self.env, **self.options)
 
@@ -235,7 +235,7 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
         runs_on = m.get("benchmarks") or list(config["benchmarks"])
         check_benchmarks(variant, m["method"], m["options"], {b: config["benchmarks"][b]["env"] for b in runs_on})
     _check_phases(config)
-    from skillrepro.envs import TaskError
+    from skillrepro.benchmarks import TaskError
 
     for b in benchmarks(config):
         try:

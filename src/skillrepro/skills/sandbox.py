@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from skillrepro.envs.base import ActionError, Env
+from skillrepro.benchmarks.base import ActionError, Env
 from skillrepro.store import SkillCall
 
 WORKER = Path(__file__).with_name("_worker.py")

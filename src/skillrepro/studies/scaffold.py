@@ -884,7 +884,7 @@ def sample_queries(bench: Any, cfg: ScaffoldConfig, seed: int) -> list[str]:
         return bench.load().sample_tasks(cfg.split, cfg.n_queries, seed)
     if bench.env != "scienceworld":
         raise ValueError(f"config key scaffold.splits.{bench.name}: task pools exist for scienceworld only")
-    from skillrepro.envs.scienceworld import TaskRef, partitions
+    from skillrepro.benchmarks.scienceworld import TaskRef, partitions
 
     pool = []
     for item in spec:

@@ -235,7 +235,7 @@ def walk_views(benchmark, task_ids: list[str], step: int) -> list[F.EpisodeView]
 def format_benchmark(bench):
     """The ALFWorld benchmark of `bench` (a config.BenchmarkConfig) with observations that leave the
     admissible actions out: each prompt format places them itself."""
-    from skillrepro.envs import get_benchmark
+    from skillrepro.benchmarks import get_benchmark
 
     return get_benchmark(bench.env, **{**bench.options, "show_admissible": False})
 

@@ -36,7 +36,7 @@ class Trajectory:
 def load_commands(source: str, benchmark, task_ids: list[str]) -> dict[str, list[str]]:
     """task id -> commands, for every task of `task_ids` (a task the source lacks is an error)."""
     if source == PLANNER:
-        from skillrepro.envs.alfworld import policy_commands
+        from skillrepro.benchmarks.alfworld import policy_commands
 
         return {t: policy_commands(benchmark.game(t)) for t in task_ids}
     path = Path(source)

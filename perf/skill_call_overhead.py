@@ -1,6 +1,6 @@
 """Cost of a sandboxed skill call that issues one primitive, against calling that primitive directly.
 
-    python benchmarks/skill_call_overhead.py [--calls 300] [--think-ms 50]
+    python perf/skill_call_overhead.py [--calls 300] [--think-ms 50]
 
 Every skill call runs in a fresh child process (forked by the sandbox's zygote, killed and reaped after the
 call), so two figures: calls back to back (the next child is still starting when the call comes) and calls
@@ -14,7 +14,7 @@ import argparse
 import statistics
 import time
 
-from skillrepro.envs import get_benchmark
+from skillrepro.benchmarks import get_benchmark
 from skillrepro.skills.sandbox import SandboxSession
 
 SKILL = 'def turn():\n    """One primitive."""\n    return turn_left()\n'

@@ -1,7 +1,7 @@
 """Scoring throughput of the CPU teacher-forced scorer next to the embedded llama.cpp server's prompt
 processing speed on the same model (its `timings.prompt_per_second`), on the same conversations.
 
-    python benchmarks/scorer_throughput.py [--model smollm2-135m] [--n 6] [--turns 12] [--threads 2]
+    python perf/scorer_throughput.py [--model smollm2-135m] [--n 6] [--turns 12] [--threads 2]
 
 The server is started here unless SKILLREPRO_LLM_URL names one already running (it must serve --model).
 Both sides process every token of every conversation once: the server with its prefix cache off

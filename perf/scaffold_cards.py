@@ -1,7 +1,7 @@
 """Format-valid rate of SkillScaffold Generator cards per model and decoding mode, side by side, on the
 same evidence records (real Scout evidence written by the `scaffold_evidence` rule).
 
-    python benchmarks/scaffold_cards.py --evidence results/scaffold/babyai/grp/evidence.parquet \
+    python perf/scaffold_cards.py --evidence results/scaffold/babyai/grp/evidence.parquet \
         [--evidence .../anc/evidence.parquet] [--model qwen2.5-coder-0.5b] [--m 4] [--max-tokens 500] \
         [--modes grammar none] [--baseline-template FILE]
 

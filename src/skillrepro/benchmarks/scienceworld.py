@@ -21,7 +21,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
-from skillrepro.envs.base import (ActionError, Benchmark, Env, StepResult, TaskError, check_split, env_prompt,
+from skillrepro.benchmarks.base import (ActionError, Benchmark, Env, StepResult, TaskError, check_split, env_prompt,
                                   primitive)
 
 FAMILIES: dict[str, tuple[str, ...]] = {

@@ -16,7 +16,7 @@ import random
 from typing import Any
 
 
-from skillrepro.envs.base import Benchmark, Env, StepResult, TaskError, check_split, env_prompt, primitive
+from skillrepro.benchmarks.base import Benchmark, Env, StepResult, TaskError, check_split, env_prompt, primitive
 
 MAX_STEPS = 2000
 VIEW_RADIUS = 4  # the 9x9 egocentric view of appendix D.3

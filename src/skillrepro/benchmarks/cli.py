@@ -131,7 +131,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _tasks(a: argparse.Namespace) -> int:
-    from skillrepro.envs import TaskError, get_benchmark
+    from skillrepro.benchmarks import TaskError, get_benchmark
 
     try:
         bench = get_benchmark(a.benchmark, **parse_options(a.option))
@@ -146,7 +146,7 @@ def _tasks(a: argparse.Namespace) -> int:
 
 
 def _replay(a: argparse.Namespace) -> int:
-    from skillrepro.envs import ActionError, TaskError, get_benchmark
+    from skillrepro.benchmarks import ActionError, TaskError, get_benchmark
 
     try:
         bench = get_benchmark(a.benchmark, **parse_options(a.option))

@@ -1,9 +1,9 @@
 """LLM throughput of the pipeline on the CPU, each figure printed beside its baseline.
 
-    python benchmarks/throughput.py per-call [--model qwen2.5-coder-0.5b] [--episodes 2] [--budget 5] [--streams 1]
+    python perf/throughput.py per-call [--model qwen2.5-coder-0.5b] [--episodes 2] [--budget 5] [--streams 1]
         The pipeline's actor calls (client latency, and episode wall time per call) against the very same
         requests sent straight to the same server over raw HTTP, from as many streams. Target: <= 1.2x.
-    python benchmarks/throughput.py episodes [--model ...] [--episodes 4] [--budget 5] [--in-flight 1 2 4]
+    python perf/throughput.py episodes [--model ...] [--episodes 4] [--budget 5] [--in-flight 1 2 4]
         Episodes per minute of one rollout batch with 1, 2, 4 episodes in flight (llm.episodes_in_flight),
         the server with as many slots as the largest setting. Each setting plays its own tasks, so no
         setting finds its prompts already in the server's prefix cache from an earlier one.

@@ -25,8 +25,8 @@ from typing import Any
 _USER_ALFWORLD_DATA = os.environ.get("ALFWORLD_DATA")
 _ALFWORLD_DEFAULT_DATA = os.path.expanduser("~/.cache/alfworld")
 
-from skillrepro.envs import alfworld_gen as gen  # noqa: E402  (imports alfworld)
-from skillrepro.envs.base import Benchmark, Env, StepResult, TaskError, check_split, primitive
+from skillrepro.benchmarks import alfworld_gen as gen  # noqa: E402  (imports alfworld)
+from skillrepro.benchmarks.base import Benchmark, Env, StepResult, TaskError, check_split, primitive
 
 TASK_TYPES = tuple(gen.TASK_TYPES)  # pick_and_place, look_at_obj_in_light, clean, heat, cool, pick_two
 MAX_STEPS = 50

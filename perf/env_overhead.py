@@ -1,6 +1,6 @@
 """Reset time and per-step cost of our env wrappers against the raw env step, side by side.
 
-    python benchmarks/env_overhead.py [--steps 300] [--resets 3] [--only crafter scienceworld babyai]
+    python perf/env_overhead.py [--steps 300] [--resets 3] [--only crafter scienceworld babyai]
 
 Targets (issue 3): a wrapper adds <= 5 % per step over the raw env step; ScienceWorld's lean step is >= 5x
 faster than the shipped `ScienceWorldEnv.step`. Each pair replays the same actions from the same start state,
@@ -17,7 +17,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from skillrepro.envs import get_benchmark
+from skillrepro.benchmarks import get_benchmark
 
 
 @dataclass
@@ -54,7 +54,7 @@ def _reset_seconds(name: str, resets: int, **options) -> float:
 def crafter_rows(steps: int, resets: int) -> list[Row]:
     import crafter
 
-    from skillrepro.envs.crafter import ACTIONS, make_world
+    from skillrepro.benchmarks.crafter import ACTIONS, make_world
 
     bench = get_benchmark("crafter")
     seed = 3
@@ -102,7 +102,7 @@ def crafter_rows(steps: int, resets: int) -> list[Row]:
 
 # --- ScienceWorld -----------------------------------------------------------------------------------------
 def scienceworld_rows(steps: int, resets: int) -> tuple[list[Row], float, float]:
-    from skillrepro.envs import scienceworld as sw
+    from skillrepro.benchmarks import scienceworld as sw
 
     families = list(sw.FAMILIES)
     task_ids = []
@@ -168,7 +168,7 @@ def scienceworld_rows(steps: int, resets: int) -> tuple[list[Row], float, float]
 
 # --- BabyAI -----------------------------------------------------------------------------------------------
 def babyai_rows(steps: int, resets: int) -> list[Row]:
-    from skillrepro.envs.babyai import PickUpSeqGoTo
+    from skillrepro.benchmarks.babyai import PickUpSeqGoTo
 
     bench = get_benchmark("babyai")
     names = [p.name for p in bench.primitives()]

@@ -24,7 +24,7 @@ from minigrid.core.roomgrid import RoomGrid
 from minigrid.envs.babyai.core.roomgrid_level import RoomGridLevel
 from minigrid.envs.babyai.core.verifier import AfterInstr, BeforeInstr, GoToInstr, ObjDesc, PickupInstr
 
-from skillrepro.envs.base import Benchmark, Env, StepResult, TaskError, check_split, env_prompt, primitive
+from skillrepro.benchmarks.base import Benchmark, Env, StepResult, TaskError, check_split, env_prompt, primitive
 
 TRAIN_POOL, TEST_POOL = 200, 30
 NUM_DISTS = 8  # MixedTrainLocal's default; the level places num_dists + 2 objects

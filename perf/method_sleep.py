@@ -6,7 +6,7 @@ notes changed. ReAct's (no-op) sleep phase and the actor's tokens per training r
 
 BabyAI methods (speedrunner, opo, asi, asi_replay) all learn from the same two recorded ReAct batches, so
 their sleep phases see identical inputs; Voyager plays its own Crafter batches (its curriculum needs them).
-    python benchmarks/method_sleep.py [--episodes 2] [--call-budget 12] [--methods opo,asi,...]
+    python perf/method_sleep.py [--episodes 2] [--call-budget 12] [--methods opo,asi,...]
 """
 import argparse
 import json

@@ -4,14 +4,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from skillrepro.envs.base import ActionError, Benchmark, Env, Primitive, StepResult, TaskError, primitive
+from skillrepro.benchmarks.base import ActionError, Benchmark, Env, Primitive, StepResult, TaskError, primitive
 
 # name -> "module:Class"; a module is imported only when its benchmark is used (heavy deps, Java).
 BENCHMARKS = {
-    "babyai": "skillrepro.envs.babyai:BabyAIBenchmark",
-    "scienceworld": "skillrepro.envs.scienceworld:ScienceWorldBenchmark",
-    "crafter": "skillrepro.envs.crafter:CrafterBenchmark",
-    "alfworld": "skillrepro.envs.alfworld:AlfWorldBenchmark",
+    "babyai": "skillrepro.benchmarks.babyai:BabyAIBenchmark",
+    "scienceworld": "skillrepro.benchmarks.scienceworld:ScienceWorldBenchmark",
+    "crafter": "skillrepro.benchmarks.crafter:CrafterBenchmark",
+    "alfworld": "skillrepro.benchmarks.alfworld:AlfWorldBenchmark",
 }
 
 

@@ -4,7 +4,7 @@ Runs each mode through this checkout's simulator (vLLM 0.11.0's scheduler: chunk
 decode, preemption) and, side by side in the same process, through the simulator of an earlier commit
 (`--before`, default: the last commit before the scheduler change), loaded with `git show`. Prints prompt
 tokens per second, reuse and preemptions of each, next to the target (5 M tokens/s on the 2-core dev machine).
-Run: python benchmarks/kvcache_sim.py [--episodes 64 --steps 50 --repeat 3 --before REF]
+Run: python perf/kvcache_sim.py [--episodes 64 --steps 50 --repeat 3 --before REF]
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """GPU check: the first cycle of the paper preset on vLLM, with the server's load printed as it runs.
 
-    python benchmarks/gpu_check.py [--model PATH_OR_HF_ID] [--benchmarks babyai] [--seconds 420] [--cores 32]
+    python perf/gpu_check.py [--model PATH_OR_HF_ID] [--benchmarks babyai] [--seconds 420] [--cores 32]
 
 Starts `vllm serve` exactly as the pipeline does for configs/paper.yaml (the model can be replaced: a GPU
 node without internet needs a local folder), then runs, in a scratch copy of the workflow (.gpu_check/),

@@ -1,7 +1,7 @@
 """Harness overhead per actor step: everything except env.step and the LLM call, with a scripted LLM.
 
 Prints our per-step overhead beside the raw env step it wraps. Target: <= 5 ms per step.
-    python benchmarks/harness_overhead.py [--episodes 20]
+    python perf/harness_overhead.py [--episodes 20]
 """
 import argparse
 import hashlib
@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from scripted import ScriptedClient  # noqa: E402
 
 from skillrepro.agent import Actor, EpisodeSpec, primitive_tools  # noqa: E402
-from skillrepro.envs import get_benchmark  # noqa: E402
+from skillrepro.benchmarks import get_benchmark  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--episodes", type=int, default=20)
