@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -154,3 +155,40 @@ def test_missing_category_and_unknown_format_are_named():
         F.build_messages("skillrl", bank, "heat some egg.", None, episode("x", 1), "o", ACTS)
     with pytest.raises(ValueError, match="unknown prompt format 'skilrl'"):
         F.build_messages("skilrl", BANK, "t", None, [], "o", ACTS)
+
+
+SMALL_BANK = Path(__file__).parent / "data" / "kvcache_bank_small.json"
+
+
+def test_skillrl_format_bank_loads_and_builds_prompts():
+    bank = F.load_bank(SMALL_BANK)
+    assert F.bank_summary(bank).endswith("2 general, 6 task-specific (6 categories), 1 mistakes, 9 entries")
+    assert bank.task_specific_skills["heat"][0].skill_id == "hea_001"  # an extra field ("source") is ignored
+    t = F.build_messages("skillrl", bank, "heat some egg and put it in fridge.", None, episode("x", 2), "o", ACTS)
+    body = t[0]["content"]
+    assert "- **Microwave Warm-up**" in body and "Fridge Chill" not in body and body.count("**Don't**") == 1
+
+
+@pytest.mark.parametrize("mutate,msg", [
+    (lambda b: b["task_specific_skills"].update(pick_place=b["task_specific_skills"].pop("pick_and_place")),
+     r"unknown category 'pick_place'"),
+    (lambda b: b["task_specific_skills"].pop("cool"), r"lacks category 'cool'"),
+    (lambda b: b["task_specific_skills"].update(clean=[]), r"task_specific_skills.clean: empty"),
+    (lambda b: b.update(general_skills=[]), r"general_skills: empty"),
+    (lambda b: b["common_mistakes"][0].update(how_to_avoid="  "), r"common_mistakes\[0\].how_to_avoid: empty"),
+    (lambda b: b["common_mistakes"][0].pop("why_it_happens"), r"common_mistakes\[0\]: missing key 'why_it_happens'"),
+    (lambda b: b["task_specific_skills"]["cool"][0].update(skill_id="gen_001"),
+     r"skill_id 'gen_001' appears twice \(general_skills\[0\] and task_specific_skills.cool\[0\]\)"),
+    (lambda b: b["general_skills"].append("a string"), r"general_skills\[2\]: expected an object, got str"),
+])
+def test_skillrl_bank_violations_name_file_and_field(tmp_path, mutate, msg):
+    data = json.loads(SMALL_BANK.read_text())
+    mutate(data)
+    p = tmp_path / "bank.json"
+    p.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=msg) as e:
+        F.load_bank(p)
+    assert str(e.value).startswith(f"skill bank {p}: ")
+    p.write_text("{not json")
+    with pytest.raises(ValueError, match=f"skill bank {p}: not JSON"):
+        F.load_bank(p)

@@ -153,6 +153,24 @@ def test_kvcache_config_errors_name_the_key(tmp_path):
         study.KVConfig.from_config({**base, "kvcache": {**full, "capacity": 3}})
     with pytest.raises(ValueError, match="kvcache.bank: .*nope.json does not exist"):
         study.KVConfig.from_config({**base, "kvcache": {**full, "bank": str(tmp_path / "nope.json")}})
+    # the GPU preset's placeholder stops the study with what to put there; a broken bank stops it at load
+    with pytest.raises(ValueError, match="kvcache.bank is still the preset's placeholder .*claude_style_skills.json"):
+        study.KVConfig.from_config({**base, "kvcache": {**full, "bank": "<path to SkillRL's bank>"}})
+    (tmp_path / "bad.json").write_text('{"general_skills": [], "task_specific_skills": {}, "common_mistakes": []}')
+    with pytest.raises(ValueError, match="bad.json: task_specific_skills lacks categories 'pick_and_place'"):
+        study.KVConfig.from_config({**base, "kvcache": {**full, "bank": str(tmp_path / "bad.json")}})
+
+
+def test_every_preset_names_its_bank_and_the_gpu_preset_asks_for_skillrls():
+    import yaml
+
+    from skillrepro.config import ROOT
+
+    for preset in sorted((ROOT / "configs").glob("kvcache*.yaml")):
+        kv = yaml.safe_load(preset.read_text())["kvcache"]
+        assert "bank" in kv, preset.name
+    gpu = yaml.safe_load((ROOT / "configs/kvcache-gpu.yaml").read_text())["kvcache"]["bank"]
+    assert study.is_placeholder(gpu)
 
 
 def test_parallel_episodes_share_the_engine_safely(alfworld):

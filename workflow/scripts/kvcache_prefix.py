@@ -19,8 +19,10 @@ if kv.replay:  # the recorded games, without the engine
     views = views_at(read_trajectories(snakemake.input.trajectories), kv.prefix_step)
 else:
     views = walk_views(format_benchmark(snakemake.params.bench), tasks, kv.prefix_step)
-rows = F.shared_prefix_table(kv.formats, F.load_bank(kv.bank), views, get_tokenizer(kv.prefix_tokenizer).encode,
+bank = F.load_bank(kv.bank)
+rows = F.shared_prefix_table(kv.formats, bank, views, get_tokenizer(kv.prefix_tokenizer).encode,
                              F.Templates(kv.templates_dir))
-table = pd.DataFrame([dataclasses.asdict(r) for r in rows]).assign(step=kv.prefix_step, tokenizer=kv.prefix_tokenizer)
+table = pd.DataFrame([dataclasses.asdict(r) for r in rows]).assign(step=kv.prefix_step, tokenizer=kv.prefix_tokenizer,
+                                                                  bank=F.bank_summary(bank))
 write_text(snakemake.output[0], table.to_csv(index=False))
 log.info("shared prefix:\n%s", table.to_string(index=False))

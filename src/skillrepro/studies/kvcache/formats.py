@@ -73,47 +73,93 @@ class SkillBank:
 
 
 def _records(items, cls, where: str):
+    """The entries of one bank list, each checked for the fields SkillRL's prompt code reads (non-empty
+    strings); other fields (SkillRL's evolution adds some) are kept out of the prompt and not checked."""
     if not isinstance(items, list):
         raise ValueError(f"{where}: expected a list, got {type(items).__name__}")
+    if not items:
+        raise ValueError(f"{where}: empty (SkillRL's prompt draws entries from every list)")
     keys = list(cls.__dataclass_fields__)
     out = []
     for i, it in enumerate(items):
         w = f"{where}[{i}]"
         if not isinstance(it, dict):
-            raise ValueError(f"{w}: expected an object")
+            raise ValueError(f"{w}: expected an object, got {type(it).__name__}")
         for k in keys:
             if k not in it:
                 raise ValueError(f"{w}: missing key {k!r}")
             if not isinstance(it[k], str):
                 raise ValueError(f"{w}.{k}: expected a string, got {type(it[k]).__name__}")
+            if not it[k].strip():
+                raise ValueError(f"{w}.{k}: empty")
         out.append(cls(**{k: it[k] for k in keys}))
     return tuple(out)
 
 
-def load_bank(path: str | Path | None = None) -> SkillBank:
-    """Load a skill bank in SkillRL's schema; every schema violation names the file and the key path."""
+def _unique_ids(records, id_key: str, where: str) -> None:
+    seen: dict[str, str] = {}
+    for name, rec in records:
+        i = getattr(rec, id_key)
+        if i in seen:
+            raise ValueError(f"{where}: {id_key} {i!r} appears twice ({seen[i]} and {name})")
+        seen[i] = name
+
+
+def load_bank(path: str | Path | None = None, categories: Sequence[str] = CATEGORIES) -> SkillBank:
+    """Load a skill bank in SkillRL's JSON schema (its `memory_data/alfworld/claude_style_skills.json`):
+
+        {"general_skills": [{skill_id, title, principle, when_to_apply}, ...],
+         "task_specific_skills": {<category>: [{skill_id, title, principle, when_to_apply}, ...], ...},
+         "common_mistakes": [{mistake_id, description, why_it_happens, how_to_avoid}, ...]}
+
+    Checked before any use: the three top-level keys; `task_specific_skills` has exactly the ALFWorld
+    categories SkillRL's keyword rule picks (`categories`), none empty; every entry has SkillRL's fields as
+    non-empty strings; ids are unique. Every violation names the file and the key path."""
     path = Path(path) if path else DEFAULT_BANK
+    where = f"skill bank {path}"
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise ValueError(f"skill bank {path}: file not found") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"skill bank {path}: not JSON: {e}") from None
+        raise ValueError(f"{where}: file not found") from None
+    except IsADirectoryError:
+        raise ValueError(f"{where}: is a folder, not a JSON file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{where}: not JSON: {e}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"skill bank {path}: expected a JSON object at the top")
+        raise ValueError(f"{where}: expected a JSON object at the top")
     for k in ("general_skills", "task_specific_skills", "common_mistakes"):
         if k not in data:
-            raise ValueError(f"skill bank {path}: missing key {k!r}")
+            raise ValueError(f"{where}: missing key {k!r}")
     ts = data["task_specific_skills"]
     if not isinstance(ts, dict):
-        raise ValueError(f"skill bank {path}: task_specific_skills must map a category to a list of skills")
-    return SkillBank(
-        general_skills=_records(data["general_skills"], Skill, f"skill bank {path}: general_skills"),
-        task_specific_skills={c: _records(v, Skill, f"skill bank {path}: task_specific_skills.{c}")
-                              for c, v in ts.items()},
-        common_mistakes=_records(data["common_mistakes"], Mistake, f"skill bank {path}: common_mistakes"),
+        raise ValueError(f"{where}: task_specific_skills must map a category to a list of skills")
+    unknown = sorted(set(ts) - set(categories))
+    if unknown:
+        raise ValueError(f"{where}: task_specific_skills has unknown categor{'y' if len(unknown) == 1 else 'ies'} "
+                         f"{', '.join(map(repr, unknown))} (SkillRL's ALFWorld categories: {', '.join(categories)})")
+    missing = [c for c in categories if c not in ts]
+    if missing:
+        raise ValueError(f"{where}: task_specific_skills lacks categor{'y' if len(missing) == 1 else 'ies'} "
+                         f"{', '.join(map(repr, missing))} (every ALFWorld task falls in one of {', '.join(categories)})")
+    bank = SkillBank(
+        general_skills=_records(data["general_skills"], Skill, f"{where}: general_skills"),
+        task_specific_skills={c: _records(ts[c], Skill, f"{where}: task_specific_skills.{c}") for c in categories},
+        common_mistakes=_records(data["common_mistakes"], Mistake, f"{where}: common_mistakes"),
         source=str(path),
     )
+    skills = [(f"general_skills[{i}]", s) for i, s in enumerate(bank.general_skills)]
+    skills += [(f"task_specific_skills.{c}[{i}]", s) for c, v in bank.task_specific_skills.items() for i, s in enumerate(v)]
+    _unique_ids(skills, "skill_id", where)
+    _unique_ids([(f"common_mistakes[{i}]", m) for i, m in enumerate(bank.common_mistakes)], "mistake_id", where)
+    return bank
+
+
+def bank_summary(bank: SkillBank) -> str:
+    """One line naming a bank and its sizes, for logs and tables ("12 general, 32 task-specific, 11 mistakes")."""
+    n_task = sum(len(v) for v in bank.task_specific_skills.values())
+    return (f"{bank.source}: {len(bank.general_skills)} general, {n_task} task-specific "
+            f"({len(bank.task_specific_skills)} categories), {len(bank.common_mistakes)} mistakes, "
+            f"{len(bank.general_skills) + n_task + len(bank.common_mistakes)} entries")
 
 
 def detect_category(task: str) -> str:

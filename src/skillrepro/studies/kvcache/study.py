@@ -205,6 +205,19 @@ def counter_row(counters: dict, rows: Sequence[SimRow], kv: "KVConfig") -> Count
 # -- configuration --------------------------------------------------------------------------------------
 
 
+# A preset value the user must replace before the study starts (the GPU preset's SkillRL bank).
+PLACEHOLDER_HINTS = {
+    "bank": "set it to SkillRL's ALFWorld skill bank, memory_data/alfworld/claude_style_skills.json of "
+            "github.com/aiming-lab/SkillRL (55 entries), or to null for the shipped default bank (34 entries, "
+            "our wording; README, Deviations)",
+}
+
+
+def is_placeholder(value) -> bool:
+    """`<...>` marks a value a preset leaves for the user to fill in."""
+    return isinstance(value, str) and value.strip().startswith("<") and value.strip().endswith(">")
+
+
 @dataclass(frozen=True)
 class KVConfig:
     """The `kvcache:` section (schemas/kvcache.schema.yaml), defaults filled in by the schema."""
@@ -253,8 +266,14 @@ class KVConfig:
         # frozen and hashable, and a plain value in Snakemake's params: the overrides as sorted JSON
         kv["models"] = tuple((m["name"], json.dumps(m.get("llm") or {}, sort_keys=True)) for m in models)
         for key in ("bank", "templates_dir"):
+            if kv.get(key) and is_placeholder(kv[key]):
+                raise ValueError(f"kvcache.{key} is still the preset's placeholder {kv[key]!r}: "
+                                 + PLACEHOLDER_HINTS.get(key, "set it to a path"))
             if kv.get(key) and not Path(kv[key]).exists():
                 raise ValueError(f"kvcache.{key}: {kv[key]} does not exist")
+        from skillrepro.studies.kvcache.formats import load_bank
+
+        load_bank(kv.get("bank"))  # a bank that breaks SkillRL's schema stops the study here, not mid-run
         if kv.get("replay") not in (None, "planner") and not Path(kv["replay"]).exists():
             raise ValueError(f"kvcache.replay: {kv['replay']} is neither 'planner' nor an existing file or folder")
         return cls(**kv)
