@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
-def snakemake(*args, cwd=ROOT, check=True):
-    proc = subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True)
+def snakemake(*args, cwd=ROOT, check=True, umask=-1):
+    proc = subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, umask=umask)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
@@ -68,10 +68,16 @@ def copy_workflow(dest: Path) -> None:
 def test_tiny_run_end_to_end_then_only_the_figure_reruns(tmp_path):
     copy_workflow(tmp_path)
     cfg = str(ROOT / "tests" / "data" / "tiny.yaml")
-    snakemake("all", "--cores", "2", "--configfile", cfg, cwd=tmp_path)
+    snakemake("all", "--cores", "2", "--configfile", cfg, cwd=tmp_path, umask=0o022)
 
     main = pd.read_csv(tmp_path / "results/tables/main.csv")
     assert list(main.variant) == ["react", "speedrunner"]
+    # Shareable: tables, figures, records and libraries have the umask's modes (0644, folders 0755).
+    run = tmp_path / "results/runs/babyai/speedrunner/seed0"
+    for path in ("results/tables/main.csv", "results/figures/figure2.png", run / "eval/v2/episodes.parquet",
+                 run / "library/v1/manifest.json"):
+        assert oct((tmp_path / path).stat().st_mode & 0o777) == oct(0o644), path
+    assert oct((run / "library/v1").stat().st_mode & 0o777) == oct(0o755)
     for _, row in main.iterrows():
         assert (row.benchmark, row.method, row.n_seeds, row.n_episodes) == ("babyai", row.variant, 1, 2)
         assert row.library_version == 2 and row.train_rollouts == 2

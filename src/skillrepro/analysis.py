@@ -481,8 +481,11 @@ def truncation_metrics(eps: pd.DataFrame, shown: dict[str, tuple[int, int]], stu
 def _save(fig, out: str | Path) -> None:
     import matplotlib.pyplot as plt
 
+    from skillrepro.store import atomic_path
+
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    with atomic_path(out) as tmp:  # a half-drawn figure never stands as the output; the umask's mode
+        fig.savefig(tmp, dpi=120, format=Path(out).suffix.lstrip(".") or "png")
     plt.close(fig)
 
 

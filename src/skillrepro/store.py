@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import tempfile
 import typing
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -141,28 +143,69 @@ def write_records(path: str | Path, records: Iterable[Any], cls: type) -> Path:
 
 
 def write_table(path: str | Path, table: pa.Table) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return Path(path)
 
 
 def write_text(path: str | Path, text: str) -> Path:
     """Atomic text write, for manifests and small JSON outputs."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+    return Path(path)
+
+
+def shared_mode(directory: bool = False) -> int:
+    """The mode a plain `open()` (or `mkdir`) would give a new file (folder) under the process's umask:
+    0644 (0755) under umask 022. Temporary files and folders are made 0600/0700 whatever the umask."""
+    return (0o777 if directory else 0o666) & ~_umask()
+
+
+def _umask() -> int:
+    try:  # Linux reports it without changing it (os.umask can only be read by setting it)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Write `path` atomically: the block writes the yielded temporary path in the same folder, which then
+    gets the mode the umask gives a new file and is renamed onto `path`; an error leaves no file behind.
+    Every atomic file writer of the package (records, tables, figures, manifests) goes through here, so
+    what a user shares is readable as their umask says, not mkstemp's 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-    return path
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.chmod(tmp, shared_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def atomic_dir(folder: str | Path) -> Iterator[Path]:
+    """A temporary sibling folder for `folder`, given the umask's folder mode; the caller renames it into
+    place (see skills.Library.write). Removed if the block fails."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        os.chmod(tmp, shared_mode(directory=True))
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def read_records(path: str | Path, cls: type) -> list[Any]:

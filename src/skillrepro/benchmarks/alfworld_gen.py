@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import os
 import random
-import tempfile
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import alfworld.gen.constants as C
 import alfworld.gen.goal_library as goal_library
+
+from skillrepro.store import write_text
 
 # Bump when a change alters the games a seed produces; the cache folder is keyed by it.
 GENERATOR_VERSION = 1
@@ -317,8 +318,5 @@ def cached_game(task_type: str, seed: int, cache_dir: str | os.PathLike | None =
     game = generate(task_type, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Write then rename, so parallel jobs never read half a file.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(asdict(game), f)
-    os.replace(tmp, path)
+    write_text(path, json.dumps(asdict(game)))
     return game

@@ -9,9 +9,10 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+
+from skillrepro.store import atomic_dir
 
 
 @dataclass(frozen=True)
@@ -60,29 +61,51 @@ class Library:
         folder = Path(folder)
         if (folder / "manifest.json").exists():
             raise FileExistsError(f"library version {folder} already exists and is never rewritten")
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-        (tmp / "skills.py").write_text(self.source)
-        (tmp / "notes.md").write_text(self.notes)
-        manifest = {
-            "version": self.version,
-            "functions": [asdict(f) | {"sha256": f.sha256} for f in self.functions],
-            "meta": self.meta,
-        }
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
-        if folder.exists():
-            shutil.rmtree(folder)  # an incomplete earlier attempt (no manifest)
-        os.replace(tmp, folder)
+        with atomic_dir(folder) as tmp:  # the umask's folder mode, not mkdtemp's 0700
+            (tmp / "skills.py").write_text(self.source)
+            (tmp / "notes.md").write_text(self.notes)
+            manifest = {
+                "version": self.version,
+                "functions": [asdict(f) | {"sha256": f.sha256} for f in self.functions],
+                "meta": self.meta,
+            }
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+            if folder.exists():
+                shutil.rmtree(folder)  # an incomplete earlier attempt (no manifest)
+            os.replace(tmp, folder)
         return folder
 
     def next_version(self, **changes) -> "Library":
         return replace(self, version=self.version + 1, **changes)
 
 
+MAX_SOURCE_CHARS = 200_000  # model-written code longer than this is refused unread
+MAX_NESTING = 100  # AST depth; deeper trees crash ast.unparse and compile with RecursionError
+
+
+def parse_untrusted(source: str, mode: str = "exec") -> ast.AST:
+    """ast.parse for model-written code: bounded in size and nesting, and every way the parser can fail
+    (RecursionError, MemoryError, ValueError for NUL bytes) comes back as a SyntaxError naming the cause,
+    so that the model reads an error instead of the job crashing (again on every rerun)."""
+    if len(source) > MAX_SOURCE_CHARS:
+        raise SyntaxError(f"the code is {len(source)} characters long; the limit is {MAX_SOURCE_CHARS}")
+    try:
+        tree = ast.parse(source, mode=mode)
+    except (RecursionError, MemoryError, ValueError) as e:
+        raise SyntaxError(f"the code cannot be parsed ({type(e).__name__}: nested too deeply or malformed)") from None
+    stack = [(tree, 0)]
+    while stack:  # iterative: a recursive walk is what this guards against
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise SyntaxError(f"the code is nested more than {MAX_NESTING} levels deep")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return tree
+
+
 def parse_functions(source: str, public: set[str] | None = None) -> tuple[SkillFunction, ...]:
     """Split Python source into top-level functions; `public` names the ones the actor sees (default: all
     whose names do not start with an underscore)."""
-    tree = ast.parse(source)
+    tree = parse_untrusted(source)
     names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     out = []
     for node in tree.body:
