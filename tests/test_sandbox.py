@@ -20,8 +20,8 @@ from skillrepro.benchmarks import get_benchmark
 from skillrepro.benchmarks.base import ActionError
 from skillrepro.skills import Library, parse_functions
 from skillrepro.skills import sandbox
-from skillrepro.skills.sandbox import (WORKER, SandboxError, SandboxLimits, SandboxSession, render_outcome, skill_tools,
-                                       tag_skill_calls)
+from skillrepro.skills.sandbox import (WORKER, SandboxError, SandboxLimits, SandboxPolicy, SandboxSession, render_outcome,
+                                       skill_tools, tag_skill_calls)
 
 # The wall clock is generous because the CPU is shared: a 1 s CPU budget can take several seconds.
 LIMITS = SandboxLimits(call_wall_s=20, call_cpu_s=1, memory_bytes=1 << 30, max_primitives=20, output_chars=2000)
@@ -204,7 +204,7 @@ def test_skill_tools_expose_public_skills_only_and_tag_steps():
     lib = Library(0, parse_functions(src))
     env = make_env()
     calls: list = []
-    tools = skill_tools(lib, env, calls.append, LIMITS)
+    tools = skill_tools(lib, env, calls.append, SandboxPolicy(), LIMITS)
     assert [t.name for t in tools] == ["forward_once", "go"]
     assert tools[1].params == (("n", "int"),) and tools[1].doc == "Go n steps."
     assert tools[1].run([2]) == "went"
@@ -596,17 +596,16 @@ def test_without_bwrap_the_worker_layers_still_contain(no_bwrap, tmp_path):
     s.close()
 
 
-def test_a_required_layer_that_is_missing_refuses_to_run(no_bwrap, monkeypatch):
-    s, calls, env = session("", require=("bwrap", "seccomp"))
+def test_a_required_layer_that_is_missing_refuses_to_run(no_bwrap):
+    s, calls, env = session("", policy=SandboxPolicy(("bwrap", "seccomp")))
     with pytest.raises(SandboxError, match=r"config key sandbox.require: layer\(s\) bwrap unavailable"):
         s.call_skill("forward_once", [])
     assert env.n_primitive_steps == 0 and not calls
-    monkeypatch.setattr(sandbox, "REQUIRED", ())
     with pytest.raises(SandboxError, match="bwrap"):
-        sandbox.configure(["bwrap"])
+        sandbox.probe(SandboxPolicy(("bwrap",)))
     with pytest.raises(SandboxError, match="unknown layer"):
-        sandbox.configure(["chroot"])
-    assert sandbox.configure(["seccomp"])["seccomp"].startswith("foreign architectures")
+        SandboxPolicy(("chroot",))
+    assert sandbox.probe(SandboxPolicy(("seccomp",)))["seccomp"].startswith("foreign architectures")
 
 
 def test_with_bwrap_every_layer_is_active_here():

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 
 from skillrepro import config as cfg
 from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
+from skillrepro.skills.sandbox import SandboxPolicy, probe
 
 
 class RunSettingsError(RuntimeError):
@@ -45,6 +46,7 @@ class RunSettings:
     bench: BenchmarkConfig
     method: MethodConfig
     llm: LLMConfig  # with the run's sampling seed
+    sandbox: SandboxPolicy  # config key sandbox.require: every sandbox the job starts must have these layers
 
 
 def run_settings(snakemake: Any, library_dir: Path) -> RunSettings:
@@ -61,7 +63,9 @@ def run_settings(snakemake: Any, library_dir: Path) -> RunSettings:
             f"{snakemake.params.settings}); rerun it from the start with `--forcerun init_library` (or delete "
             f"{manifest.parent.parent.parent}) so that no run mixes two settings"
         )
-    return RunSettings(cfg.benchmark(c, w.bench), cfg.method(c, w.variant), seeded(cfg.llm_config(c), w.seed))
+    policy = SandboxPolicy(cfg.sandbox_require(c))
+    probe(policy)  # logs this machine's layers; a required one that is missing fails the job before any work
+    return RunSettings(cfg.benchmark(c, w.bench), cfg.method(c, w.variant), seeded(cfg.llm_config(c), w.seed), policy)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, Prompts, primit
 from skillrepro.config import OPERATIONAL_LLM_KEYS, BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.llm.client import LLMClient, session
 from skillrepro.methods import TaskContext, default_next_task, get_method
-from skillrepro.skills.sandbox import tag_skill_calls
+from skillrepro.skills.sandbox import SandboxPolicy, tag_skill_calls
 from skillrepro.store import Episode, LLMCall, SkillCall, Step, read_records, write_records
 
 RECORD_TABLES = {"episodes": Episode, "steps": Step, "llm_calls": LLMCall, "skill_calls": SkillCall}
@@ -73,6 +73,7 @@ def run_batch(
     history_dirs: tuple[Path, ...] = (),
     client: LLMClient | None = None,
     logger: logging.Logger | None = None,
+    sandbox: SandboxPolicy = SandboxPolicy(),
 ) -> BatchOutcome:
     """Play `task_ids` and write episodes/steps/llm_calls/skill_calls.parquet into `out_dir`.
 
@@ -84,7 +85,7 @@ def run_batch(
         with session(llm) as client:
             return run_batch(bench=bench, llm=llm, library_dir=library_dir, task_ids=task_ids, spec=spec,
                              out_dir=out_dir, wall_s=wall_s, prompts=prompts, notes=notes, method=method,
-                             history_dirs=history_dirs, client=client, logger=logger)
+                             history_dirs=history_dirs, client=client, logger=logger, sandbox=sandbox)
     log = logger or logging.getLogger("skillrepro.runner")
     out_dir = Path(out_dir)
     prompts = prompts or Prompts()
@@ -121,7 +122,7 @@ def run_batch(
         with env_lock:
             env = _Locked(benchmark.make(task_id), env_lock)
         skill_calls: list[SkillCall] = []
-        tools = primitive_tools(env) + skills.tools_for(library, env, skill_calls.append, shown)
+        tools = primitive_tools(env) + skills.tools_for(library, env, skill_calls.append, shown, sandbox)
         episode_id = f"{spec.run_id}/{spec.split}/c{spec.cycle}/{task_id}/{_digest(key, str(i))[:8]}"
         rec: EpisodeRecords = episode_actor.run(env, tools, spec, log.info, episode_id=episode_id)
         tag_skill_calls(skill_calls, rec.episode.episode_id, rec.steps)

@@ -3,13 +3,10 @@ import json
 from pathlib import Path
 
 from skillrepro.agent import EpisodeSpec
-from skillrepro.config import sandbox_require
 from skillrepro.pipeline import run_id, run_settings, setup_logging
 from skillrepro.runner import run_batch
-from skillrepro.skills.sandbox import configure as configure_sandbox
 
 log = setup_logging(snakemake)
-configure_sandbox(sandbox_require(snakemake.config))  # logs its layers; refuses if a required one is missing
 w, p = snakemake.wildcards, snakemake.params
 library_dir = Path(snakemake.input.library).parent
 run = run_settings(snakemake, library_dir)
@@ -17,4 +14,4 @@ task_ids = json.loads(Path(snakemake.input.tasks).read_text())
 spec = EpisodeSpec(run_id(w), w.bench, run.method.method, w.variant, int(w.seed), "test", int(w.k), int(w.k))
 run_batch(bench=run.bench, llm=run.llm, library_dir=library_dir,
           task_ids=task_ids, spec=spec, out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s,
-          method=run.method, logger=log)
+          method=run.method, logger=log, sandbox=run.sandbox)

@@ -1,15 +1,12 @@
 """Sleep phase k: the variant's method turns library v{k-1} and the training history into v{k}."""
 from pathlib import Path
 
-from skillrepro.config import sandbox_require
 from skillrepro.methods import InduceContext, get_method
 from skillrepro.pipeline import run_id, run_settings, setup_logging
 from skillrepro.skills import Library
-from skillrepro.skills.sandbox import configure as configure_sandbox
 from skillrepro.store import LLMCall, write_records, write_text
 
 log = setup_logging(snakemake)
-configure_sandbox(sandbox_require(snakemake.config))  # logs its layers; refuses if a required one is missing
 w, p, out = snakemake.wildcards, snakemake.params, snakemake.output
 previous = Path(snakemake.input.library).parent
 run = run_settings(snakemake, previous)
@@ -18,6 +15,7 @@ ctx = InduceContext(
     history_dirs=tuple(Path(b).parent for b in snakemake.input.batches),
     library_root=previous.parent, out_dir=Path(out.library).parent, record_dir=Path(out.llm_calls).parent,
     run_id=run_id(w), bench=run.bench, method=run.method, llm=run.llm, request_budget=p.request_budget,
+    sandbox=run.sandbox,
 )
 library = get_method(run.method.method).induce(ctx)
 # Every sleep phase leaves the same declared records, even a method that makes no LLM call.

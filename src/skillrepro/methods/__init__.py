@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig
 from skillrepro.skills import Library
+from skillrepro.skills.sandbox import SandboxPolicy
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class InduceContext:
     method: MethodConfig
     llm: LLMConfig
     request_budget: int
+    sandbox: SandboxPolicy = SandboxPolicy()  # config key sandbox.require, for every sandbox the phase starts
 
     @property
     def options(self) -> Any:

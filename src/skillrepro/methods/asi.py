@@ -88,7 +88,7 @@ def _induce(ctx: InduceContext, client, replay: bool) -> Library:
         reply = client.chat([{"role": "system", "content": system}, {"role": "user", "content": user}],
                             role="inducer", session_id=session_id, max_tokens=max_tokens, seed=n)
         calls.append(reply.record)
-        added, refused = append_functions(library, reply_code(reply.text), primitives)
+        added, refused = append_functions(library, reply_code(reply.text), primitives, ctx.sandbox)
         refused += [f"{f.name}: over max_new_per_episode" for f in added[opts.max_new_per_episode:]]
         added = added[: opts.max_new_per_episode]
         entry = {"episode_id": trace.episode_id, "task_id": trace.task_id, "reply": reply.text,
@@ -125,7 +125,8 @@ def _replay(ctx: InduceContext, client, candidate: Library, trace: Trace, n: int
     spec = EpisodeSpec(ctx.run_id, ctx.bench.name, ctx.method.method, ctx.method.variant, seed, "replay",
                        ctx.cycle, candidate.version + 1)
     outcome = run_batch(bench=ctx.bench, llm=ctx.llm, library_dir=lib_dir, task_ids=[trace.task_id], spec=spec,
-                        out_dir=folder, wall_s=opts.replay_wall_s, method=ctx.method, client=client)
+                        out_dir=folder, wall_s=opts.replay_wall_s, method=ctx.method, client=client,
+                        sandbox=ctx.sandbox)
     shutil.rmtree(lib_dir, ignore_errors=True)
     # The replay's calls are a sleep-phase cost: they move into the sleep phase's llm_calls table.
     calls = [replace(c, role="replay") for c in read_records(folder / "llm_calls.parquet", LLMCall)]

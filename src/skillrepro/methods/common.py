@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillrepro.skills.library import Library, SkillFunction, parse_functions
+from skillrepro.skills.library import Library, SkillFunction, parse_functions, parse_untrusted
+from skillrepro.skills.sandbox import SandboxPolicy
 from skillrepro.store import LLMCall, write_records, write_text
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
@@ -114,14 +115,15 @@ def longest_parsing_prefix(lines: list[str]) -> str | None:
     for end in range(len(lines), 0, -1):
         chunk = "\n".join(lines[:end])
         try:
-            ast.parse(chunk)
+            parse_untrusted(chunk)
             return chunk
         except SyntaxError:
             continue
     return None
 
 
-def append_functions(library: Library, code: str, primitives: set[str]) -> tuple[list[SkillFunction], list[str]]:
+def append_functions(library: Library, code: str, primitives: set[str],
+                     policy: SandboxPolicy) -> tuple[list[SkillFunction], list[str]]:
     """The functions in `code` that may be appended to `library` without touching what is there: new names
     only (no edits, no deletions), no primitive hidden, and the library with them still loads. Returns
     (added, why each other one was refused)."""
@@ -137,7 +139,7 @@ def append_functions(library: Library, code: str, primitives: set[str]) -> tuple
             refused.append(f"{f.name}: the name is taken (append-only)")
             continue
         candidate = {g.name: g for g in (*library.functions, *added, f)}
-        problem = load_check(candidate)
+        problem = load_check(candidate, policy)
         if problem:
             refused.append(f"{f.name}: {problem}")
             continue

@@ -31,7 +31,8 @@ from typing import Any, Literal
 from skillrepro.methods import InduceContext, register
 from skillrepro.methods.common import longest_parsing_prefix
 from skillrepro.skills.library import Library, SkillFunction, parse_functions
-from skillrepro.skills.sandbox import SandboxLimits, SandboxSession, _system_read_paths
+from skillrepro.skills.library import parse_untrusted
+from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession
 from skillrepro.store import LLMCall, schema, write_records, write_text
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
@@ -39,7 +40,10 @@ HISTORY_TABLES = ("episodes", "steps", "llm_calls", "skill_calls")
 LAST_CHANCE_PREFILL = "Action: write_function(public=True)\n```python\ndef "
 MIN_REPLY_TOKENS = 256  # an inducer reply is llm.max_tokens long, but at least this: a function needs room
 OBS_CHARS = 3000  # tool output shown to the model per request
-INTERPRETER_LIMITS = SandboxLimits(call_wall_s=60, call_cpu_s=30, memory_bytes=4 << 30, output_chars=OBS_CHARS)
+# The interpreter loads the run's history into DuckDB when it starts: on a busy laptop that can take more
+# than a skill worker's 30 s.
+INTERPRETER_LIMITS = SandboxLimits(call_wall_s=60, call_cpu_s=30, memory_bytes=4 << 30, output_chars=OBS_CHARS,
+                                   start_wall_s=180, scratch_bytes=512 << 20)
 SMOKE_LIMITS = SandboxLimits(call_wall_s=15, call_cpu_s=5, max_primitives=100, output_chars=1000)
 
 HELPER_API = """In execute_code these names are predefined (a notebook: your variables persist between calls):
@@ -88,6 +92,7 @@ class Session:
     functions: dict[str, SkillFunction]
     primitives: set[str]
     all_public: bool
+    policy: SandboxPolicy = SandboxPolicy()  # what every sandbox the session starts must have
     transcript: list[dict] = field(default_factory=list)
     writes_ok: int = 0
     finished: bool = False
@@ -229,9 +234,10 @@ def recent_trajectories(files: dict[str, list[str]], openings: dict[str, str], c
 
 
 # ------------------------------------------------------------------------------------------ tools
-def load_check(functions: dict[str, SkillFunction]) -> str:
-    """'' if the library loads in the sandbox (no environment is stepped); otherwise what went wrong."""
-    s = SandboxSession(source=Library(0, tuple(functions.values())).source, limits=SMOKE_LIMITS)
+def load_check(functions: dict[str, SkillFunction], policy: SandboxPolicy) -> str:
+    """'' if the library loads in the sandbox (no environment is stepped); otherwise what went wrong. A
+    sandbox that cannot start, or lacks a layer `policy` requires, raises SandboxError: the job fails."""
+    s = SandboxSession(source=Library(0, tuple(functions.values())).source, limits=SMOKE_LIMITS, policy=policy)
     try:
         s._ensure()
         return f"the library does not load: {s.load_error}" if s.load_error else ""
@@ -239,19 +245,20 @@ def load_check(functions: dict[str, SkillFunction]) -> str:
         s.close()
 
 
-def smoke_check(functions: dict[str, SkillFunction], new: list[str], bench, task_ids: list[str]) -> str:
+def smoke_check(functions: dict[str, SkillFunction], new: list[str], bench, task_ids: list[str],
+                policy: SandboxPolicy) -> str:
     """Replay check (option `replay_check`, off in every paper preset): '' if the library loads and each new
     function without required arguments runs on a fresh past training task without raising."""
     lib = Library(0, tuple(functions.values()))
     env = bench.make(task_ids[0]) if task_ids else None
     if env is None:
-        return load_check(functions)
+        return load_check(functions, policy)
     env.reset()
-    s = SandboxSession(source=lib.source, env=env, limits=SMOKE_LIMITS)
+    s = SandboxSession(source=lib.source, env=env, limits=SMOKE_LIMITS, policy=policy)
     try:
         for name in new:
             f = functions[name]
-            node = ast.parse(f.source).body[0]
+            node = parse_untrusted(f.source).body[0]
             required = len(node.args.args) - len(node.args.defaults)
             out = s.call_skill(name, []) if required == 0 else None
             if s.load_error:
@@ -275,7 +282,7 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
         return "Error: no code block found; put the function in a ```python block."
     dropped = ""
     try:
-        tree = ast.parse(code)
+        tree = parse_untrusted(code)
     except SyntaxError as e:
         # A reply cut off by the token limit ends in half a function: keep the complete ones before it.
         lines = code.splitlines()
@@ -285,7 +292,7 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
             return f"Error: the code does not parse: {e.msg} (line {e.lineno}). Nothing was saved."
         dropped = f" (lines {cut + 1}-{len(lines)} did not parse and were dropped: {e.msg})"
         code = "\n".join(lines[:cut])
-        tree = ast.parse(code)
+        tree = parse_untrusted(code)
     defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
     if not defs:
         return "Error: no function definition (def name(...):) in the code block. Nothing was saved."
@@ -303,8 +310,8 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
     # Callees were computed within the written block; recompute over the whole library.
     whole = {f.name: f for f in parse_functions(Library(0, tuple(candidate.values())).source)}
     candidate = {n: SkillFunction(n, c.public, c.signature, c.doc, c.source, whole[n].callees) for n, c in candidate.items()}
-    problem = (smoke_check(candidate, [f.name for f in parsed], bench, task_ids) if replay
-               else load_check(candidate))
+    problem = (smoke_check(candidate, [f.name for f in parsed], bench, task_ids, sess.policy) if replay
+               else load_check(candidate, sess.policy))
     if problem:
         return f"Error: not saved, the check failed: {problem}"
     sess.functions = candidate
@@ -371,7 +378,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
     summary, task_ids = _history_facts(files)
     openings = _openings(bench, task_ids)  # resets only: the task's first observation, nothing is stepped
     primitives = {p.name for p in bench.primitives()}
-    sess = Session({f.name: f for f in ctx.library.functions}, primitives, all_public)
+    sess = Session({f.name: f for f in ctx.library.functions}, primitives, all_public, ctx.sandbox)
     session_id = f"{ctx.run_id}/induce/v{ctx.library.version + 1}"
     record_dir = ctx.record_dir
 
@@ -400,13 +407,19 @@ def induce(ctx: InduceContext, client=None) -> Library:
         tables = ", ".join(f"{t}({', '.join(c for c, _ in empty[t])})" for t in HISTORY_TABLES)
         tables += ", openings(task_id, opening: the task's first observation, with its mission)"
         task_msg.append(HELPER_API.format(tables=tables))
-        read_paths = _system_read_paths() + [str(d) for d in ctx.history_dirs] + [str(ctx.library_root)]
         sandbox = SandboxSession(
-            site_packages=True, limits=INTERPRETER_LIMITS, read_paths=read_paths,
+            site_packages=True, limits=INTERPRETER_LIMITS, policy=ctx.sandbox,
             db={"tables": files, "empty_schemas": {t: _duck_types(c) for t, c in empty.items()},
                 "inline": {"openings": [{"task_id": t, "opening": o} for t, o in openings]},
                 "library_versions": {str(v): str(ctx.library_root / f"v{v}" / "skills.py")
                                      for v in range(ctx.library.version + 1)}})
+        # The interpreter is this method's defining tool: one that cannot start, or lacks a required layer,
+        # fails the sleep phase (SandboxError) instead of letting it write a library without analysis.
+        try:
+            sandbox.start()
+        except BaseException:
+            sandbox.close()
+            raise
     else:
         traj = recent_trajectories(files, dict(openings), max(1000, ctx_chars // 2))
         task_msg.append(f"Recent episodes:\n{traj}")
@@ -499,7 +512,7 @@ def _final_functions(sess: Session) -> dict[str, SkillFunction]:
     """Every write was checked; still, keep only what parses and loads together (belt and braces)."""
     funcs = dict(sess.functions)
     while funcs:
-        if not load_check(funcs):
+        if not load_check(funcs, sess.policy):
             return funcs
         bad = [n for n, f in funcs.items() if _does_not_compile(f.source)] or [list(funcs)[-1]]
         del funcs[bad[0]]
@@ -508,7 +521,7 @@ def _final_functions(sess: Session) -> dict[str, SkillFunction]:
 
 def _parses(src: str) -> bool:
     try:
-        ast.parse(src)
+        parse_untrusted(src)
         return True
     except SyntaxError:
         return False
@@ -516,9 +529,9 @@ def _parses(src: str) -> bool:
 
 def _does_not_compile(src: str) -> bool:
     try:
-        compile(src, "<skill>", "exec")
+        compile(parse_untrusted(src), "<skill>", "exec")
         return False
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
         return True
 
 

@@ -232,7 +232,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
                                   role="skill_writer", session_id=session_id, max_tokens=max_tokens, seed=2 * n + 1)
             calls.append(written.record)
             code = _renamed(reply_code(written.text), {f.name for f in library.functions} | primitives)
-            added, refused = append_functions(library, code, primitives)
+            added, refused = append_functions(library, code, primitives, ctx.sandbox)
             added = added[:1]  # one skill per achieved goal
             for f in added:
                 descriptions[f.name] = f.doc or goal

@@ -27,6 +27,7 @@ import traceback
 
 IN_FD, OUT_FD = 0, 1  # replaced by private duplicates in main()
 NOBODY = 65534
+RESTART = "InterpreterRestart"  # starts the exec result of a cell that left something running (sandbox.py)
 _CALL = {"id": "init", "seq": 0}  # the call the frames belong to, and the next sequence number
 
 
@@ -188,6 +189,9 @@ def _landlock(scratch: str, read_paths: list[str] | None, report: dict) -> None:
     if read_paths is not None:
         for p in read_paths:
             allow(p, read_rights)
+        # The process's own /proc entry (not /proc/self, which would follow whoever reads it): its threads'
+        # seccomp modes are read from there after the layers (_thread_report). Nothing in it is secret.
+        allow(f"/proc/{os.getpid()}", known["READ_FILE"] | known["READ_DIR"])
     if libc.syscall(SYS_RESTRICT, fd, 0) != 0:
         report["landlock"] = [False, f"restrict_self failed ({os.strerror(ctypes.get_errno())})"]
     else:
@@ -257,6 +261,8 @@ def seccomp_program() -> list[tuple[int, int, int, int]]:
 
 
 def _seccomp(report: dict) -> None:
+    """Install the filter on every thread of this process at once (seccomp(2) with TSYNC: prctl would cover
+    only the calling thread). The layer's report comes from what the kernel says per thread (_thread_report)."""
     if os.uname().machine != "x86_64":
         report["seccomp"] = [False, f"not installed (the filter is written for x86_64, this is {os.uname().machine})"]
         return
@@ -265,11 +271,59 @@ def _seccomp(report: dict) -> None:
     filt = b"".join(struct.pack("<HBBI", *ins) for ins in prog)
     buf = ctypes.create_string_buffer(filt)
     fprog = struct.pack("<HxxxxxxQ", len(prog), ctypes.addressof(buf))
-    if libc.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0) == 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    SYS_SECCOMP, SET_MODE_FILTER, FLAG_TSYNC = 317, 1, 1
+    rc = libc.syscall(SYS_SECCOMP, SET_MODE_FILTER, FLAG_TSYNC, ctypes.c_char_p(fprog))
+    if rc == 0:
         report["seccomp"] = [True, "foreign architectures and x32 kill the process; denied: "
                              + ", ".join(sorted(_DENY)) + "; clone only for threads"]
+    elif rc > 0:  # TSYNC names the thread it could not synchronise
+        report["seccomp"] = [False, f"thread {rc} could not be synchronised"]
     else:
         report["seccomp"] = [False, f"failed ({os.strerror(ctypes.get_errno())})"]
+
+
+def _threads() -> list[str]:
+    return sorted(os.listdir("/proc/self/task"), key=int)
+
+
+def _thread_report(report: dict, landlock_probe: str) -> None:
+    """Replace the seccomp and Landlock reports by what the kernel shows for every thread: the Seccomp mode
+    of each /proc/self/task/*/status (2 = filter), and whether `landlock_probe` (a folder outside the read
+    allow-list) can be listed, from the main thread and from a fresh thread."""
+    modes = {}
+    for tid in _threads():
+        try:
+            with open(f"/proc/self/task/{tid}/status") as f:
+                modes[tid] = next((ln.split()[1] for ln in f if ln.startswith("Seccomp:")), "?")
+        except OSError:
+            modes[tid] = "?"  # the thread ended meanwhile
+    if report.get("seccomp", [False])[0]:
+        off = sorted(t for t, m in modes.items() if m != "2")
+        detail = f"; {len(modes)} thread(s), all in filter mode" if not off else ""
+        report["seccomp"] = [not off, report["seccomp"][1] + detail if not off
+                             else f"thread(s) {', '.join(off)} of {len(modes)} run without the filter"]
+    if report.get("landlock", [False])[0] and landlock_probe:
+        def probe(out: list) -> None:
+            try:
+                os.listdir(landlock_probe)
+                out.append(False)
+            except PermissionError:
+                out.append(True)
+            except OSError:
+                out.append(True)  # absent: nothing to read either way
+
+        seen: list = []
+        probe(seen)
+        try:
+            import threading
+
+            t = threading.Thread(target=probe, args=(seen,))
+            t.start()
+            t.join()
+        except RuntimeError:
+            seen.append(True)  # no thread can start (RLIMIT_NPROC): none can escape either
+        if not all(seen):
+            report["landlock"] = [False, f"reading {landlock_probe} outside the allow-list succeeded"]
 
 
 def _drop_capabilities(report: dict) -> None:
@@ -283,7 +337,7 @@ def _drop_capabilities(report: dict) -> None:
     report["capabilities"] = [ok, "all dropped" if ok else f"capset failed ({os.strerror(ctypes.get_errno())})"]
 
 
-def _rlimits(lim: dict, report: dict) -> None:
+def _rlimits(lim: dict, report: dict, nproc: bool = True) -> None:
     def setlim(which, value):
         try:
             resource.setrlimit(which, (value, value))
@@ -295,7 +349,8 @@ def _rlimits(lim: dict, report: dict) -> None:
     setlim(resource.RLIMIT_CPU, int(lim["worker_cpu_s"]))
     setlim(resource.RLIMIT_CORE, 0)
     setlim(resource.RLIMIT_NOFILE, 64)
-    setlim(resource.RLIMIT_NPROC, 0)  # no new process or thread (never applied to uid 0)
+    if nproc:  # else set by _no_more_threads once the interpreter's DuckDB threads exist
+        setlim(resource.RLIMIT_NPROC, 0)  # no new process or thread (never applied to uid 0)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write fails with EFBIG instead of killing us
     nproc = "applies" if os.geteuid() != 0 else "NOT applied (uid 0)"
     report["rlimits"] = [not report.get("rlimit_errors"),
@@ -357,33 +412,51 @@ def _install_audit_hook(scratch: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- helpers for the inducer
-def _setup_db(db: dict) -> dict:
-    """Load this run's history into an in-memory DuckDB, then switch off file and network access for good."""
+def _build_history_db(db: dict, scratch: str) -> tuple[str, dict]:
+    """Copy this run's history into a DuckDB file in scratch, before any layer is applied (the records belong
+    to the parent's uid and sit outside the read allow-list). The connection is closed again, which joins
+    DuckDB's worker threads: the layers must be applied while this process has one thread (Landlock has no
+    thread-sync), and the threads DuckDB starts when the file is reopened inherit them all."""
     import duckdb
 
-    con = duckdb.connect(config={"threads": 1})
-    for table, files in db["tables"].items():
-        if files:
-            listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-            con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet([{listing}], union_by_name=true)")
-        elif db["empty_schemas"].get(table):
-            cols = ", ".join(f'"{c}" {t}' for c, t in db["empty_schemas"][table])
-            con.execute(f"CREATE TABLE {table} ({cols})")
-    for table, rows in db.get("inline", {}).items():  # small tables the parent computed (e.g. openings)
-        cols = list(rows[0]) if rows else ["task_id", "opening"]
-        con.execute(f"CREATE TABLE {table} ({', '.join(f'{c} VARCHAR' for c in cols)})")
-        if rows:
-            con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' for _ in cols)})",
-                            [[str(r[c]) for c in cols] for r in rows])
-    con.execute("SET enable_external_access = false")
-    con.execute("SET lock_configuration = true")
+    path = os.path.join(scratch, "history.duckdb")
+    if os.path.exists(path):  # an earlier child's copy (that child is dead); it may have been tampered with
+        os.unlink(path)
+    con = duckdb.connect(path, config={"threads": 1})
+    try:
+        for table, files in db["tables"].items():
+            if files:
+                listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+                con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet([{listing}], union_by_name=true)")
+            elif db["empty_schemas"].get(table):
+                cols = ", ".join(f'"{c}" {t}' for c, t in db["empty_schemas"][table])
+                con.execute(f"CREATE TABLE {table} ({cols})")
+        for table, rows in db.get("inline", {}).items():  # small tables the parent computed (e.g. openings)
+            cols = list(rows[0]) if rows else ["task_id", "opening"]
+            con.execute(f"CREATE TABLE {table} ({', '.join(f'{c} VARCHAR' for c in cols)})")
+            if rows:
+                con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' for _ in cols)})",
+                                [[str(r[c]) for c in cols] for r in rows])
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    os.chmod(path, 0o444)  # readable by nobody after the uid change; nobody may not rewrite it
     versions = {}
-    for v, path in db["library_versions"].items():
+    for v, lib in db["library_versions"].items():
         try:
-            with open(path) as f:
+            with open(lib) as f:
                 versions[int(v)] = f.read()
         except OSError:
             versions[int(v)] = ""
+    return path, versions
+
+
+def _open_history_db(path: str, versions: dict) -> dict:
+    """The inducer's helpers over the history file, opened read-only after every layer is in place."""
+    import duckdb
+
+    con = duckdb.connect(path, read_only=True, config={"threads": 1, "enable_external_access": False,
+                                                       "lock_configuration": True})
 
     def sql(query: str, limit: int = 50) -> list[dict]:
         """Run a read-only SQL query; return up to `limit` rows as dicts."""
@@ -532,23 +605,37 @@ class Worker:
         except BaseException as e:
             exc = "".join(traceback.format_exception(e)[-4:])
         out, total = self.out.take()
+        left = [k for k, v in _residue().items() if v != self.baseline.get(k)]
+        if left:  # the parent stops this process on this marker before it answers the model
+            exc = (f"{RESTART}: the cell left {', '.join(left)} behind (threads, timers or signal handlers); "
+                   f"the interpreter was restarted and its names are lost\n" + exc)
         return {"t": "result", "ret": None if ret is None else _clip(repr(ret), self.lim["output_chars"]),
                 "exc": _clip(exc, 3000), "tb": "", "out": out, "out_total": total}
 
 
 def _child(init: dict) -> None:
-    """One skill call's (or the inducer's) process: apply the per-process layers, load the library, serve."""
+    """One skill call's (or the inducer's) process: apply the per-process layers, load the library, serve.
+
+    Every layer is applied while the process has a single thread, so no thread can run without one; the
+    inducer's DuckDB threads start afterwards and inherit them all."""
     report: dict = dict(init["zygote_report"])
     try:
-        helpers = _setup_db(init["db"]) if init.get("db") else {}  # the run's history, read before the uid changes
+        db = _build_history_db(init["db"], init["scratch"]) if init.get("db") else None
+        if len(_threads()) != 1:
+            raise RuntimeError(f"{len(_threads())} threads before the layers are applied; refusing to run")
         _drop_uid(init, report)
         libc = _libc()[1]
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (again: the uid change cleared it)
         libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, required by Landlock and seccomp without privileges
         _drop_capabilities(report)
         _landlock(init["scratch"], init.get("read_paths"), report)
-        _rlimits(init["limits"], report)
+        _rlimits(init["limits"], report, nproc=db is None)
         _seccomp(report)
+        helpers = _open_history_db(*db) if db else {}
+        if db:
+            _no_more_threads(report)
+        read = [os.path.realpath(r) for r in init.get("read_paths") or []]
+        _thread_report(report, "/" if init.get("read_paths") is not None and "/" not in read else "")
         if init.get("audit_hook", True):  # switched off only by tests that check the kernel layers alone
             _install_audit_hook(init["scratch"])
             report["audit_hook"] = [True, "a convenience for clear messages, not a boundary"]
@@ -558,6 +645,7 @@ def _child(init: dict) -> None:
         w.functions = []
         if init.get("source"):
             w._run_limited(lambda: w.load(init["source"]))
+        w.baseline = _residue()
     except BaseException as e:
         send({"t": "init_error", "msg": _clip(f"{type(e).__name__}: {e}", 2000), "isolation": report})
         return
@@ -568,6 +656,29 @@ def _child(init: dict) -> None:
             send(w.call(msg))
         elif msg["t"] == "exec":
             send(w.exec_code(msg))
+
+
+def _no_more_threads(report: dict) -> None:
+    """RLIMIT_NPROC 0 once DuckDB's threads exist: no cell can start a thread or a process."""
+    try:
+        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    except (ValueError, OSError) as e:
+        report.setdefault("rlimit_errors", []).append(f"NPROC: {e}")
+        report["rlimits"] = [False, report.get("rlimits", [False, ""])[1]]
+
+
+def _residue() -> dict:
+    """What could run after a cell returns: threads, POSIX timers, interval timers, caught signals."""
+    out = {"threads": _threads(), "itimers": [signal.getitimer(t) != (0.0, 0.0)
+                                              for t in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL)]}
+    for name in ("timers", "status"):
+        try:
+            with open(f"/proc/self/{name}") as f:
+                text = f.read()
+        except OSError:
+            text = "unreadable"  # compared as such: unreadable before and after is no change
+        out[name] = text if name == "timers" else [ln for ln in text.splitlines() if ln.startswith(("SigCgt", "SigBlk"))]
+    return out
 
 
 def _ctrl_send(fd: int, msg: dict) -> None:

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from skillrepro.benchmarks.base import ActionError, Env
+from skillrepro.skills.library import parse_untrusted
 from skillrepro.store import SkillCall
 
 WORKER = Path(__file__).with_name("_worker.py")
@@ -69,6 +70,7 @@ LAYERS = ("bwrap", "read_allowlist", "scratch_limit", "uid", "seccomp", "landloc
           "rlimits")
 NOBODY = 65534
 SCRATCH_IN_BWRAP = "/scratch"
+RESTART = "InterpreterRestart"  # _worker.RESTART: a cell's result that asks to be stopped before the next
 log = logging.getLogger("skillrepro.sandbox")
 
 
@@ -84,6 +86,20 @@ class SandboxLimits:
     output_chars: int = 4000  # printed output and return value kept per call
     max_frames: int = 500  # nested frames recorded per invocation
     start_wall_s: float = 30.0  # worker start (and library load)
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """What a job demands of every sandbox it starts (config key sandbox.require), passed to each session:
+    never a module global, so that every job that runs model-written code applies it."""
+
+    require: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        unknown = sorted(set(self.require) - set(LAYERS))
+        if unknown:
+            raise SandboxError(f"config key sandbox.require: unknown layer(s) {', '.join(unknown)}; "
+                               f"known: {', '.join(LAYERS)}")
 
 
 class SandboxError(RuntimeError):
@@ -112,15 +128,20 @@ class Outcome:
         return not self.exception and not self.killed
 
 
-def _system_read_paths() -> list[str]:
-    """Paths the inducer's interpreter needs to read: the interpreter, its standard library and site-packages."""
+def _absolute_db(db: dict) -> dict:
+    """The interpreter's history description with every file path absolute."""
+    return {**db, "tables": {t: [os.path.abspath(f) for f in files] for t, files in db["tables"].items()},
+            "library_versions": {v: os.path.abspath(f) for v, f in db.get("library_versions", {}).items()}}
+
+
+def _interpreter_mounts(db: dict) -> list[str]:
+    """What bwrap mounts for the inducer's interpreter beyond the runtime: its virtual environment (duckdb is
+    imported from there) and the history files, all read before the layers apply. Landlock's read list stays
+    the runtime's, so no cell reads these (the history is queried from the copy in scratch)."""
     import site
 
-    # Not sys.path: it may hold the working directory or a test folder, which could contain results.
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, "/usr", "/lib", "/lib64",
-             "/etc", "/dev", "/proc", "/sys", str(WORKER.parent)}
-    paths |= set(site.getsitepackages())
-    return sorted(paths)
+    files = [f for fs in db["tables"].values() for f in fs] + list(db.get("library_versions", {}).values())
+    return [sys.prefix, *site.getsitepackages(), *files]
 
 
 def _runtime() -> tuple[str, list[str]]:
@@ -270,15 +291,18 @@ class SandboxSession:
     """Skills bound to an env (a fresh child process per call), or the inducer's interpreter (one child)."""
 
     def __init__(self, *, source: str = "", env: Env | None = None, limits: SandboxLimits | None = None,
-                 db: dict | None = None, read_paths: list[str] | None = None, site_packages: bool = False,
+                 db: dict | None = None, site_packages: bool = False,
                  record: Callable[[SkillCall], None] | None = None, episode_id: str = "",
-                 audit_hook: bool = True, require: tuple[str, ...] | None = None):
+                 audit_hook: bool = True, policy: SandboxPolicy | None = None):
         self.source, self.env, self.limits = source, env, limits or SandboxLimits()
-        self.db, self.read_paths, self.site_packages = db, read_paths, site_packages
+        # The worker changes into its scratch folder, and Snakemake hands jobs relative paths: every path
+        # the worker is given is made absolute here, against the job's working folder.
+        self.db = _absolute_db(db) if db is not None else None
+        self.site_packages = site_packages
         self.record = record or (lambda c: None)
         self.episode_id = episode_id
         self.audit_hook = audit_hook
-        self.require = tuple(REQUIRED if require is None else require)
+        self.require = (policy or SandboxPolicy()).require
         self.proc: subprocess.Popen | None = None
         self.bwrap, why = _bwrap()
         self.scratch = SCRATCH_IN_BWRAP if self.bwrap else tempfile.mkdtemp(prefix="skillrepro-sandbox-")
@@ -293,7 +317,7 @@ class SandboxSession:
         self._call, self._seq = "init", 0
         self.max_message = 65536 + 16 * self.limits.output_chars
         try:  # the parent's own list of the library's functions: frames naming others are forged
-            tree = ast.parse(source or "")
+            tree = parse_untrusted(source or "")
             self._known = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         except SyntaxError:
             self._known = set()
@@ -302,10 +326,12 @@ class SandboxSession:
 
     # ------------------------------------------------------------------------------------ process
     def _argv(self) -> tuple[list[str], dict]:
-        exe, allow = _runtime()
-        if self.site_packages:  # the inducer: its virtual environment and the read paths it was given
+        exe, read = _runtime()
+        mounts = list(read)
+        if self.site_packages:  # the inducer: its virtual environment (for duckdb)
             exe = sys.executable
-        read = list(self.read_paths) if self.read_paths is not None else allow
+            mounts += _interpreter_mounts(self.db or {"tables": {}})
+            read += ["/sys/fs/cgroup", "/proc/meminfo", "/proc/cpuinfo"]  # DuckDB sizes itself from these
         python = [exe, "-I", *([] if self.site_packages else ["-S"])]
         init = {"read_paths": read, "drop_uid": False, "bwrap": bool(self.bwrap), "scratch": self.scratch}
         if not self.bwrap:
@@ -332,7 +358,7 @@ class SandboxSession:
                     out += ["--perms", "0755", "--dir", str(d)]
             return out
 
-        binds = sorted({os.path.realpath(p) for p in [*read, os.path.dirname(exe)]
+        binds = sorted({os.path.realpath(p) for p in [*mounts, os.path.dirname(exe)]
                         if os.path.exists(p) and not p.startswith(("/dev", "/proc", "/sys"))})
         bound: list[str] = []
         for p in binds:
@@ -720,12 +746,21 @@ class SandboxSession:
         return out
 
     # ------------------------------------------------------------------------------------ inducer
+    def start(self) -> dict[str, str]:
+        """Start the worker now and return its layer report; SandboxError if it cannot start, if the library
+        or the history does not load, or if a layer the policy requires is missing. A job that runs
+        model-written code calls this first, so that it fails with the cause instead of going on without."""
+        self._ensure()
+        if self.load_error:
+            raise SandboxError(f"the sandbox worker could not start here: {self.load_error}")
+        return dict(self.isolation)
+
     def exec_code(self, code: str) -> Outcome:
         """Run `code` in the persistent interpreter (a notebook: names survive between calls, until a call is
         killed)."""
         self._ensure()
-        if self.load_error:
-            return Outcome(None, f"the interpreter failed to start: {self.load_error}", "", 0, None, 0)
+        if self.load_error:  # at the start, or again after a killed cell: the job cannot do its work
+            raise SandboxError(f"the interpreter failed to start: {self.load_error}")
         deadline = time.monotonic() + self.limits.call_wall_s
         self._call, self._seq = uuid.uuid4().hex[:12], 0
         why = ""
@@ -743,30 +778,23 @@ class SandboxSession:
             self._reap()
             self._fork()
             return Outcome(None, "", "", 0, None, 0, killed=why)
+        if msg["exc"].startswith(RESTART):  # the cell left something that could run before the next one
+            self._reap()
+            self._fork()
         return Outcome(msg["ret"], msg["exc"], msg["out"], msg["out_total"], None, 0)
 
 
-REQUIRED: tuple[str, ...] = ()  # layers every session refuses to run without (config key sandbox.require)
 _LOGGED: set = set()
 
 
-def configure(require: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """Set the layers every later session requires (config key sandbox.require), start one probe worker
-    to see which layers this machine gives (logged), and raise SandboxError if a required one is missing.
-    Returns the probe's isolation report."""
-    global REQUIRED
-    unknown = sorted(set(require) - set(LAYERS))
-    if unknown:
-        raise SandboxError(f"config key sandbox.require: unknown layer(s) {', '.join(unknown)}; known: {', '.join(LAYERS)}")
-    REQUIRED = tuple(require)
-    probe = SandboxSession()
+def probe(policy: SandboxPolicy) -> dict[str, str]:
+    """Start one worker to see which layers this machine gives (logged once per process), and raise
+    SandboxError if one that `policy` requires is missing: a job calls this before any work starts."""
+    session = SandboxSession(policy=policy)
     try:
-        probe._ensure()
-        if probe.load_error:
-            raise SandboxError(f"the sandbox cannot start a worker here: {probe.load_error}")
-        return dict(probe.isolation)
+        return session.start()
     finally:
-        probe.close()
+        session.close()
 
 
 def _cleanup(state: dict) -> None:
@@ -812,18 +840,18 @@ def render_outcome(name: str, out: Outcome, output_chars: int = 4000) -> str:
 
 
 def _params(signature: str) -> tuple[tuple[str, str], ...]:
-    node = ast.parse(f"def {signature}: pass").body[0]
+    node = parse_untrusted(f"def {signature}: pass").body[0]
     names = [a for a in node.args.posonlyargs + node.args.args]
     return tuple((a.arg, ast.unparse(a.annotation) if a.annotation is not None else "str") for a in names)
 
 
-def skill_tools(library, env: Env, record: Callable[[SkillCall], None],
+def skill_tools(library, env: Env, record: Callable[[SkillCall], None], policy: SandboxPolicy,
                 limits: SandboxLimits | None = None, names: list[str] | None = None) -> list:
     """One actor Tool per skill in `names` (default: the public ones), all sharing one sandbox worker
     for this episode."""
     from skillrepro.agent import Tool
 
-    session = SandboxSession(source=library.source, env=env, limits=limits, record=record)
+    session = SandboxSession(source=library.source, env=env, limits=limits, record=record, policy=policy)
     state = {"step": 0}
 
     def runner(name: str):
