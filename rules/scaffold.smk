@@ -429,12 +429,47 @@ rule scaffold_grpo_update:
         "../workflow/scripts/scaffold_grpo_update.py"
 
 
-# Internalization (table 4): the cohort of iteration 0's queries that skill-assisted exploration helped,
-# re-evaluated skill-free (N rollouts each) by each later checkpoint.
+# Internalization (table 4): the cohort of the first `training.cohort_iterations` iterations' queries that
+# skill-assisted exploration helped (chosen on their Scouts and Post-Scouts), played skill-free N times each by
+# the checkpoint that chose it (fresh, independent rollouts: the early success) and by each later checkpoint.
+_SC_COHORT_ITERS = int(_SC_TRAIN.get("cohort_iterations", 1))
+_SC_LATER = range(_SC_COHORT_ITERS, _SC_STEPS + 1)  # checkpoints trained on every cohort iteration
+# the selection and Post-Scouts of each cohort iteration of a chain (pattern keys: sbench, svariant)
+_sc_cohort_inputs = lambda chain_of: dict(  # noqa: E731
+    selections=lambda w: [f"results/scaffold/{chain_of(w)}{j}/{w.svariant}/selection.parquet" for j in range(_SC_COHORT_ITERS)],
+    post=lambda w: [f"results/scaffold/{chain_of(w)}{j}/{w.svariant}/post/l{i}/episodes.parquet"
+                    for j in range(_SC_COHORT_ITERS) for i in range(SCAFFOLD.n_post)])
+
+
+rule scaffold_cohort_early:
+    input:
+        selections=[f"{_SCV}/selection.parquet"],
+        post=[f"{_SCV}/post/l{i}/episodes.parquet" for i in range(SCAFFOLD.n_post)],
+        library=f"{_SC}/library/v0/manifest.json",
+        policy=_sc_policy_input,
+    output:
+        episodes=f"{_SCV}/cohort_early/episodes.parquet",
+    wildcard_constraints:
+        **_SC_CONSTRAINTS,
+    params:
+        rollouts=SCAFFOLD.n_scouts,
+        wall_s=_SC_WALL,
+        **_SC_COMMON,
+    resources:
+        llm=_sc_llm_units,
+    log:
+        "logs/scaffold/{sbench}/{svariant}/cohort_early.log",
+    benchmark:
+        "results/timings/scaffold/{sbench}/{svariant}/cohort_early.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_cohort_eval.py"
+
+
 rule scaffold_cohort_eval:
     input:
-        selection="results/scaffold/{sbench}@{svariant}0/{svariant}/selection.parquet",
-        post=[f"results/scaffold/{{sbench}}@{{svariant}}0/{{svariant}}/post/l{i}/episodes.parquet" for i in range(SCAFFOLD.n_post)],
+        **_sc_cohort_inputs(lambda w: f"{w.sbench}@{w.svariant}"),
         library="results/scaffold/{sbench}@{svariant}0/library/v0/manifest.json",
         policy="results/scaffold/{sbench}/{svariant}/grpo/ckpt{k}",
     output:
@@ -461,12 +496,18 @@ rule scaffold_cohort_eval:
         "../workflow/scripts/scaffold_cohort_eval.py"
 
 
+_sc_chains = [(b, v) for b in _SC_BENCH for v in SCAFFOLD.variants]
+
+
 rule scaffold_internalization:
     input:
-        selections=[f"results/scaffold/{b}@{v}0/{v}/selection.parquet" for b in _SC_BENCH for v in SCAFFOLD.variants],
-        early=[f"results/scaffold/{b}@{v}0/scouts/s{i}/episodes.parquet" for b in _SC_BENCH for v in SCAFFOLD.variants for i in range(SCAFFOLD.n_scouts)],
-        post=[f"results/scaffold/{b}@{v}0/{v}/post/l{i}/episodes.parquet" for b in _SC_BENCH for v in SCAFFOLD.variants for i in range(SCAFFOLD.n_post)],
-        later=[f"results/scaffold/{b}/{v}/cohort/ckpt{k}/episodes.parquet" for b in _SC_BENCH for v in SCAFFOLD.variants for k in range(1, _SC_STEPS + 1)],
+        selections=[f"results/scaffold/{b}@{v}{j}/{v}/selection.parquet" for b, v in _sc_chains for j in range(_SC_COHORT_ITERS)],
+        post=[f"results/scaffold/{b}@{v}{j}/{v}/post/l{i}/episodes.parquet" for b, v in _sc_chains for j in range(_SC_COHORT_ITERS) for i in range(SCAFFOLD.n_post)],
+        scouts=[f"results/scaffold/{b}@{v}{j}/scouts/s{i}/episodes.parquet" for b, v in _sc_chains for j in range(_SC_COHORT_ITERS) for i in range(SCAFFOLD.n_scouts)],
+        early=[f"results/scaffold/{b}@{v}{j}/{v}/cohort_early/episodes.parquet" for b, v in _sc_chains for j in range(_SC_COHORT_ITERS)],
+        later=[f"results/scaffold/{b}/{v}/cohort/ckpt{k}/episodes.parquet" for b, v in _sc_chains for k in _SC_LATER],
+    params:
+        interval=SCAFFOLD.bootstrap_interval,
     output:
         report("results/tables/scaffold_internalization.csv", caption="../report/scaffold_internalization.rst", category="SkillScaffold"),
     log:

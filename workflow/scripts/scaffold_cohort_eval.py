@@ -1,5 +1,8 @@
-"""SkillScaffold internalization (table 4): the fixed cohort of a chain's iteration-0 queries that skill-assisted
-exploration helped, played skill-free N times each by a later checkpoint."""
+"""SkillScaffold internalization (table 4): the fixed cohort of a chain's early iterations (the queries that
+skill-assisted exploration helped, chosen on their Scouts and Post-Scouts), played skill-free N times each.
+Rule scaffold_cohort_early: by the checkpoint that chose it, on fresh rollouts (the early success);
+rule scaffold_cohort_eval: by a later checkpoint."""
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -13,11 +16,22 @@ from skillrepro.studies import scaffold_grpo as sg
 
 log = setup_logging(snakemake)
 i, p, w = snakemake.input, snakemake.params, snakemake.wildcards
-cohort = sg.benefit_cohort(pd.read_parquet(i.selection), pd.concat(pd.read_parquet(f) for f in i.post))
-log.info("cohort of %d queries: %s", len(cohort), cohort)
+iteration = lambda f: int(re.search(r"@[a-z]+(\d+)/", f).group(1))  # noqa: E731
+by_iter: dict[int, tuple[list[str], list[str]]] = {}
+for f in i.selections:
+    by_iter.setdefault(iteration(f), ([], []))[0].append(f)
+for f in i.post:
+    by_iter.setdefault(iteration(f), ([], []))[1].append(f)
+read = lambda files: pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)  # noqa: E731
+members = sg.chain_cohort({j: (read(s), read(po)) for j, (s, po) in by_iter.items()})
+cohort = sorted({t for _, t in members})
+log.info("cohort of %d members (%d queries): %s", len(members), len(cohort), members)
+ckpt = getattr(w, "k", None)
 out = Path(snakemake.output.episodes).parent
-parts = [ss.play(bench=p.bench, llm=ss.phase_seed(p.llm, "eval", r), library_dir=Path(i.library).parent,
-                 plan=[(t, "", "cohort/free") for t in cohort], run_id=f"scaffold/{w.sbench}/{w.svariant}/ckpt{w.k}",
-                 cycle=int(w.k), out_dir=out / f"rollout{r}", wall_s=p.wall_s, logger=log, policy=p.policy)
+parts = [ss.play(bench=p.bench, llm=ss.phase_seed(p.llm, "cohort", r), library_dir=Path(i.library).parent,
+                 plan=[(t, "", "cohort/free") for t in cohort],
+                 run_id=f"scaffold/{w.sbench}/{w.svariant}/" + (f"ckpt{ckpt}" if ckpt else "cohort_early"),
+                 cycle=int(ckpt) if ckpt else ss.parse_instance(w.sbench)[2], out_dir=out / f"rollout{r}", wall_s=p.wall_s, logger=log,
+                 policy=p.policy)
          for r in range(p.rollouts)]
 write_table(snakemake.output.episodes, pa.concat_tables([pq.read_table(d / "episodes.parquet") for d in parts]))

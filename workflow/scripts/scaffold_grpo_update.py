@@ -34,3 +34,8 @@ log.info("TRL log: %s", trainer.state.log_history)
 sg.save_checkpoint(model, tok, trainer.optimizer, out, {"settings": repr(settings), "update": int(w.k),
                                                         "from": str(previous or p.base_model),
                                                         "queries": [g.query for g in groups]}, base_gguf=base_gguf)
+keep = p.training.get("keep_optimizer_states")
+if keep:  # only the last `keep` checkpoints keep their Adam state (update k reads checkpoint k-1's)
+    for old in sg.prunable_optimizer_states(out.parent, int(w.k), int(keep)):
+        log.info("keep_optimizer_states=%s: removing %s", keep, old)
+        old.unlink()

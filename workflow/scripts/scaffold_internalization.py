@@ -1,5 +1,7 @@
 """SkillScaffold table 4: later-minus-early skill-free success on each chain's fixed early cohort, per later
-checkpoint, with a 95 % query-level bootstrap interval. Early: the cohort's own skill-free Scouts at iteration 0."""
+checkpoint, with a 95 % query-level bootstrap interval. The cohort is chosen on the Scouts and Post-Scouts of the
+chain's first `training.cohort_iterations` iterations; its early success comes from fresh skill-free rollouts by
+the checkpoint that chose it (scaffold_cohort_early), never from those Scouts."""
 import re
 
 import pandas as pd
@@ -12,29 +14,35 @@ log = setup_logging(snakemake)
 i = snakemake.input
 
 
-def chain_of(path: str) -> tuple[str, str]:
-    """(benchmark, variant) of a path under results/scaffold/{bench}@{variant}0/ or {bench}/{variant}/cohort/."""
-    m = re.search(r"results/scaffold/([^/@]+)@([a-z]+)0/", path) or re.search(r"results/scaffold/([^/]+)/([a-z]+)/cohort/", path)
-    return m.group(1), m.group(2)
+def where(path: str) -> tuple[tuple[str, str], int]:
+    """((benchmark, variant), iteration or checkpoint) of a path under results/scaffold/{bench}@{variant}{j}/
+    or results/scaffold/{bench}/{variant}/cohort/ckpt{k}/."""
+    m = re.search(r"results/scaffold/([^/@]+)@([a-z]+)(\d+)/", path) or re.search(
+        r"results/scaffold/([^/]+)/([a-z]+)/cohort/ckpt(\d+)/", path)
+    return (m.group(1), m.group(2)), int(m.group(3))
 
 
 def by_chain(files):
-    out: dict[tuple[str, str], list[str]] = {}
+    out: dict[tuple[str, str], dict[int, list[str]]] = {}
     for f in files:
-        out.setdefault(chain_of(f), []).append(f)
+        chain, j = where(f)
+        out.setdefault(chain, {}).setdefault(j, []).append(f)
     return out
 
 
 read = lambda files: pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)  # noqa: E731
-selections, early, post, later = by_chain(i.selections), by_chain(i.early), by_chain(i.post), by_chain(i.later)
+selections, post, scouts = by_chain(i.selections), by_chain(i.post), by_chain(i.scouts)
+early, later = by_chain(i.early), by_chain(i.later)
 rows = []
 for chain in sorted(selections):
-    cohort = sg.benefit_cohort(read(selections[chain]), read(post[chain]))
-    scouts = read(early[chain])
-    for f in sorted(later[chain], key=lambda f: int(re.search(r"ckpt(\d+)", f).group(1))):
-        r = sg.internalization(scouts, read([f]), cohort)
-        rows.append({"benchmark": chain[0], "variant": chain[1], "checkpoint": int(re.search(r"ckpt(\d+)", f).group(1)),
-                     "n": r.n_queries, "recovery_pp": r.recovery_pp, "ci_low": r.ci_low, "ci_high": r.ci_high})
+    members = sg.chain_cohort({j: (read(selections[chain][j]), read(post[chain][j])) for j in selections[chain]})
+    early_eps = pd.concat([read(fs).assign(iteration=j) for j, fs in early[chain].items()], ignore_index=True)
+    chosen_on = pd.concat([read(fs) for d in (scouts, post) for fs in d[chain].values()]).episode_id.tolist()
+    for k in sorted(later.get(chain, {})):
+        r = sg.internalization(early_eps, read(later[chain][k]), members, chosen_on=chosen_on,
+                              interval=snakemake.params.interval)
+        rows.append({"benchmark": chain[0], "variant": chain[1], "checkpoint": k, "n": r.n_queries,
+                     "recovery_pp": r.recovery_pp, "ci_low": r.ci_low, "ci_high": r.ci_high})
         log.info("%s: %s", chain, rows[-1])
 table = pd.DataFrame(rows, columns=["benchmark", "variant", "checkpoint", "n", "recovery_pp", "ci_low", "ci_high"])
 write_text(snakemake.output[0], table.to_csv(index=False))

@@ -807,6 +807,8 @@ class ScaffoldConfig:
     n_candidates: int = 4  # M
     n_post: int = 4  # L
     n_eval: int = 2  # downstream evaluation rollouts per condition (validation only)
+    n_probes: int = 4  # figure 3(b): skill-free probe rollouts per query, separate from the n_eval baseline
+    bootstrap_interval: str = "expanded"  # expanded | percentile (scaffold_grpo.bootstrap_interval)
     threshold: float = 0.0
     evidence_max_chars: int = 6000
     generator_max_tokens: int = 600
@@ -862,6 +864,12 @@ class ScaffoldConfig:
                   scorer_batch_tokens=scorer.get("batch_tokens", 8192),
                   generator_prompts=dict(s.pop("generator_prompts", {}) or {}), ablations=ablations, **s)
         out.generator_request((config.get("llm") or {}).get("backend", "embedded"))  # fails early if impossible
+        from skillrepro.studies.scaffold_grpo import INTERVALS, check_training
+
+        if out.bootstrap_interval not in INTERVALS:
+            raise ValueError(f"config key scaffold.bootstrap_interval: {out.bootstrap_interval!r}; allowed: "
+                             f"{', '.join(INTERVALS)}")
+        check_training(out.training, out.n_scouts, out.n_post, out.n_candidates)
         return out
 
     def generator_request(self, backend: str) -> "GeneratorRequest":
@@ -942,7 +950,7 @@ def phase_seed(llm: Any, phase: str, index: int) -> Any:
     """Distinct sampling seeds, so the N Scouts (and L Post-Scouts, M candidates) of a query differ."""
     from dataclasses import replace
 
-    base = {"scout": 0, "post": 1000, "eval": 2000, "generate": 3000}[phase]
+    base = {"scout": 0, "post": 1000, "eval": 2000, "generate": 3000, "cohort": 4000}[phase]
     return replace(llm, seed=llm.seed + base + index)
 
 

@@ -150,7 +150,8 @@ def _empty_like(s: Sample, query: str) -> Sample:
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """Table 5's settings that one update reads (config `scaffold.training`)."""
+    """Table 5's settings that one update reads (config `scaffold.training`; `check_training` refuses the
+    values it cannot honour)."""
 
     learning_rate: float = 1e-6
     adam_betas: tuple[float, float] = (0.9, 0.98)
@@ -159,8 +160,11 @@ class TrainSettings:
     kl_coef: float = 0.0
     lambda_gen: float = 0.1
     generator_entropy_coef: float = 0.002
+    executor_entropy_coef: float = 0.0
     generator_learning: bool = True
     queries_per_step: int = 1  # TRL groups (queries) per optimizer step
+    micro_batch_size: int | None = None  # sequences per forward/backward (gradient accumulation); None: a step's all
+    max_sequence_tokens: int | None = None  # longest sample (prompt + completion) an update accepts
 
     @classmethod
     def from_config(cls, training: dict[str, Any]) -> "TrainSettings":
@@ -171,6 +175,49 @@ class TrainSettings:
         if "query_batch_size" in training:
             t["queries_per_step"] = int(training["query_batch_size"])
         return cls(**t)
+
+    def accumulation(self, group_size: int) -> tuple[int, int]:
+        """(sequences per micro-batch, micro-batches per optimizer step) for groups of `group_size`."""
+        per_step = group_size * self.queries_per_step
+        micro = self.micro_batch_size or per_step
+        if per_step % micro:
+            raise ValueError(f"config key scaffold.training.micro_batch_size: {micro} does not divide the "
+                             f"{per_step} sequences of an optimizer step (query_batch_size x (N + L + M))")
+        return micro, per_step // micro
+
+
+# Keys of `scaffold.training` the workflow reads (the rules: model, steps, query_batch_size, inject,
+# cohort_iterations, keep_optimizer_states; an update: TrainSettings) or checks (`check_training`).
+TRAINING_KEYS = ("model", "steps", "optimizer", "learning_rate", "adam_betas", "query_batch_size",
+                 "global_batch_size", "clip_low", "clip_high", "kl_coef", "executor_entropy_coef",
+                 "max_sequence_tokens", "micro_batch_size", "lambda_gen", "generator_entropy_coef",
+                 "generator_learning", "inject", "cohort_iterations", "keep_optimizer_states")
+
+
+def check_training(training: dict[str, Any], n_scouts: int, n_post: int, n_candidates: int) -> None:
+    """Refuse, before any work starts, every `scaffold.training` value the update cannot honour, naming its key.
+
+    optimizer: only adam (the update's AdamW with weight decay 0 is Adam; no weight decay is configurable).
+    global_batch_size: the Executor trajectories of one optimizer step, query_batch_size x (N + L) (table 5's
+    128 = 16 x (4 + 4)); the update takes one step per iteration, so any other value is refused.
+    cohort_iterations: at most steps. micro_batch_size must divide a step's query_batch_size x (N + L + M)."""
+    t = dict(training or {})
+    unknown = sorted(set(t) - set(TRAINING_KEYS))
+    if unknown:
+        raise ValueError(f"config key scaffold.training.{unknown[0]}: not a training setting this workflow reads")
+    if t.get("optimizer", "adam") != "adam":
+        raise ValueError(f"config key scaffold.training.optimizer: {t['optimizer']!r} is not implemented; the update "
+                         "uses Adam (torch AdamW with weight decay 0, table 5)")
+    qbs = int(t.get("query_batch_size", 1))
+    if "global_batch_size" in t and int(t["global_batch_size"]) != qbs * (n_scouts + n_post):
+        raise ValueError(f"config key scaffold.training.global_batch_size: {t['global_batch_size']} is not "
+                         f"implemented; an update takes one optimizer step over an iteration's query_batch_size x "
+                         f"(N + L) = {qbs} x {n_scouts + n_post} = {qbs * (n_scouts + n_post)} Executor trajectories")
+    steps = int(t.get("steps", 1))
+    if int(t.get("cohort_iterations", 1)) > steps:
+        raise ValueError(f"config key scaffold.training.cohort_iterations: {t['cohort_iterations']} exceeds steps "
+                         f"({steps}); the later checkpoints must come after every cohort iteration")
+    TrainSettings.from_config(t).accumulation(n_scouts + n_post + n_candidates)
 
 
 def load_policy(model: str) -> tuple[Any, Any]:
@@ -232,11 +279,17 @@ def make_trainer(model: Any, tokenizer: Any, samples: Sequence[Sample], group_si
     def advantage_reward(prompts, completions, advantage, **_):
         return list(advantage)
 
-    per_step = group_size * settings.queries_per_step
+    if settings.max_sequence_tokens:
+        long = [(s.query, s.role, len(s.prompt_ids) + len(s.completion_ids)) for s in samples
+                if len(s.prompt_ids) + len(s.completion_ids) > settings.max_sequence_tokens]
+        if long:
+            raise ValueError(f"config key scaffold.training.max_sequence_tokens: {len(long)} samples are longer than "
+                             f"{settings.max_sequence_tokens} tokens, e.g. {long[0]}")
+    micro, accumulate = settings.accumulation(group_size)
     cfg = GRPOConfig(
         output_dir=str(out_dir), max_steps=steps, learning_rate=settings.learning_rate, lr_scheduler_type="constant",
         adam_beta1=settings.adam_betas[0], adam_beta2=settings.adam_betas[1], weight_decay=0.0,
-        per_device_train_batch_size=per_step, gradient_accumulation_steps=1, num_generations=group_size,
+        per_device_train_batch_size=micro, gradient_accumulation_steps=accumulate, num_generations=group_size,
         loss_type="grpo", scale_rewards="none", beta=settings.kl_coef, epsilon=settings.clip_low,
         epsilon_high=settings.clip_high, num_iterations=1, max_completion_length=max(len(s.completion_ids) for s in samples),
         use_cpu=use_cpu, bf16=False, report_to="none", logging_steps=1, save_strategy="no", seed=0,
@@ -252,6 +305,7 @@ def make_trainer(model: Any, tokenizer: Any, samples: Sequence[Sample], group_si
     trainer = _trainer_class()(model=model, reward_funcs=advantage_reward, args=cfg, train_dataset=data,
                                    processing_class=tokenizer, rollout_func=rollout, optimizers=(optimizer, None))
     trainer.generator_entropy_coef = settings.generator_entropy_coef
+    trainer.executor_entropy_coef = settings.executor_entropy_coef
     return trainer
 
 
@@ -264,6 +318,7 @@ def _trainer_class() -> type:
         (it acts on every token, and the Executor's entropy coefficient is 0 in table 5)."""
 
         generator_entropy_coef = 0.0
+        executor_entropy_coef = 0.0
 
         def _generate_and_score_completions(self, inputs):
             out = super()._generate_and_score_completions(inputs)
@@ -278,12 +333,16 @@ def _trainer_class() -> type:
         def _compute_loss(self, model, inputs):
             loss = super()._compute_loss(model, inputs)
             ent = getattr(self, "_scaffold_entropies", None)
-            if self.generator_entropy_coef and ent is not None and "scaffold_generator" in inputs:
-                mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
-                gen = mask * inputs["scaffold_generator"].unsqueeze(1).to(mask.dtype)
-                if gen.sum() > 0:
-                    h_gen = (ent * gen).sum() / gen.sum()
-                    loss = loss - self.generator_entropy_coef * h_gen / self.current_gradient_accumulation_steps
+            if ent is None or "scaffold_generator" not in inputs:
+                return loss
+            mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+            is_gen = inputs["scaffold_generator"].unsqueeze(1).to(mask.dtype)
+            # eq. 12's entropy bonus per role: the mean token entropy of that role's own tokens
+            for coef, role_mask in ((self.generator_entropy_coef, mask * is_gen),
+                                    (self.executor_entropy_coef, mask * (1 - is_gen))):
+                if coef and role_mask.sum() > 0:
+                    h = (ent * role_mask).sum() / role_mask.sum()
+                    loss = loss - coef * h / self.current_gradient_accumulation_steps
             return loss
 
     return ScaffoldGRPOTrainer
@@ -309,6 +368,11 @@ def save_checkpoint(model: Any, tokenizer: Any, optimizer: Any, out_dir: str | P
         export_gguf(model, base_gguf, out / CHECKPOINT_GGUF)
     (out / "scaffold_update.json").write_text(json.dumps(meta, indent=1))
     return out
+
+
+def prunable_optimizer_states(grpo_dir: str | Path, k: int, keep: int) -> list[Path]:
+    """The Adam states under `grpo_dir` (ckpt{j}/optimizer.pt) older than the last `keep` checkpoints up to k."""
+    return [f for j in range(1, k - keep + 1) if (f := Path(grpo_dir) / f"ckpt{j}" / OPTIMIZER_STATE).exists()]
 
 
 def export_gguf(model: Any, base_gguf: str | Path, out: str | Path) -> Path:
@@ -369,12 +433,32 @@ def policy_llm(llm: Any, checkpoint: str) -> Any:
 
 
 def benefit_cohort(selections: Any, post: Any) -> list[str]:
-    """The early cohort: queries whose selected skill was injected and whose Post-Scouts succeeded more
+    """One iteration's cohort: queries whose selected skill was injected and whose Post-Scouts succeeded more
     often than their Scouts ("training queries that benefit from skill-assisted exploration"). Frozen
-    before any later evaluation. `selections`: SelectionRecord rows; `post`: Post-Scout episodes."""
+    before any later evaluation. `selections`: SelectionRecord rows; `post`: Post-Scout episodes.
+
+    Chosen on these Scouts and Post-Scouts, so neither may serve as the cohort's early skill-free success:
+    a query enters partly because its Scouts did worse than usual (regression to the mean). The early
+    success comes from fresh rollouts (`internalization`'s `early`)."""
     p = post.groupby("task_id").success.mean()
-    s = selections[selections.selected >= 0]
-    return sorted(str(t) for t, n_s, n in zip(s.task_id, s.n_success, s.n_scouts) if t in p.index and p[t] > n_s / n)
+    s = selections[selections.task_id.isin(p.index)]
+    keep = benefits(s.n_success.to_numpy(), s.n_scouts.to_numpy(), p.loc[s.task_id].to_numpy(),
+                    s.selected.to_numpy() >= 0)
+    return sorted(str(t) for t in s.task_id[keep])
+
+
+def benefits(n_success: Any, n_scouts: Any, post_rate: Any, injected: Any) -> Any:
+    """Cohort membership per query (arrays): a skill was injected and the Post-Scouts' success rate beats the
+    Scouts' n_success / n_scouts."""
+    import numpy as np
+
+    return np.asarray(injected, bool) & (np.asarray(post_rate, float) > np.asarray(n_success) / np.asarray(n_scouts))
+
+
+def chain_cohort(iterations: dict[int, tuple[Any, Any]]) -> list[tuple[int, str]]:
+    """The cohort of several early iterations (one query batch each): (iteration, task_id) members, each
+    `benefit_cohort` of its iteration's (selections, post). A query drawn in two iterations is two members."""
+    return [(j, t) for j in sorted(iterations) for t in benefit_cohort(*iterations[j])]
 
 
 @dataclass(frozen=True)
@@ -385,23 +469,73 @@ class Recovery:
     ci_high: float
 
 
-def internalization(early: Any, later: Any, cohort: Sequence[str], n_boot: int = 10000, seed: int = 0) -> Recovery:
+def internalization(early: Any, later: Any, cohort: Sequence[Any], n_boot: int = 10000, seed: int = 0,
+                    chosen_on: Sequence[str] = (), interval: str = "expanded") -> Recovery:
     """Later-minus-early skill-free success on the fixed cohort with a 95 % query-level bootstrap interval.
-    `early`/`later`: skill-free evaluation episodes (task_id, success) at the two checkpoints."""
+
+    `early`: fresh skill-free rollouts (task_id, success, episode_id) of each cohort query by the checkpoint
+    whose rollouts chose it, independent of those; `later`: skill-free rollouts by a later checkpoint.
+    `cohort`: task ids, or (iteration, task_id) members (`chain_cohort`), `early` then has an `iteration`
+    column. `chosen_on`: episode ids of the rollouts that chose the cohort; an early rollout among them is
+    refused (it would make recovery positive on data with no learning at all)."""
     import numpy as np
 
-    e = early.groupby("task_id").success.mean()
+    if len(chosen_on) and "episode_id" in early:
+        reused = sorted(set(early.episode_id) & set(chosen_on))
+        if reused:
+            raise ValueError(f"early rollouts {reused[:3]} also chose the cohort: the early skill-free success must "
+                             "come from fresh rollouts")
+    multi = bool(cohort) and isinstance(cohort[0], tuple)
+    e = early.groupby(["iteration", "task_id"] if multi else "task_id").success.mean()
     lt = later.groupby("task_id").success.mean()
-    missing = [t for t in cohort if t not in e.index or t not in lt.index]
+    task = (lambda c: c[1]) if multi else (lambda c: c)
+    missing = [c for c in cohort if c not in e.index or task(c) not in lt.index]
     if missing:
         raise ValueError(f"cohort queries without skill-free evaluations at both checkpoints: {missing[:5]}")
     if not cohort:
         return Recovery(0, math.nan, math.nan, math.nan)
-    diff = np.array([lt[t] - e[t] for t in cohort], dtype=float) * 100
+    return recovery(np.array([lt[task(c)] - e[c] for c in cohort], dtype=float), n_boot, seed, interval)
+
+
+def recovery(diff: Any, n_boot: int = 10000, seed: int = 0, interval: str = "expanded") -> Recovery:
+    """Mean of per-query later-minus-early success rates (fractions), in points, with a 95 % bootstrap
+    interval over queries (`bootstrap_interval`)."""
+    import numpy as np
+
+    diff = np.asarray(diff, float) * 100
+    if not len(diff):
+        return Recovery(0, math.nan, math.nan, math.nan)
+    lo, hi = bootstrap_interval(diff, n_boot, seed, interval)
+    return Recovery(len(diff), float(diff.mean()), lo, hi)
+
+
+INTERVALS = ("expanded", "percentile")
+
+
+def bootstrap_interval(x: Any, n_boot: int = 10000, seed: int = 0, interval: str = "expanded",
+                       level: float = 0.95) -> tuple[float, float]:
+    """A `level` bootstrap interval for the mean of `x` (resampling its elements, the queries).
+
+    percentile: the plain percentile interval, which is too narrow for few queries (about 93 % coverage at
+    16, 90 % at 8). expanded: the same bootstrap distribution read at widened percentiles, alpha' / 2 =
+    Phi(-sqrt(n / (n - 1)) t_{n-1}(1 - alpha / 2)) (Hesterberg 2015, "What teachers should know about the
+    bootstrap"), which restores the nominal coverage for small n."""
+    import numpy as np
+    from scipy import stats
+
+    if interval not in INTERVALS:
+        raise ValueError(f"config key scaffold.bootstrap_interval: {interval!r}; allowed: {', '.join(INTERVALS)}")
+    x = np.asarray(x, float)
+    n = len(x)
+    if n < 2:  # one query says nothing about the spread
+        return math.nan, math.nan
     rng = np.random.default_rng(seed)
-    boots = diff[rng.integers(0, len(diff), size=(n_boot, len(diff)))].mean(axis=1)
-    lo, hi = np.percentile(boots, [2.5, 97.5])
-    return Recovery(len(diff), float(diff.mean()), float(lo), float(hi))
+    boots = x[rng.integers(0, n, size=(n_boot, n))].mean(axis=1)
+    tail = (1 - level) / 2
+    if interval == "expanded":
+        tail = float(stats.norm.cdf(-math.sqrt(n / (n - 1)) * stats.t.ppf(1 - tail, n - 1)))
+    lo, hi = np.percentile(boots, [100 * tail, 100 * (1 - tail)])
+    return float(lo), float(hi)
 
 
 # ----------------------------------------------------------------------------------------------------
