@@ -36,6 +36,10 @@ include: "rules/kvcache.smk"
 include: "rules/scaffold.smk"
 
 
+# A GPU only for the LLM jobs of a backend that needs one (see rules/common.smk).
+request_gpus(workflow.rules)
+
+
 # Every table and figure of the SpeedRunner paper for the runs this config declares (a figure without
 # runs is drawn in its empty state). `snakemake --report report.html` afterwards bundles them.
 rule all:

@@ -25,6 +25,34 @@ def llm_units(n_episodes, split):
     return units
 
 
+# The GPU an LLM job asks a cluster for. Off the local machine every LLM job starts its own server on the
+# node it is given (skillrepro.llm.client.session): `vllm serve` needs a GPU, the embedded llama.cpp runs
+# on the job's CPUs, and a served model (llm.base_url, backend openai) needs nothing on the node.
+LLM_GPUS = 1 if LLM.backend == "vllm" and not LLM.base_url else 0
+
+
+def request_gpus(rules):
+    """Give every rule that takes `llm` units a `gpu` resource: LLM_GPUS for a job that takes at least one
+    unit, 0 otherwise (the slurm plugin asks for --gpus only when it is not 0). Called once every rule is
+    defined (end of the Snakefile); a rule or profile that sets `gpu` itself keeps its own."""
+    for r in rules:
+        units = r.resources.get("llm")
+        if units is None or "gpu" in r.resources:
+            continue
+        if units.is_evaluable():
+            r.resources["gpu"] = _gpus_of(units)
+        elif units.value:
+            r.resources["gpu"] = LLM_GPUS
+
+
+def _gpus_of(units):
+    def gpu(wildcards, input, threads, attempt):
+        taken = units.evaluate(wildcards, input=input, threads=threads, attempt=attempt).value
+        return LLM_GPUS if taken else 0
+
+    return gpu
+
+
 @functools.cache
 def _one_at_a_time(bench, variant, split):
     from skillrepro.runner import plays_one_at_a_time

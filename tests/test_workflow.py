@@ -41,10 +41,39 @@ def test_paper_scale_dry_run_builds_every_job():
     assert "rollout" in text and "induce" in text and "evaluate" in text
 
 
+def gpus_per_rule(dry_run: str) -> dict[str, set[int]]:
+    """rule -> the `gpu` values its jobs ask for in a dry run's listing (0 where a job names none)."""
+    asked: dict[str, set[int]] = {}
+    for block in dry_run.split("\n\n"):
+        head = [line for line in block.splitlines() if line.startswith(("rule ", "localrule "))]
+        res = [line for line in block.splitlines() if line.strip().startswith("resources:")]
+        if head and res:
+            gpu = [int(kv.split("=")[1]) for kv in res[0].split(": ", 1)[1].split(", ") if kv.startswith("gpu=")]
+            asked.setdefault(head[0].split()[1].rstrip(":"), set()).add(gpu[0] if gpu else 0)
+    return asked
+
+
 def test_slurm_profile_dry_run():
     # --forceall: list every job even when an earlier local run left results/ behind.
     out = snakemake("--profile", "profiles/slurm", "-n", "--forceall", "results/tables/main.csv")
     assert "rollout" in out.stdout and "This was a dry-run" in out.stdout
+    # The embedded model runs on the job's CPUs: no job asks the cluster for a GPU.
+    asked = gpus_per_rule(out.stdout)
+    assert {"rollout", "induce", "evaluate", "tables"} <= set(asked)
+    assert set().union(*asked.values()) == {0}
+
+
+def test_slurm_profile_asks_a_gpu_only_for_llm_jobs_that_start_vllm(tmp_path):
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg["llm"].update(backend="vllm", base_url=None)  # (with a base_url, none: rules/common.smk LLM_GPUS)
+    path = tmp_path / "vllm.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = snakemake("--profile", "profiles/slurm", "-n", "--forceall", "results/tables/main.csv", "--configfile", str(path))
+    asked = gpus_per_rule(out.stdout)
+    llm_jobs = {"rollout", "induce", "evaluate"}
+    # each LLM job starts `vllm serve` on its node; no other job needs a GPU
+    assert {rule: asked[rule] for rule in llm_jobs} == {rule: {1} for rule in llm_jobs}
+    assert set().union(*(v for rule, v in asked.items() if rule not in llm_jobs)) == {0}
 
 
 def test_bad_config_stops_before_any_job(tmp_path):
