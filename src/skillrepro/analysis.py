@@ -508,11 +508,37 @@ def empty_figure(out: str | Path, title: str, needs: str, config_name: str) -> N
     _save(fig, out)
 
 
-def _band(ax, d: pd.DataFrame, x: str, metric: str, label: str, **kw) -> None:
+# One look per line of a panel: hollow markers of different shapes, line styles and widths (the first line
+# widest), so a line drawn exactly over another still shows, and the legend tells them apart in grey print.
+_MARKERS = "os^Dv<>P"
+_LINES = ("-", "--", "-.", ":")
+
+
+def _band(ax, d: pd.DataFrame, x: str, metric: str, label: str, i: int = 0, **kw) -> None:
     d = d.sort_values(x)
     mean, sd = d[f"{metric}_mean"].astype(float), d[f"{metric}_sd"].astype(float).fillna(0)
-    ax.plot(d[x], mean, marker="o", label=label, **kw)
-    ax.fill_between(d[x], mean - sd, mean + sd, alpha=0.2, color=ax.lines[-1].get_color())
+    kw.setdefault("ls", _LINES[i % len(_LINES)])
+    # clip_on=False: a value on the axis's edge (a rate of 0 or 1) is drawn over the frame, not hidden by it
+    ax.plot(d[x], mean, marker=_MARKERS[i % len(_MARKERS)], markerfacecolor="none", markersize=7 + 2 * (i % 3),
+            lw=max(2.4 - 0.5 * i, 1.0), label=label, clip_on=False, zorder=3 + i, **kw)
+    ax.fill_between(d[x], mean - sd, mean + sd, alpha=0.15, color=ax.lines[-1].get_color())
+
+
+def _counts_axis(ax, axis: str = "x") -> None:
+    """Whole-number ticks on an axis that counts something (training rollouts)."""
+    from matplotlib.ticker import MaxNLocator
+
+    (ax.xaxis if axis == "x" else ax.yaxis).set_major_locator(MaxNLocator(integer=True))
+
+
+def _rate_axis(ax) -> None:
+    """A success rate or progression: 0 to 1, nothing below 0."""
+    ax.set_ylim(0, 1.05)
+
+
+def _from_zero(ax) -> None:
+    """Tokens and dollars: never below 0 (a band's lower edge is mean - s.d.)."""
+    ax.set_ylim(bottom=0)
 
 
 def curves(checkpoints: pd.DataFrame, groups: dict[str, list[str]], study: Study, out: str | Path,
@@ -526,22 +552,27 @@ def curves(checkpoints: pd.DataFrame, groups: dict[str, list[str]], study: Study
     plt = _plt()
     fig, axes = plt.subplots(len(groups), 2, figsize=(10, 3.4 * len(groups)), squeeze=False)
     for row, (bench, variants) in zip(axes, groups.items()):
-        for variant in variants:
+        for i, variant in enumerate(variants):
             d = data[(data.run_benchmark == bench) & (data.variant == variant)]
             if not d.empty:
                 for ax, metric in zip(row, ["score", "output_tokens"]):
-                    _band(ax, d, "train_rollouts", metric, variant)
+                    _band(ax, d, "train_rollouts", metric, variant, i)
         head = study.headline(bench)
-        row[0].set(title=f"{bench}: test {head}", xlabel="training rollouts", ylabel=head, ylim=(-0.05, 1.05))
+        row[0].set(title=f"{bench}: test {head}", xlabel="training rollouts", ylabel=head)
         row[1].set(title=f"{bench}: output tokens per episode", xlabel="training rollouts", ylabel="tokens")
+        _rate_axis(row[0])
+        _from_zero(row[1])
+        for ax in row:
+            _counts_axis(ax)
         row[0].legend(fontsize=8)
     fig.suptitle(title)
     _save(fig, out)
 
 
-def cost_curves(training: pd.DataFrame, study: Study, out: str | Path) -> None:
+def cost_curves(training: pd.DataFrame, study: Study, out: str | Path, model: str | None = None) -> None:
     """Figure 3: dollars per training episode (the batch's calls + the sleep phase after it) over training,
-    mean ± 1 s.d. over seeds; dashed: the batch's own share."""
+    mean ± 1 s.d. over seeds; thin dotted, the batch's own share. Every cost $0 (a model without a price,
+    `model`) is said on the image."""
     title = "Figure 3: dollar cost per episode over training"
     main = {b: study.main_on(b) for b in study.benchmarks}
     training = training[[v in main.get(b, ()) for b, v in zip(training.run_benchmark, training.variant)]]
@@ -551,13 +582,23 @@ def cost_curves(training: pd.DataFrame, study: Study, out: str | Path) -> None:
     benches = sorted(per.run_benchmark.unique())
     plt = _plt()
     fig, axes = plt.subplots(1, len(benches), figsize=(5 * len(benches), 3.6), squeeze=False)
+    unpriced = bool((per.cost_mean.fillna(0) == 0).all())
     for ax, bench in zip(axes[0], benches):
-        for variant in main[bench]:
+        for i, variant in enumerate(main[bench]):
             d = per[(per.run_benchmark == bench) & (per.variant == variant)]
             if not d.empty:
-                _band(ax, d, "train_rollouts", "cost", variant)
-                ax.plot(d.train_rollouts, d.actor_cost_mean, ls="--", color=ax.lines[-1].get_color(), alpha=0.7)
-        ax.set(title=f"{bench}: $ per episode (dashed: without sleep)", xlabel="training rollouts", ylabel="dollars")
+                _band(ax, d, "train_rollouts", "cost", variant, i)
+                ax.plot(d.sort_values("train_rollouts").train_rollouts, d.sort_values("train_rollouts").actor_cost_mean,
+                        ls=":", lw=1, color=ax.lines[-1].get_color(), clip_on=False, zorder=2)
+        ax.set(title=f"{bench}: $ per episode (thin dotted: without sleep)", xlabel="training rollouts", ylabel="dollars")
+        _counts_axis(ax)
+        if unpriced:
+            ax.set_ylim(0, 1)
+            ax.text(0.5, 0.55, f"All costs are $0: {f'model {model}' if model else 'the model'} has no price\n"
+                    "in the config's `pricing` (an embedded or self-hosted model)", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=9, bbox=dict(boxstyle="round", fc="lightyellow", ec="grey"))
+        else:
+            _from_zero(ax)
         ax.legend(fontsize=8)
     fig.suptitle(title)
     _save(fig, out)
@@ -607,18 +648,21 @@ def shift_figure(checkpoints: pd.DataFrame, retained: pd.DataFrame, study: Study
     fig, axes = plt.subplots(len(phases), 2, figsize=(11, 3.8 * len(phases)), squeeze=False)
     for row, (a, b) in zip(axes, phases):
         chain = checkpoints[checkpoints.run_benchmark.isin([a, b])]
-        for (variant, test_set), d in chain.groupby(["variant", "eval_benchmark"], sort=True):
+        for i, ((variant, test_set), d) in enumerate(chain.groupby(["variant", "eval_benchmark"], sort=True)):
             for ax, metric in zip(row, ["score", "output_tokens"]):
-                _band(ax, d, "train_rollouts", metric, f"{variant} on {test_set}",
+                _band(ax, d, "train_rollouts", metric, f"{variant} on {test_set}", i,
                       ls="-" if test_set == a else "--")
         for ax in row:
             ax.axvline(study.offset(b), color="grey", lw=0.8)
+            _counts_axis(ax)
+        _rate_axis(row[0])
+        _from_zero(row[1])
         kept = retained[(retained.trained_first == a) & (retained.trained_second == b)]
         summary = "\n".join(f"{r.variant}: {r.change_points:+.1f} points, tokens {r.output_tokens_change_pct:+.1f}%"
                             for r in kept.itertuples())
         if summary:
             row[0].text(0.01, 0.98, f"{a} after {b}:\n{summary}", transform=row[0].transAxes, va="top", fontsize=7)
-        row[0].set(title=f"{a} then {b}: test {study.headline(a)}", xlabel="training rollouts", ylim=(-0.05, 1.05))
+        row[0].set(title=f"{a} then {b}: test {study.headline(a)}", xlabel="training rollouts")
         row[1].set(title="output tokens per episode", xlabel="training rollouts")
         row[0].legend(fontsize=7)
     fig.suptitle(title)
@@ -643,10 +687,14 @@ def plane_figure(mains: dict[str, pd.DataFrame], study: Study, out: str | Path) 
         colours: dict[str, Any] = {}
         for r in d.itertuples():
             c = colours.setdefault(r.variant, f"C{len(colours)}")
+            n = len(ax.lines)  # hollow markers, each later one smaller: points at the same place all show
             ax.errorbar(r.output_tokens_per_episode_mean, r.score_mean, xerr=_nz(r.output_tokens_per_episode_sd),
-                        yerr=_nz(r.score_sd), marker=markers[r.model], color=c, ls="none",
+                        yerr=_nz(r.score_sd), marker=markers[r.model], color=c, ls="none", markerfacecolor="none",
+                        markersize=max(11 - 2 * n, 4), markeredgewidth=1.5, clip_on=False,
                         label=f"{r.variant} ({r.model})")
         ax.set(title=bench, xlabel="output tokens per episode", ylabel=study.headline(bench) if bench in study.benchmarks else "score")
+        _rate_axis(ax)
+        ax.set_xlim(left=0)
         ax.legend(fontsize=7)
     fig.suptitle(title)
     _save(fig, out)
