@@ -244,6 +244,7 @@ rule kvcache_blend:
     output:
         table=report("results/tables/kvcache_blend.csv", caption="../report/kvcache_blend_table.rst", category="KV cache"),
         summary=report("results/tables/kvcache_blend_summary.csv", caption="../report/kvcache_blend_summary.rst", category="KV cache"),
+        samples=report("results/tables/kvcache_blend_samples.csv", caption="../report/kvcache_blend_samples.rst", category="KV cache"),
         figure=report("results/figures/kvcache_blend.png", caption="../report/kvcache_blend.rst", category="KV cache"),
     params:
         kv=KV,

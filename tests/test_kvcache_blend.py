@@ -82,3 +82,32 @@ def test_summary_counts_large_shifts_and_tests_them_against_noise():
     assert s.loc[("G", "alone"), "fisher_p_vs_noise"] == pytest.approx(B.fisher_greater(6, 10, 0, 10))
     assert B.fisher_greater(6, 10, 0, 10) == pytest.approx(0.005418, abs=1e-6)  # scipy's fisher_exact, 'greater'
     assert B.fisher_greater(0, 10, 0, 10) == 1.0
+
+
+def test_history_chunk_is_the_whole_first_item_over_every_line():
+    from skillrepro.studies.kvcache import formats as F
+
+    turns = [F.Turn("-= Welcome =-\n\nYou are in a room.\n\nYour task is to: heat some egg.", "go to fridge 1"),
+             F.Turn("You arrive at fridge 1.", "open fridge 1")]
+    h = B.chunk_texts(F.load_bank(), "heat", turns, ["look"])["H"]
+    assert h == "[Observation 1: '-= Welcome =-\n\nYou are in a room.\n\nYour task is to: heat some egg.', " \
+                "Action 1: 'go to fridge 1']"
+    assert h in F.format_progress(turns, 2)
+
+
+def test_samples_spread_over_every_trajectory_and_invalid_replies_are_counted(blender):
+    trs = R.read_trajectories(DATA)
+    every = B.targets_from_trajectories(trs, min_step=2)
+    even = B.targets_from_trajectories(trs, min_step=2, limit=3)
+    assert [(t.episode, t.step) for t in even] == [(every[i].episode, every[i].step) for i in (0, 4, 8)]
+    assert len({t.episode for t in even}) == 2  # the first-N pick stays in the first game
+    assert {t.episode for t in B.targets_from_trajectories(trs, min_step=2, limit=3, spread="first")} == {every[0].episode}
+    with pytest.raises(ValueError, match="kvcache.blend.spread: 'random'"):
+        B.targets_from_trajectories(trs, limit=3, spread="random")
+    broken = [B.Target(t.episode, t.step, t.prompt, r, t.chunks, t.others)
+              for t, r in zip(even, ["<think>hm</think>go to desk 1", "<action> </action>", even[2].reply])]
+    s = B.sample_rows(broken)
+    assert [x.format_valid for x in s] == [False, False, True] and s[2].h_chars > 0
+    assert blender.run(broken[0]) == [] and blender.run(broken[1]) == []  # wrong outputs are not scored
+    summary = B.summarize([B.BlendRow("e", 2, "G", "noise", 10, 5, 10, 0.0, "0", 0.0, -1.0, -1.0, 0.0)], samples=s)
+    assert (summary.targets == 3).all() and (summary.format_invalid == 2).all()

@@ -100,6 +100,22 @@ def test_settings_retain_beats_flush_and_steps_add_up():
         study.simulate_settings(s, [study.Setting("retain", 32, 4)])
 
 
+def test_group_size_repeats_each_game_within_its_lockstep_batch():
+    rng = np.random.default_rng(1)
+    s = stream_of({e: [list(rng.integers(0, 1000, 50)) for _ in range(3)] for e in "ab"})
+    reqs = study.lockstep_requests(s, 4, group_size=2)
+    assert [(r.episode, r.step) for r in reqs[:4]] == [("a#0", 0), ("a#1", 0), ("b#0", 0), ("b#1", 0)]
+    assert [(r.episode, r.step) for r in study.lockstep_requests(s, 2, group_size=2)][:3] == [("a#0", 0), ("a#1", 0), ("a#0", 1)]
+    flush = study.Setting("flush", 100_000, 64)
+    (one,), _ = study.simulate_settings(s, [flush])
+    (two,), _ = study.simulate_settings(s, [flush], group_size=2)
+    assert one.cached_tokens == 0 and one.requests == 6
+    # with the cache flushed every step, a game's second copy reads all but the last block of the first's
+    assert two.requests == 12 and two.cached_tokens == 2 * 3 * 48
+    with pytest.raises(ValueError, match="kvcache.group_size must be >= 1"):
+        study.lockstep_requests(s, 4, group_size=0)
+
+
 def test_step_load_sums_running_episodes():
     s = stream_of({"a": [[1] * 10, [1] * 20], "b": [[2] * 30]}, completion=5)
     assert [(r.step, r.running, r.total_tokens) for r in study.step_load(s)] == [(0, 2, 50), (1, 1, 25)]
@@ -149,6 +165,12 @@ def test_kvcache_config_errors_name_the_key(tmp_path):
     assert kv.bench(base).env == "alfworld" and kv.settings() == [study.Setting("retain", 1000, 2)]
     with pytest.raises(ValueError, match="kvcache.benchmark: 'babyai' has env 'babyai'"):
         study.KVConfig.from_config({**base, "kvcache": {**full, "benchmark": "babyai"}}).bench(base)
+    # vLLM's name for the per-step token budget; the old spelling is an alias of it
+    assert study.KVConfig.from_config({**base, "kvcache": full}).max_num_batched_tokens == 100
+    renamed = {k: v for k, v in full.items() if k != "max_batched_tokens"}
+    assert study.KVConfig.from_config({**base, "kvcache": {**renamed, "max_num_batched_tokens": 64}}).max_batched_tokens == 64
+    with pytest.raises(ValueError, match="max_batched_tokens \\(100\\) is the old name of max_num_batched_tokens \\(64\\)"):
+        study.KVConfig.from_config({**base, "kvcache": {**full, "max_num_batched_tokens": 64}})
     with pytest.raises(ValueError, match="kvcache: unknown key\\(s\\) capacity"):
         study.KVConfig.from_config({**base, "kvcache": {**full, "capacity": 3}})
     with pytest.raises(ValueError, match="kvcache.bank: .*nope.json does not exist"):

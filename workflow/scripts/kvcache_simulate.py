@@ -13,7 +13,8 @@ from skillrepro.store import write_table
 log = setup_logging(snakemake)
 w, kv = snakemake.wildcards, snakemake.params.kv
 stream = study.read_stream(snakemake.input.requests)
-rows, steps = study.simulate_settings(stream, kv.settings(), kv.block_size, kv.max_num_seqs, kv.max_batched_tokens)
+rows, steps = study.simulate_settings(stream, kv.settings(), kv.block_size, kv.max_num_seqs, kv.max_num_batched_tokens,
+                                     kv.group_size)
 tables = {
     "summary": rows,
     "steps": steps,

@@ -1,7 +1,10 @@
 """Non-prefix reuse (seed 001, section 2-4; CacheBlend-style): a skill chunk's K/V computed elsewhere.
 
 For a SkillRL-format request (step >= `min_step`), five chunks: G (general principles), C (the category's
-skills), M (mistakes to avoid), H (the first history item) and A (the admissible-action list). For each
+skills), M (mistakes to avoid), H (the first history item, `[Observation k: '...', Action k: '...']` whole,
+over every line of its observation: 149 tokens at the seminar's step-2 example) and A (the admissible-action
+list). Samples: `samples` of the eligible requests, spread evenly over them in (episode, step) order
+(`spread: even`; the seminar takes 33 from its RL model's run) or the first ones (`spread: first`). For each
 chunk and each reuse context, the chunk's K/V is computed in that context, K re-rotated with RoPE from the
 positions it was computed at to the chunk's place in the target prompt (RoPE composes: R(p + d) = R(d) R(p)),
 and spliced into the target's cache: the tokens before the chunk keep their own K/V, the chunk gets the
@@ -17,7 +20,9 @@ H, A: after the same episode's previous-step prompt up to where it shows the sam
 such context in a sample is skipped for that sample.
 
 A sample's action "changes a lot" when its log-probability shifts by more than `threshold` (0.5 nats, the
-seminar's cut). Each (chunk, context) count is held against the `noise` count of the same chunk with a
+seminar's cut). A reply without a non-empty `<action>...</action>` breaks the format: it is a wrong output,
+counted (`sample_rows`, the summary's `format_invalid`) and not scored, as the seminar does (30 of 33 for
+the base model). Each (chunk, context) count is held against the `noise` count of the same chunk with a
 one-sided Fisher exact test: does reusing the chunk from that context change actions more often than
 numerical noise does?
 """
@@ -67,14 +72,32 @@ class BlendRow:
 
 def chunk_texts(bank: F.SkillBank, category: str, history: Sequence[F.Turn], admissible: Sequence[str]) -> dict[str, str]:
     """The text of each chunk as the SkillRL format prints it."""
-    first = F.format_progress(list(history), len(history)).split(": ", 1)[1].split("\n")[0]
+    items = F.history_items(list(history))
     return {"G": F.general_section(bank), "C": F.category_section(bank, category), "M": F.mistakes_section(bank),
-            "H": first, "A": F.format_actions(list(admissible))}
+            "H": items[0] if items else "", "A": F.format_actions(list(admissible))}
+
+
+SPREADS = ("even", "first")
+
+
+def spread_pick(items: Sequence, k: int | None, spread: str = "even") -> list:
+    """k of the items: evenly spaced from the first to the last (`even`), or the first k (`first`)."""
+    if spread not in SPREADS:
+        raise ValueError(f"unknown sample spread {spread!r}; choose one of {SPREADS}")
+    items = list(items)
+    if k is None or k >= len(items):
+        return items
+    if spread == "first" or k == 1:
+        return items[:k]
+    return [items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)]
 
 
 def targets_from_trajectories(trajectories, bank: F.SkillBank | None = None, min_step: int = 2, limit: int | None = None,
-                              templates: F.Templates | None = None) -> list[Target]:
-    """SkillRL-format requests at steps >= min_step, with their replies, chunks and reuse sources."""
+                              templates: F.Templates | None = None, spread: str = "even") -> list[Target]:
+    """SkillRL-format requests at steps >= min_step, with their replies, chunks and reuse sources; `limit` of
+    them picked by `spread_pick` (every one when None)."""
+    if spread not in SPREADS:
+        raise ValueError(f"kvcache.blend.spread: {spread!r} is not one of {SPREADS}")
     bank = bank or F.load_bank()
     prompts: dict[tuple[str, int], str] = {}
     built = []
@@ -85,14 +108,16 @@ def targets_from_trajectories(trajectories, bank: F.SkillBank | None = None, min
                                     templates=templates)
             prompts[tr.task_id, t] = F.render_chatml(msgs)
             if t >= min_step:
-                built.append((tr, t, cat, chunk_texts(bank, cat, tr.turns[:t], turn.admissible)))
+                built.append((tr, t, cat))
     out = []
+    built = spread_pick(built, limit, spread)
+    built = [(tr, t, cat, chunk_texts(bank, cat, tr.turns[:t], tr.turns[t].admissible)) for tr, t, cat in built]
     for tr, t, cat, texts in built:
         prompt = prompts[tr.task_id, t]
         spans = {}
         for name, text in texts.items():
             i = prompt.find(text)
-            if i >= 0:
+            if text and i >= 0:
                 spans[name] = (i, i + len(text))
         others = {}
         for name in ("G", "C", "M"):  # another episode's prompt with the same chunk text
@@ -105,7 +130,33 @@ def targets_from_trajectories(trajectories, bank: F.SkillBank | None = None, min
             if texts[name] in prev:
                 others[name] = prev
         out.append(Target(tr.task_id, t, prompt, tr.turns[t].reply, spans, others))
-    return out[:limit] if limit else out
+    return out
+
+
+def scored_action(reply: str) -> str | None:
+    """The action a reply commits to, or None when it breaks the <action>...</action> format."""
+    m = _ACTION.search(reply or "")
+    return m.group(1) if m and m.group(1).strip() else None
+
+
+@dataclass
+class SampleRow:
+    """One target request: whether its reply keeps the action format (else it is not scored)."""
+
+    episode: str
+    step: int
+    format_valid: bool
+    action: str
+    h_chars: int  # length of the H chunk's text (0 when the sample has none)
+
+
+def sample_rows(targets: Sequence[Target]) -> list[SampleRow]:
+    out = []
+    for t in targets:
+        a = scored_action(t.reply)
+        h = t.chunks.get("H")
+        out.append(SampleRow(t.episode, t.step, a is not None, a or "", h[1] - h[0] if h else 0))
+    return out
 
 
 def fisher_greater(a: int, n1: int, b: int, n2: int) -> float:
@@ -172,8 +223,8 @@ class Blender:
         ids, offsets = enc["input_ids"], enc["offset_mapping"]
         n_prompt = next(i for i, (s, _) in enumerate(offsets) if s >= len(target.prompt))
         m = _ACTION.search(target.reply)
-        if m is None:
-            return []  # a reply without an action has nothing to score
+        if scored_action(target.reply) is None:
+            return []  # a reply that breaks the action format is a wrong output: nothing to score
         a0, a1 = len(target.prompt) + m.start(1), len(target.prompt) + m.end(1)
         scored = [i for i, (s, _) in enumerate(offsets) if a0 <= s < a1]
         full = self._forward(ids)
@@ -226,12 +277,13 @@ class Blender:
         return self.encode(other[: other.find(target.prompt[c0:c1])])
 
 
-def summarize(rows, threshold: float = 0.5):
+def summarize(rows, threshold: float = 0.5, samples: Sequence[SampleRow] = ()):
     """Per (chunk, context): median K rel, samples, samples whose action log-prob moved more than
-    `threshold`, and the one-sided Fisher p against the same chunk's noise context."""
+    `threshold`, and the one-sided Fisher p against the same chunk's noise context; with `samples`, the
+    targets drawn and how many of their replies broke the action format (the same in every row)."""
     import pandas as pd
 
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(rows, columns=[f for f in BlendRow.__dataclass_fields__])
     df["large_shift"] = df.action_logprob_shift.abs() > threshold
     out = df.groupby(["chunk", "context"], sort=False).agg(
         samples=("k_rel", "size"), k_rel_median=("k_rel", "median"), v_rel_median=("v_rel", "median"),
@@ -241,4 +293,6 @@ def summarize(rows, threshold: float = 0.5):
         fisher_greater(int(r.large_shifts), int(r.samples), int(noise.large_shifts.get(r.chunk, 0)),
                        int(noise.samples.get(r.chunk, 0))) if r.context != "noise" and r.chunk in noise.index else None
         for r in out.itertuples()]
+    if samples:
+        out = out.assign(targets=len(samples), format_invalid=sum(not s.format_valid for s in samples))
     return out.assign(threshold=threshold)

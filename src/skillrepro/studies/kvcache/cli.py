@@ -24,8 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--slots", type=int, default=1, help="llamacpp engine: number of slots")
     s.add_argument("--max-num-seqs", type=int, default=1024,
                    help="vLLM --max-num-seqs (0.11.0's default for `vllm serve` on an H100-class GPU: 1024)")
-    s.add_argument("--max-batched-tokens", type=int, default=8192,
-                   help="vLLM --max-num-batched-tokens: tokens per scheduler step (0.11.0, H100-class: 8192)")
+    s.add_argument("--max-num-batched-tokens", "--max-batched-tokens", dest="max_batched_tokens", type=int, default=8192,
+                   help="vLLM's --max-num-batched-tokens: tokens per scheduler step (0.11.0, H100-class: 8192); "
+                        "--max-batched-tokens is the old spelling")
     s.add_argument("--vocab-size", type=int,
                    help="token ids must lie below it (default: the tokenizer's vocabulary, else 2**63)")
     s.add_argument("--out", required=True, help="folder for per_request.parquet")
@@ -37,7 +38,8 @@ def _check_args(a: argparse.Namespace) -> None:
     for opt in ("block_size", "capacity_tokens", "max_num_seqs", "max_batched_tokens", "slots", "vocab_size"):
         v = getattr(a, opt)
         if v is not None and v < 1:
-            raise ValueError(f"--{opt.replace('_', '-')} must be >= 1, got {v}")
+            flag = "--max-num-batched-tokens" if opt == "max_batched_tokens" else f"--{opt.replace('_', '-')}"
+            raise ValueError(f"{flag} must be >= 1, got {v}")
     out = Path(a.out)
     try:
         out.mkdir(parents=True, exist_ok=True)

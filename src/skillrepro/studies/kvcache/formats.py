@@ -302,13 +302,19 @@ def format_actions(actions: list[str]) -> str:
     return "[" + "\n ".join(f"'{a}'" for a in actions) + "]"
 
 
-def format_progress(history: list[Turn], step: int) -> str:
+def history_items(history: list[Turn]) -> list[str]:
+    """The recent history as SkillRL prints it: one `[Observation k: '...', Action k: '...']` item per
+    turn (the last N_HISTORY turns); an item spans several lines when its observation does."""
     recent = history[-N_HISTORY:]
     first = len(history) - len(recent)
-    items = "\n".join(f"[Observation {first + i + 1}: '{t.observation}', Action {first + i + 1}: '{t.action}']"
-                      for i, t in enumerate(recent))
+    return [f"[Observation {first + i + 1}: '{t.observation}', Action {first + i + 1}: '{t.action}']"
+            for i, t in enumerate(recent)]
+
+
+def format_progress(history: list[Turn], step: int) -> str:
+    items = history_items(history)
     return (f"Prior to this step, you have already taken {step} step(s). Below are the most recent "
-            f"{len(recent)} observations and the corresponding actions you took: {items}")
+            f"{len(items)} observations and the corresponding actions you took: {chr(10).join(items)}")
 
 
 def build_messages(fmt: str, bank: SkillBank, task: str, category: str | None, history: list[Turn],

@@ -12,6 +12,7 @@ and the cached tokens the server reported. From it:
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,23 +43,35 @@ def _episodes_in_order(stream: Sequence[StreamRequest]) -> list[str]:
     return list(seen)
 
 
-def lockstep_requests(stream: Sequence[StreamRequest], concurrency: int) -> list[sim.Request]:
+def lockstep_requests(stream: Sequence[StreamRequest], concurrency: int, group_size: int = 1) -> list[sim.Request]:
     """The run's requests rearranged for N episodes in lockstep: group g (episodes gN..gN+N-1, in order of
-    their first request) runs its steps after every step of group g-1."""
+    their first request) runs its steps after every step of group g-1.
+
+    `group_size` G > 1 models a GRPO-style batch (SkillRL's verl trainer samples G rollouts of each game
+    together): every game enters its lockstep group G times (copies `<episode>#<k>`, each a replay of the
+    recorded episode), and a group holds max(1, N // G) games, so N episodes counting copies. The copies
+    are identical, so they share more than G sampled rollouts would: an upper bound on what a group shares."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    if group_size < 1:
+        raise ValueError(f"kvcache.group_size must be >= 1, got {group_size}")
     by_ep: dict[str, list[StreamRequest]] = {}
     for r in stream:
         by_ep.setdefault(r.episode, []).append(r)
     eps = _episodes_in_order(stream)
+    games = max(1, concurrency // group_size) if group_size > 1 else concurrency
     out, offset = [], 0
-    for g in range(0, len(eps), concurrency):
-        group = eps[g:g + concurrency]
+    for g in range(0, len(eps), games):
+        group = eps[g:g + games]
         for step in range(max(len(by_ep[e]) for e in group)):
             for e in group:
                 if step < len(by_ep[e]):
                     r = by_ep[e][step]
-                    out.append(_request(r, offset + step))
+                    for k in range(group_size):
+                        req = _request(r, offset + step)
+                        if group_size > 1:
+                            req = dataclasses.replace(req, episode=f"{r.episode}#{k}")
+                        out.append(req)
         longest = max(len(by_ep[e]) for e in group)
         offset += longest
     return out
@@ -106,11 +119,12 @@ class StepRow:
 
 def simulate_settings(stream: Sequence[StreamRequest], settings: Iterable[Setting], block_size: int = 16,
                       max_num_seqs: int = sim.DEFAULT_MAX_NUM_SEQS,
-                      max_batched_tokens: int = sim.DEFAULT_MAX_BATCHED_TOKENS) -> tuple[list[SimRow], list[StepRow]]:
+                      max_batched_tokens: int = sim.DEFAULT_MAX_BATCHED_TOKENS,
+                      group_size: int = 1) -> tuple[list[SimRow], list[StepRow]]:
     rows, steps = [], []
     for s in settings:
-        n = min(s.concurrency, len(_episodes_in_order(stream)))
-        reqs = lockstep_requests(stream, n)
+        n = min(s.concurrency, len(_episodes_in_order(stream)) * group_size)
+        reqs = lockstep_requests(stream, n, group_size)
         cfg = sim.CacheConfig(capacity_tokens=s.capacity_tokens, block_size=block_size, policy=s.policy,
                               max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens)
         try:
@@ -240,16 +254,25 @@ class KVConfig:
     policies: tuple[str, ...]
     concurrency: tuple[int, ...]
     max_num_seqs: int
-    max_batched_tokens: int
+    max_num_batched_tokens: int
     server_slots: int
     replay: str | None = None  # model-free: "planner", a trajectories JSON file or a recorded run folder
     models: tuple[tuple[str, str], ...] = ()  # (name, JSON of llm overrides); empty: the llm section's model
     blend: tuple[tuple[str, object], ...] = ()  # the `blend:` settings as sorted (key, value) pairs
+    group_size: int = 1  # GRPO-style: each game this many times in its lockstep batch (lockstep_requests)
 
     @classmethod
     def from_config(cls, config: dict) -> "KVConfig":
         kv = dict(config.get("kvcache") or {})
         names = {f for f in cls.__dataclass_fields__}
+        # vLLM's name is the key; the study's first spelling stays an alias
+        if "max_batched_tokens" in kv:
+            old = kv.pop("max_batched_tokens")
+            new = kv.get("max_num_batched_tokens", old)
+            if new != old and new != sim.DEFAULT_MAX_BATCHED_TOKENS:
+                raise ValueError(f"kvcache: max_batched_tokens ({old}) is the old name of max_num_batched_tokens "
+                                 f"({new}); give one of them")
+            kv["max_num_batched_tokens"] = old
         unknown = sorted(set(kv) - names)
         if unknown:
             raise ValueError(f"kvcache: unknown key(s) {', '.join(unknown)}")
@@ -322,6 +345,11 @@ class KVConfig:
                 raise ValueError(f"kvcache.models[{name}].llm: unknown key(s) {', '.join(unknown)}")
             out[name] = LLMConfig.from_dict({**base, **extra})
         return out
+
+    @property
+    def max_batched_tokens(self) -> int:
+        """The old name of `max_num_batched_tokens`."""
+        return self.max_num_batched_tokens
 
     def settings(self) -> list[Setting]:
         return [Setting(p, c, n) for p in self.policies for c in self.capacity_tokens for n in self.concurrency]
