@@ -32,7 +32,7 @@ LLM_GPUS = 1 if LLM.backend == "vllm" and not LLM.base_url else 0
 
 
 def request_gpus(rules):
-    """Give every rule that takes `llm` units a `gpu` resource: LLM_GPUS for a job that takes at least one
+    """Give each job that takes `llm` units a `gpu` resource: LLM_GPUS for a job that takes at least one
     unit, 0 otherwise (the slurm plugin asks for --gpus only when it is not 0). Called once every rule is
     defined (end of the Snakefile); a rule or profile that sets `gpu` itself keeps its own."""
     for r in rules:
