@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from skillrepro.skills.sandbox import SandboxError, SandboxLimits, SandboxPolicy, SandboxSession
 
@@ -189,3 +194,82 @@ def test_a_required_layer_the_interpreter_lacks_fails_loud(history, monkeypatch)
     with pytest.raises(SandboxError, match="sandbox.require: layer\\(s\\) bwrap unavailable"):
         s.start()
     s.close()
+
+
+class _ScriptedServer:
+    """An OpenAI-compatible chat endpoint in a thread: the inducer's first request gets a cell over the
+    history, later ones `finish`; the actor always steps forward. Enough to drive the real rules."""
+
+    CELL = "Thought: look at the history.\nAction: execute_code\n```python\nsql('SELECT task_id, success FROM episodes')\n```"
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        outer = self
+        self.inducer_requests = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                system = body["messages"][0]["content"]
+                if "execute_code" in system:  # the inducer's system prompt lists its tools
+                    outer.inducer_requests += 1
+                    text = outer.CELL if outer.inducer_requests == 1 else "Action: finish"
+                else:
+                    text = "Thought: go.\nAction: go_forward()"
+                reply = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                         "choices": [{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": text}}],
+                         "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}
+                data = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+@pytest.mark.workflow
+def test_the_induce_rule_runs_cells_over_the_history_snakemake_gives_it(tmp_path):
+    """The real rules through Snakemake (relative paths, the workflow folder as working directory): the
+    sleep phase's interpreter answers its cell with the rows of the run's training episodes."""
+    root = Path(__file__).resolve().parents[1]
+    for part in ("Snakefile", "config.yaml", "rules", "workflow", "envs", "report"):
+        src = root / part
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / part)
+    cfg = {"llm": {"backend": "embedded", "model": "smollm2-135m", "max_tokens": 32, "slots": 2},
+           "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 2}},
+           "methods": {"speedrunner": {"method": "speedrunner"}},
+           "protocol": {"seeds": [0], "train_rollouts": 2, "sleep_every": 2, "eval_every": 2, "n_test": 1},
+           "budgets": {"rollout_wall_s": 120, "inducer_requests": 3}, "pricing": {}}
+    (tmp_path / "scripted.yaml").write_text(yaml.safe_dump(cfg))
+    server = _ScriptedServer()
+    target = "results/runs/babyai/speedrunner/seed0/library/v1/manifest.json"
+    try:
+        proc = subprocess.run([sys.executable, "-m", "snakemake", target, "--cores", "2", "--configfile",
+                               "scripted.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=900,
+                              env={**os.environ, "SKILLREPRO_LLM_URL": server.url})
+    finally:
+        server.close()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    transcript = [json.loads(line) for line in
+                  (tmp_path / "results/runs/babyai/speedrunner/seed0/induce/v1/transcript.jsonl").read_text().splitlines()]
+    cell = transcript[0]
+    assert cell["tool"] == "execute_code"
+    tasks = json.loads((tmp_path / "results/tasks/babyai/seed0/train.json").read_text())[:2]
+    rows = eval(cell["observation"])  # the cell's value: a list of dicts, one per training episode
+    assert len(rows) == 2 and {"task_id", "success"} == set(rows[0]), cell["observation"]
+    assert sorted(r["task_id"] for r in rows) == sorted(tasks)
+    log = (tmp_path / "logs/runs/babyai/speedrunner/seed0/induce_v1.log").read_text()
+    assert "all in filter mode" in log and "MISSING: not reported" not in log
