@@ -16,9 +16,11 @@ Optional hooks (keyword arguments of `register`) change what the actor gets from
 `visible(library, options) -> list[str]` (the skills listed to the actor; the others stay callable from
 them, as in Voyager's truncation), and `next_task(TaskContext) -> TaskChoice` (which training task comes
 next, with what goal, which skills are listed for it, and the LLM calls the choice cost; Voyager's
-curriculum and retrieval). `envs=(...)` restricts a method to some benchmark envs: a variant that would run
-on another env is a config error, unless its options set `any_benchmark: true`. Methods never see test
-episodes: `history_dirs` holds training batches only.
+curriculum and retrieval), and `initial(BenchmarkConfig, options) -> Library` (library v0: empty by
+default, as skills are learned online from nothing; the reference method's fixed library). `envs=(...)`
+restricts a method to some benchmark envs: a variant that would run on another env is a config error,
+unless its options set `any_benchmark: true`. Methods never see test episodes: `history_dirs` holds
+training batches only.
 """
 from __future__ import annotations
 
@@ -94,6 +96,10 @@ def default_next_task(ctx: TaskContext) -> TaskChoice:
     return TaskChoice(ctx.planned[ctx.index])
 
 
+def default_initial(bench: BenchmarkConfig, options: Any) -> Library:
+    return Library(version=0)
+
+
 @dataclass(frozen=True)
 class NoOptions:
     """A method without options."""
@@ -107,6 +113,7 @@ class Method:
     notes: Callable[[Library, Any], str] = default_notes
     visible: Callable[[Library, Any], list[str]] = default_visible
     next_task: Callable[[TaskContext], TaskChoice] = default_next_task
+    initial: Callable[[BenchmarkConfig, Any], Library] = default_initial
     envs: tuple[str, ...] | None = None  # the benchmark envs it runs on by default; None: every env
 
     def parse_options(self, raw: dict[str, Any] | None, variant: str) -> Any:
