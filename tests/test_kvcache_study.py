@@ -114,6 +114,14 @@ def test_group_size_repeats_each_game_within_its_lockstep_batch():
     assert two.requests == 12 and two.cached_tokens == 2 * 3 * 48
     with pytest.raises(ValueError, match="kvcache.group_size must be >= 1"):
         study.lockstep_requests(s, 4, group_size=0)
+    # ALFWorld-style draw with replacement: a pool of one game gives every slot the first game
+    same = study.lockstep_requests(s, 4, draw_pool=1)
+    assert [(r.episode, r.step) for r in same[:2]] == [("a#0", 0), ("a#1", 0)] and len(same) == 6
+    (drawn,), _ = study.simulate_settings(s, [flush], draw_pool=1)
+    (wide,), _ = study.simulate_settings(s, [flush], draw_pool=10**9)
+    assert drawn.cached_tokens == 3 * 48 and wide.cached_tokens == 0 and wide.requests == drawn.requests == 6
+    with pytest.raises(ValueError, match="set one"):
+        study.lockstep_requests(s, 4, group_size=2, draw_pool=3)
 
 
 def test_step_load_sums_running_episodes():

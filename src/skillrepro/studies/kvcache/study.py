@@ -43,36 +43,51 @@ def _episodes_in_order(stream: Sequence[StreamRequest]) -> list[str]:
     return list(seen)
 
 
-def lockstep_requests(stream: Sequence[StreamRequest], concurrency: int, group_size: int = 1) -> list[sim.Request]:
+def lockstep_requests(stream: Sequence[StreamRequest], concurrency: int, group_size: int = 1,
+                      draw_pool: int | None = None, draw_seed: int = 0) -> list[sim.Request]:
     """The run's requests rearranged for N episodes in lockstep: group g (episodes gN..gN+N-1, in order of
     their first request) runs its steps after every step of group g-1.
 
-    `group_size` G > 1 models a GRPO-style batch (SkillRL's verl trainer samples G rollouts of each game
-    together): every game enters its lockstep group G times (copies `<episode>#<k>`, each a replay of the
-    recorded episode), and a group holds max(1, N // G) games, so N episodes counting copies. The copies
-    are identical, so they share more than G sampled rollouts would: an upper bound on what a group shares."""
+    What a batch repeats (each repeat a copy `<episode>#<k>` replaying the recorded episode; copies are
+    identical, so they share more than independently sampled rollouts of one game would: an upper bound):
+    - `group_size` G > 1: GRPO-style (SkillRL's verl trainer samples G rollouts of each game together):
+      every game enters its group G times, and a group holds max(1, N // G) games (N episodes in all);
+    - `draw_pool` P: each of the run's E episode slots draws its game at random (seed `draw_seed`) from a pool
+      of P games with replacement, as ALFWorld's environments pick a game per environment; the d distinct
+      games drawn are played by the run's first d episodes, a game drawn k times by k copies."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     if group_size < 1:
         raise ValueError(f"kvcache.group_size must be >= 1, got {group_size}")
+    if draw_pool is not None and draw_pool < 1:
+        raise ValueError(f"kvcache.draw_pool must be >= 1, got {draw_pool}")
+    if draw_pool is not None and group_size > 1:
+        raise ValueError("kvcache.group_size and kvcache.draw_pool are two models of what a batch repeats; set one")
     by_ep: dict[str, list[StreamRequest]] = {}
     for r in stream:
         by_ep.setdefault(r.episode, []).append(r)
     eps = _episodes_in_order(stream)
-    games = max(1, concurrency // group_size) if group_size > 1 else concurrency
+    if draw_pool is not None:
+        draws = np.random.default_rng(draw_seed).integers(0, draw_pool, size=len(eps))
+        game_of: dict[int, str] = {}
+        slots, copies = [], {}
+        for x in draws.tolist():
+            e = game_of.setdefault(x, eps[len(game_of)])
+            k = copies[e] = copies.get(e, -1) + 1
+            slots.append((e, f"{e}#{k}"))
+        per_group = concurrency
+    else:
+        slots = [(e, f"{e}#{k}" if group_size > 1 else e) for e in eps for k in range(group_size)]
+        per_group = max(1, concurrency // group_size) * group_size if group_size > 1 else concurrency
     out, offset = [], 0
-    for g in range(0, len(eps), games):
-        group = eps[g:g + games]
-        for step in range(max(len(by_ep[e]) for e in group)):
-            for e in group:
+    for g in range(0, len(slots), per_group):
+        group = slots[g:g + per_group]
+        longest = max(len(by_ep[e]) for e, _ in group)
+        for step in range(longest):
+            for e, name in group:
                 if step < len(by_ep[e]):
-                    r = by_ep[e][step]
-                    for k in range(group_size):
-                        req = _request(r, offset + step)
-                        if group_size > 1:
-                            req = dataclasses.replace(req, episode=f"{r.episode}#{k}")
-                        out.append(req)
-        longest = max(len(by_ep[e]) for e in group)
+                    req = _request(by_ep[e][step], offset + step)
+                    out.append(req if name == e else dataclasses.replace(req, episode=name))
         offset += longest
     return out
 
@@ -120,11 +135,12 @@ class StepRow:
 def simulate_settings(stream: Sequence[StreamRequest], settings: Iterable[Setting], block_size: int = 16,
                       max_num_seqs: int = sim.DEFAULT_MAX_NUM_SEQS,
                       max_batched_tokens: int = sim.DEFAULT_MAX_BATCHED_TOKENS,
-                      group_size: int = 1) -> tuple[list[SimRow], list[StepRow]]:
+                      group_size: int = 1, draw_pool: int | None = None,
+                      draw_seed: int = 0) -> tuple[list[SimRow], list[StepRow]]:
     rows, steps = [], []
     for s in settings:
         n = min(s.concurrency, len(_episodes_in_order(stream)) * group_size)
-        reqs = lockstep_requests(stream, n, group_size)
+        reqs = lockstep_requests(stream, n, group_size, draw_pool, draw_seed)
         cfg = sim.CacheConfig(capacity_tokens=s.capacity_tokens, block_size=block_size, policy=s.policy,
                               max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens)
         try:
@@ -260,6 +276,7 @@ class KVConfig:
     models: tuple[tuple[str, str], ...] = ()  # (name, JSON of llm overrides); empty: the llm section's model
     blend: tuple[tuple[str, object], ...] = ()  # the `blend:` settings as sorted (key, value) pairs
     group_size: int = 1  # GRPO-style: each game this many times in its lockstep batch (lockstep_requests)
+    draw_pool: int | None = None  # each episode slot draws its game from this many, with replacement
 
     @classmethod
     def from_config(cls, config: dict) -> "KVConfig":
