@@ -42,6 +42,7 @@ rule kvcache_all:
         expand("results/tables/kvcache/{kvmodel}/{name}.csv", kvmodel=_KV_LLMS, name=_KV_TABLE_NAMES),
         expand("results/figures/kvcache/{kvmodel}/{name}.png", kvmodel=_KV_LLMS, name=_KV_FIGURE_NAMES),
         "results/tables/kvcache_prefix.csv",
+        "results/tables/kvcache_segments.csv",
         "results/tables/kvcache_models.csv",
         "results/figures/kvcache_models.png",
         # the non-prefix reuse experiment, when kvcache.blend.model names a model
@@ -165,6 +166,26 @@ rule kvcache_prefix:
         "../envs/skillrepro.yaml"
     script:
         "../workflow/scripts/kvcache_prefix.py"
+
+
+rule kvcache_segments:
+    input:
+        tasks="results/kvcache/tasks.json",
+        **({"trajectories": "results/kvcache/trajectories.json"} if KV.replay else {}),
+    output:
+        report("results/tables/kvcache_segments.csv", caption="../report/kvcache_segments_table.rst", category="KV cache"),
+    params:
+        bench=_KV_BENCH,
+        kv=KV,
+        settings=_kv_settings,
+    log:
+        "logs/kvcache/segments.log",
+    benchmark:
+        "results/timings/kvcache/segments.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/kvcache_segments.py"
 
 
 rule kvcache_tables:

@@ -192,3 +192,22 @@ def test_skillrl_bank_violations_name_file_and_field(tmp_path, mutate, msg):
     p.write_text("{not json")
     with pytest.raises(ValueError, match=f"skill bank {p}: not JSON"):
         F.load_bank(p)
+
+
+def test_prompt_segments_cover_the_prompt_in_order():
+    task = "put a clean cloth in cabinet."
+    hist = episode(task, 3)
+    view = F.EpisodeView("e", task, tuple(hist[:2]), hist[2].observation, tuple(ACTS))
+    for fmt, order in [("skillrl", ["task", "general", "category", "mistakes", "history_1"]),
+                       ("skillrl_skills_first", ["general", "category", "mistakes", "task", "history_1"])]:
+        segs = F.prompt_segments(fmt, BANK, view, TOK.encode)
+        names = [n for n, _, _ in segs if n != "template"]
+        assert [n for n in names if n in order] == order, fmt
+        assert sum(t for _, _, t in segs) == len(prompt_ids(fmt, task, 2))
+        prompt = F.render_chatml(F.build_messages(fmt, BANK, task, None, hist[:2], hist[2].observation, ACTS))
+        assert sum(c for _, c, _ in segs) == len(prompt)
+        seg = dict((n, t) for n, _, t in segs)
+        # the first history item carries the whole first observation (the room, then the task line); a
+        # token merging across a boundary moves one token to the later segment
+        assert abs(seg["history_1"] - len(TOK.encode(F.history_items(hist[:2])[0]))) <= 1 and seg["history_1"] > 30
+        assert abs(seg["general"] - len(TOK.encode(F.general_section(BANK)))) <= 1

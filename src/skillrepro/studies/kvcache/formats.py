@@ -455,3 +455,54 @@ def shared_prefix_table(formats: Sequence[str], bank: SkillBank, views: Sequence
                 sum(a + b for _, a, b in got) / (2 * len(got)),
                 sum(s / min(a, b) for s, a, b in got) / len(got)))
     return rows
+
+
+# -- per-segment token breakdown (seed 001, 1-1 and the 2-3 prompt figure) ---------------------------------
+
+
+def prompt_segments(fmt: str, bank: SkillBank, view: EpisodeView, encode: Callable[[str], list[int]],
+                    templates: Templates | None = None,
+                    render: Callable[[list[dict]], str] = render_chatml) -> list[tuple[str, int, int]]:
+    """(segment, characters, tokens) in prompt order for one request: the named parts the prompt is built
+    from (system sentence, task, general / category / mistakes sections, progress header, each history item,
+    observation, actions, instruction, SKILL.md documents) where they occur, and `template` for the text
+    between them (chat markers, headings, the role sentence's frame). A segment's tokens are those its end
+    adds to the prompt's tokenisation (len(encode(prompt[:end])) minus the previous end's), so the tokens sum
+    to the prompt's exactly; a token that straddles a boundary counts in the later segment."""
+    tpl = templates or Templates()
+    history = list(view.history)
+    prompt = render(build_messages(fmt, bank, view.task, None, history, view.observation, list(view.admissible),
+                                   templates=tpl))
+    items = history_items(history)
+    header = format_progress(history, len(history))
+    header = header[: header.index(items[0])] if items else header
+    pieces = [("system", QWEN_DEFAULT_SYSTEM), ("task", view.task), ("general", general_section(bank)),
+              ("category", category_section(bank, view.category)), ("mistakes", mistakes_section(bank))]
+    if fmt.startswith("wikiskill"):
+        pieces.append(("documents", _wiki_documents(bank)))
+    pieces += [("progress_header", header) if items else ("", "")]
+    pieces += [(f"history_{i + 1}", t) for i, t in enumerate(items)]
+    pieces += [("observation", view.observation), ("actions", format_actions(list(view.admissible))),
+               ("instruction", tpl.raw("instruction"))]
+    spans = []
+    for name, text in pieces:
+        if not name or not text:
+            continue
+        at = prompt.rfind(text) if name in ("observation", "actions", "instruction") else prompt.find(text)
+        if at >= 0 and not any(a < at + len(text) and at < b for _, a, b in spans):
+            spans.append((name, at, at + len(text)))
+    spans.sort(key=lambda s: s[1])
+    bounds, pos = [], 0
+    for name, a, b in spans:
+        if a > pos:
+            bounds.append(("template", a))
+        bounds.append((name, b))
+        pos = b
+    if pos < len(prompt):
+        bounds.append(("template", len(prompt)))
+    out, prev_c, prev_t = [], 0, 0
+    for name, end in bounds:
+        n = len(encode(prompt[:end]))
+        out.append((name, end - prev_c, n - prev_t))
+        prev_c, prev_t = end, n
+    return out
