@@ -323,7 +323,8 @@ rule scaffold_tables:
         selections=_sc_sel(f"{_SCV}/selection.parquet"),
         post=[f for i in range(SCAFFOLD.n_post) for f in _sc_sel(f"{_SCV}/post/l{i}/episodes.parquet")],
         evals=[f for i in range(SCAFFOLD.n_eval) for f in _sc_all(f"{_SCV}/eval/k{i}/episodes.parquet")],
-        eval_free=[f"results/scaffold/{b}/eval_free/k{i}/episodes.parquet" for b in _SC_BENCH for i in range(SCAFFOLD.n_eval)],
+        # k < n_eval: the skill-free baseline; the next n_probes: figure 3(b)'s independent competence probes
+        eval_free=[f"results/scaffold/{b}/eval_free/k{i}/episodes.parquet" for b in _SC_BENCH for i in range(SCAFFOLD.n_eval + SCAFFOLD.n_probes)],
     output:
         rules=report("results/tables/scaffold_rules.csv", caption="../report/scaffold_rules.rst", category="SkillScaffold"),
         quintiles=report("results/tables/scaffold_quintiles.csv", caption="../report/scaffold_quintiles.rst", category="SkillScaffold"),
@@ -334,6 +335,9 @@ rule scaffold_tables:
     params:
         variants=list(SCAFFOLD.variants),
         threshold=SCAFFOLD.threshold,
+        n_eval=SCAFFOLD.n_eval,
+        n_probes=SCAFFOLD.n_probes,
+        interval=SCAFFOLD.bootstrap_interval,
     log:
         "logs/scaffold/tables.log",
     benchmark:

@@ -511,10 +511,17 @@ def test_pilot_sign_disagreement_and_ties_by_hand():
 def test_pilot_competence_by_hand():
     o = _outcomes({("q1", -1): [0, 0, 0, 1], ("q1", 0): [1, 1, 0, 0], ("q1", 1): [0, 0, 0, 0],
                    ("q2", -1): [1, 1, 1, 1], ("q2", 0): [1, 0, 1, 1], ("q2", 1): [1, 1, 1, 1]})
-    t = pilot_competence(o).set_index("probe_successes")
+    # independent probes (rollouts 4-7): q1 succeeds once, q2 four times; q3 has too few probes
+    probes = pd.DataFrame({"benchmark": "b", "task_id": ["q1"] * 4 + ["q2"] * 4 + ["q3"] * 3,
+                           "k": [4, 5, 6, 7] * 2 + [4, 5, 6], "success": [0, 1, 0, 0] + [1] * 4 + [1] * 3})
+    t = pilot_competence(o, probes).set_index("probe_successes")
+    assert list(t.index) == [1, 4] and (t.n_queries == 1).all()
     assert t.loc[1, "mean_effect"] == pytest.approx((0.25 - 0.25) / 2) and t.loc[1, "best_effect"] == 0.25
     assert t.loc[1, "queries_with_mixed_signs"] == 1 and t.loc[4, "queries_with_mixed_signs"] == 0
     assert t.loc[4, "mean_effect"] == pytest.approx(-0.125) and t.loc[4, "best_effect"] == 0
+    assert math.isnan(t.loc[4, "mean_effect_ci_low"])  # one query: no interval
+    with pytest.raises(ValueError, match="independent of the baseline"):
+        pilot_competence(o, o[o.candidate == -1])  # the baseline's own rollouts as probes
 
 
 def test_rollout_outcomes_joins_free_and_candidates():

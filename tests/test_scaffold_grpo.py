@@ -170,3 +170,69 @@ def test_groups_from_the_scaffold_records(tiny):
     assert len(g.generator) == 2 and g.utilities == [0.2, -0.1]
     own = tok.decode([t for t, m in zip(g.generator[1].completion_ids, g.generator[1].mask) if m])
     assert "card-1" in own and "skill" not in own and "evidence" not in tok.decode(g.generator[1].completion_ids)
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("optimizer", "adamw", "scaffold.training.optimizer: 'adamw' is not implemented"),
+    ("global_batch_size", 100, r"scaffold.training.global_batch_size: 100 is not implemented.*16 x 8 = 128"),
+    ("micro_batch_size", 5, "scaffold.training.micro_batch_size: 5 does not divide the 192"),
+    ("cohort_iterations", 20, "scaffold.training.cohort_iterations: 20 exceeds steps"),
+    ("warmup", 3, "scaffold.training.warmup: not a training setting"),
+])
+def test_table5_keys_not_honoured_are_refused_by_name(key, value, match):
+    from skillrepro.studies.scaffold_grpo import check_training
+
+    paper = {"steps": 10, "optimizer": "adam", "query_batch_size": 16, "global_batch_size": 128,
+             "executor_entropy_coef": 0.0, "max_sequence_tokens": 32768, "micro_batch_size": 2}
+    check_training(paper, 4, 4, 4)  # table 5's values are honoured
+    with pytest.raises(ValueError, match=match):
+        check_training({**paper, key: value}, 4, 4, 4)
+
+
+def test_micro_batches_and_kept_optimizer_states(tmp_path):
+    from skillrepro.studies.scaffold_grpo import OPTIMIZER_STATE, prunable_optimizer_states
+
+    assert TrainSettings(queries_per_step=16).accumulation(12) == (192, 1)
+    assert TrainSettings(queries_per_step=16, micro_batch_size=2).accumulation(12) == (2, 96)
+    for j in range(1, 5):
+        (tmp_path / f"ckpt{j}").mkdir()
+        (tmp_path / f"ckpt{j}" / OPTIMIZER_STATE).write_bytes(b"x")
+    assert [f.parent.name for f in prunable_optimizer_states(tmp_path, 4, 2)] == ["ckpt1", "ckpt2"]
+    assert prunable_optimizer_states(tmp_path, 4, 4) == []
+
+
+@pytest.mark.integration
+def test_micro_batching_accumulates_the_same_update(tiny, tmp_path):
+    """One optimizer step over 6 sequences in micro-batches of 2 (3 accumulated backward passes) moves the
+    policy as one batch of 6 does; a sample longer than max_sequence_tokens stops the update by name."""
+    import copy
+
+    import torch
+
+    from skillrepro.studies.scaffold_grpo import make_trainer
+
+    model, tok, seq = tiny
+    samples = assign_advantages(_groups(seq), 2, 0.1)
+    moved = []
+    for micro in (None, 2):
+        m = copy.deepcopy(model)
+        before = {n: p.detach().clone() for n, p in m.named_parameters()}
+        settings = TrainSettings(learning_rate=1e-4, micro_batch_size=micro, executor_entropy_coef=0.01)
+        make_trainer(m, tok, samples, 6, settings, tmp_path / str(micro), steps=1).train()
+        moved.append(torch.cat([(p.detach() - before[n]).flatten() for n, p in m.named_parameters()]))
+    agree = torch.isclose(moved[0], moved[1], atol=2e-6).float().mean().item()
+    assert moved[0].abs().max() > 5e-5 and agree > 0.99, agree
+    longest = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+    with pytest.raises(ValueError, match="scaffold.training.max_sequence_tokens"):
+        make_trainer(model, tok, samples, 6, TrainSettings(max_sequence_tokens=longest - 1), tmp_path / "x", steps=1)
+
+
+def test_config_refuses_a_training_key_before_any_work():
+    from skillrepro.studies.scaffold import ScaffoldConfig
+
+    cfg = {"benchmarks": {"babyai": {"env": "babyai"}}, "llm": {"backend": "embedded"},
+           "scaffold": {"n_scouts": 4, "n_post": 4, "training": {"query_batch_size": 2, "global_batch_size": 12}}}
+    with pytest.raises(ValueError, match="scaffold.training.global_batch_size: 12"):
+        ScaffoldConfig.from_config(cfg)
+    cfg["scaffold"]["training"]["global_batch_size"] = 16
+    assert ScaffoldConfig.from_config(cfg).training["global_batch_size"] == 16

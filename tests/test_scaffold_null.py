@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from skillrepro.studies.scaffold import competence_levels, pilot_competence, rollout_outcomes, split_probes
 from skillrepro.studies.scaffold_grpo import benefits, chain_cohort, internalization, recovery
 
 RUNS = 200
@@ -116,3 +117,74 @@ def test_chain_cohort_spans_iterations():
     assert r.n_queries == 2 and r.recovery_pp == pytest.approx(50.0)
     with pytest.raises(ValueError, match=r"\(2, 'a'\)"):
         internalization(early, later, [(2, "a")])
+
+
+# ----------------------------------------------------------------------------------------------------
+# Figure 3(b): candidate effects binned by skill-free competence (4 probes)
+
+
+def _pilot(rng, q=60, m=4, k=8, n_probes=4, effect=None):
+    """Per query: skill-free success p; k baseline rollouts, m candidates x k rollouts (success p + effect(p),
+    0 by default), n_probes independent probe rollouts. Success counts."""
+    p = rng.uniform(0.05, 0.95, q)
+    pc = np.clip(p[:, None] + (0 if effect is None else effect(p)[:, None]), 0, 1) * np.ones((q, m))
+    return dict(free=rng.binomial(k, p), cand=rng.binomial(k, pc), probes=rng.binomial(n_probes, p), k=k,
+                n_probes=n_probes)
+
+
+def _levels(d, seed, biased=False):
+    """Figure 3(b) through the pipeline's scaffold.competence_levels. biased: the old construction, the probes
+    being the first 4 of the baseline's own rollouts (simulated: a hypergeometric draw of their successes)."""
+    probes = d["probes"]
+    if biased:
+        probes = np.random.default_rng(seed).hypergeometric(d["free"], d["k"] - d["free"], d["n_probes"])
+    return competence_levels(probes, d["free"] / d["k"], d["cand"] / d["k"], n_boot=500, seed=seed)
+
+
+def _pilot_runs(seed, runs=RUNS, biased=False, **kw):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame([row for r in range(runs) for row in _levels(_pilot(rng, **kw), r, biased)])
+
+
+def test_fig3b_null_effects_are_zero_at_every_competence_level_with_honest_coverage():
+    t = _pilot_runs(6)
+    t = t[t.n_queries >= 5]  # levels with enough queries for an interval
+    by = t.groupby("probe_successes").mean_effect.agg(["mean", "std", "size"])
+    cover = ((t.mean_effect_ci_low <= 0) & (t.mean_effect_ci_high >= 0)).mean()
+    print(f"figure 3(b) null ({RUNS} runs): mean effect per level {by['mean'].round(4).to_dict()}, "
+          f"95 % CI covers 0 in {cover:.3f} of {len(t)} level-runs")
+    assert (by["mean"].abs() < 3 * by["std"] / np.sqrt(by["size"]) + 1e-9).all()
+    assert 0.90 <= cover <= 0.99
+
+
+def test_fig3b_finds_a_planted_competence_dependent_effect():
+    """Skills help weak queries and hurt strong ones (the paper's pattern), planted: level 0 up, level 4 down."""
+    t = _pilot_runs(7, runs=50, q=120, effect=lambda p: 0.5 * (0.5 - p)).groupby("probe_successes")
+    lo, hi = t.mean_effect_ci_low.apply(list), t.mean_effect_ci_high.apply(list)
+    assert t.mean_effect.mean()[0] > 0.1 and t.mean_effect.mean()[4] < -0.1
+    assert np.mean(np.array(lo[0]) > 0) > 0.9 and np.mean(np.array(hi[4]) < 0) > 0.9
+
+
+def test_fig3b_old_construction_is_biased():
+    """Probes taken from the baseline make effects look competence-dependent on null data."""
+    m = _pilot_runs(8, runs=50, biased=True).groupby("probe_successes").mean_effect.mean()
+    assert m[0] > 0.02 and m[4] < -0.02
+
+
+def test_fig3b_records_path_matches():
+    """split_probes + rollout_outcomes + pilot_competence on episode records give the same table."""
+    rng = np.random.default_rng(9)
+    d = _pilot(rng, q=12)
+    rows = []
+    for i in range(12):
+        t = f"q{i:02d}"
+        rows += [{"benchmark": "b", "task_id": t, "k": k, "success": float(k < d["free"][i])} for k in range(d["k"])]
+        rows += [{"benchmark": "b", "task_id": t, "k": d["k"] + k, "success": float(k < d["probes"][i])}
+                 for k in range(d["n_probes"])]
+    free, probes = split_probes(pd.DataFrame(rows), d["k"])
+    cand = pd.DataFrame([{"benchmark": "b", "task_id": f"q{i:02d}", "k": k, "variant": f"grp/eval/c{j}",
+                          "success": float(k < d["cand"][i, j])} for i in range(12) for j in range(4) for k in range(d["k"])])
+    got = pilot_competence(rollout_outcomes(free, cand, ["grp"]), probes, n_boot=500, seed=0)
+    want = pd.DataFrame(_levels(d, 0))
+    cols = ["probe_successes", "n_queries", "mean_effect", "best_effect", "queries_with_mixed_signs"]
+    pd.testing.assert_frame_equal(got[cols].reset_index(drop=True), want[cols], check_dtype=False)

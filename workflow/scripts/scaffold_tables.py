@@ -12,11 +12,14 @@ read = lambda files: pd.concat([pd.read_parquet(f) for f in files], ignore_index
 # Downstream rollouts tagged with their index k (from .../k{k}/episodes.parquet) for the pilot diagnostics.
 read_k = lambda files: pd.concat([pd.read_parquet(f).assign(k=int(Path(f).parent.name[1:])) for f in files], ignore_index=True)  # noqa: E731
 utils = read(i.utilities)
-free, cand = read_k(i.eval_free), read_k(i.evals)
+# the first n_eval skill-free rollouts are the baseline, the next n_probes figure 3(b)'s competence probes
+free, probes = ss.split_probes(read_k(i.eval_free), p.n_eval)
+cand = read_k(i.evals)
 evals = ss.eval_table(free, cand, p.variants)
 outcomes = ss.rollout_outcomes(free, cand, p.variants)
 ss.pilot_rollout_estimates(outcomes).to_csv(snakemake.output.pilot_rollout, index=False)
-ss.pilot_competence(outcomes).to_csv(snakemake.output.pilot_competence, index=False)
+(ss.pilot_competence(outcomes, probes, p.n_probes, interval=p.interval) if p.n_probes
+ else pd.DataFrame(columns=ss.COMPETENCE_COLUMNS)).to_csv(snakemake.output.pilot_competence, index=False)
 rules = ss.decision_rules(utils, evals, p.threshold)
 quintiles = ss.utility_quintiles(utils, evals)
 exploration = ss.exploration_view(read(i.selections), read(i.post).assign(variant=lambda d: d.variant.str.split("/").str[0]))

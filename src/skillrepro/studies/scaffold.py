@@ -755,33 +755,73 @@ def pilot_rollout_estimates(outcomes: Any, ks: Sequence[int] | None = None) -> A
                                        "non_tied_fraction", "extra_rollouts_per_query"])
 
 
-def pilot_competence(outcomes: Any, n_probes: int = 4) -> Any:
-    """Figure 3: per query, candidate effects U_DR (all rollouts) against skill-free competence, the
-    number of successful probes among the first `n_probes` skill-free rollouts. Reports per competence
-    level the mean and the best candidate effect, and how many queries hold both a positive and a
-    negative candidate (figure 3a). The probes are also part of the skill-free baseline here."""
+COMPETENCE_COLUMNS = ["benchmark", "variant", "probe_successes", "n_probes", "n_queries", "mean_effect",
+                      "mean_effect_ci_low", "mean_effect_ci_high", "best_effect", "queries_with_mixed_signs"]
+
+
+def split_probes(free: Any, n_eval: int) -> tuple[Any, Any]:
+    """(baseline, probes) of the skill-free evaluation rollouts: rollouts k < n_eval are the skill-free baseline
+    every candidate is compared with, k >= n_eval the competence probes of figure 3(b) (evaluation-only, never
+    part of the baseline)."""
+    return free[free.k < n_eval], free[free.k >= n_eval]
+
+
+def pilot_competence(outcomes: Any, probes: Any, n_probes: int = 4, n_boot: int = 2000, seed: int = 0,
+                     interval: str = "expanded") -> Any:
+    """Figure 3: per query, candidate effects U_DR (each candidate's success rate minus the skill-free
+    baseline's, `outcomes` as from `rollout_outcomes`) against skill-free competence: the number of
+    successful probes among `n_probes` independent skill-free probe rollouts of the same policy (`probes`:
+    benchmark, task_id, k, success; section 3: "four independent skill-free probe rollouts", never part
+    of the baseline, which would tie a query's competence level to its baseline and bias every effect).
+    Reports per competence level the mean effect with a 95 % query-level bootstrap interval, the best
+    effect, and how many queries hold both a positive and a negative candidate (figure 3a). Queries with
+    fewer than `n_probes` probes are left out."""
     import pandas as pd
 
     keys = ["benchmark", "variant", "task_id"]
+    free = outcomes[outcomes.candidate == -1]
+    same = free[["benchmark", "task_id", "k"]].drop_duplicates().merge(probes[["benchmark", "task_id", "k"]])
+    if len(same):
+        raise ValueError(f"probe rollouts {same.head(3).values.tolist()} are also skill-free baseline rollouts: "
+                         "competence probes must be independent of the baseline")
+    p = probes.sort_values("k").groupby(["benchmark", "task_id"]).head(n_probes)
+    p = p.groupby(["benchmark", "task_id"]).success.agg(["sum", "size"]).reset_index()
+    p = p[p["size"] >= n_probes].rename(columns={"sum": "probe_successes"})
+    base = free.groupby(keys).success.mean().rename("free").reset_index()
+    cand = outcomes[outcomes.candidate >= 0].groupby(keys + ["candidate"]).success.mean().reset_index()
+    per = (cand.merge(base, on=keys).merge(p[["benchmark", "task_id", "probe_successes"]], on=["benchmark", "task_id"])
+           .pivot_table(index=keys + ["free", "probe_successes"], columns="candidate", values="success")
+           .reset_index())
     rows = []
-    for (b, v, t), g in outcomes.groupby(keys):
-        free = g[g.candidate == -1]
-        probes = free[free.k < n_probes]
-        effects = g[g.candidate >= 0].groupby("candidate").success.mean() - free.success.mean()
-        if effects.empty or len(probes) < min(n_probes, free.k.nunique()):
-            continue
-        rows.append({"benchmark": b, "variant": v, "task_id": t, "probe_successes": int(probes.success.sum()),
-                     "n_probes": len(probes), "mean_effect": float(effects.mean()), "best_effect": float(effects.max()),
-                     "mixed_signs": bool((effects > 0).any() and (effects < 0).any())})
-    per_query = pd.DataFrame(rows)
-    cols = ["benchmark", "variant", "probe_successes", "n_probes", "n_queries", "mean_effect", "best_effect",
-            "queries_with_mixed_signs"]
-    if per_query.empty:
-        return pd.DataFrame(columns=cols)
-    out = per_query.groupby(["benchmark", "variant", "probe_successes", "n_probes"]).agg(
-        n_queries=("task_id", "size"), mean_effect=("mean_effect", "mean"), best_effect=("best_effect", "mean"),
-        queries_with_mixed_signs=("mixed_signs", "sum")).reset_index()
-    return out[cols]
+    for (b, v), g in per.groupby(["benchmark", "variant"]):
+        cands = g.drop(columns=keys + ["free", "probe_successes"]).to_numpy(float)
+        for r in competence_levels(g.probe_successes.to_numpy(int), g.free.to_numpy(float), cands, n_boot, seed,
+                                   interval):
+            rows.append({"benchmark": b, "variant": v, "n_probes": n_probes, **r})
+    return pd.DataFrame(rows, columns=COMPETENCE_COLUMNS)
+
+
+def competence_levels(probe_successes: Any, free_rate: Any, cand_rate: Any, n_boot: int = 2000, seed: int = 0,
+                      interval: str = "expanded") -> list[dict[str, Any]]:
+    """Figure 3(b) from per-query arrays: probe successes (Q,), skill-free baseline success rate (Q,) and
+    candidate success rates (Q, M; NaN where a candidate was not evaluated). One row per competence level."""
+    import numpy as np
+
+    from skillrepro.studies.scaffold_grpo import bootstrap_interval
+
+    levels = np.asarray(probe_successes, int)
+    effects = np.asarray(cand_rate, float) - np.asarray(free_rate, float)[:, None]
+    has = ~np.isnan(effects).all(axis=1)
+    rows = []
+    for level in sorted(set(levels[has].tolist())):
+        e = effects[has & (levels == level)]
+        mean = np.nanmean(e, axis=1)
+        lo, hi = bootstrap_interval(mean, n_boot, seed, interval)
+        rows.append({"probe_successes": int(level), "n_queries": len(e), "mean_effect": float(mean.mean()),
+                     "mean_effect_ci_low": lo, "mean_effect_ci_high": hi,
+                     "best_effect": float(np.nanmax(e, axis=1).mean()),
+                     "queries_with_mixed_signs": int(((e > 0).any(axis=1) & (e < 0).any(axis=1)).sum())})
+    return rows
 
 
 # ----------------------------------------------------------------------------------------------------
