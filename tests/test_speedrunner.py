@@ -218,3 +218,35 @@ def test_last_request_is_prefilled_when_nothing_was_saved(recorded):
     assert {f.name: f.public for f in lib.functions} == {"turn_around": True, "step_ahead": True}
     log = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     assert "did not parse and were dropped" in log[-1]["observation"]  # the half function cut by the token limit
+
+
+BOMBS = {
+    "3,500 nested unary minus signs": "def f():\n    return " + "-" * 3500 + "1\n",
+    "nesting under the parser's limit but too deep to unparse": "def f():\n    return " + "[" * 190 + "]" * 190 + "\n",
+    "a NUL byte": "def f():\n    return 1\x00\n",
+    "a megabyte of code": "def f():\n    return 1\n" + "x = 1\n" * 200_000,
+}
+
+
+@pytest.mark.parametrize("code", BOMBS.values(), ids=BOMBS.keys())
+def test_model_code_that_the_parser_chokes_on_is_an_error_to_the_model(code):
+    """Every place that parses model-written code answers with an error, never a crash of the job."""
+    from skillrepro.methods.common import append_functions, reply_code
+    from skillrepro.methods.speedrunner import Session, write_function
+    from skillrepro.skills.sandbox import SandboxPolicy, SandboxSession
+
+    sess = Session({}, {"go_forward"}, all_public=True)
+    assert write_function(sess, code, True, BENCH.load(), []).startswith("Error"), "write_function"
+    assert not sess.functions
+    added, _ = append_functions(Library(0), reply_code(f"```python\n{code}\n```"), {"go_forward"}, SandboxPolicy())
+    assert all(len(f.source) < 200_000 for f in added)
+    s = SandboxSession(source=code)  # a library file holding it: the parent parses it before the worker
+    assert s.functions == [] and s._known == set()
+    s.close()
+
+
+def test_an_actor_reply_the_parser_chokes_on_is_an_invalid_action():
+    from skillrepro.agent import parse_text_action
+
+    action = parse_text_action("Action: go_to(" + "-" * 3500 + "1)", ["go_to"])
+    assert action.name == "go_to" and "could not read the arguments" in action.problem

@@ -111,7 +111,7 @@ def parse_text_action(text: str, names: list[str]) -> ParsedAction:
     try:
         node = ast.parse(f"f{argtext}", mode="eval").body
         args = [ast.literal_eval(a) for a in node.args] + [ast.literal_eval(k.value) for k in node.keywords]
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # model text: any parser failure
         return ParsedAction(name, [], reasoning, f"could not read the arguments of {name}{argtext}")
     return ParsedAction(name, args, reasoning, extra=extra)
 

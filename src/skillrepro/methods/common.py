@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillrepro.skills.library import Library, SkillFunction, parse_functions, parse_untrusted
+from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
 from skillrepro.skills.sandbox import SandboxPolicy
 from skillrepro.store import LLMCall, write_records, write_text
 
@@ -110,9 +110,16 @@ def reply_code(text: str) -> str:
     return longest_parsing_prefix(code.splitlines()) or ""
 
 
+PREFIX_TRIES = 200  # a reply cut by max_tokens is broken at its tail: this many line ends back is plenty
+
+
 def longest_parsing_prefix(lines: list[str]) -> str | None:
-    """The longest run of leading lines that parses as Python (a reply cut by max_tokens); None if none does."""
-    for end in range(len(lines), 0, -1):
+    """The longest run of leading lines that parses as Python (a reply cut by max_tokens); None if none does
+    among the last PREFIX_TRIES line ends (each try parses the whole prefix: model code is not trusted to be
+    small)."""
+    if sum(map(len, lines)) > MAX_SOURCE_CHARS:
+        return None
+    for end in range(len(lines), max(0, len(lines) - PREFIX_TRIES), -1):
         chunk = "\n".join(lines[:end])
         try:
             parse_untrusted(chunk)

@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from skillrepro.methods import InduceContext, register
-from skillrepro.methods.common import longest_parsing_prefix
-from skillrepro.skills.library import Library, SkillFunction, parse_functions
-from skillrepro.skills.library import parse_untrusted
+from skillrepro.methods.common import PREFIX_TRIES, longest_parsing_prefix
+from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
 from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession
 from skillrepro.store import LLMCall, schema, write_records, write_text
 
@@ -286,8 +285,8 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
     except SyntaxError as e:
         # A reply cut off by the token limit ends in half a function: keep the complete ones before it.
         lines = code.splitlines()
-        cut = next((n for n in range(len(lines) - 1, 0, -1) if _parses("\n".join(lines[:n]))
-                    and lines[n].startswith("def ")), None)
+        starts = [n for n in range(len(lines) - 1, 0, -1) if lines[n].startswith("def ")][:PREFIX_TRIES]
+        cut = next((n for n in starts if len(code) <= MAX_SOURCE_CHARS and _parses("\n".join(lines[:n]))), None)
         if cut is None:
             return f"Error: the code does not parse: {e.msg} (line {e.lineno}). Nothing was saved."
         dropped = f" (lines {cut + 1}-{len(lines)} did not parse and were dropped: {e.msg})"
