@@ -628,3 +628,34 @@ def test_config_key_sandbox_require_is_checked():
     config["sandbox"] = {"require": ["chroot"]}
     with pytest.raises(ConfigError, match="config key sandbox.require"):
         check_config(config, check_files=False)
+
+
+PIPES = '''
+def shrink_pipes():
+    """Make every pipe this process holds small and non-blocking (shared with the zygote and later children)."""
+    import fcntl, os
+    for fd in range(64):
+        try:
+            fcntl.fcntl(fd, 1031, 4096)  # F_SETPIPE_SZ
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+        except OSError:
+            pass
+    return "shrunk"
+
+def talk(n: int):
+    """Step once, then answer with n characters."""
+    go_forward()
+    return "x" * n
+'''
+
+
+def test_a_skill_cannot_change_the_pipes_later_calls_share():
+    limits = SandboxLimits(call_wall_s=20, call_cpu_s=2, output_chars=60000)
+    s, calls, env = session(PIPES, limits=limits)
+    assert s.call_skill("shrink_pipes", []).ret == "shrunk"
+    for _ in range(3):
+        before = env.n_primitive_steps
+        out = s.call_skill("talk", [50000])
+        assert out.ok and out.ret == "x" * 50000, out.killed or out.exception
+        assert env.n_primitive_steps == before + 1
+    s.close()

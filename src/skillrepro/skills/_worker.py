@@ -15,6 +15,7 @@ Each layer reports `[active, description]` under its name; the parent decides wh
 from __future__ import annotations
 
 import ast
+import fcntl
 import json
 import linecache
 import os
@@ -681,6 +682,18 @@ def _residue() -> dict:
     return out
 
 
+_F_SETPIPE_SZ, _F_GETPIPE_SZ = 1031, 1032
+
+
+def _restore_pipes(pipes: dict) -> None:
+    """File status flags (O_NONBLOCK) and pipe sizes are shared by every process holding the pipe; a
+    child may have changed them for the next one."""
+    for fd, (flags, size) in pipes.items():
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+        if fcntl.fcntl(fd, _F_GETPIPE_SZ) != size:
+            fcntl.fcntl(fd, _F_SETPIPE_SZ, size)
+
+
 def _ctrl_send(fd: int, msg: dict) -> None:
     data = json.dumps(msg).encode()
     os.write(fd, struct.pack(">I", len(data)) + data)
@@ -712,6 +725,7 @@ def main() -> None:
 
     tempfile.tempdir = init["scratch"]
     init["zygote_report"] = report
+    pipes = {fd: (fcntl.fcntl(fd, fcntl.F_GETFL), fcntl.fcntl(fd, _F_GETPIPE_SZ)) for fd in (IN_FD, OUT_FD)}
     pid = pidfd = None
     while True:
         ready, _, _ = select.select([ctrl_in] + ([pidfd] if pidfd is not None else []), [], [])
@@ -736,6 +750,8 @@ def main() -> None:
         if cmd["t"] == "quit":
             os._exit(0)
         if cmd["t"] == "kill":
+            # The pipes' flags and sizes belong to all children: put back what a child changed.
+            _restore_pipes(pipes)
             # Whatever the parent sent the dead child and it never read must not reach the next one.
             os.set_blocking(IN_FD, False)
             try:
