@@ -111,6 +111,7 @@ _server = None
 def on_start():
     # Which lock files this run holds (snakemake's own record; absent in other persistence backends).
     pipeline.record_lock_owner(getattr(workflow.persistence, "_lockfile", {}).values())
+    pipeline.announce_logs(logger, LLM.backend)
     start_llm_server()
 
 

@@ -7,6 +7,8 @@ import logging
 import os
 import socket
 import sys
+import threading
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
@@ -20,16 +22,86 @@ class RunSettingsError(RuntimeError):
     """A run folder was made under other settings than the job's."""
 
 
+# Progress lines of long jobs (episodes done of N): they go to the job's log and to stderr, which Snakemake
+# shows on its console; every other line of a job goes to its log only.
+PROGRESS_LOGGER = "skillrepro.progress"
+_JOB: dict[str, str] = {"name": "", "log": ""}
+
+
 def setup_logging(snakemake: Any) -> logging.Logger:
-    """Log to the rule's log file (and to stderr when run by hand); returns the script's logger."""
+    """Log to the rule's log file, progress lines (`Progress`) also to stderr (everything to stderr when run
+    by hand); returns the script's logger."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if snakemake.log:
-        handlers = [logging.FileHandler(snakemake.log[0], mode="w")]
+        console = logging.StreamHandler(sys.stderr)
+        console.addFilter(lambda record: record.name == PROGRESS_LOGGER)
+        console.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        handlers = [logging.FileHandler(snakemake.log[0], mode="w"), console]
     logging.basicConfig(level=logging.INFO, handlers=handlers, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpx2", "openai", "httpcore", "httpcore2"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    wildcards = getattr(snakemake, "wildcards", None)
+    named = ", ".join(f"{k}={v}" for k, v in wildcards.items()) if hasattr(wildcards, "items") else ""
+    _JOB.update(name=f"{snakemake.rule} {named}".strip(), log=snakemake.log[0] if snakemake.log else "")
     return logging.getLogger(f"skillrepro.{snakemake.rule}")
+
+
+class Progress:
+    """A long job's progress: `total` units (episodes) done so far, one line per update on the console and in
+    the job's log, and a line every `heartbeat_s` while none finishes, so a quiet console still moves.
+
+        with Progress(len(tasks), "train episodes") as progress:
+            ...; progress.update()
+    """
+
+    def __init__(self, total: int, what: str, label: str = "", heartbeat_s: float = 60):
+        self.total, self.what, self.done = total, what, 0
+        self.label = _JOB["name"] or label or "job"
+        self._log = logging.getLogger(PROGRESS_LOGGER)
+        self._lock = threading.Lock()
+        self._start = time.monotonic()
+        self._stop = threading.Event()
+        where = f" (log: {_JOB['log']})" if _JOB["log"] else ""
+        self._log.info("%s: %d %s to do%s", self.label, total, what, where)
+        self._beat = None
+        if heartbeat_s and total:
+            self._beat = threading.Thread(target=self._heartbeat, args=(heartbeat_s,), daemon=True)
+            self._beat.start()
+
+    def update(self, n: int = 1) -> None:
+        with self._lock:
+            self.done += n
+            done = self.done
+        self._log.info("%s: %d/%d %s done, %s", self.label, done, self.total, self.what, self._elapsed())
+
+    def close(self) -> None:
+        if not self._stop.is_set():
+            self._stop.set()
+            self._log.info("%s: finished, %d/%d %s in %s", self.label, self.done, self.total, self.what,
+                           self._elapsed())
+
+    def _heartbeat(self, every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            self._log.info("%s: %d/%d %s done, still running, %s", self.label, self.done, self.total, self.what,
+                           self._elapsed())
+
+    def _elapsed(self) -> str:
+        s = int(time.monotonic() - self._start)
+        return f"{s // 60}:{s % 60:02d} elapsed"
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def announce_logs(log: Any, backend: str) -> None:
+    """The first lines of a run: where its logs are."""
+    log.info("Logs: each job writes logs/... (its `log:` file, named in the job's listing); long jobs also print "
+             f"their progress here. The LLM server's log: logs/llm_server_{backend}.log; Snakemake's own: "
+             ".snakemake/log/.")
 
 
 def run_id(wildcards: Any) -> str:

@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -39,6 +38,7 @@ from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, Prompts, primit
 from skillrepro.config import OPERATIONAL_LLM_KEYS, BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.llm.client import LLMClient, session
 from skillrepro.methods import TaskContext, default_next_task, get_method
+from skillrepro.pipeline import Progress
 from skillrepro.skills.sandbox import SandboxPolicy, tag_skill_calls
 from skillrepro.store import Episode, LLMCall, SkillCall, Step, read_records, write_records
 
@@ -106,7 +106,9 @@ def run_batch(
     actor = Actor(client, benchmark.describe(), bench.call_budget(), wall_s, llm.tool_calling, prompts, notes,
                   history_window=bench.history_window)
     env_lock = threading.Lock()
-    progress = _progress(len(task_ids), f"{spec.benchmark}/{spec.variant}/seed{spec.seed} {spec.split} c{spec.cycle}")
+    # episodes done of N on the console (stderr, which Snakemake shows) and in the job's log
+    progress = Progress(len(task_ids), f"{spec.split} episodes",
+                        label=f"{spec.benchmark}/{spec.variant}/seed{spec.seed} {spec.split} c{spec.cycle}")
 
     def play(i: int) -> None:
         task_id, episode_actor, shown, choice_calls = task_ids[i], actor, visible, []
@@ -287,8 +289,3 @@ def _method(method: MethodConfig | None) -> tuple[Any, Any]:
     return impl, impl.parse_options(method.options, method.variant)
 
 
-def _progress(total: int, desc: str):
-    from tqdm import tqdm
-
-    # A bar on a terminal; in a log file (snakemake redirects stderr) one line per episode suffices.
-    return tqdm(total=total, desc=desc, disable=not sys.stderr.isatty(), leave=False)

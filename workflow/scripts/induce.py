@@ -2,7 +2,7 @@
 from pathlib import Path
 
 from skillrepro.methods import InduceContext, get_method
-from skillrepro.pipeline import run_id, run_settings, setup_logging
+from skillrepro.pipeline import Progress, run_id, run_settings, setup_logging
 from skillrepro.skills import Library
 from skillrepro.store import LLMCall, write_records, write_text
 
@@ -17,7 +17,10 @@ ctx = InduceContext(
     run_id=run_id(w), bench=run.bench, method=run.method, llm=run.llm, request_budget=p.request_budget,
     sandbox=run.sandbox,
 )
-library = get_method(run.method.method).induce(ctx)
+# on the console: the phase's start, a line a minute while it runs, its end
+with Progress(1, f"sleep phase (v{int(w.k) - 1} -> v{w.k}, at most {p.request_budget} inducer requests)") as progress:
+    library = get_method(run.method.method).induce(ctx)
+    progress.update()
 # Every sleep phase leaves the same declared records, even a method that makes no LLM call.
 if not Path(out.llm_calls).exists():
     write_records(out.llm_calls, [], LLMCall)
