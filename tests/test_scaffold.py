@@ -193,6 +193,19 @@ def test_long_attempts_are_elided_in_the_middle():
     assert "Turn 0." in text and "Turn 39." in text and "turns omitted]" in text and len(text) < 1200
 
 
+def test_evidence_budget_in_tokens_is_recorded_where_it_binds():
+    steps = tuple(TrajectoryStep(f"t{i}", "go_forward", "[]", "x " * 20) for i in range(40))
+    long = Trajectory("e", "1", False, 0, traj(0, False).messages, steps)
+    words = lambda text: len(text.split())  # noqa: E731  (a stand-in token counter)
+    ev = build_evidence("babyai", "grp", [long, traj(1, True)], 400, words)
+    assert ev.budget_unit == "tokens" and ev.n_turns_omitted > 0 and "turns omitted]" in ev.evidence
+    assert ev.evidence_size == words(ev.evidence) and ev.evidence_size <= 400 + 20
+    short = build_evidence("babyai", "grp", [traj(0, False), traj(1, True)], 400, words)
+    assert short.n_turns_omitted == 0 and "omitted" not in short.evidence
+    chars = build_evidence("babyai", "grp", [long], 1000)
+    assert chars.budget_unit == "chars" and chars.n_turns_omitted > 0 and chars.evidence_size == len(chars.evidence)
+
+
 def test_template_fills_known_placeholders_only(tmp_path):
     p = tmp_path / "t.txt"
     p.write_text("sys {max_words} {json}\n=== user ===\nTask: {task}\n{attempts}\n{headings}")
@@ -547,6 +560,8 @@ def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
     cfg["benchmarks"]["alfworld"]["options"]["data_path"] = None
     assert cfg["scaffold"]["training"]["steps"] == 100
     cfg["scaffold"]["training"]["steps"] = 2  # the DAG of 100 iterations is 50 times this one
+    assert cfg["scaffold"]["training"]["cohort_iterations"] == 4
+    cfg["scaffold"]["training"]["cohort_iterations"] = 1  # at most steps
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     (tmp_path / "Snakefile").write_text(f'configfile: "config.yaml"\ninclude: "{root}/rules/scaffold.smk"\n')
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "scaffold_all", "scaffold_grpo", "--cores", "8"],
@@ -556,6 +571,9 @@ def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
     chains = 2 * 2 * 2  # benchmarks x utility variants x iterations, each with one selection and one update
     assert counts["scaffold_select"] == str(10 + chains) and counts["scaffold_generate"] == str(4 + chains)
     assert counts["scaffold_grpo_update"] == str(chains) and counts["scaffold_cohort_eval"] == str(chains)
+    assert counts["scaffold_cohort_early"] == str(chains // 2)  # iteration 0's fresh early rollouts per chain
+    # figure 3(b): 4 probe rollouts per benchmark after its 8 skill-free baseline rollouts
+    assert counts["scaffold_eval_free"] == str(2 * (8 + 4))
     assert counts["scaffold_post_scout"] == str(10 * 4 + chains * 4)
     # N=4 Scouts per benchmark, shared by every variant of the validation experiment; a chain's are its own
     assert counts["scaffold_scout"] == str(8 + chains * 4)

@@ -203,8 +203,9 @@ def test_micro_batches_and_kept_optimizer_states(tmp_path):
 
 @pytest.mark.integration
 def test_micro_batching_accumulates_the_same_update(tiny, tmp_path):
-    """One optimizer step over 6 sequences in micro-batches of 2 (3 accumulated backward passes) moves the
-    policy as one batch of 6 does; a sample longer than max_sequence_tokens stops the update by name."""
+    """One optimizer step over 6 sequences in micro-batches of 2 (3 accumulated backward passes) takes the
+    gradient of one batch of 6 (read from Adam's first moment, (1 - beta1) g after one step; entropy terms
+    off, as they are averaged per micro-batch); a sample longer than max_sequence_tokens stops the update."""
     import copy
 
     import torch
@@ -213,15 +214,16 @@ def test_micro_batching_accumulates_the_same_update(tiny, tmp_path):
 
     model, tok, seq = tiny
     samples = assign_advantages(_groups(seq), 2, 0.1)
-    moved = []
+    grads = []
     for micro in (None, 2):
         m = copy.deepcopy(model)
-        before = {n: p.detach().clone() for n, p in m.named_parameters()}
-        settings = TrainSettings(learning_rate=1e-4, micro_batch_size=micro, executor_entropy_coef=0.01)
-        make_trainer(m, tok, samples, 6, settings, tmp_path / str(micro), steps=1).train()
-        moved.append(torch.cat([(p.detach() - before[n]).flatten() for n, p in m.named_parameters()]))
-    agree = torch.isclose(moved[0], moved[1], atol=2e-6).float().mean().item()
-    assert moved[0].abs().max() > 5e-5 and agree > 0.99, agree
+        settings = TrainSettings(learning_rate=1e-4, micro_batch_size=micro, generator_entropy_coef=0.0)
+        trainer = make_trainer(m, tok, samples, 6, settings, tmp_path / str(micro), steps=1)
+        trainer.train()
+        state = trainer.optimizer.state
+        grads.append(torch.cat([state[p]["exp_avg"].flatten() for p in m.parameters() if p in state]))
+    rel = ((grads[0] - grads[1]).norm() / grads[0].norm()).item()
+    assert grads[0].norm() > 0 and rel < 1e-3, rel
     longest = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
     with pytest.raises(ValueError, match="scaffold.training.max_sequence_tokens"):
         make_trainer(model, tok, samples, 6, TrainSettings(max_sequence_tokens=longest - 1), tmp_path / "x", steps=1)

@@ -11,7 +11,16 @@ scouts = ss.load_trajectories(Path(f).parent for f in snakemake.input.scouts)
 by_task = {}
 for t in scouts:
     by_task.setdefault(t.task_id, []).append(t)
-records = [ss.build_evidence(w.sbench, w.svariant, ts, p.scaffold.evidence_max_chars) for ts in by_task.values()]
+# scaffold.evidence_max_tokens: a budget in the Generator's tokens; else evidence_max_chars characters
+tokens = p.scaffold.evidence_max_tokens
+count = ss.token_counter(p.llm) if tokens else None
+records = [ss.build_evidence(w.sbench, w.svariant, ts, tokens or p.scaffold.evidence_max_chars, count)
+           for ts in by_task.values()]
 write_records(snakemake.output[0], records, ss.EvidenceRecord)
 for r in records:
-    log.info("task=%s kind=%s successes=%d/%d skip=%s", r.task_id, r.kind, r.n_success, r.n_scouts, r.skip)
+    log.info("task=%s kind=%s successes=%d/%d skip=%s evidence=%d %s, %d turns omitted", r.task_id, r.kind,
+             r.n_success, r.n_scouts, r.skip, r.evidence_size, r.budget_unit, r.n_turns_omitted)
+cut = [r.task_id for r in records if r.n_turns_omitted]
+if cut:
+    log.warning("the evidence budget binds for %d of %d queries (Scout turns elided in the middle): %s", len(cut),
+                len(records), cut)

@@ -17,7 +17,7 @@ import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 VARIANTS = ("grp", "anc")
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
@@ -386,9 +386,15 @@ def load_trajectories(run_dirs: Iterable[str | Path]) -> list[Trajectory]:
     return out
 
 
-def render_attempt(t: Trajectory, max_chars: int) -> str:
-    """A Scout as Generator evidence: numbered thought/action/observation lines. When too long, the first
-    and last steps are kept and the middle is elided (the start shows the approach, the end the outcome)."""
+def render_attempt(t: Trajectory, max_chars: int, count: Callable[[str], int] = len) -> str:
+    """A Scout as Generator evidence: numbered thought/action/observation lines. When longer than `max_chars`
+    (in units of `count`: characters, or tokens with a tokenizer's counter), the first and last steps are kept
+    and the middle is elided (the start shows the approach, the end the outcome)."""
+    return render_attempt_counted(t, max_chars, count)[0]
+
+
+def render_attempt_counted(t: Trajectory, budget: int, count: Callable[[str], int] = len) -> tuple[str, int]:
+    """`render_attempt` and how many turns it elided."""
     lines = []
     for i, s in enumerate(t.steps):
         args = ", ".join(json.dumps(a) for a in json.loads(s.arguments or "[]"))
@@ -396,17 +402,17 @@ def render_attempt(t: Trajectory, max_chars: int) -> str:
         lines.append(f"Turn {i}. Thought: {thought}\n  Action: {s.action}({args})\n  Observation: "
                      + " ".join(s.observation.split()))
     text = "\n".join(lines)
-    if len(text) <= max_chars:
-        return text
+    if count(text) <= budget:
+        return text, 0
     head, tail, used = [], [], 0
     for a, b in zip(lines, reversed(lines)):
-        if used + len(a) + len(b) > max_chars:
+        if used + count(a) + count(b) > budget:
             break
         head.append(a)
         tail.insert(0, b)
-        used += len(a) + len(b)
+        used += count(a) + count(b)
     omitted = len(lines) - len(head) - len(tail)
-    return "\n".join(head + [f"[{omitted} turns omitted]"] + tail)
+    return "\n".join(head + [f"[{omitted} turns omitted]"] + tail), omitted
 
 
 @dataclass
@@ -424,6 +430,9 @@ class EvidenceRecord:
     task: str
     evidence: str  # the attempts block the template receives
     scout_episode_ids: list[str] = field(default_factory=list)
+    budget_unit: str = "chars"  # chars (scaffold.evidence_max_chars) | tokens (scaffold.evidence_max_tokens)
+    evidence_size: int = 0  # the attempts block's length in budget_unit
+    n_turns_omitted: int = 0  # Scout turns elided to fit the budget, over all attempts (0: nothing cut)
 
 
 GROUP_GUIDANCE = {
@@ -435,12 +444,17 @@ GROUP_GUIDANCE = {
 }
 
 
-def build_evidence(benchmark: str, variant: str, scouts: Sequence[Trajectory], max_chars: int = 6000) -> EvidenceRecord:
-    """grp: the task and every Scout with its outcome. anc: the first successful Scout only (skip if none)."""
+def build_evidence(benchmark: str, variant: str, scouts: Sequence[Trajectory], max_chars: int = 6000,
+                   count: Callable[[str], int] | None = None) -> EvidenceRecord:
+    """grp: the task and every Scout with its outcome. anc: the first successful Scout only (skip if none).
+
+    The budget is `max_chars` characters, or tokens when `count` (a token counter) is given; grp splits it
+    evenly over the Scouts (at least 500 characters or 125 tokens each). Elided turns are recorded."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown evidence variant {variant!r}; known: {', '.join(VARIANTS)}")
     if not scouts:
         raise ValueError(f"{benchmark}: a query with no Scouts")
+    unit, measure = ("chars", len) if count is None else ("tokens", count)
     scouts = sorted(scouts, key=lambda t: t.order)
     task_id = scouts[0].task_id
     kind = group_kind([t.success for t in scouts])
@@ -450,17 +464,39 @@ def build_evidence(benchmark: str, variant: str, scouts: Sequence[Trajectory], m
         anchor = next((t for t in scouts if t.success), None)
         if anchor is None:
             return EvidenceRecord(benchmark, variant, task_id, kind, len(scouts), 0, "", True,
-                                  scouts[0].task_text, "", ids)
-        body = f"<attempt outcome=SUCCESS>\n{render_attempt(anchor, max_chars)}\n</attempt>"
+                                  scouts[0].task_text, "", ids, unit)
+        text, omitted = render_attempt_counted(anchor, max_chars, measure)
+        body = f"<attempt outcome=SUCCESS>\n{text}\n</attempt>"
         return EvidenceRecord(benchmark, variant, task_id, kind, len(scouts), n_success, anchor.episode_id, False,
-                              anchor.task_text, body, ids)
-    per = max(500, max_chars // len(scouts))
-    body = "\n".join(
-        f"<attempt index={i} outcome={'SUCCESS' if t.success else 'FAILURE'}>\n{render_attempt(t, per)}\n</attempt>"
-        for i, t in enumerate(scouts)
-    )
+                              anchor.task_text, body, ids, unit, measure(body), omitted)
+    per = max(500 if count is None else 125, max_chars // len(scouts))
+    parts, omitted = [], 0
+    for i, t in enumerate(scouts):
+        text, k = render_attempt_counted(t, per, measure)
+        omitted += k
+        parts.append(f"<attempt index={i} outcome={'SUCCESS' if t.success else 'FAILURE'}>\n{text}\n</attempt>")
+    body = "\n".join(parts)
     return EvidenceRecord(benchmark, variant, task_id, kind, len(scouts), n_success, "", False,
-                          scouts[0].task_text, body, ids)
+                          scouts[0].task_text, body, ids, unit, measure(body), omitted)
+
+
+def token_counter(llm: Any) -> Callable[[str], int]:
+    """Counts tokens as `llm.model`'s tokenizer does (the Generator is the same model): from the GGUF file
+    (embedded backend) or the Hugging Face tokenizer (vllm)."""
+    from skillrepro.llm.models import MODELS, resolve
+
+    if llm.backend == "embedded":
+        from skillrepro.llm.scorer import load_gguf_tokenizer
+
+        tok = load_gguf_tokenizer(resolve(llm.model))
+    elif llm.backend == "vllm":
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(MODELS[llm.model].hf_id if llm.model in MODELS else llm.model)
+    else:
+        raise ValueError(f"config key scaffold.evidence_max_tokens: no tokenizer for llm.backend {llm.backend}; "
+                         "use scaffold.evidence_max_chars")
+    return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -851,6 +887,7 @@ class ScaffoldConfig:
     bootstrap_interval: str = "expanded"  # expanded | percentile (scaffold_grpo.bootstrap_interval)
     threshold: float = 0.0
     evidence_max_chars: int = 6000
+    evidence_max_tokens: int | None = None  # the budget in the Generator's tokens instead (evidence_max_chars unused)
     generator_max_tokens: int = 600
     generator_decoding: str = "auto"  # auto | grammar | json_schema | none (see generator_request)
     generator_prompts: dict[str, str] = field(default_factory=dict)  # benchmark env -> template file
@@ -910,6 +947,9 @@ class ScaffoldConfig:
             raise ValueError(f"config key scaffold.bootstrap_interval: {out.bootstrap_interval!r}; allowed: "
                              f"{', '.join(INTERVALS)}")
         check_training(out.training, out.n_scouts, out.n_post, out.n_candidates)
+        if out.evidence_max_tokens and (config.get("llm") or {}).get("backend") == "openai":
+            raise ValueError("config key scaffold.evidence_max_tokens: no tokenizer for llm.backend openai; "
+                             "use scaffold.evidence_max_chars")
         return out
 
     def generator_request(self, backend: str) -> "GeneratorRequest":
