@@ -82,10 +82,19 @@ def settings(*reads):
     """A params entry: the fingerprint of exactly the config settings a job reads (see
     skillrepro.config.settings_fingerprint). Snakemake records params of plain types only, so the scripts
     rebuild their typed settings from snakemake.config and the rule carries this string instead; the job
-    reruns when one of those settings changes, and only then (key order is no change)."""
-    return lambda w: cfg.settings_fingerprint(
-        config, reads, bench=getattr(w, "bench", None), variant=getattr(w, "variant", None)
-    )
+    reruns when one of those settings changes, and only then (key order is no change). Each distinct
+    fingerprint is computed once per invocation (the config does not change during one), not once per job."""
+
+    def fingerprint(w):
+        key = (reads, getattr(w, "bench", None), getattr(w, "variant", None))
+        if key not in _FINGERPRINTS:
+            _FINGERPRINTS[key] = cfg.settings_fingerprint(config, reads, bench=key[1], variant=key[2])
+        return _FINGERPRINTS[key]
+
+    return fingerprint
+
+
+_FINGERPRINTS: dict = {}
 
 
 def run_path(wildcards, name):
