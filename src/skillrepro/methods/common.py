@@ -3,7 +3,6 @@ no method): the training history as text, a reply's code as functions, append-on
 load, and the sleep phase's records."""
 from __future__ import annotations
 
-import ast
 import json
 import re
 from dataclasses import dataclass, field
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
-from skillrepro.skills.sandbox import SandboxPolicy
+from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession
 from skillrepro.store import LLMCall, write_records, write_text
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
@@ -100,12 +99,12 @@ def check_prompt_file(name: str, path: str | None) -> None:
 
 
 # ------------------------------------------------------------------------------------------ code
-_FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+CODE_FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
 def reply_code(text: str) -> str:
     """The reply's code: its ```python blocks, or from the first `def` on; a cut-off tail is dropped."""
-    blocks = _FENCE.findall(text)
+    blocks = CODE_FENCE.findall(text)
     code = "\n\n".join(b.strip("\n") for b in blocks) if blocks else text[text.find("def "):] if "def " in text else ""
     return longest_parsing_prefix(code.splitlines()) or ""
 
@@ -129,13 +128,26 @@ def longest_parsing_prefix(lines: list[str]) -> str | None:
     return None
 
 
+# A library's load check (and SpeedRunner's optional replay check) runs model code briefly, with no env.
+SMOKE_LIMITS = SandboxLimits(call_wall_s=15, call_cpu_s=5, max_primitives=100, output_chars=1000)
+
+
+def load_check(functions: dict[str, SkillFunction], policy: SandboxPolicy) -> str:
+    """'' if the library loads in the sandbox (no environment is stepped); otherwise what went wrong. A
+    sandbox that cannot start, or lacks a layer `policy` requires, raises SandboxError: the job fails."""
+    s = SandboxSession(source=Library(0, tuple(functions.values())).source, limits=SMOKE_LIMITS, policy=policy)
+    try:
+        s._ensure()
+        return f"the library does not load: {s.load_error}" if s.load_error else ""
+    finally:
+        s.close()
+
+
 def append_functions(library: Library, code: str, primitives: set[str],
                      policy: SandboxPolicy) -> tuple[list[SkillFunction], list[str]]:
     """The functions in `code` that may be appended to `library` without touching what is there: new names
     only (no edits, no deletions), no primitive hidden, and the library with them still loads. Returns
     (added, why each other one was refused)."""
-    from skillrepro.methods.speedrunner import load_check
-
     if not code.strip():
         return [], ["no code in the reply"]
     have = {f.name for f in library.functions}

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from skillrepro.methods import InduceContext, register
-from skillrepro.methods.common import PREFIX_TRIES, longest_parsing_prefix
+from skillrepro.methods.common import CODE_FENCE, PREFIX_TRIES, SMOKE_LIMITS, load_check, longest_parsing_prefix
 from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
 from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession
 from skillrepro.store import LLMCall, schema, write_records, write_text
@@ -43,7 +43,6 @@ OBS_CHARS = 3000  # tool output shown to the model per request
 # than a skill worker's 30 s.
 INTERPRETER_LIMITS = SandboxLimits(call_wall_s=60, call_cpu_s=30, memory_bytes=4 << 30, output_chars=OBS_CHARS,
                                    start_wall_s=180, scratch_bytes=512 << 20)
-SMOKE_LIMITS = SandboxLimits(call_wall_s=15, call_cpu_s=5, max_primitives=100, output_chars=1000)
 
 HELPER_API = """In execute_code these names are predefined (a notebook: your variables persist between calls):
   sql(query, limit=50) -> list of row dicts     show(query, limit=20)   prints a compact table
@@ -103,7 +102,6 @@ class Session:
 
 
 # ------------------------------------------------------------------------------------------ parsing
-_FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _ACTION = re.compile(r"action\s*:\s*`*\s*([A-Za-z_]+)\s*(\(([^\n]*)\))?", re.IGNORECASE)
 
 
@@ -120,7 +118,7 @@ def _bare_code(text: str) -> str:
 def parse_action(text: str, interpreter: bool) -> Action:
     """Read one tool call from a text reply, leniently (see the module docstring)."""
     m = _ACTION.search(text)
-    fence = _FENCE.search(text)
+    fence = CODE_FENCE.search(text)
     code = fence.group(1).strip("\n") if fence else _bare_code(text)
     if m:
         name, argtext = m.group(1).lower(), m.group(3) or ""
@@ -233,17 +231,6 @@ def recent_trajectories(files: dict[str, list[str]], openings: dict[str, str], c
 
 
 # ------------------------------------------------------------------------------------------ tools
-def load_check(functions: dict[str, SkillFunction], policy: SandboxPolicy) -> str:
-    """'' if the library loads in the sandbox (no environment is stepped); otherwise what went wrong. A
-    sandbox that cannot start, or lacks a layer `policy` requires, raises SandboxError: the job fails."""
-    s = SandboxSession(source=Library(0, tuple(functions.values())).source, limits=SMOKE_LIMITS, policy=policy)
-    try:
-        s._ensure()
-        return f"the library does not load: {s.load_error}" if s.load_error else ""
-    finally:
-        s.close()
-
-
 def smoke_check(functions: dict[str, SkillFunction], new: list[str], bench, task_ids: list[str],
                 policy: SandboxPolicy) -> str:
     """Replay check (option `replay_check`, off in every paper preset): '' if the library loads and each new
