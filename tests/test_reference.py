@@ -145,4 +145,9 @@ def test_an_episode_with_the_reference_library_succeeds_through_the_actors_tool_
     assert [e["success"] for e in episodes] == [True] and episodes[0]["n_llm_calls"] == 1
     root = [c for c in calls if not c["parent_frame_id"]]
     assert [c["function"] for c in root] == ["solve_mission"] and root[0]["step"] == 0
-    assert "solve_mission(mission: str)" in actor.prompts[0][0]["content"]  # listed to the actor
+    # The skill is listed to the actor under its own heading, before the primitives, and the protocol's
+    # example is a call of it.
+    system = actor.prompts[0][0]["content"]
+    assert "\nSkills: " in system and "- solve_mission(mission: str): " in system
+    assert system.index("solve_mission(") < system.index("Your primitive actions") < system.index("turn_left(")
+    assert 'for example solve_mission("<mission>")' in system

@@ -83,7 +83,8 @@ def test_bad_config_stops_before_any_job(tmp_path):
     bad.write_text(yaml.safe_dump(cfg))
     out = snakemake("-n", "--configfile", str(bad), check=False)
     assert out.returncode != 0
-    known = "config key methods.react.method: unknown method 'telepathy'; known: asi, asi_replay, opo, react, speedrunner, voyager"
+    known = ("config key methods.react.method: 'telepathy' is not allowed; allowed values: asi, asi_replay, opo, react, "
+             "reference, speedrunner, voyager")
     assert known in out.stdout + out.stderr
 
 

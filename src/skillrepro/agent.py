@@ -38,6 +38,7 @@ class Tool:
     # run(args, wall_s=None) -> observation; raises ActionError for arguments it cannot take. `wall_s` is
     # what is left of the episode's wall clock: a skill call stops when it runs out (a primitive ignores it).
     run: Callable[..., str]
+    primitive: bool = False  # an env primitive (listed under the primitives), or a library skill
 
     @property
     def signature(self) -> str:
@@ -51,7 +52,14 @@ def primitive_tools(env: Env) -> list[Tool]:
     def runner(name: str) -> Callable[..., str]:
         return lambda args, wall_s=None: env.step(name, args).observation
 
-    return [Tool(p.name, p.params, p.doc, runner(p.name)) for p in env.primitives()]
+    return [Tool(p.name, p.params, p.doc, runner(p.name), primitive=True) for p in env.primitives()]
+
+
+def example_call(tool: Tool) -> str:
+    """A call of `tool` as the protocol's example shows it: each argument a placeholder named after its
+    parameter ("<mission>"), quoted for strings."""
+    args = [f'"<{n}>"' if t == "str" else f"<{n}>" for n, t in tool.params]
+    return f"{tool.name}({', '.join(args)})"
 
 
 @dataclass(frozen=True)
@@ -59,14 +67,18 @@ class Prompts:
     system: str = (PROMPTS / "actor_system.txt").read_text()
     text_protocol: str = (PROMPTS / "actor_text_protocol.txt").read_text()
     native_protocol: str = (PROMPTS / "actor_native_protocol.txt").read_text()
+    skills: str = (PROMPTS / "actor_skills.txt").read_text()  # the skills' own block; only when there are any
 
     @classmethod
-    def from_files(cls, system: str | None = None, text_protocol: str | None = None) -> "Prompts":
+    def from_files(cls, system: str | None = None, text_protocol: str | None = None,
+                   skills: str | None = None) -> "Prompts":
         kw = {}
         if system:
             kw["system"] = Path(system).read_text()
         if text_protocol:
             kw["text_protocol"] = Path(text_protocol).read_text()
+        if skills:
+            kw["skills"] = Path(skills).read_text()
         return cls(**kw)
 
 
@@ -176,16 +188,24 @@ class Actor:
     prompt_token_ids: Callable[[list[dict[str, Any]]], list[int]] | None = None
 
     def system_prompt(self, tools: list[Tool]) -> str:
-        listing = "\n".join(f"- {t.signature}: {t.doc}" for t in tools)
-        example = next((f"{t.name}()" for t in tools if not t.params), f"{tools[0].name}(...)")
+        """The environment, then the library's skills (if any) under their own heading, the primitives, the
+        notes and the reply protocol. The protocol's example is a call of the first skill when there is one
+        (a small actor copies the example's shape), else of the first primitive without arguments."""
+        def listing(ts: list[Tool]) -> str:
+            return "\n".join(f"- {t.signature}: {t.doc}" for t in ts)
+
+        skills = [t for t in tools if not t.primitive]
+        primitives = [t for t in tools if t.primitive]
+        first = skills[0] if skills else next((t for t in primitives if not t.params), tools[0])
         protocol = (
-            self.prompts.text_protocol.format(example=example)
+            self.prompts.text_protocol.format(example=example_call(first))
             if self.tool_calling == "text"
             else self.prompts.native_protocol
         )
         notes = f"\nNotes from earlier episodes:\n{self.notes}\n" if self.notes.strip() else ""
-        return self.prompts.system.format(environment=self.environment_text, tools=listing, notes=notes,
-                                          protocol=protocol)
+        skill_block = self.prompts.skills.format(skills=listing(skills)) if skills else ""
+        return self.prompts.system.format(environment=self.environment_text, skills=skill_block,
+                                          tools=listing(primitives), notes=notes, protocol=protocol)
 
     @property
     def history(self) -> str:
