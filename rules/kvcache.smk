@@ -43,6 +43,7 @@ rule kvcache_all:
         expand("results/figures/kvcache/{kvmodel}/{name}.png", kvmodel=_KV_LLMS, name=_KV_FIGURE_NAMES),
         "results/tables/kvcache_prefix.csv",
         "results/tables/kvcache_segments.csv",
+        expand("results/tables/kvcache/{kvmodel}/breaks.csv", kvmodel=_KV_LLMS),
         "results/tables/kvcache_models.csv",
         "results/figures/kvcache_models.png",
         # the non-prefix reuse experiment, when kvcache.blend.model names a model
@@ -186,6 +187,29 @@ rule kvcache_segments:
         "../envs/skillrepro.yaml"
     script:
         "../workflow/scripts/kvcache_segments.py"
+
+
+rule kvcache_breaks:
+    input:
+        _kv_model_runs(f"{_KV_RUN}/requests.jsonl"),
+    output:
+        table=report("results/tables/kvcache/{kvmodel}/breaks.csv", caption="../report/kvcache_breaks_table.rst", category="KV cache", subcategory="{kvmodel}"),
+        requests="results/kvcache/{kvmodel}/breaks_per_request.csv",
+    wildcard_constraints:
+        kvmodel=_KV_CONSTRAINTS["kvmodel"],
+    params:
+        kv=KV,
+        settings=_kv_settings,
+        runs=lambda w: [(f, s, _KV_RUN.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s) + "/requests.jsonl")
+                        for f in KV.formats for s in KV.seeds],
+    log:
+        "logs/kvcache/{kvmodel}/breaks.log",
+    benchmark:
+        "results/timings/kvcache/{kvmodel}/breaks.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/kvcache_breaks.py"
 
 
 rule kvcache_tables:

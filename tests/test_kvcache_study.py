@@ -124,6 +124,16 @@ def test_group_size_repeats_each_game_within_its_lockstep_batch():
         study.lockstep_requests(s, 4, group_size=2, draw_pool=3)
 
 
+def test_break_points_and_ceiling_follow_the_previous_prompt():
+    head = list(range(100, 140))  # 40 shared tokens, then the step number differs
+    s = stream_of({"a": [head + [1] * 10, head + [2] * 12, head + [3] * 5], "b": [[9] * 30]})
+    rows = study.break_points(s, block_size=16, decode=lambda ids: ",".join(map(str, ids)))
+    assert [(r.episode, r.step, r.shared_tokens, r.ceiling_tokens) for r in rows] == [("a", 1, 40, 32), ("a", 2, 40, 32)]
+    assert rows[0].break_fraction == pytest.approx(40 / 52) and rows[0].break_text == "2,2,2,2"
+    same = study.break_points(stream_of({"a": [[5] * 33, [5] * 33]}), block_size=16)
+    assert same[0].shared_tokens == 33 and same[0].ceiling_tokens == 32  # the last token is never served
+
+
 def test_step_load_sums_running_episodes():
     s = stream_of({"a": [[1] * 10, [1] * 20], "b": [[2] * 30]}, completion=5)
     assert [(r.step, r.running, r.total_tokens) for r in study.step_load(s)] == [(0, 2, 50), (1, 1, 25)]

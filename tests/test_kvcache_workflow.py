@@ -74,6 +74,17 @@ def test_kvcache_study_replayed_without_a_model(tmp_path):
     assert models.loc["evoskill", "reuse_ratio_retain"] > models.loc["skillrl", "reuse_ratio_retain"]
     assert (tmp_path / "results/figures/kvcache_models.png").stat().st_size > 5000
     assert not (tmp_path / "logs/kvcache/replay/run_skillrl_seed0.log").read_text().count("LLM server")
+    # 2-1: within an episode the original format breaks at the step count; noskill's prompt breaks far earlier
+    breaks = pd.read_csv(t / "breaks.csv").set_index("format")
+    assert breaks.loc["skillrl", "break_text_most_common"].split()[0].isdigit()
+    assert breaks.loc["skillrl", "break_fraction_median"] > 3 * breaks.loc["noskill", "break_fraction_median"]
+    assert 0 < breaks.loc["skillrl", "reuse_ceiling"] < breaks.loc["skillrl", "break_fraction_median"]
+    # 1-1: the segments of a prompt add up to it, and the skill sections are where the format puts them
+    seg = pd.read_csv(tmp_path / "results/tables/kvcache_segments.csv")
+    first = seg[(seg.format == "skillrl") & (seg.episode == seg.episode.iloc[0])]
+    assert list(first[first.segment.isin(["task", "general", "category", "mistakes"])].segment) == [
+        "task", "general", "category", "mistakes"]
+    assert "34 entries" in seg.bank.iloc[0]
 
 
 def test_several_models_get_their_own_paths_and_servers(tmp_path):

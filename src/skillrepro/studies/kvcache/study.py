@@ -183,6 +183,38 @@ def step_load(stream: Sequence[StreamRequest]) -> list[LoadRow]:
 
 
 @dataclass
+class BreakRow:
+    """Where one request's prompt stops matching its episode's previous prompt (seed 001, 2-1)."""
+
+    episode: str
+    step: int
+    prompt_tokens: int
+    shared_tokens: int  # leading tokens equal to the previous step's prompt
+    break_fraction: float  # shared_tokens / prompt_tokens
+    ceiling_tokens: int  # what a cache can give: whole blocks, never the last token
+    break_text: str  # the few tokens from the break on, decoded (empty without a decoder)
+
+
+def break_points(stream: Sequence[StreamRequest], block_size: int = 16, decode=None) -> list[BreakRow]:
+    """For every request after an episode's first: how many leading tokens it shares with the same episode's
+    previous request, and the block-aligned part of that a prefix cache can serve. The seminar finds the
+    original format breaking at the step number after "## Current Progress", at 0.637-0.643 of the prompt."""
+    by_ep: dict[str, list[StreamRequest]] = {}
+    for r in stream:
+        by_ep.setdefault(r.episode, []).append(r)
+    out = []
+    for ep, reqs in by_ep.items():
+        reqs = sorted(reqs, key=lambda r: r.step)
+        for prev, cur in zip(reqs, reqs[1:]):
+            n = len(cur.token_ids)
+            shared = sim.common_prefix(np.asarray(prev.token_ids), np.asarray(cur.token_ids))
+            ceiling = min(shared, n - 1) // block_size * block_size
+            text = decode(cur.token_ids[shared:shared + 4]) if decode and shared < n else ""
+            out.append(BreakRow(ep, cur.step, n, shared, shared / max(n, 1), ceiling, text))
+    return out
+
+
+@dataclass
 class ServerRow:
     episode: str
     step: int
