@@ -100,23 +100,39 @@ def test_samples_mask_only_the_policys_tokens(tiny):
 
 
 @pytest.mark.integration
-def test_cpu_smoke_run_updates_the_policy(tiny, tmp_path):
+def test_cpu_smoke_run_updates_the_policy_and_micro_batches_accumulate(tiny, tmp_path):
+    """One GRPO update moves most of the policy. The same step in micro-batches of 2 (3 accumulated backward
+    passes over the 6 sequences) takes the same gradient (read from Adam's first moment, (1 - beta1) g after
+    one step; the Generator's entropy term off, as it is averaged per micro-batch); a sample longer than
+    max_sequence_tokens stops the update."""
+    import copy
+
     import torch
 
     from skillrepro.studies.scaffold_grpo import make_trainer
 
     model, tok, seq = tiny
     samples = assign_advantages(_groups(seq), 2, 0.1)
+    untrained = copy.deepcopy(model)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    started = time.perf_counter()
-    trainer = make_trainer(model, tok, samples, 6, TrainSettings(learning_rate=1e-4), tmp_path, steps=2)
-    trainer.train()
-    wall = time.perf_counter() - started
+    grads = []
+    for m, micro in ((model, None), (untrained, 2)):
+        started = time.perf_counter()
+        settings = TrainSettings(learning_rate=1e-4, micro_batch_size=micro, generator_entropy_coef=0.0)
+        trainer = make_trainer(m, tok, samples, 6, settings, tmp_path / str(micro), steps=1)
+        trainer.train()
+        assert trainer.state.global_step == 1
+        state = trainer.optimizer.state
+        grads.append(torch.cat([state[p]["exp_avg"].flatten() for p in m.parameters() if p in state]))
+        print(f"CPU smoke run: 1 GRPO update (micro-batch {micro or 6}) on SmolLM2-135M in "
+              f"{time.perf_counter() - started:.1f} s")
     changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
-    print(f"CPU smoke run: 2 GRPO updates on SmolLM2-135M in {wall:.1f} s; {len(changed)} of {len(before)} "
-          f"parameter tensors changed")
     assert len(changed) > 0.5 * len(before)
-    assert trainer.state.global_step == 2
+    rel = ((grads[0] - grads[1]).norm() / grads[0].norm()).item()
+    assert grads[0].norm() > 0 and rel < 1e-3, rel
+    longest = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+    with pytest.raises(ValueError, match="scaffold.training.max_sequence_tokens"):
+        make_trainer(model, tok, samples, 6, TrainSettings(max_sequence_tokens=longest - 1), tmp_path / "x", steps=1)
 
 
 def test_internalization_cohort_and_bootstrap():
@@ -199,34 +215,6 @@ def test_micro_batches_and_kept_optimizer_states(tmp_path):
         (tmp_path / f"ckpt{j}" / OPTIMIZER_STATE).write_bytes(b"x")
     assert [f.parent.name for f in prunable_optimizer_states(tmp_path, 4, 2)] == ["ckpt1", "ckpt2"]
     assert prunable_optimizer_states(tmp_path, 4, 4) == []
-
-
-@pytest.mark.integration
-def test_micro_batching_accumulates_the_same_update(tiny, tmp_path):
-    """One optimizer step over 6 sequences in micro-batches of 2 (3 accumulated backward passes) takes the
-    gradient of one batch of 6 (read from Adam's first moment, (1 - beta1) g after one step; entropy terms
-    off, as they are averaged per micro-batch); a sample longer than max_sequence_tokens stops the update."""
-    import copy
-
-    import torch
-
-    from skillrepro.studies.scaffold_grpo import make_trainer
-
-    model, tok, seq = tiny
-    samples = assign_advantages(_groups(seq), 2, 0.1)
-    grads = []
-    for micro in (None, 2):
-        m = copy.deepcopy(model)
-        settings = TrainSettings(learning_rate=1e-4, micro_batch_size=micro, generator_entropy_coef=0.0)
-        trainer = make_trainer(m, tok, samples, 6, settings, tmp_path / str(micro), steps=1)
-        trainer.train()
-        state = trainer.optimizer.state
-        grads.append(torch.cat([state[p]["exp_avg"].flatten() for p in m.parameters() if p in state]))
-    rel = ((grads[0] - grads[1]).norm() / grads[0].norm()).item()
-    assert grads[0].norm() > 0 and rel < 1e-3, rel
-    longest = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
-    with pytest.raises(ValueError, match="scaffold.training.max_sequence_tokens"):
-        make_trainer(model, tok, samples, 6, TrainSettings(max_sequence_tokens=longest - 1), tmp_path / "x", steps=1)
 
 
 def test_config_refuses_a_training_key_before_any_work():
