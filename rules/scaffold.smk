@@ -331,7 +331,7 @@ rule scaffold_tables:
         exploration=report("results/tables/scaffold_exploration.csv", caption="../report/scaffold_exploration.rst", category="SkillScaffold"),
         evals="results/scaffold/evaluations.csv",
         pilot_rollout=report("results/tables/scaffold_pilot_rollout.csv", category="SkillScaffold"),
-        pilot_competence=report("results/tables/scaffold_pilot_competence.csv", category="SkillScaffold"),
+        pilot_competence=report("results/tables/scaffold_pilot_competence.csv", caption="../report/scaffold_pilot_competence.rst", category="SkillScaffold"),
     params:
         variants=list(SCAFFOLD.variants),
         threshold=SCAFFOLD.threshold,
