@@ -261,6 +261,9 @@ def seccomp_program() -> list[tuple[int, int, int, int]]:
     return prog
 
 
+_FILTER = b""  # the compiled program, made once by the zygote so that each child only installs it
+
+
 def _seccomp(report: dict) -> None:
     """Install the filter on every thread of this process at once (seccomp(2) with TSYNC: prctl would cover
     only the calling thread). The layer's report comes from what the kernel says per thread (_thread_report)."""
@@ -269,7 +272,7 @@ def _seccomp(report: dict) -> None:
         return
     ctypes, libc = _libc()
     prog = seccomp_program()
-    filt = b"".join(struct.pack("<HBBI", *ins) for ins in prog)
+    filt = _FILTER or b"".join(struct.pack("<HBBI", *ins) for ins in prog)
     buf = ctypes.create_string_buffer(filt)
     fprog = struct.pack("<HxxxxxxQ", len(prog), ctypes.addressof(buf))
     SYS_SECCOMP, SET_MODE_FILTER, FLAG_TSYNC = 317, 1, 1
@@ -492,6 +495,7 @@ class Worker:
         self.out = CappedOutput(self.lim["output_chars"])
         self.ns: dict = {"__name__": "skills", "ActionError": ActionError, "SandboxLimit": SandboxLimit}
         self.frames_sent = 0
+        self.baseline: dict | None = None  # _residue() before the first cell
         self.stack: list[str] = []
         self.counter = 0
         self.done = False
@@ -590,6 +594,8 @@ class Worker:
                 "exc": exc, "tb": tb, "out": out, "out_total": total}
 
     def exec_code(self, msg: dict) -> dict:
+        if self.baseline is None:  # what runs between cells is compared with the interpreter before its first
+            self.baseline = _residue()
         code, ret, exc = msg["code"], None, ""
         _CALL["id"], _CALL["seq"] = msg["call"], 0
         try:
@@ -646,7 +652,6 @@ def _child(init: dict) -> None:
         w.functions = []
         if init.get("source"):
             w._run_limited(lambda: w.load(init["source"]))
-        w.baseline = _residue()
     except BaseException as e:
         send({"t": "init_error", "msg": _clip(f"{type(e).__name__}: {e}", 2000), "isolation": report})
         return
@@ -722,6 +727,10 @@ def main() -> None:
     os.environ.update(HOME=init["scratch"], TMPDIR=init["scratch"], PATH="/nonexistent")
     import inspect  # noqa: F401  (imported once here, so that a child starts in a few milliseconds)
     import tempfile
+    import threading  # noqa: F401  (the layer probe's thread)
+
+    global _FILTER
+    _FILTER = b"".join(struct.pack("<HBBI", *ins) for ins in seccomp_program())
 
     tempfile.tempdir = init["scratch"]
     init["zygote_report"] = report
