@@ -5,7 +5,7 @@
 Every skill call runs in a fresh child process (forked by the sandbox's zygote, killed and reaped after the
 call), so two figures: calls back to back (the next child is still starting when the call comes) and calls
 after a pause standing in for the actor's LLM request between two skill calls (the next child is ready).
-Target: <= 20 ms per sandboxed call on the 2-core CPU machine. The zygote's start (once per episode) is
+Target (issue 21): at most 5 ms more than a direct step at the median, on the 2-core CPU machine. The zygote's start (once per episode) is
 printed separately, with the isolation layers the run had.
 """
 from __future__ import annotations
@@ -68,8 +68,10 @@ def main() -> None:
     print(row(f"sandboxed, after {a.think_ms:g} ms", after_pause))
     print(f"zygote start + first call: {start_ms:.1f} ms (once per episode)")
     print(f"layers: {', '.join(k for k in s.isolation if k not in s.missing)}; missing: {', '.join(s.missing) or 'none'}")
-    met = statistics.median(after_pause) <= 20
-    print(f"target <= 20 ms per sandboxed call (actor pausing between calls): {'met' if met else 'MISSED'}")
+    for name, series in (("back to back", back_to_back), (f"after {a.think_ms:g} ms", after_pause)):
+        extra = statistics.median(series) - statistics.median(direct)
+        print(f"target <= 5 ms more than a direct step at the median, {name}: {extra:.1f} ms, "
+              f"{'met' if extra <= 5 else 'MISSED'}")
 
 
 if __name__ == "__main__":
