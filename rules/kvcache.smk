@@ -44,6 +44,7 @@ rule kvcache_all:
         "results/tables/kvcache_prefix.csv",
         "results/tables/kvcache_segments.csv",
         expand("results/tables/kvcache/{kvmodel}/breaks.csv", kvmodel=_KV_LLMS),
+        expand("results/tables/kvcache/{kvmodel}/locations.csv", kvmodel=_KV_LLMS),
         "results/tables/kvcache_models.csv",
         "results/figures/kvcache_models.png",
         # the non-prefix reuse experiment, when kvcache.blend.model names a model
@@ -210,6 +211,29 @@ rule kvcache_breaks:
         "../envs/skillrepro.yaml"
     script:
         "../workflow/scripts/kvcache_breaks.py"
+
+
+rule kvcache_locations:
+    input:
+        _kv_model_runs(f"{_KV_RUN}/steps.parquet"),
+    output:
+        report("results/tables/kvcache/{kvmodel}/locations.csv", caption="../report/kvcache_locations_table.rst", category="KV cache", subcategory="{kvmodel}"),
+    wildcard_constraints:
+        kvmodel=_KV_CONSTRAINTS["kvmodel"],
+    params:
+        kv=KV,
+        settings=_kv_settings,
+        mode="replay" if KV.replay else "model",
+        runs=lambda w: [(f, s, _KV_RUN.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s) + "/steps.parquet")
+                        for f in KV.formats for s in KV.seeds],
+    log:
+        "logs/kvcache/{kvmodel}/locations.log",
+    benchmark:
+        "results/timings/kvcache/{kvmodel}/locations.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/kvcache_locations.py"
 
 
 rule kvcache_tables:

@@ -134,6 +134,20 @@ def test_break_points_and_ceiling_follow_the_previous_prompt():
     assert same[0].shared_tokens == 33 and same[0].ceiling_tokens == 32  # the last token is never served
 
 
+def test_new_locations_count_distinct_go_to_places_per_episode():
+    import json as _json
+
+    import pandas as pd
+
+    def step(ep, i, cmd, action="act"):
+        return dict(episode_id=ep, step=i, action=action, arguments=_json.dumps([cmd]))
+    steps = pd.DataFrame([step("a", 0, "go to desk 1"), step("a", 1, "take pen 1 from desk 1"), step("a", 2, "go to shelf 2"),
+                          step("a", 3, "go to desk 1"), step("b", 0, "go to bed 1", action=""), step("b", 1, "look")])
+    got = study.new_locations(steps).set_index("episode_id")
+    assert got.loc["a", "new_locations"] == 2 and got.loc["a", "go_to_commands"] == 3
+    assert got.loc["b", "new_locations"] == 0  # a reply without a parsed action reaches nowhere
+
+
 def test_step_load_sums_running_episodes():
     s = stream_of({"a": [[1] * 10, [1] * 20], "b": [[2] * 30]}, completion=5)
     assert [(r.step, r.running, r.total_tokens) for r in study.step_load(s)] == [(0, 2, 50), (1, 1, 25)]

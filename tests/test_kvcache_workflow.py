@@ -85,6 +85,9 @@ def test_kvcache_study_replayed_without_a_model(tmp_path):
     assert list(first[first.segment.isin(["task", "general", "category", "mistakes"])].segment) == [
         "task", "general", "category", "mistakes"]
     assert "34 entries" in seg.bank.iloc[0]
+    loc = pd.read_csv(t / "locations.csv").set_index("format")
+    assert (loc["mode"] == "replay").all() and loc.new_locations_mean.nunique() == 1  # the same replayed games
+    assert 0 < loc.loc["skillrl", "new_locations_mean"] <= loc.loc["skillrl", "go_to_commands_mean"]
 
 
 def test_several_models_get_their_own_paths_and_servers(tmp_path):

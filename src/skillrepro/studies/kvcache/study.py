@@ -214,6 +214,25 @@ def break_points(stream: Sequence[StreamRequest], block_size: int = 16, decode=N
     return out
 
 
+def new_locations(steps) -> "object":
+    """Per episode of a run's steps table (store.Step rows): how many distinct places its `go to` commands
+    reach (seed 001, 2-2: 9.6 per episode in the original order, 3.7 with the `go to` list split off), and how
+    many `go to` commands it sent."""
+    import pandas as pd
+
+    rows = []
+    for ep, g in steps.sort_values("step").groupby("episode_id", sort=False):
+        places, gotos = set(), 0
+        for action, args in zip(g.action, g.arguments):
+            cmd = json.loads(args or "[]")
+            cmd = str(cmd[0]) if action == "act" and cmd else ""
+            if cmd.startswith("go to "):
+                gotos += 1
+                places.add(cmd[len("go to "):].strip())
+        rows.append(dict(episode_id=ep, steps=len(g), go_to_commands=gotos, new_locations=len(places)))
+    return pd.DataFrame(rows, columns=["episode_id", "steps", "go_to_commands", "new_locations"])
+
+
 @dataclass
 class ServerRow:
     episode: str
