@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "schemas" / "config.schema.yaml"
 
 
+MIN_REPLY_TOKENS = 256  # a sleep-phase reply (a rewrite, a function) needs room, whatever the actor's max_tokens
+
+
 class ConfigError(ValueError):
     """Bad configuration; the message names the key and what is allowed."""
 
@@ -206,6 +209,10 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
 
     llm = LLMConfig.from_dict(config["llm"])
     _check_llm(llm, config["pricing"], check_files)
+    room = (llm.ctx_per_slot - MIN_REPLY_TOKENS) // 2  # half the context: the prompt's other parts need the rest
+    if config["budgets"]["trajectory_tokens"] > room:
+        raise ConfigError(f"config key budgets.trajectory_tokens: {config['budgets']['trajectory_tokens']} tokens of "
+                          f"episodes do not fit a sleep-phase prompt with llm.ctx_per_slot {llm.ctx_per_slot}; at most {room}")
     proto = protocol(config)
     if proto.train_rollouts % proto.sleep_every:
         raise ConfigError(

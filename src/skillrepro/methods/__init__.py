@@ -52,6 +52,7 @@ class InduceContext:
     llm: LLMConfig
     request_budget: int
     sandbox: SandboxPolicy = SandboxPolicy()  # config key sandbox.require, for every sandbox the phase starts
+    trajectory_tokens: int = 1500  # config key budgets.trajectory_tokens (its schema default; a test checks)
 
     @property
     def options(self) -> Any:

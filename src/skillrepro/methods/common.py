@@ -9,18 +9,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skillrepro.config import MIN_REPLY_TOKENS
 from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
 from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession
 from skillrepro.store import LLMCall, write_records, write_text
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
-MIN_REPLY_TOKENS = 256  # a rewrite or a function needs room, whatever llm.max_tokens the actor uses
-OBS_CHARS = 300  # of each observation in a rendered trajectory
+TOKEN_CHARS = 3  # characters per token: every sleep-phase budget's estimate (no tokenizer for every model)
+
+
+def estimate_tokens(text: str) -> int:
+    return -(-len(text) // TOKEN_CHARS)
+
+
+@dataclass
+class Frame:
+    """One skill invocation inside an episode step: nested frames follow their parent, one level deeper."""
+
+    depth: int
+    function: str
+    arguments: str  # JSON [args, kwargs]
+    outcome: str  # the return value, or the exception
+    primitives: list  # [name, args, observation] the frame issued itself
 
 
 @dataclass
 class Trace:
-    """One recorded training episode: its outcome and its steps (the opening observation included)."""
+    """One recorded training episode: its outcome and its steps (the opening observation included), with
+    the skill call stacks of the steps that called a skill (the records' skill_calls)."""
 
     episode_id: str
     task_id: str
@@ -29,19 +45,59 @@ class Trace:
     progression: float
     opening: str
     steps: list[tuple[str, list, str]] = field(default_factory=list)  # (action, arguments, observation)
+    frames: dict[int, list[Frame]] = field(default_factory=dict)  # step -> its call stack, depth first
 
-    def render(self, obs_chars: int = OBS_CHARS) -> str:
+    def render(self) -> str:
+        """The episode as every method reads it: whole observations, and under a skill call its stack."""
         outcome = "SUCCESS" if self.success else f"failure (progression {self.progression:.2f})"
-        lines = [f"## Episode on task {self.task_id}: {outcome} in {len(self.steps)} steps",
-                 f"Start: {self.opening[:600]}"]
+        lines = [f"## Episode on task {self.task_id}: {outcome} in {len(self.steps)} steps", f"Start: {self.opening}"]
         for i, (action, args, obs) in enumerate(self.steps):
-            lines.append(f"{i}. {action}({', '.join(map(repr, args))}) -> {obs[:obs_chars]}")
+            lines.append(_hanging(f"{i}. {action}({', '.join(map(repr, args))}) -> {obs}", "   "))
+            for f in self.frames.get(i, []):
+                pad = "   " * (f.depth + 1)
+                lines.append(_hanging(f"{pad}call {f.function}{_call_args(f.arguments)} -> {f.outcome}", pad + "   "))
+                lines += [_hanging(f"{pad}   {name}({', '.join(map(repr, a))}) -> {o}", pad + "      ")
+                          for name, a, o in f.primitives]
         return "\n".join(lines)
 
 
+def _hanging(text: str, pad: str) -> str:
+    """A multi-line value under its line, indented, so that a call stack stays readable."""
+    return text.replace("\n", "\n" + pad + "| ")
+
+
+def _call_args(arguments: str) -> str:
+    try:
+        args, kwargs = json.loads(arguments)
+        return "(" + ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())]) + ")"
+    except (ValueError, TypeError):
+        return f"({arguments})"
+
+
+def render_traces(traces: list[Trace], budget_tokens: int, newest_first: bool = True) -> tuple[str, int]:
+    """Whole episodes, newest first, as many as `budget_tokens` (config key budgets.trajectory_tokens, the
+    same for every method) holds; the first one that does not fit loses its middle, saying so. Returns the
+    text and its estimated tokens, which the methods record with each call."""
+    parts, used = [], 0
+    for t in (reversed(traces) if newest_first else traces):
+        text = t.render()
+        if used + estimate_tokens(text) > budget_tokens:
+            room = (budget_tokens - used) * TOKEN_CHARS - 120  # the note below fits in the rest
+            if room > 200:  # its start (outcome, opening) and its end (what happened last) are kept
+                cut = len(text) - room
+                parts.append(f"{text[:room // 2]}\n[... {cut} characters of this episode cut: "
+                             f"budgets.trajectory_tokens reached ...]\n{text[-(room - room // 2):]}")
+            break
+        parts.append(text)
+        used += estimate_tokens(text) + 1
+    out = "\n\n".join(parts) or "(no recorded episodes)"
+    return out, estimate_tokens(out)
+
+
 def read_traces(dirs: tuple[Path, ...] | list[Path]) -> list[Trace]:
-    """Every training episode recorded in `dirs` (batch folders), oldest batch first. The opening
-    observation is the first user message of the episode's first actor call (nothing is re-run)."""
+    """Every training episode recorded in `dirs` (batch folders), oldest batch first, with its skill call
+    stacks. The opening observation is the first user message of the episode's first actor call (nothing is
+    re-run)."""
     import duckdb
 
     con = duckdb.connect()
@@ -52,13 +108,36 @@ def read_traces(dirs: tuple[Path, ...] | list[Path]) -> list[Trace]:
         path = lambda t: str(d / f"{t}.parquet").replace("'", "''")  # noqa: E731
         eps = con.execute(f"SELECT episode_id, task_id, cycle, success, progression FROM read_parquet('{path('episodes')}') "
                           "WHERE split = 'train'").fetchall()
+        calls = _skill_frames(con, path("skill_calls")) if (d / "skill_calls.parquet").is_file() else {}
         for eid, task, cycle, success, progression in eps:
-            steps = con.execute(f"SELECT action, arguments, observation FROM read_parquet('{path('steps')}') "
+            steps = con.execute(f"SELECT step, action, arguments, observation FROM read_parquet('{path('steps')}') "
                                 "WHERE episode_id = ? ORDER BY step", [eid]).fetchall()
             first = con.execute(f"SELECT prompt FROM read_parquet('{path('llm_calls')}') WHERE session_id = ? "
                                 "AND role = 'actor' ORDER BY started_at LIMIT 1", [eid]).fetchone()
+            at = {step: i for i, (step, *_) in enumerate(steps)}
+            frames = {at[k]: v for k, v in calls.get(eid, {}).items() if k in at}
             out.append(Trace(eid, task, cycle, bool(success), float(progression), _opening(first[0] if first else ""),
-                             [(a, json.loads(args or "[]"), obs) for a, args, obs in steps]))
+                             [(a, json.loads(args or "[]"), obs) for _, a, args, obs in steps], frames))
+    return out
+
+
+def _skill_frames(con, path: str) -> dict[str, dict[int, list[Frame]]]:
+    """episode -> step -> that step's frames, each root followed by its nested frames (depth first)."""
+    rows = con.execute(f"SELECT frame_id, parent_frame_id, episode_id, step, function, arguments, primitives, "
+                       f"return_value, exception FROM read_parquet('{path}') ORDER BY frame_id").fetchall()
+    children: dict[str, list] = {}
+    for r in rows:
+        children.setdefault(r[1], []).append(r)
+    out: dict[str, dict[int, list[Frame]]] = {}
+
+    def walk(row, depth: int, into: list[Frame]) -> None:
+        fid, _, _, _, fn, args, prims, ret, exc = row
+        into.append(Frame(depth, fn, args, f"raised {exc}" if exc else ret, json.loads(prims or "[]")))
+        for child in sorted(children.get(fid, []), key=lambda c: int(c[0].rsplit(".", 1)[1])):
+            walk(child, depth + 1, into)
+
+    for root in children.get("", []):
+        walk(root, 0, out.setdefault(root[2], {}).setdefault(int(root[3]), []))
     return out
 
 
@@ -68,19 +147,6 @@ def _opening(prompt_json: str) -> str:
         return next(m["content"] for m in messages if m["role"] == "user")
     except (ValueError, KeyError, StopIteration, TypeError):
         return ""
-
-
-def concat(traces: list[Trace], chars: int) -> str:
-    """Newest first, cut to `chars`."""
-    parts, used = [], 0
-    for t in reversed(traces):
-        text = t.render()
-        if used + len(text) > chars:
-            parts.append(text[: max(0, chars - used)])
-            break
-        parts.append(text)
-        used += len(text) + 2
-    return "\n\n".join(parts) or "(no recorded episodes)"
 
 
 def budget(llm) -> tuple[int, int]:

@@ -9,7 +9,8 @@ import re
 from dataclasses import dataclass
 
 from skillrepro.methods import InduceContext, register
-from skillrepro.methods.common import budget, check_prompt_file, client_for, concat, prompt_text, read_traces, save_records
+from skillrepro.methods.common import (budget, check_prompt_file, client_for, prompt_text, read_traces, render_traces,
+                                      save_records)
 from skillrepro.skills import Library
 
 
@@ -40,20 +41,21 @@ def induce(ctx: InduceContext, client=None) -> Library:
             return induce(ctx, c)
     opts: Options = ctx.options
     bench = ctx.bench.load()
-    max_tokens, chars = budget(ctx.llm)
+    max_tokens, _ = budget(ctx.llm)
     traces = read_traces(ctx.history_dirs[-opts.recent_batches:])
     system = prompt_text(opts.prompt_file, "opo_optimizer.txt").format(
         environment=bench.describe(), primitives="\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives()),
         max_chars=opts.max_notes_chars)
     current = ctx.library.notes.strip() or "(no notes yet)"
-    room = max(1000, chars - len(system) - len(current) - 200)
-    user = f"Current notes:\n{current}\n\nRecent episodes:\n{concat(traces, room)}"
+    episodes, shown = render_traces(traces, ctx.trajectory_tokens)
+    user = f"Current notes:\n{current}\n\nRecent episodes:\n{episodes}"
     session_id = f"{ctx.run_id}/induce/v{ctx.library.version + 1}"
     reply = client.chat([{"role": "system", "content": system}, {"role": "user", "content": user}],
                         role="optimizer", session_id=session_id, max_tokens=max_tokens)
     new = parse_notes(reply.text)[: opts.max_notes_chars]
     kept = not new
     save_records(ctx.record_dir, [reply.record], [{"request": 0, "episodes": len(traces), "reply": reply.text,
+                                                    "trajectory_tokens": ctx.trajectory_tokens, "trajectory_tokens_shown": shown,
                                                     "notes_changed": not kept and new != ctx.library.notes}])
     return ctx.library.next_version(notes=ctx.library.notes if kept else new, meta={
         "method": "opo", "variant": ctx.method.variant, "cycle": ctx.cycle, "session_id": session_id,

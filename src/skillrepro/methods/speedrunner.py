@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from skillrepro.methods import InduceContext, register
-from skillrepro.methods.common import CODE_FENCE, PREFIX_TRIES, SMOKE_LIMITS, load_check, longest_parsing_prefix
+from skillrepro.config import MIN_REPLY_TOKENS
+from skillrepro.methods.common import (CODE_FENCE, PREFIX_TRIES, SMOKE_LIMITS, load_check, longest_parsing_prefix,
+                                      read_traces, render_traces)
 from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
 from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession
 from skillrepro.store import LLMCall, schema, write_records, write_text
@@ -37,7 +39,6 @@ from skillrepro.store import LLMCall, schema, write_records, write_text
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 HISTORY_TABLES = ("episodes", "steps", "llm_calls", "skill_calls")
 LAST_CHANCE_PREFILL = "Action: write_function(public=True)\n```python\ndef "
-MIN_REPLY_TOKENS = 256  # an inducer reply is llm.max_tokens long, but at least this: a function needs room
 OBS_CHARS = 3000  # tool output shown to the model per request
 # The interpreter loads the run's history into DuckDB when it starts: on a busy laptop that can take more
 # than a skill worker's 30 s.
@@ -201,35 +202,6 @@ def _history_facts(files: dict[str, list[str]]) -> tuple[list[dict], list[str]]:
     return [dict(zip(cols, r)) for r in rows], tasks
 
 
-def recent_trajectories(files: dict[str, list[str]], openings: dict[str, str], chars: int) -> str:
-    """The last batch's episodes as text, newest batch first, cut to `chars` (interpreter off)."""
-    import duckdb
-
-    if not files["episodes"] or not files["steps"]:
-        return "(no recorded episodes)"
-    con = duckdb.connect()
-    for t in ("episodes", "steps"):
-        listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files[t])
-        con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet([{listing}], union_by_name=true)")
-    eps = con.execute("SELECT episode_id, task_id, success, n_steps FROM episodes WHERE split='train' "
-                      "ORDER BY cycle DESC, episode_id").fetchall()
-    parts, used = [], 0
-    for eid, task, success, n in eps:
-        steps = con.execute("SELECT step, action, arguments, observation FROM steps WHERE episode_id = ? ORDER BY step",
-                            [eid]).fetchall()
-        lines = [f"## Episode on task {task}: {'SUCCESS' if success else 'failure'} in {n} steps",
-                 openings.get(task, "")[:600]]
-        for s, a, args, obs in steps:
-            lines.append(f"{s}. {a}({', '.join(map(repr, json.loads(args or '[]')))}) -> {obs[:300]}")
-        text = "\n".join(lines)
-        if used + len(text) > chars:
-            parts.append(text[: max(0, chars - used)])
-            break
-        parts.append(text)
-        used += len(text)
-    return "\n\n".join(parts)
-
-
 # ------------------------------------------------------------------------------------------ tools
 def smoke_check(functions: dict[str, SkillFunction], new: list[str], bench, task_ids: list[str],
                 policy: SandboxPolicy) -> str:
@@ -387,7 +359,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
     facts = "\n".join(json.dumps(r, default=str) for r in summary) or "(no episodes yet)"
     task_msg = [f"Training so far (per cycle):\n{facts}",
                 f"Current library (version {ctx.library.version}):\n{sess.library_text()[:3000]}"]
-    sandbox = None
+    sandbox, shown = None, None
     if interpreter:
         empty = {t: [(f.name, str(f.type)) for f in schema(cls)] for t, cls in _tables().items()}
         tables = ", ".join(f"{t}({', '.join(c for c, _ in empty[t])})" for t in HISTORY_TABLES)
@@ -407,7 +379,8 @@ def induce(ctx: InduceContext, client=None) -> Library:
             sandbox.close()
             raise
     else:
-        traj = recent_trajectories(files, dict(openings), max(1000, ctx_chars // 2))
+        # the interpreter-off ablation reads what every comparison method reads, under the same budget
+        traj, shown = render_traces(read_traces(ctx.history_dirs), ctx.trajectory_tokens)
         task_msg.append(f"Recent episodes:\n{traj}")
     task_msg.append("Improve the library now. One tool call per reply.")
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(task_msg)[:ctx_chars // 2]}]
@@ -469,7 +442,8 @@ def induce(ctx: InduceContext, client=None) -> Library:
         "method": "speedrunner", "variant": ctx.method.variant, "cycle": ctx.cycle, "session_id": session_id,
         "requests": len(records), "writes_accepted": sess.writes_ok, "finished": sess.finished,
         "prompt": style, "access": "all_public" if all_public else "split", "interpreter": interpreter,
-        "replay_check": opts.replay_check})
+        "replay_check": opts.replay_check, "trajectory_tokens": ctx.trajectory_tokens,
+        "trajectory_tokens_shown": shown})
 
 
 def _apply(action: Action, sess: Session, sandbox, interpreter: bool, bench, task_ids, replay: bool) -> str:

@@ -32,7 +32,7 @@ from typing import Literal
 
 from skillrepro.methods import InduceContext, TaskChoice, TaskContext, register
 from skillrepro.methods.common import (Trace, append_functions, budget, check_prompt_file, client_for, prompt_text,
-                                        read_traces, reply_code, save_records)
+                                        read_traces, render_traces, reply_code, save_records)
 from skillrepro.skills import Library
 from skillrepro.skills.library import SkillFunction
 from skillrepro.store import LLMCall, read_records
@@ -200,7 +200,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
     bench = ctx.bench.load()
     primitives = {p.name for p in bench.primitives()}
     prim_text = "\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives())
-    max_tokens, chars = budget(ctx.llm)
+    max_tokens, _ = budget(ctx.llm)
     goals = _goals(ctx.history_dirs[-1:])
     library = ctx.library
     meta = dict(ctx.library.meta)
@@ -215,13 +215,14 @@ def induce(ctx: InduceContext, client=None) -> Library:
         if not goal:
             transcript.append({"episode_id": trace.episode_id, "skipped": "no curriculum goal recorded"})
             continue
-        episode = trace.render()[-max(1000, chars - len(critic_sys) - 400):]
+        episode, shown = render_traces([trace], ctx.trajectory_tokens)
         reply = client.chat([{"role": "system", "content": critic_sys},
                              {"role": "user", "content": f"Goal: {goal}\n\n{episode}"}],
                             role="critic", session_id=session_id, max_tokens=min(max_tokens, 256), seed=2 * n)
         calls.append(reply.record)
         ok, critique = parse_verdict(reply.text)
-        entry = {"episode_id": trace.episode_id, "goal": goal, "critic": reply.text, "success": ok}
+        entry = {"episode_id": trace.episode_id, "goal": goal, "critic": reply.text, "success": ok,
+                 "trajectory_tokens": ctx.trajectory_tokens, "trajectory_tokens_shown": shown}
         if ok:
             completed.append(goal)
             skill_sys = prompt_text(opts.skill_prompt_file, "voyager_skill.txt").format(

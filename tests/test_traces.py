@@ -1,0 +1,70 @@
+"""The one renderer of recorded episodes every sleep phase reads (OPO, ASI, Voyager, SpeedRunner without its
+interpreter): whole observations, the skill call stacks, one token budget from the config."""
+from __future__ import annotations
+
+import yaml
+
+from skillrepro.agent import EpisodeSpec
+from skillrepro.config import BenchmarkConfig, LLMConfig
+from skillrepro.methods import InduceContext
+from skillrepro.methods.common import TOKEN_CHARS, Trace, estimate_tokens, read_traces, render_traces
+from skillrepro.runner import run_batch
+from skillrepro.skills import Library, parse_functions
+from test_speedrunner import Fake
+
+SKILLS = '''
+def outer():
+    """Turn around by way of a helper."""
+    inner()
+    return inner()
+
+def inner():
+    """One left turn."""
+    return turn_left()
+'''
+
+
+def test_recorded_call_stacks_and_whole_observations_reach_the_text(tmp_path):
+    bench = BenchmarkConfig("babyai", "babyai", llm_call_budget=3)
+    Library(0, parse_functions(SKILLS)).write(tmp_path / "v0")
+    actor = Fake(["Thought: use the skill.\nAction: outer()", "Thought: go.\nAction: go_forward()"])
+    spec = EpisodeSpec("r", "babyai", "m", "m", 0, "train", 0, 0)
+    run_batch(bench=bench, llm=LLMConfig(), library_dir=tmp_path / "v0", task_ids=bench.load().sample_tasks("train", 1, 1),
+              spec=spec, out_dir=tmp_path / "batch0", client=actor)
+    (trace,) = read_traces([tmp_path / "batch0"])
+    text = trace.render()
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("|")]  # not a value's continuation
+    assert lines[2].startswith("0. outer() -> ")
+    # after the actor's step (its observation may span lines), its stack: outer at depth 0, then two inner
+    # frames one level deeper, each with the primitive it issued
+    at = next(i for i, line in enumerate(lines) if line.startswith("   call outer() -> "))
+    assert at > 2 and lines[at + 1].startswith("      call inner() -> ")
+    assert lines[at + 2].startswith("         turn_left() -> ")
+    outer = sum(line.startswith("   call outer()") for line in lines)
+    assert outer >= 1 and sum(line.strip().startswith("call inner()") for line in lines) == 2 * outer
+    for action, args, obs in trace.steps:
+        assert all(part in text for part in obs.splitlines())  # whole, not cut to a fixed length
+
+
+def _trace(i: int, obs_chars: int) -> Trace:
+    return Trace(f"e{i}", f"t{i}", 0, False, 0.0, "Mission: go to the red ball", [("go_forward", [], "x" * obs_chars)])
+
+
+def test_the_budget_holds_and_an_episode_that_does_not_fit_keeps_its_start_and_end():
+    traces = [_trace(i, 600) for i in range(10)]
+    text, used = render_traces(traces, 500)
+    assert used <= 500 and used == estimate_tokens(text)
+    assert text.startswith("## Episode on task t9")  # newest first
+    big = Trace("e", "t", 0, True, 1.0, "Mission: the start", [("go_forward", [], "y" * 9000), ("done", [], "the end")])
+    text, used = render_traces([big], 1000)
+    assert used <= 1000 and "Mission: the start" in text and text.endswith("the end")
+    assert "characters of this episode cut: budgets.trajectory_tokens reached" in text
+    assert len(text) <= 1000 * TOKEN_CHARS
+
+
+def test_the_budget_default_is_the_schema_default():
+    from pathlib import Path
+
+    schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "schemas/config.schema.yaml").read_text())
+    default = schema["properties"]["budgets"]["properties"]["trajectory_tokens"]["default"]
+    assert InduceContext.__dataclass_fields__["trajectory_tokens"].default == default
