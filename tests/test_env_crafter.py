@@ -189,8 +189,11 @@ def test_observation_reports_objects_at_their_offsets():
     assert "Facing east; directly in front of you: table." in obs
 
 
-def test_collecting_wood_counts_toward_score():
-    env = CrafterBenchmark().make("7")
+@pytest.mark.parametrize("observe", ["paper", "every_step"])
+def test_collecting_wood_counts_toward_score(observe):
+    """D.2/D.3 (observe: paper): an action returns None and the world, with what it unlocked since the last
+    look, is read with get_current_observation(); every_step returns it after each action (a named option)."""
+    env = CrafterBenchmark(observe=observe).make("7")
     env.reset()
     world = env.world
     px, py = world._player.pos
@@ -202,8 +205,25 @@ def test_collecting_wood_counts_toward_score():
         if env.score() > 0:
             break
     assert env.score() == pytest.approx(1 / 22)
+    if observe == "paper":
+        assert obs == "None" and env.step("do").returns_none
+        obs = env.get_current_observation()
+        assert "New achievement" not in env.get_current_observation()  # announced once
     assert "wood 1" in obs and "New achievement: Collect Wood!" in obs
     assert not env.success()
+
+
+def test_d2_a_skill_gets_none_from_an_action_and_reads_the_world_itself():
+    from skillrepro.skills.sandbox import SandboxSession
+
+    env = CrafterBenchmark().make("7")
+    env.reset()
+    skill = 'def look():\n    """Act, then look."""\n    got = noop()\n    return repr(got) + " | " + get_current_observation()\n'
+    s = SandboxSession(source=skill, env=env)
+    out = s.call_skill("look", [])
+    s.close()
+    assert out.ok and out.ret.startswith("None | <<OBSERVATION_BEGIN>>") and "Step 1 of 2000" in out.ret
+    assert "get_current_observation() to see the world" in CrafterBenchmark().describe()
 
 
 def test_d4_crafter_episode_ends_at_health_0_or_2000_actions_with_2000_requests():

@@ -71,6 +71,7 @@ class StepResult:
     observation: str
     reward: float = 0.0
     done: bool = False
+    returns_none: bool = False  # the primitive returns None (a skill gets None; the actor and records read "None")
 
 
 class Env(ABC):

@@ -207,17 +207,20 @@ class CrafterEnv(Env):
     benchmark = "crafter"
 
 
-    def __init__(self, task_id: str, zombie_frequency: float = 1.0, max_steps: int = MAX_STEPS):
+    def __init__(self, task_id: str, zombie_frequency: float = 1.0, max_steps: int = MAX_STEPS,
+                 observe: str = "paper"):
         super().__init__(task_id)
         self.seed = _parse_seed(task_id)
         self.zombie_frequency = zombie_frequency
         self.max_steps = max_steps
+        self.observe = observe
         self.world: Any = None
 
     def reset(self) -> str:
         self.world = make_world(self.seed, self.zombie_frequency, self.max_steps)
         self.world.reset()
         self.done, self.total_reward, self.n_primitive_steps = False, 0.0, 0
+        self._unseen: list[str] = []
         return self.observation()
 
     def observation(self, new_achievements: list[str] = ()) -> str:
@@ -229,11 +232,15 @@ class CrafterEnv(Env):
     def _apply(self, name: str, args: list[Any]) -> StepResult:
         if self.world is None:
             raise RuntimeError(f"Crafter episode {self.task_id!r} was not reset")
-        if name == "get_current_observation":
-            return StepResult(self.observation())
+        if name == "get_current_observation":  # achievements unlocked since the last look are announced
+            new, self._unseen = self._unseen, []
+            return StepResult(self.observation(new))
         before = set(self.unlocked())
         _, reward, done, _ = self.world.step(self.world.action_names.index(ACTIONS[name]))
         new = [a for a in self.unlocked() if a not in before]
+        if self.observe == "paper":  # D.2/D.3: the world is read with get_current_observation()
+            self._unseen += new
+            return StepResult("None", float(reward), bool(done), returns_none=True)
         return StepResult(self.observation(new), float(reward), bool(done))
 
     def score(self) -> float:
@@ -373,10 +380,18 @@ class CrafterBenchmark(Benchmark):
     # "recipes" adds survival advice and every recipe read from the engine, beyond the paper's prompt.
     PROMPTS = ("paper", "recipes")
 
+    # What an advancing primitive returns: "paper" (D.2/D.3) None, the world read with
+    # get_current_observation(); "every_step" the whole observation after every action (a deviation).
+    OBSERVE = ("paper", "every_step")
+
     def __init__(self, zombie_frequency: float = 1.0, max_steps: int = MAX_STEPS, prompt: str = "paper",
-                 **unknown: Any):
+                 observe: str = "paper", **unknown: Any):
         if unknown:
-            raise TaskError(f"crafter: unknown option(s) {sorted(unknown)}; known: zombie_frequency, max_steps, prompt")
+            raise TaskError(f"crafter: unknown option(s) {sorted(unknown)}; known: zombie_frequency, max_steps, "
+                            f"prompt, observe")
+        if observe not in self.OBSERVE:
+            raise TaskError(f"crafter: observe must be one of {', '.join(self.OBSERVE)}, got {observe!r}")
+        self.observe = observe
         try:
             f = float(zombie_frequency)
         except (TypeError, ValueError):
@@ -387,7 +402,9 @@ class CrafterBenchmark(Benchmark):
             raise TaskError(f"crafter: max_steps must be >= 1, got {max_steps!r}")
         self.zombie_frequency = f
         self.max_steps = int(max_steps)
-        self.prompt = env_prompt(self.name, prompt, self.PROMPTS, max_steps=self.max_steps,
+        observing = ("Action functions return None: call get_current_observation() to see the world."
+                     if observe == "paper" else "Each action function returns the observation after it.")
+        self.prompt = env_prompt(self.name, prompt, self.PROMPTS, max_steps=self.max_steps, observing=observing,
                                  recipes=_recipes(),
                                  achievements=", ".join(_title(a) for a in ACHIEVEMENTS))
 
@@ -411,4 +428,5 @@ class CrafterBenchmark(Benchmark):
 
     def make(self, task_id: str) -> CrafterEnv:
         _parse_seed(task_id)
-        return CrafterEnv(task_id, zombie_frequency=self.zombie_frequency, max_steps=self.max_steps)
+        return CrafterEnv(task_id, zombie_frequency=self.zombie_frequency, max_steps=self.max_steps,
+                          observe=self.observe)

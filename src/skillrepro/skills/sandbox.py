@@ -690,7 +690,8 @@ class SandboxSession:
                         raise  # a broken env is not the skill's fault: let it surface
                     last_obs = res.observation
                     frame.primitives.append([msg["name"], msg["args"], res.observation])
-                    self._send({"t": "obs", "text": res.observation, "done": bool(self.env.done)}, deadline)
+                    self._send({"t": "obs", "text": None if res.returns_none else res.observation,
+                                "done": bool(self.env.done)}, deadline)
                 elif t == "enter":
                     fid = msg["frame"]
                     if msg["fn"] not in self._known:
