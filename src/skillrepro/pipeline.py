@@ -73,7 +73,7 @@ class Progress:
         with self._lock:
             self.done += n
             done = self.done
-        self._log.info("%s: %d/%d %s done, %s", self.label, done, self.total, self.what, self._elapsed())
+        self._log.info("%s: %d/%d %s done, %s elapsed", self.label, done, self.total, self.what, self._elapsed())
 
     def close(self) -> None:
         if not self._stop.is_set():
@@ -83,12 +83,12 @@ class Progress:
 
     def _heartbeat(self, every_s: float) -> None:
         while not self._stop.wait(every_s):
-            self._log.info("%s: %d/%d %s done, still running, %s", self.label, self.done, self.total, self.what,
-                           self._elapsed())
+            self._log.info("%s: %d/%d %s done, still running, %s elapsed", self.label, self.done, self.total,
+                           self.what, self._elapsed())
 
     def _elapsed(self) -> str:
         s = int(time.monotonic() - self._start)
-        return f"{s // 60}:{s % 60:02d} elapsed"
+        return f"{s // 60}:{s % 60:02d}"
 
     def __enter__(self) -> "Progress":
         return self
