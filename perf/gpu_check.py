@@ -2,7 +2,7 @@
 
     python perf/gpu_check.py [--model PATH_OR_HF_ID] [--benchmarks babyai] [--seconds 420] [--cores 32]
 
-Starts `vllm serve` exactly as the pipeline does for configs/paper.yaml (the model can be replaced: a GPU
+Starts `vllm serve` exactly as the pipeline does for configs/paper-vllm.yaml (the model can be replaced: a GPU
 node without internet needs a local folder), then runs, in a scratch copy of the workflow (.gpu_check/),
 rollout batch 0 and the first sleep phase of every run of the chosen benchmarks. Every 5 s it prints the
 requests running and waiting, generated tokens/s and the prefix-cache hit rate from vLLM's /metrics, and
@@ -62,8 +62,10 @@ def metrics(url: str) -> dict[str, float]:
 
 
 def preset(model: str | None, benches: list[str], workdir: Path) -> tuple[Path, list[str]]:
-    """A copy of configs/paper.yaml limited to `benches`, and the first cycle's targets of every run."""
+    """configs/paper.yaml with configs/paper-vllm.yaml's model on top, limited to `benches`, and the first
+    cycle's targets of every run."""
     cfg = yaml.safe_load((ROOT / "configs" / "paper.yaml").read_text())
+    cfg["llm"].update(yaml.safe_load((ROOT / "configs" / "paper-vllm.yaml").read_text())["llm"])
     if model:
         cfg["llm"]["model"] = model
     unknown = set(benches) - set(cfg["benchmarks"])
@@ -87,7 +89,7 @@ def preset(model: str | None, benches: list[str], workdir: Path) -> tuple[Path, 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", help="HF id or local folder; default: configs/paper.yaml's")
+    ap.add_argument("--model", help="HF id or local folder; default: configs/paper-vllm.yaml's")
     ap.add_argument("--benchmarks", default="babyai", help="comma-separated benchmark names of the preset")
     ap.add_argument("--seconds", type=float, default=420, help="stop the run after this long")
     ap.add_argument("--cores", type=int, default=32)

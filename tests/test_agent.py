@@ -140,7 +140,14 @@ def test_a1_actor_and_inducer_request_parameters(monkeypatch):
     client.chat([{"role": "user", "content": "hi"}], role="actor", session_id="e")
     assert sent[0]["top_p"] == 0.85
 
-    cfg = check_config(load_yaml("configs/paper.yaml"), check_files=False)
+    paper = load_yaml("configs/paper.yaml")
+    assert paper["llm"]["max_tokens_param"] == "max_completion_tokens" and paper["llm"]["send_temperature"] is False
+    client, sent = _capturing_client("openai", monkeypatch, max_tokens_param="max_completion_tokens",
+                                     send_temperature=False)
+    client.chat([{"role": "user", "content": "hi"}], role="actor", session_id="e")
+    assert sent[0]["max_completion_tokens"] > 0 and "max_tokens" not in sent[0] and "temperature" not in sent[0]
+    paper["llm"].update(load_yaml("configs/paper-vllm.yaml")["llm"])  # as Snakemake merges a second --configfile
+    cfg = check_config(paper, check_files=False)
     assert cfg["budgets"]["inducer_requests"] == 100
     assert cfg["llm"]["reasoning_effort"] == {"actor": "low", "inducer": "medium"}
     budgets = {b: get_benchmark(b).llm_call_budget for b in ("scienceworld", "babyai", "crafter")}

@@ -1,4 +1,5 @@
 """The Snakemake workflow: lint, dry runs (local, paper scale, slurm), and the whole DAG on a tiny config."""
+import os
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,13 @@ def test_lint_is_clean():
 
 
 def test_paper_scale_dry_run_builds_every_job():
-    out = snakemake("results/tables/main.csv", "-n", "--cores", "8", "--configfile", "configs/paper.yaml")
+    # The paper's model is billed and its preset ships no prices: it refuses to start until they are given.
+    refused = subprocess.run([*SNAKEMAKE, "results/tables/main.csv", "-n", "--configfile", "configs/paper.yaml"],
+                             cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OPENAI_API_KEY": "sk-test"})
+    assert refused.returncode != 0 and "pricing.gpt-5.4-mini" in refused.stdout + refused.stderr
+    # The same study on vLLM (the open-weight preset on top of it) builds every job.
+    out = snakemake("results/tables/main.csv", "-n", "--cores", "8", "--configfile", "configs/paper.yaml",
+                    "configs/paper-vllm.yaml")
     text = out.stdout
     # Every (benchmark, variant, seed) of the preset, and only those, x 3 seeds: react, speedrunner and opo
     # on the 7 benchmarks (T4-after-T3 included); two ablations on babyai; no-interpreter on the 4 main
@@ -98,7 +105,12 @@ def copy_workflow(dest: Path) -> None:
 def test_tiny_run_end_to_end_then_only_the_figure_reruns(tmp_path):
     copy_workflow(tmp_path)
     cfg = str(ROOT / "tests" / "data" / "tiny.yaml")
-    snakemake("all", "--cores", "2", "--configfile", cfg, cwd=tmp_path, umask=0o022)
+    made = snakemake("all", "--cores", "2", "--configfile", cfg, cwd=tmp_path, umask=0o022)
+    # The console says where the logs are and how far the long jobs are (lines from the jobs' stderr).
+    console = made.stdout + made.stderr
+    assert "Logs: each job writes logs/" in console
+    assert "rollout bench=babyai, variant=speedrunner, seed=0, k=1: 1/1 train episodes done" in console
+    assert "2/2 test episodes done" in console and "1/1 sleep phase" in console
 
     main = pd.read_csv(tmp_path / "results/tables/main.csv")
     assert list(main.variant) == ["react", "speedrunner"]

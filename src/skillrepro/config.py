@@ -38,6 +38,8 @@ class LLMConfig:
     temperature: float = 0.7
     top_p: float | None = None  # None: the server's default (1.0)
     max_tokens: int = 96
+    max_tokens_param: str = "max_tokens"  # the request field for it, per model (max_completion_tokens)
+    send_temperature: bool = True  # False where the API rejects a temperature
     seed: int = 0
     slots: int = 2
     ctx_per_slot: int = 8192

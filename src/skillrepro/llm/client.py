@@ -100,10 +100,12 @@ class LLMClient:
         request: dict[str, Any] = dict(
             model=self.cfg.model,
             messages=messages,
-            temperature=self.cfg.temperature,
-            max_tokens=max_tokens or self.cfg.max_tokens,
             seed=(self.cfg.seed + seed) % 2**31,
         )
+        # Which fields a model accepts is a per-model setting (llm.max_tokens_param, llm.send_temperature).
+        request[self.cfg.max_tokens_param] = max_tokens or self.cfg.max_tokens
+        if self.cfg.send_temperature:
+            request["temperature"] = self.cfg.temperature
         if self.cfg.top_p is not None:
             request["top_p"] = self.cfg.top_p
         if tools:
