@@ -14,7 +14,7 @@ if not workflow.overwrite_configfiles:
     workflow.configfile(os.path.join(workflow.basedir, "config.yaml"))
 
 
-from skillrepro.config import check_config
+from skillrepro.check import check_config
 
 config.update(check_config(config))
 # Named in report captions and empty-state figures: which configuration produced (or would produce) a result.

@@ -31,7 +31,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from skillrepro.config import check_config, llm_config  # noqa: E402
+from skillrepro.check import check_config  # noqa: E402
+from skillrepro.config import llm_config  # noqa: E402
 from skillrepro.llm import servers  # noqa: E402
 
 WATCH = {

@@ -25,6 +25,7 @@ from skillrepro.llm.client import LLMClient
 from skillrepro.methods import InduceContext, get_method
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library
+from skillrepro.benchmarks import load_benchmark
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--episodes", type=int, default=2, help="training episodes per batch (config.yaml: sleep_every 2)")
@@ -88,7 +89,7 @@ babyai = BenchmarkConfig("babyai", "babyai", llm_call_budget=a.call_budget)
 crafter = BenchmarkConfig("crafter", "crafter", llm_call_budget=a.call_budget)
 shared = work / "babyai_react"
 Library(0).write(shared / "library" / "v0")
-tasks = babyai.load().sample_tasks("train", a.episodes * a.cycles, 42)
+tasks = load_benchmark(babyai).sample_tasks("train", a.episodes * a.cycles, 42)
 for k in range(a.cycles):  # ReAct's batches: the common input of the BabyAI methods' sleep phases
     play(babyai, MethodConfig("react", "react"), shared, k, tasks[k * a.episodes:(k + 1) * a.episodes], library=0)
 for name in a.methods.split(","):
@@ -97,7 +98,7 @@ for name in a.methods.split(","):
     if name == "voyager":
         bench = crafter
         Library(0).write(run / "library" / "v0")
-        ctasks = crafter.load().sample_tasks("train", a.episodes * a.cycles, 42)
+        ctasks = load_benchmark(crafter).sample_tasks("train", a.episodes * a.cycles, 42)
     else:
         bench = babyai
         (run / "library").mkdir(parents=True)

@@ -32,6 +32,7 @@ from skillrepro.llm.client import LLMClient
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library
 from skillrepro.store import Episode, LLMCall, read_records
+from skillrepro.benchmarks import load_benchmark
 
 
 class Recording(LLMClient):
@@ -88,7 +89,7 @@ def straight(url: str, requests: list[dict], streams: int) -> list[tuple[float, 
 
 def per_call(a, cfg: LLMConfig, server, tmp: Path) -> None:
     url = server.url
-    tasks = BenchmarkConfig("babyai", "babyai").load().sample_tasks("train", a.episodes, 7)
+    tasks = load_benchmark(BenchmarkConfig("babyai", "babyai")).sample_tasks("train", a.episodes, 7)
     cfg = replace(cfg, episodes_in_flight=a.streams)
     client = Recording(cfg, url)
     cpu0 = server_cpu_s(server)
@@ -113,7 +114,7 @@ def per_call(a, cfg: LLMConfig, server, tmp: Path) -> None:
 
 
 def episodes_per_minute(a, cfg: LLMConfig, server, tmp: Path) -> None:
-    pool = BenchmarkConfig("babyai", "babyai").load().sample_tasks("train", a.episodes * len(a.in_flight), 11)
+    pool = load_benchmark(BenchmarkConfig("babyai", "babyai")).sample_tasks("train", a.episodes * len(a.in_flight), 11)
     rows = []
     for j, n in enumerate(a.in_flight):
         tasks = pool[j * a.episodes:(j + 1) * a.episodes]

@@ -1,8 +1,10 @@
 import functools
 import os
 
+from skillrepro import check
 from skillrepro import config as cfg
 from skillrepro import pipeline
+from skillrepro.benchmarks import load_benchmark
 
 LLM = cfg.llm_config(config)
 PROTOCOL = cfg.protocol(config)
@@ -57,7 +59,7 @@ def _gpus_of(units):
 def _one_at_a_time(bench, variant, split):
     from skillrepro.runner import plays_one_at_a_time
 
-    return plays_one_at_a_time(BENCHMARKS[bench].load(), METHODS[variant], split)
+    return plays_one_at_a_time(load_benchmark(BENCHMARKS[bench]), METHODS[variant], split)
 
 
 # A snakemake killed with -9 leaves its locks behind; release them so the plain rerun works (see pipeline).
@@ -80,7 +82,7 @@ RUN_SETTINGS = ("llm", "benchmark", "call_budget", "method")
 
 def settings(*reads):
     """A params entry: the fingerprint of exactly the config settings a job reads (see
-    skillrepro.config.settings_fingerprint). Snakemake records params of plain types only, so the scripts
+    skillrepro.check.settings_fingerprint). Snakemake records params of plain types only, so the scripts
     rebuild their typed settings from snakemake.config and the rule carries this string instead; the job
     reruns when one of those settings changes, and only then (key order is no change). Each distinct
     fingerprint is computed once per invocation (the config does not change during one), not once per job."""
@@ -88,7 +90,7 @@ def settings(*reads):
     def fingerprint(w):
         key = (reads, getattr(w, "bench", None), getattr(w, "variant", None))
         if key not in _FINGERPRINTS:
-            _FINGERPRINTS[key] = cfg.settings_fingerprint(config, reads, bench=key[1], variant=key[2])
+            _FINGERPRINTS[key] = check.settings_fingerprint(config, reads, bench=key[1], variant=key[2])
         return _FINGERPRINTS[key]
 
     return fingerprint

@@ -42,7 +42,7 @@ rule evaluate_on:
         target="|".join(BENCHMARKS),
     params:
         settings=settings(*RUN_SETTINGS),
-        target=lambda w: cfg.settings_fingerprint(config, ("benchmark", "call_budget"), bench=w.target),
+        target=lambda w: check.settings_fingerprint(config, ("benchmark", "call_budget"), bench=w.target),
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
         llm=1,

@@ -9,6 +9,7 @@ import os
 
 from snakemake.utils import validate as _scaffold_validate
 
+from skillrepro import check as _scaffold_check
 from skillrepro import config as _scaffold_cfg
 from skillrepro.studies.scaffold import ScaffoldConfig, executor_llm, parse_instance, training_iteration
 from skillrepro.studies.scaffold_grpo import policy_llm
@@ -43,7 +44,7 @@ _SC_CONSTRAINTS = dict(sbench=f"(?:{'|'.join(_SC_BENCH) or 'none'})(?:@(?:{'|'.j
                        svariant="|".join(SCAFFOLD.selection_variants), i=r"\d+")
 _SC_COMMON = dict(bench=lambda w: _SC_BENCH[_sc_instance(w)[0]], llm=_sc_llm(), scaffold=_sc_scaffold,
                   policy=_sc_policy,
-                  settings=lambda w: _scaffold_cfg.fingerprint([_scaffold_cfg.settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=_sc_instance(w)[0]), SCAFFOLD] + ([_SC_PROMPTS] if _SC_PROMPTS else [])))
+                  settings=lambda w: _scaffold_cfg.fingerprint([_scaffold_check.settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=_sc_instance(w)[0]), SCAFFOLD] + ([_SC_PROMPTS] if _SC_PROMPTS else [])))
 # A job played by a checkpoint reads it (and starts its own server for it).
 _sc_policy_input = lambda w: _sc_policy(w) or []  # noqa: E731
 # ... and takes every `llm` unit: two llama.cpp servers on the same cores slow each other many times over.

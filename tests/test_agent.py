@@ -121,7 +121,8 @@ def _capturing_client(backend: str, monkeypatch, **llm):
 def test_a1_actor_and_inducer_request_parameters(monkeypatch):
     """A.1: parallel_tool_calls=false; reasoning_effort low (actor) / medium (inducer) where the backend
     takes it; request limit 100 for the inducer and for the actor (per benchmark: B.3 100, C.3 30, D.4 2000)."""
-    from skillrepro.config import check_config, load_yaml
+    from skillrepro.config import load_yaml
+    from skillrepro.check import check_config
 
     tools = [get_benchmark("babyai").primitives()[0].json_schema()]
     for backend in ("vllm", "openai"):

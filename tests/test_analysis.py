@@ -339,7 +339,8 @@ def config_with(**changes) -> dict:
     ({"analysis__truncation": {"variant": "react", "benchmark": "babyai", "seeds": [7]}}, "analysis.truncation.seeds"),
 ])
 def test_config_checks_protocol_variants(change, message):
-    from skillrepro.config import ConfigError, check_config
+    from skillrepro.config import ConfigError
+    from skillrepro.check import check_config
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
         check_config(config_with(**change), check_files=False)

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from skillrepro.config import ConfigError, check_config, load_yaml, protocol
+from skillrepro.config import ConfigError, load_yaml, protocol
+from skillrepro.check import check_config
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = load_yaml(ROOT / "config.yaml")
@@ -153,7 +154,7 @@ def test_a_gguf_path_must_be_a_gguf_file(tmp_path):
 
 
 def test_settings_fingerprint_ignores_key_order_and_defaults_written_out():
-    from skillrepro.config import settings_fingerprint
+    from skillrepro.check import settings_fingerprint
 
     cfg = check_config(BASE)
     reordered = check_config({k: dict(reversed(list(v.items()))) if isinstance(v, dict) else v
@@ -168,7 +169,7 @@ def test_settings_fingerprint_ignores_key_order_and_defaults_written_out():
 
 def test_a_prompt_file_edited_in_place_changes_the_fingerprint(tmp_path):
     """Replacing a method's prompt file keeps its path; the jobs that read it must still rerun."""
-    from skillrepro.config import settings_fingerprint
+    from skillrepro.check import settings_fingerprint
 
     prompt = tmp_path / "inducer.txt"
     prompt.write_text("Write skills.")

@@ -7,6 +7,7 @@ from skillrepro.agent import EpisodeSpec
 from skillrepro.config import BenchmarkConfig
 from skillrepro.skills import Library
 from skillrepro.store import TABLES, connect
+from skillrepro.benchmarks import load_benchmark
 
 pytestmark = pytest.mark.integration
 
@@ -16,7 +17,7 @@ def test_two_episodes_on_the_real_server_record_every_field(llm_url, llm_cfg, tm
 
     Library(version=0).write(tmp_path / "library" / "v0")
     bench = BenchmarkConfig("babyai", "babyai", llm_call_budget=3)
-    tasks = bench.load().sample_tasks("test", 2, 42)
+    tasks = load_benchmark(bench).sample_tasks("test", 2, 42)
     spec = EpisodeSpec("babyai/react/seed0", "babyai", "react", "react", 0, "test", 0, 0)
     out = run_batch(bench=bench, llm=llm_cfg, library_dir=tmp_path / "library" / "v0", task_ids=tasks,
                     spec=spec, out_dir=tmp_path / "eval")

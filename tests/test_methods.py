@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from skillrepro.agent import EpisodeSpec
-from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig, check_config
+from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig
+from skillrepro.check import check_config
 from skillrepro.benchmarks.babyai import _ACTIONS, BabyAIEnv
 from skillrepro.llm.client import Reply
 from skillrepro.methods import InduceContext, TaskContext, get_method, registry
@@ -21,6 +22,7 @@ from skillrepro.methods.voyager import parse_goal, retrieve
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
 from skillrepro.store import LLMCall, read_records
+from skillrepro.benchmarks import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 BABYAI = BenchmarkConfig(name="babyai", env="babyai", llm_call_budget=40)
@@ -87,7 +89,7 @@ def run(tmp_path_factory):
     """Library v0 and one training batch of two BabyAI episodes: the first solved, the second failed."""
     root = tmp_path_factory.mktemp("run")
     Library(0, parse_functions(V0)).write(root / "library" / "v0")
-    tasks = BABYAI.load().sample_tasks("train", 2, 42)
+    tasks = load_benchmark(BABYAI).sample_tasks("train", 2, 42)
     gold = gold_actions(tasks[0])
     spec = EpisodeSpec("babyai/m/seed0", "babyai", "asi", "asi", 0, "train", 0, 0)
     out = run_batch(bench=BenchmarkConfig("babyai", "babyai", llm_call_budget=len(gold) + 1), llm=LLMConfig(),
@@ -261,7 +263,7 @@ def voyager_run(tmp_path_factory):
     """A Voyager training batch of two Crafter episodes: each with a curriculum goal and retrieved skills."""
     root = tmp_path_factory.mktemp("voyager")
     Library(0, parse_functions(SKILLS), meta={"completed_goals": ["Drink water"]}).write(root / "library" / "v0")
-    tasks = CRAFTER.load().sample_tasks("train", 2, 42)
+    tasks = load_benchmark(CRAFTER).sample_tasks("train", 2, 42)
     fake = RoleFake(curriculum=["Reasoning: trees are near.\nTask: Collect wood", "Task: Place a table"],
                     actor=["Action: noop()"])
     method = MethodConfig("voyager", "voyager", {"top_k": 1, "retrieval": "tfidf"})

@@ -13,7 +13,8 @@ import yaml
 
 from skillrepro.agent import EpisodeSpec
 from skillrepro.benchmarks import get_benchmark
-from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig, check_config
+from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig
+from skillrepro.check import check_config
 from skillrepro.llm.client import Reply
 from skillrepro.methods import InduceContext, get_method, registry
 from skillrepro.runner import run_batch

@@ -166,7 +166,7 @@ def test_a_job_refuses_a_run_folder_made_under_other_settings(tmp_path):
     """The second line of defence, for when Snakemake's records are gone and cannot rerun the chain."""
     from types import SimpleNamespace
 
-    from skillrepro.config import check_config
+    from skillrepro.check import check_config
     from skillrepro.pipeline import RunSettingsError, run_settings
     from skillrepro.skills import Library
 

@@ -18,6 +18,7 @@ from skillrepro.methods.react import induce as react_induce
 from skillrepro.runner import forget_finished, resume_dir, run_batch
 from skillrepro.skills import Library
 from skillrepro.store import Episode, LLMCall, SkillCall, Step, read_records
+from skillrepro.benchmarks import load_benchmark
 
 TABLES = {"episodes": Episode, "steps": Step, "llm_calls": LLMCall, "skill_calls": SkillCall}
 
@@ -69,7 +70,7 @@ def batch(tmp_path):
     Library(version=0).write(tmp_path / "v0")
     bench = BenchmarkConfig("babyai", "babyai", llm_call_budget=3)
     spec = EpisodeSpec("babyai/react/seed0", "babyai", "react", "react", 0, "train", 0, 0)
-    return dict(bench=bench, llm=LLMConfig(), library_dir=tmp_path / "v0", task_ids=bench.load().sample_tasks("train", 4, 42),
+    return dict(bench=bench, llm=LLMConfig(), library_dir=tmp_path / "v0", task_ids=load_benchmark(bench).sample_tasks("train", 4, 42),
                 spec=spec, out_dir=tmp_path / "batch0")
 
 

@@ -619,7 +619,8 @@ def test_with_bwrap_every_layer_is_active_here():
 
 
 def test_config_key_sandbox_require_is_checked():
-    from skillrepro.config import ConfigError, check_config, load_yaml, sandbox_require
+    from skillrepro.config import ConfigError, load_yaml, sandbox_require
+    from skillrepro.check import check_config
 
     config = load_yaml(Path(__file__).resolve().parents[1] / "config.yaml")
     assert sandbox_require(check_config(config, check_files=False)) == ()

@@ -19,6 +19,7 @@ from skillrepro.llm.client import Reply
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
 from skillrepro.store import LLMCall
+from skillrepro.benchmarks import load_benchmark
 
 BENCH = BenchmarkConfig(name="babyai", env="babyai", llm_call_budget=6)
 
@@ -45,7 +46,7 @@ def recorded(tmp_path_factory):
     run = tmp_path_factory.mktemp("run")
     lib_root = run / "library"
     Library(0, parse_functions(V0_SOURCE)).write(lib_root / "v0")
-    tasks = BENCH.load().sample_tasks("train", 3, 42)
+    tasks = load_benchmark(BENCH).sample_tasks("train", 3, 42)
     actor = Fake(["Thought: look around.\nAction: turn_around()", "Thought: go.\nAction: go_forward()",
                   "Thought: grab.\nAction: pick_up()"])
     spec = EpisodeSpec("r1", "babyai", "speedrunner", "speedrunner", 0, "train", 0, 0)
@@ -236,7 +237,7 @@ def test_model_code_that_the_parser_chokes_on_is_an_error_to_the_model(code):
     from skillrepro.skills.sandbox import SandboxPolicy, SandboxSession
 
     sess = Session({}, {"go_forward"}, all_public=True)
-    assert write_function(sess, code, True, BENCH.load(), []).startswith("Error"), "write_function"
+    assert write_function(sess, code, True, load_benchmark(BENCH), []).startswith("Error"), "write_function"
     assert not sess.functions
     added, _ = append_functions(Library(0), reply_code(f"```python\n{code}\n```"), {"go_forward"}, SandboxPolicy())
     assert all(len(f.source) < 200_000 for f in added)

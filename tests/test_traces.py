@@ -10,6 +10,7 @@ from skillrepro.methods import InduceContext
 from skillrepro.methods.common import TOKEN_CHARS, Trace, estimate_tokens, read_traces, render_traces
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
+from skillrepro.benchmarks import load_benchmark
 from test_speedrunner import Fake
 
 SKILLS = '''
@@ -29,7 +30,7 @@ def test_recorded_call_stacks_and_whole_observations_reach_the_text(tmp_path):
     Library(0, parse_functions(SKILLS)).write(tmp_path / "v0")
     actor = Fake(["Thought: use the skill.\nAction: outer()", "Thought: go.\nAction: go_forward()"])
     spec = EpisodeSpec("r", "babyai", "m", "m", 0, "train", 0, 0)
-    run_batch(bench=bench, llm=LLMConfig(), library_dir=tmp_path / "v0", task_ids=bench.load().sample_tasks("train", 1, 1),
+    run_batch(bench=bench, llm=LLMConfig(), library_dir=tmp_path / "v0", task_ids=load_benchmark(bench).sample_tasks("train", 1, 1),
               spec=spec, out_dir=tmp_path / "batch0", client=actor)
     (trace,) = read_traces([tmp_path / "batch0"])
     text = trace.render()

@@ -22,7 +22,7 @@ import pyarrow as pa
 from skillrepro import store
 
 # Dollar cost of one LLM call from the pricing table; a model without a price costs nothing (the embedded
-# and self-hosted models). config.check_config refuses an unpriced model on a billed backend.
+# and self-hosted models). check.check_config refuses an unpriced model on a billed backend.
 _COST = """
     ((c.prompt_tokens - c.cached_tokens) * coalesce(p.input, 0)
      + c.cached_tokens * coalesce(p.cached_input, p.input, 0)

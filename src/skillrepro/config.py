@@ -120,13 +120,6 @@ class BenchmarkConfig:
         """Extra test sets of every checkpoint: `evaluate_on`, and the earlier phase (for retention)."""
         return tuple(dict.fromkeys([*self.evaluate_on, *([self.after] if self.after else [])]))
 
-    def load(self):
-        from skillrepro.benchmarks import get_benchmark
-
-        return get_benchmark(self.env, **self.options)
-
-    def call_budget(self) -> int:
-        return self.llm_call_budget or self.load().llm_call_budget
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -193,11 +186,10 @@ def _check_values(config: Any) -> None:
             stack.extend((f"{where}.{i}", v) for i, v in enumerate(value))
 
 
-def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[str, Any]:
-    """Validate `config` against the schema and the rules a schema cannot say; return it with defaults.
-
-    Raises ConfigError with one message naming the key. Nothing is started or written.
-    """
+def validate(config: dict[str, Any], *, check_files: bool = True) -> dict[str, Any]:
+    """Validate `config` against the schema and the rules a schema can not say that need no registry; return
+    it with the schema's defaults. skillrepro.check.check_config adds the checks against the registries
+    (methods, benchmarks, models). Raises ConfigError with one message naming the key; nothing is started."""
     _check_values(config)
     config = copy.deepcopy(config)
     schema = yaml.safe_load(SCHEMA.read_text())
@@ -229,33 +221,7 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
                           f"{proto.sleep_every} make {proto.n_cycles} sleep cycles per run; at most {MAX_CYCLES}")
     if len(set(proto.seeds)) != len(proto.seeds):
         raise ConfigError(f"config key protocol.seeds: {list(proto.seeds)} repeats a seed (each seed is one run)")
-    from skillrepro.methods import check_benchmarks, get_method
-
-    for variant, m in config["methods"].items():
-        try:
-            get_method(m["method"]).parse_options(m["options"], variant)
-        except ConfigError as e:
-            where = "" if str(e).startswith("config key") else f"config key methods.{variant}.method: "
-            raise ConfigError(f"{where}{e}") from None
-        unknown = sorted(set(m.get("benchmarks") or []) - set(config["benchmarks"]))
-        if unknown:
-            raise ConfigError(f"config key methods.{variant}.benchmarks: unknown benchmark(s) {', '.join(unknown)}; "
-                              f"configured: {', '.join(config['benchmarks'])}")
-        runs_on = m.get("benchmarks") or list(config["benchmarks"])
-        check_benchmarks(variant, m["method"], m["options"], {b: config["benchmarks"][b]["env"] for b in runs_on})
     _check_phases(config)
-    from skillrepro.benchmarks import TaskError
-
-    for b in benchmarks(config):
-        try:
-            bench = b.load()
-        except TaskError as e:
-            raise ConfigError(f"config key benchmarks.{b.name}: {e}") from None
-        for split, n, key in (("train", proto.train_rollouts, "train_rollouts"), ("test", proto.n_test, "n_test")):
-            pool = bench.pool_size(split)
-            if pool is not None and n > pool:
-                raise ConfigError(f"config key protocol.{key}: {n} {split} tasks asked for, but benchmark "
-                                  f"{b.name} ({b.env}) has {pool} {split} tasks")
     return config
 
 
@@ -290,23 +256,14 @@ def _check_phases(config: dict[str, Any]) -> None:
         if t["benchmark"] not in benches or not runs_on(t["variant"], t["benchmark"]):
             raise ConfigError(f"config key analysis.truncation.benchmark: {t['benchmark']!r} is not a benchmark "
                               f"{t['variant']} runs on")
-        from skillrepro.methods import get_method
-
-        merged = {**(variants[t["variant"]].get("options") or {}), **(t.get("options") or {})}
-        get_method(variants[t["variant"]]["method"]).parse_options(merged, f"{t['variant']} (with analysis.truncation.options)")
         extra = sorted(set(t.get("seeds") or []) - set(config["protocol"]["seeds"]))
         if extra:
             raise ConfigError(f"config key analysis.truncation.seeds: {extra} are not protocol seeds")
 
 
 def _check_llm(llm: LLMConfig, pricing: dict[str, Any], check_files: bool) -> None:
-    from skillrepro.llm.models import MODELS
-
-    if llm.backend == "embedded" and llm.model not in MODELS:
-        if not llm.model.endswith(".gguf"):
-            raise ConfigError(
-                f"config key llm.model: {llm.model!r} is neither a shipped model ({', '.join(MODELS)}) nor a .gguf file"
-            )
+    # A name from the shipped models is checked by skillrepro.check; here, a .gguf path.
+    if llm.backend == "embedded" and llm.model.endswith(".gguf"):
         if check_files and not Path(llm.model).is_file():
             raise ConfigError(f"config key llm.model: model file {llm.model} does not exist")
         if check_files:
@@ -391,42 +348,6 @@ def _canonical(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer():
         return int(value)  # `temperature: 1` and `temperature: 1.0` are one setting
     return value
-
-
-def settings_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, bench: str | None = None,
-                         variant: str | None = None) -> str:
-    """Fingerprint of exactly the config settings a job reads, for its rule's params: Snakemake records it and
-    reruns the job when it changes (it drops dataclass params from that record).
-
-    `reads` names parts: "llm" (without the operational keys); "benchmark" (env and options), "call_budget"
-    and "method" of the job's `bench` and `variant` (a method's options with their defaults filled in, so
-    writing a default out is no change); or "section.key" for one value (e.g. "protocol.n_test").
-    """
-    chosen: dict[str, Any] = {}
-    for part in reads:
-        if part == "llm":
-            chosen[part] = {k: v for k, v in config["llm"].items() if k not in OPERATIONAL_LLM_KEYS}
-        elif part == "benchmark":
-            # evaluate_on adds test sets beside a run; it changes none of the run's own jobs
-            chosen[part] = {k: v for k, v in config["benchmarks"][bench].items()
-                            if k not in ("llm_call_budget", "evaluate_on")}
-        elif part == "call_budget":
-            chosen[part] = config["benchmarks"][bench].get("llm_call_budget")
-        elif part == "method":
-            from skillrepro.methods import get_method
-
-            m = config["methods"][variant]
-            options = get_method(m["method"]).parse_options(m.get("options"), variant)
-            chosen[part] = {"method": m["method"], "options": options}
-            # a prompt file the user replaces in place is a new setting too
-            files = {f.name: file_digest(getattr(options, f.name)) for f in dataclasses.fields(options)
-                     if f.name.endswith("_file") and getattr(options, f.name)}
-            if files:
-                chosen[part]["file_contents"] = files
-        else:
-            section, _, key = part.partition(".")
-            chosen[part] = config[section][key]
-    return fingerprint(chosen)
 
 
 def benchmark(config: dict[str, Any], name: str) -> BenchmarkConfig:

@@ -41,6 +41,7 @@ from skillrepro.methods import TaskContext, default_next_task, get_method
 from skillrepro.pipeline import Progress
 from skillrepro.skills.sandbox import SandboxPolicy, tag_skill_calls
 from skillrepro.store import Episode, LLMCall, SkillCall, Step, read_records, write_records
+from skillrepro.benchmarks import call_budget, load_benchmark
 
 RECORD_TABLES = {"episodes": Episode, "steps": Step, "llm_calls": LLMCall, "skill_calls": SkillCall}
 
@@ -98,12 +99,12 @@ def run_batch(
         log.info("batch already merged before an interruption: its %d episodes are kept", len(task_ids))
         return BatchOutcome(_link_outputs(partial, out_dir), out_dir)
 
-    benchmark = bench.load()
+    benchmark = load_benchmark(bench)
     library = skills.Library.load(library_dir)
     if notes is None:
         notes = impl.notes(library, options) if impl else library.notes
     visible = impl.visible(library, options) if impl else None
-    actor = Actor(client, benchmark.describe(), bench.call_budget(), wall_s, llm.tool_calling, prompts, notes,
+    actor = Actor(client, benchmark.describe(), call_budget(bench), wall_s, llm.tool_calling, prompts, notes,
                   history_window=bench.history_window)
     env_lock = threading.Lock()
     # episodes done of N on the console (stderr, which Snakemake shows) and in the job's log

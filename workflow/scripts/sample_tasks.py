@@ -7,10 +7,11 @@ import json
 from skillrepro import config as cfg
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
+from skillrepro.benchmarks import load_benchmark
 
 log = setup_logging(snakemake)
 w, p = snakemake.wildcards, snakemake.params
-benchmark = cfg.benchmark(snakemake.config, w.bench).load()
+benchmark = load_benchmark(cfg.benchmark(snakemake.config, w.bench))
 task_seed = benchmark.run_task_seed(p.task_seed, int(w.seed))
 task_ids = benchmark.sample_tasks(w.split, p.n_tasks, task_seed)
 log.info("%s seed %s: %d %s tasks (task seed %d)", w.bench, w.seed, len(task_ids), w.split, task_seed)

@@ -5,6 +5,7 @@ import importlib
 from typing import Any
 
 from skillrepro.benchmarks.base import ActionError, Benchmark, Env, Primitive, StepResult, TaskError, primitive
+from skillrepro.config import BenchmarkConfig
 
 # name -> "module:Class"; a module is imported only when its benchmark is used (heavy deps, Java).
 BENCHMARKS = {
@@ -22,4 +23,15 @@ def get_benchmark(env: str, **options: Any) -> Benchmark:
     return getattr(importlib.import_module(module), cls)(**options)
 
 
-__all__ = ["ActionError", "Benchmark", "Env", "Primitive", "StepResult", "TaskError", "get_benchmark", "primitive"]
+def load_benchmark(bench: BenchmarkConfig) -> Benchmark:
+    """The benchmark a config instance names, with its options."""
+    return get_benchmark(bench.env, **bench.options)
+
+
+def call_budget(bench: BenchmarkConfig) -> int:
+    """Actor calls per episode: the instance's llm_call_budget, else the benchmark's own."""
+    return bench.llm_call_budget or load_benchmark(bench).llm_call_budget
+
+
+__all__ = ["ActionError", "Benchmark", "Env", "Primitive", "StepResult", "TaskError", "call_budget", "get_benchmark",
+           "load_benchmark", "primitive"]

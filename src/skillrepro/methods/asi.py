@@ -24,6 +24,7 @@ from skillrepro.methods.common import (Trace, append_functions, budget, check_pr
                                         read_traces, render_traces, reply_code, save_records)
 from skillrepro.skills import Library
 from skillrepro.store import LLMCall, read_records
+from skillrepro.benchmarks import load_benchmark
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def _induce(ctx: InduceContext, client, replay: bool) -> Library:
         with client_for(ctx.llm) as c:
             return _induce(ctx, c, replay)
     opts: Options = ctx.options
-    bench = ctx.bench.load()
+    bench = load_benchmark(ctx.bench)
     primitives = {p.name for p in bench.primitives()}
     max_tokens, _ = budget(ctx.llm)
     template = prompt_text(opts.prompt_file, "asi_inducer.txt")

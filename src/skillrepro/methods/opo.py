@@ -12,6 +12,7 @@ from skillrepro.methods import InduceContext, register
 from skillrepro.methods.common import (budget, check_prompt_file, client_for, prompt_text, read_traces, render_traces,
                                       save_records)
 from skillrepro.skills import Library
+from skillrepro.benchmarks import load_benchmark
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
         with client_for(ctx.llm) as c:
             return induce(ctx, c)
     opts: Options = ctx.options
-    bench = ctx.bench.load()
+    bench = load_benchmark(ctx.bench)
     max_tokens, _ = budget(ctx.llm)
     traces = read_traces(ctx.history_dirs[-opts.recent_batches:])
     system = prompt_text(opts.prompt_file, "opo_optimizer.txt").format(

@@ -35,6 +35,7 @@ from skillrepro.methods.common import (CODE_FENCE, PREFIX_TRIES, SMOKE_LIMITS, l
 from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
 from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession
 from skillrepro.store import LLMCall, schema, write_records, write_text
+from skillrepro.benchmarks import load_benchmark
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 HISTORY_TABLES = ("episodes", "steps", "llm_calls", "skill_calls")
@@ -331,7 +332,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
     prompt_file = Path(opts.inducer_prompt_file or PROMPTS / f"inducer_{style}.txt")
     if not prompt_file.is_file():
         raise FileNotFoundError(f"method {ctx.method.variant}: inducer prompt file {prompt_file} does not exist")
-    bench = ctx.bench.load()
+    bench = load_benchmark(ctx.bench)
     files = history_files(ctx.history_dirs)
     summary, task_ids = _history_facts(files)
     openings = _openings(bench, task_ids)  # resets only: the task's first observation, nothing is stepped

@@ -36,6 +36,7 @@ from skillrepro.methods.common import (Trace, append_functions, budget, check_pr
 from skillrepro.skills import Library
 from skillrepro.skills.library import SkillFunction
 from skillrepro.store import LLMCall, read_records
+from skillrepro.benchmarks import load_benchmark
 
 FALLBACK_GOAL = "Unlock an achievement you have not unlocked yet."
 
@@ -164,7 +165,7 @@ def next_task(ctx: TaskContext) -> TaskChoice:
         "Attempted in this batch, not yet judged: " + ("; ".join(pending) or "none"),
         "Skills the agent has: " + (", ".join(f.name for f in ctx.library.public()) or "none"),
         "Propose the next goal."])
-    bench = ctx.bench.load()
+    bench = load_benchmark(ctx.bench)
     system = prompt_text(opts.curriculum_prompt_file, "voyager_curriculum.txt").format(environment=bench.describe())
     max_tokens, chars = budget(ctx.llm)
     reply = ctx.client.chat([{"role": "system", "content": system}, {"role": "user", "content": user[-chars:]}],
@@ -197,7 +198,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
         with client_for(ctx.llm) as c:
             return induce(ctx, c)
     opts: Options = ctx.options
-    bench = ctx.bench.load()
+    bench = load_benchmark(ctx.bench)
     primitives = {p.name for p in bench.primitives()}
     prim_text = "\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives())
     max_tokens, _ = budget(ctx.llm)

@@ -969,7 +969,9 @@ def sample_queries(bench: Any, cfg: ScaffoldConfig, seed: int) -> list[str]:
         if cfg.split not in ("train", "test"):
             raise ValueError(f"config key scaffold.split: {cfg.split!r} is neither train/test nor a split in "
                              f"scaffold.splits.{bench.name}")
-        return bench.load().sample_tasks(cfg.split, cfg.n_queries, seed)
+        from skillrepro.benchmarks import load_benchmark
+
+        return load_benchmark(bench).sample_tasks(cfg.split, cfg.n_queries, seed)
     if bench.env != "scienceworld":
         raise ValueError(f"config key scaffold.splits.{bench.name}: task pools exist for scienceworld only")
     from skillrepro.benchmarks.scienceworld import TaskRef, partitions
@@ -1083,13 +1085,14 @@ def actor_system_prompt(bench: Any, llm: Any, library_dir: str | Path, task_id: 
     """The system prompt the actor gets for `task_id` with `notes` (a skill card, or "" for none)."""
     from skillrepro import skills
     from skillrepro.agent import Actor, Prompts, primitive_tools
+    from skillrepro.benchmarks import call_budget, load_benchmark
 
-    benchmark = bench.load()
+    benchmark = load_benchmark(bench)
     library = skills.Library.load(library_dir)
     env = benchmark.make(task_id)
     try:
         tools = primitive_tools(env) + skills.tools_for(library, env, lambda _frame: None)
-        actor = Actor(None, benchmark.describe(), bench.call_budget(), tool_calling=llm.tool_calling,
+        actor = Actor(None, benchmark.describe(), call_budget(bench), tool_calling=llm.tool_calling,
                       prompts=Prompts(), notes=notes)  # type: ignore[arg-type]
         return actor.system_prompt(tools)
     finally:

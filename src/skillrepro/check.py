@@ -1,0 +1,89 @@
+"""The configuration checks that need the registries, and the settings fingerprint of a job.
+
+skillrepro.config is the bottom layer (typed settings, the schema, checks that need nothing else); this module
+sits on top of the registries (methods, benchmarks, shipped models) and is what the Snakefile calls once,
+before any job is scheduled. Every error is a config.ConfigError naming the key.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from skillrepro import benchmarks as benchmark_registry
+from skillrepro.config import OPERATIONAL_LLM_KEYS, ConfigError, benchmarks, file_digest, fingerprint, protocol, validate
+from skillrepro.llm.models import MODELS
+from skillrepro.methods import check_benchmarks, get_method
+
+
+def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[str, Any]:
+    """`config` validated (skillrepro.config.validate) and checked against the registries: a shipped model's
+    name, each variant's method and options and the benchmarks it runs on, the truncation analysis's
+    options, and the task pools. Returns it with the schema's defaults; nothing is started or written."""
+    config = validate(config, check_files=check_files)
+    llm = config["llm"]
+    if llm["backend"] == "embedded" and llm["model"] not in MODELS and not llm["model"].endswith(".gguf"):
+        raise ConfigError(f"config key llm.model: {llm['model']!r} is neither a shipped model "
+                          f"({', '.join(MODELS)}) nor a .gguf file")
+    for variant, m in config["methods"].items():
+        try:
+            get_method(m["method"]).parse_options(m["options"], variant)
+        except ConfigError as e:
+            where = "" if str(e).startswith("config key") else f"config key methods.{variant}.method: "
+            raise ConfigError(f"{where}{e}") from None
+        unknown = sorted(set(m.get("benchmarks") or []) - set(config["benchmarks"]))
+        if unknown:
+            raise ConfigError(f"config key methods.{variant}.benchmarks: unknown benchmark(s) {', '.join(unknown)}; "
+                              f"configured: {', '.join(config['benchmarks'])}")
+        runs_on = m.get("benchmarks") or list(config["benchmarks"])
+        check_benchmarks(variant, m["method"], m["options"], {b: config["benchmarks"][b]["env"] for b in runs_on})
+    t = (config.get("analysis") or {}).get("truncation")
+    if t:
+        merged = {**(config["methods"][t["variant"]].get("options") or {}), **(t.get("options") or {})}
+        get_method(config["methods"][t["variant"]]["method"]).parse_options(
+            merged, f"{t['variant']} (with analysis.truncation.options)")
+    proto = protocol(config)
+    for b in benchmarks(config):
+        try:
+            bench = benchmark_registry.load_benchmark(b)
+        except benchmark_registry.TaskError as e:
+            raise ConfigError(f"config key benchmarks.{b.name}: {e}") from None
+        for split, n, key in (("train", proto.train_rollouts, "train_rollouts"), ("test", proto.n_test, "n_test")):
+            pool = bench.pool_size(split)
+            if pool is not None and n > pool:
+                raise ConfigError(f"config key protocol.{key}: {n} {split} tasks asked for, but benchmark "
+                                  f"{b.name} ({b.env}) has {pool} {split} tasks")
+    return config
+
+
+def settings_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, bench: str | None = None,
+                         variant: str | None = None) -> str:
+    """Fingerprint of exactly the config settings a job reads, for its rule's params: Snakemake records it and
+    reruns the job when it changes (it drops dataclass params from that record).
+
+    `reads` names parts: "llm" (without the operational keys); "benchmark" (env and options), "call_budget"
+    and "method" of the job's `bench` and `variant` (a method's options with their defaults filled in, so
+    writing a default out is no change); or "section.key" for one value (e.g. "protocol.n_test").
+    """
+    chosen: dict[str, Any] = {}
+    for part in reads:
+        if part == "llm":
+            chosen[part] = {k: v for k, v in config["llm"].items() if k not in OPERATIONAL_LLM_KEYS}
+        elif part == "benchmark":
+            # evaluate_on adds test sets beside a run; it changes none of the run's own jobs
+            chosen[part] = {k: v for k, v in config["benchmarks"][bench].items()
+                            if k not in ("llm_call_budget", "evaluate_on")}
+        elif part == "call_budget":
+            chosen[part] = config["benchmarks"][bench].get("llm_call_budget")
+        elif part == "method":
+            m = config["methods"][variant]
+            options = get_method(m["method"]).parse_options(m.get("options"), variant)
+            chosen[part] = {"method": m["method"], "options": options}
+            # a prompt file the user replaces in place is a new setting too
+            files = {f.name: file_digest(getattr(options, f.name)) for f in dataclasses.fields(options)
+                     if f.name.endswith("_file") and getattr(options, f.name)}
+            if files:
+                chosen[part]["file_contents"] = files
+        else:
+            section, _, key = part.partition(".")
+            chosen[part] = config[section][key]
+    return fingerprint(chosen)
