@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from skillrepro.cli import MAX_LINE_BYTES, InputFileError, main, read_lines
+from skillrepro.cli import main
+from skillrepro.store import MAX_LINE_BYTES, InputFileError, read_lines
 
 
 def test_utf8_lines_are_read(tmp_path):

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from skillrepro import pipeline
+from skillrepro import pipeline, progress as progress_module
 
 
 @pytest.fixture
@@ -20,14 +20,14 @@ def job(tmp_path):
     for h in list(root.handlers):
         root.removeHandler(h)
         h.close()
-    pipeline._JOB.update(name="", log="")
+    progress_module.JOB.update(name="", log="")
 
 
 def test_progress_lines_reach_the_console_and_the_log(job, capfd):
     fake, log_file = job
     log = pipeline.setup_logging(fake)
     log.info("train task=t1 success=True")  # an ordinary line: the log only
-    with pipeline.Progress(3, "train episodes", heartbeat_s=0.05) as progress:
+    with progress_module.Progress(3, "train episodes", heartbeat_s=0.05) as progress:
         progress.update()
         time.sleep(0.2)  # nothing finishes for a while: the heartbeat says the job still runs
         progress.update(2)

@@ -7,25 +7,18 @@ import logging
 import os
 import socket
 import sys
-import threading
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
 from skillrepro import config as cfg
 from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
+from skillrepro.progress import JOB, PROGRESS_LOGGER
 from skillrepro.skills.sandbox import SandboxPolicy, probe
 
 
 class RunSettingsError(RuntimeError):
     """A run folder was made under other settings than the job's."""
-
-
-# Progress lines of long jobs (episodes done of N): they go to the job's log and to stderr, which Snakemake
-# shows on its console; every other line of a job goes to its log only.
-PROGRESS_LOGGER = "skillrepro.progress"
-_JOB: dict[str, str] = {"name": "", "log": ""}
 
 
 def setup_logging(snakemake: Any) -> logging.Logger:
@@ -43,58 +36,8 @@ def setup_logging(snakemake: Any) -> logging.Logger:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     wildcards = getattr(snakemake, "wildcards", None)
     named = ", ".join(f"{k}={v}" for k, v in wildcards.items()) if hasattr(wildcards, "items") else ""
-    _JOB.update(name=f"{snakemake.rule} {named}".strip(), log=snakemake.log[0] if snakemake.log else "")
+    JOB.update(name=f"{snakemake.rule} {named}".strip(), log=snakemake.log[0] if snakemake.log else "")
     return logging.getLogger(f"skillrepro.{snakemake.rule}")
-
-
-class Progress:
-    """A long job's progress: `total` units (episodes) done so far, one line per update on the console and in
-    the job's log, and a line every `heartbeat_s` while none finishes, so a quiet console still moves.
-
-        with Progress(len(tasks), "train episodes") as progress:
-            ...; progress.update()
-    """
-
-    def __init__(self, total: int, what: str, label: str = "", heartbeat_s: float = 60):
-        self.total, self.what, self.done = total, what, 0
-        self.label = _JOB["name"] or label or "job"
-        self._log = logging.getLogger(PROGRESS_LOGGER)
-        self._lock = threading.Lock()
-        self._start = time.monotonic()
-        self._stop = threading.Event()
-        where = f" (log: {_JOB['log']})" if _JOB["log"] else ""
-        self._log.info("%s: %d %s to do%s", self.label, total, what, where)
-        self._beat = None
-        if heartbeat_s and total:
-            self._beat = threading.Thread(target=self._heartbeat, args=(heartbeat_s,), daemon=True)
-            self._beat.start()
-
-    def update(self, n: int = 1) -> None:
-        with self._lock:
-            self.done += n
-            done = self.done
-        self._log.info("%s: %d/%d %s done, %s elapsed", self.label, done, self.total, self.what, self._elapsed())
-
-    def close(self) -> None:
-        if not self._stop.is_set():
-            self._stop.set()
-            self._log.info("%s: finished, %d/%d %s in %s", self.label, self.done, self.total, self.what,
-                           self._elapsed())
-
-    def _heartbeat(self, every_s: float) -> None:
-        while not self._stop.wait(every_s):
-            self._log.info("%s: %d/%d %s done, still running, %s elapsed", self.label, self.done, self.total,
-                           self.what, self._elapsed())
-
-    def _elapsed(self) -> str:
-        s = int(time.monotonic() - self._start)
-        return f"{s // 60}:{s % 60:02d}"
-
-    def __enter__(self) -> "Progress":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def announce_logs(log: Any, backend: str) -> None:

@@ -38,7 +38,7 @@ from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, Prompts, primit
 from skillrepro.config import OPERATIONAL_LLM_KEYS, BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.llm.client import LLMClient, session
 from skillrepro.methods import TaskContext, default_next_task, get_method
-from skillrepro.pipeline import Progress
+from skillrepro.progress import Progress
 from skillrepro.skills.sandbox import SandboxPolicy, tag_skill_calls
 from skillrepro.store import Episode, LLMCall, SkillCall, Step, read_records, write_records
 from skillrepro.benchmarks import call_budget, load_benchmark

@@ -241,3 +241,42 @@ def views(files: dict[str, list[str]]):
             con.register(f"_{name}_empty", pa.Table.from_pylist([], schema=schema(cls)))
             con.execute(f"CREATE VIEW {name} AS SELECT *, '' AS filename FROM _{name}_empty")
     return con
+
+
+# ---------------------------------------------------------------------------------------------------- user files
+# Input files given on the command line are read line by line within these bounds, so a file of one
+# gigabyte-long line stops with a message instead of filling memory.
+MAX_LINE_BYTES = 64 * 1024
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+class InputFileError(ValueError):
+    """A file given on the command line that cannot be read as text; the message names file and line."""
+
+
+def read_lines(path: str | Path, what: str = "file", *, max_line_bytes: int = MAX_LINE_BYTES,
+               max_file_bytes: int = MAX_FILE_BYTES) -> list[str]:
+    """The lines of a UTF-8 text file (without line ends), or an InputFileError naming the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputFileError(f"{what} {str(path)!r} does not exist")
+    lines, total = [], 0
+    with open(path, "rb") as f:
+        while raw := f.readline(max_line_bytes + 1):
+            number = len(lines) + 1
+            total += len(raw)
+            if len(raw) > max_line_bytes:
+                raise InputFileError(f"{path}:{number}: line longer than {max_line_bytes} bytes; is this a {what}?")
+            if total > max_file_bytes:
+                raise InputFileError(f"{path}: larger than {max_file_bytes} bytes; is this a {what}?")
+            try:
+                lines.append(raw.decode("utf-8").rstrip("\r\n"))
+            except UnicodeDecodeError as e:
+                raise InputFileError(f"{path}:{number}: not UTF-8 text (byte {raw[e.start]:#04x} at column "
+                                     f"{e.start + 1}); save the {what} as UTF-8") from None
+    return lines
+
+
+def shorten(text: str, limit: int = 120) -> str:
+    """`text` for a message: at most `limit` characters, the rest counted, never echoed."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"

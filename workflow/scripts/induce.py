@@ -2,7 +2,8 @@
 from pathlib import Path
 
 from skillrepro.methods import InduceContext, get_method
-from skillrepro.pipeline import Progress, run_id, run_settings, setup_logging
+from skillrepro.pipeline import run_id, run_settings, setup_logging
+from skillrepro.progress import Progress
 from skillrepro.skills import Library
 from skillrepro.store import LLMCall, write_records, write_text
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from skillrepro.cli import InputFileError, read_lines, shorten
+from skillrepro.store import InputFileError, read_lines, shorten
 
 DEFAULT_COUNTS = {"train": 200, "test": 30}
 

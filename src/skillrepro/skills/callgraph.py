@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from skillrepro.skills.library import Library, parse_functions
+from skillrepro.store import read_lines
 
 
 @dataclass(frozen=True)
@@ -141,8 +142,6 @@ def describe(folder: str | Path) -> dict:
     if (folder / "manifest.json").is_file():
         lib = Library.load(folder)
     elif (folder / "skills.py").is_file() or folder.suffix == ".py":
-        from skillrepro.cli import read_lines
-
         src_file = folder if folder.suffix == ".py" else folder / "skills.py"
         try:
             lib = Library(-1, parse_functions("\n".join(read_lines(src_file, "skills file"))))
