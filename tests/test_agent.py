@@ -4,7 +4,7 @@ import json
 import pytest
 
 from scripted import ScriptedClient
-from skillrepro.agent import Actor, EpisodeSpec, parse_text_action, primitive_tools
+from skillrepro.agent import Actor, EpisodeSpec, parse_text_action, primitive_tools, skill_tools
 from skillrepro.benchmarks import get_benchmark
 from skillrepro.llm.client import ToolCall
 
@@ -203,13 +203,14 @@ def test_a_wall_clock_of_the_episode_bounds_a_skill_call():
     import time
 
     from skillrepro import skills
+    from skillrepro.skills.sandbox import SandboxPolicy
 
     library = skills.Library(1, skills.parse_functions(
         'def spin():\n    """Loop forever."""\n    while True:\n        pass\n'))
     bench = get_benchmark("babyai")
     env = bench.make(bench.sample_tasks("train", 1, 42)[0])
     calls: list = []
-    tools = primitive_tools(env) + skills.tools_for(library, env, calls.append)
+    tools = primitive_tools(env) + skill_tools(library, env, calls.append, SandboxPolicy())
     actor = Actor(ScriptedClient(["Action: spin()"]), bench.describe(), 5, wall_s=4.0)
     started = time.monotonic()
     rec = actor.run(env, tools, SPEC)

@@ -20,8 +20,9 @@ from skillrepro.benchmarks import get_benchmark
 from skillrepro.benchmarks.base import ActionError
 from skillrepro.skills import Library, parse_functions
 from skillrepro.skills import sandbox
+from skillrepro.agent import skill_tools
 from skillrepro.skills.sandbox import (WORKER, SandboxError, SandboxLimits, SandboxPolicy, SandboxSession, render_outcome,
-                                       skill_tools, tag_skill_calls)
+                                       tag_skill_calls)
 
 # The wall clock is generous because the CPU is shared: a 1 s CPU budget can take several seconds.
 LIMITS = SandboxLimits(call_wall_s=20, call_cpu_s=1, memory_bytes=1 << 30, max_primitives=20, output_chars=2000)
@@ -204,7 +205,7 @@ def test_skill_tools_expose_public_skills_only_and_tag_steps():
     lib = Library(0, parse_functions(src))
     env = make_env()
     calls: list = []
-    tools = skill_tools(lib, env, calls.append, SandboxPolicy(), LIMITS)
+    tools = skill_tools(lib, env, calls.append, SandboxPolicy(), limits=LIMITS)
     assert [t.name for t in tools] == ["forward_once", "go"]
     assert tools[1].params == (("n", "int"),) and tools[1].doc == "Go n steps."
     assert tools[1].run([2]) == "went"

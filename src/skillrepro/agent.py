@@ -21,7 +21,9 @@ from typing import Any, Callable, Protocol
 
 from skillrepro.benchmarks.base import ActionError, Env, Primitive
 from skillrepro.llm.client import LLMClient, LLMRequestError
-from skillrepro.store import Episode, LLMCall, Step
+from skillrepro.skills.library import Library, parse_untrusted
+from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession, render_outcome
+from skillrepro.store import Episode, LLMCall, SkillCall, Step
 
 PROMPTS = Path(__file__).parent / "prompts"
 # How llama.cpp, vLLM and OpenAI word a prompt that does not fit the context window.
@@ -53,6 +55,35 @@ def primitive_tools(env: Env) -> list[Tool]:
         return lambda args, wall_s=None: env.step(name, args).observation
 
     return [Tool(p.name, p.params, p.doc, runner(p.name), primitive=True) for p in env.primitives()]
+
+
+def skill_tools(library: Library, env: Env, record: Callable[[SkillCall], None], policy: SandboxPolicy,
+                names: list[str] | None = None, limits: SandboxLimits | None = None) -> list[Tool]:
+    """One Tool per skill in `names` (default: the public ones), all sharing one sandbox session for the
+    episode; every function of the library stays callable from them, and each invocation's frames go to
+    `record`. An empty library (ReAct, OPO, v0 of every method) adds none."""
+    shown = set(names) if names is not None else {f.name for f in library.public()}
+    if not shown:
+        return []
+    session = SandboxSession(source=library.source, env=env, limits=limits, record=record, policy=policy)
+    state = {"step": 0}
+
+    def runner(name: str) -> Callable[..., str]:
+        def run(args: list[Any], wall_s: float | None = None) -> str:
+            state["step"] += 1
+            out = session.call_skill(name, list(args), step=state["step"] - 1, wall_s=wall_s)
+            return render_outcome(name, out, session.limits.output_chars)
+
+        run.session = session  # keeps the worker alive as long as the tool is
+        return run
+
+    return [Tool(f.name, _params(f.signature), f.doc, runner(f.name)) for f in library.functions if f.name in shown]
+
+
+def _params(signature: str) -> tuple[tuple[str, str], ...]:
+    node = parse_untrusted(f"def {signature}: pass").body[0]
+    return tuple((a.arg, ast.unparse(a.annotation) if a.annotation is not None else "str")
+                 for a in node.args.posonlyargs + node.args.args)
 
 
 def example_call(tool: Tool) -> str:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from skillrepro import skills
-from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, Prompts, primitive_tools
+from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, Prompts, primitive_tools, skill_tools
 from skillrepro.config import OPERATIONAL_LLM_KEYS, BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.llm.client import LLMClient, session
 from skillrepro.methods import TaskContext, default_next_task, get_method
@@ -125,7 +125,7 @@ def run_batch(
         with env_lock:
             env = _Locked(benchmark.make(task_id), env_lock)
         skill_calls: list[SkillCall] = []
-        tools = primitive_tools(env) + skills.tools_for(library, env, skill_calls.append, shown, sandbox)
+        tools = primitive_tools(env) + skill_tools(library, env, skill_calls.append, sandbox, shown)
         episode_id = f"{spec.run_id}/{spec.split}/c{spec.cycle}/{task_id}/{_digest(key, str(i))[:8]}"
         rec: EpisodeRecords = episode_actor.run(env, tools, spec, log.info, episode_id=episode_id)
         tag_skill_calls(skill_calls, rec.episode.episode_id, rec.steps)

@@ -840,34 +840,6 @@ def render_outcome(name: str, out: Outcome, output_chars: int = 4000) -> str:
     return "\n".join(parts)[: output_chars * 3]
 
 
-def _params(signature: str) -> tuple[tuple[str, str], ...]:
-    node = parse_untrusted(f"def {signature}: pass").body[0]
-    names = [a for a in node.args.posonlyargs + node.args.args]
-    return tuple((a.arg, ast.unparse(a.annotation) if a.annotation is not None else "str") for a in names)
-
-
-def skill_tools(library, env: Env, record: Callable[[SkillCall], None], policy: SandboxPolicy,
-                limits: SandboxLimits | None = None, names: list[str] | None = None) -> list:
-    """One actor Tool per skill in `names` (default: the public ones), all sharing one sandbox worker
-    for this episode."""
-    from skillrepro.agent import Tool
-
-    session = SandboxSession(source=library.source, env=env, limits=limits, record=record, policy=policy)
-    state = {"step": 0}
-
-    def runner(name: str):
-        def run(args: list[Any], wall_s: float | None = None) -> str:
-            state["step"] += 1
-            out = session.call_skill(name, list(args), step=state["step"] - 1, wall_s=wall_s)
-            return render_outcome(name, out, session.limits.output_chars)
-
-        run.session = session  # keeps the worker alive as long as the tool is
-        return run
-
-    shown = set(names) if names is not None else {f.name for f in library.public()}
-    return [Tool(f.name, _params(f.signature), f.doc, runner(f.name)) for f in library.functions if f.name in shown]
-
-
 def tag_skill_calls(calls: list[SkillCall], episode_id: str, steps: list) -> None:
     """Fill episode_id and the actor step of each frame after the episode (the tools do not know them).
 

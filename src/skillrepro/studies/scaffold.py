@@ -1084,14 +1084,15 @@ def play(*, bench: Any, llm: Any, library_dir: str | Path, plan: Sequence[tuple[
 def actor_system_prompt(bench: Any, llm: Any, library_dir: str | Path, task_id: str, notes: str) -> str:
     """The system prompt the actor gets for `task_id` with `notes` (a skill card, or "" for none)."""
     from skillrepro import skills
-    from skillrepro.agent import Actor, Prompts, primitive_tools
+    from skillrepro.agent import Actor, Prompts, primitive_tools, skill_tools
     from skillrepro.benchmarks import call_budget, load_benchmark
+    from skillrepro.skills.sandbox import SandboxPolicy
 
     benchmark = load_benchmark(bench)
     library = skills.Library.load(library_dir)
     env = benchmark.make(task_id)
     try:
-        tools = primitive_tools(env) + skills.tools_for(library, env, lambda _frame: None)
+        tools = primitive_tools(env) + skill_tools(library, env, lambda _frame: None, SandboxPolicy())
         actor = Actor(None, benchmark.describe(), call_budget(bench), tool_calling=llm.tool_calling,
                       prompts=Prompts(), notes=notes)  # type: ignore[arg-type]
         return actor.system_prompt(tools)
