@@ -323,12 +323,15 @@ def test_voyager_curriculum_reads_the_library_progress(voyager_run, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ README
-def test_the_readme_example_method_works_as_written(run):
+def test_the_readme_example_method_works_as_written(run, monkeypatch):
+    from skillrepro import methods
+
+    monkeypatch.setattr(methods, "_REGISTRY", dict(methods._REGISTRY))  # the example leaves no method behind
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Add a method", 1)[1].split("\n## ", 1)[0]
     code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
     module = types.ModuleType("readme_scribe")  # what importing methods/scribe.py would make
-    sys.modules[module.__name__] = module
+    monkeypatch.setitem(sys.modules, module.__name__, module)
     exec(compile(code, "README.md", "exec"), module.__dict__)
     method = get_method("scribe")
     ctx = ctx_for(run["root"], "scribe", "scribe", {"max_lines": 5}, tag="_scribe")
