@@ -69,6 +69,11 @@ def test_internalization_table_has_a_row_per_later_checkpoint(workdir):
     t = pd.read_csv(workdir / "results/tables/scaffold_internalization.csv")
     assert list(t.columns) == ["benchmark", "variant", "checkpoint", "n", "recovery_pp", "ci_low", "ci_high"]
     assert t.checkpoint.tolist() == list(range(1, STEPS + 1)) and set(t.variant) == {"grp"}
+    # the early success: fresh skill-free rollouts of the cohort by checkpoint 0, none of them a Scout
+    it0 = workdir / "results/scaffold/babyai@grp0"
+    early = pd.read_parquet(it0 / "grp/cohort_early/episodes.parquet")
+    scouts = pd.concat([pd.read_parquet(it0 / f"scouts/s{i}/episodes.parquet") for i in range(N)])
+    assert len(early) == N * int(t.n[0]) and not set(early.episode_id) & set(scouts.episode_id)
     for k in range(1, STEPS + 1):
         played = pd.read_parquet(workdir / f"results/scaffold/babyai/grp/cohort/ckpt{k}/episodes.parquet")
         assert len(played) == N * int(t.n[k - 1])  # N skill-free rollouts per cohort query
