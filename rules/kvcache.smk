@@ -201,7 +201,7 @@ rule kvcache_breaks:
     params:
         kv=KV,
         settings=_kv_settings,
-        runs=lambda w: [(f, s, _KV_RUN.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s) + "/requests.jsonl")
+        runs=lambda w: [(f, s, os.path.join(_KV_RUN.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s), "requests.jsonl"))
                         for f in KV.formats for s in KV.seeds],
     log:
         "logs/kvcache/{kvmodel}/breaks.log",
@@ -224,7 +224,7 @@ rule kvcache_locations:
         kv=KV,
         settings=_kv_settings,
         mode="replay" if KV.replay else "model",
-        runs=lambda w: [(f, s, _KV_RUN.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s) + "/steps.parquet")
+        runs=lambda w: [(f, s, os.path.join(_KV_RUN.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s), "steps.parquet"))
                         for f in KV.formats for s in KV.seeds],
     log:
         "logs/kvcache/{kvmodel}/locations.log",

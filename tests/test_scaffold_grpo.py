@@ -196,7 +196,7 @@ def test_groups_from_the_scaffold_records(tiny):
     ("warmup", 3, "scaffold.training.warmup: not a training setting"),
 ])
 def test_table5_keys_not_honoured_are_refused_by_name(key, value, match):
-    from skillrepro.studies.scaffold_grpo import check_training
+    from skillrepro.studies.scaffold import check_training
 
     paper = {"steps": 10, "optimizer": "adam", "query_batch_size": 16, "global_batch_size": 128,
              "executor_entropy_coef": 0.0, "max_sequence_tokens": 32768, "micro_batch_size": 2}

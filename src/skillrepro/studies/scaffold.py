@@ -843,8 +843,6 @@ def competence_levels(probe_successes: Any, free_rate: Any, cand_rate: Any, n_bo
     candidate success rates (Q, M; NaN where a candidate was not evaluated). One row per competence level."""
     import numpy as np
 
-    from skillrepro.studies.scaffold_grpo import bootstrap_interval
-
     levels = np.asarray(probe_successes, int)
     effects = np.asarray(cand_rate, float) - np.asarray(free_rate, float)[:, None]
     has = ~np.isnan(effects).all(axis=1)
@@ -873,6 +871,112 @@ class Ablation:
     gate: bool = True  # False: inject the best card even when its utility is not positive
 
 
+# ----------------------------------------------------------------------------------------------------
+# Training settings (table 5) and the bootstrap interval the tables use
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Table 5's settings that one update reads (config `scaffold.training`; `check_training` refuses the
+    values it cannot honour)."""
+
+    learning_rate: float = 1e-6
+    adam_betas: tuple[float, float] = (0.9, 0.98)
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    kl_coef: float = 0.0
+    lambda_gen: float = 0.1
+    generator_entropy_coef: float = 0.002
+    executor_entropy_coef: float = 0.0
+    generator_learning: bool = True
+    queries_per_step: int = 1  # TRL groups (queries) per optimizer step
+    micro_batch_size: int | None = None  # sequences per forward/backward (gradient accumulation); None: a step's all
+    max_sequence_tokens: int | None = None  # longest sample (prompt + completion) an update accepts
+
+    @classmethod
+    def from_config(cls, training: dict[str, Any]) -> "TrainSettings":
+        keys = {f for f in cls.__dataclass_fields__}
+        t = {k: v for k, v in training.items() if k in keys}
+        if "adam_betas" in t:
+            t["adam_betas"] = tuple(t["adam_betas"])
+        if "query_batch_size" in training:
+            t["queries_per_step"] = int(training["query_batch_size"])
+        return cls(**t)
+
+    def accumulation(self, group_size: int) -> tuple[int, int]:
+        """(sequences per micro-batch, micro-batches per optimizer step) for groups of `group_size`."""
+        per_step = group_size * self.queries_per_step
+        micro = self.micro_batch_size or per_step
+        if per_step % micro:
+            raise ValueError(f"config key scaffold.training.micro_batch_size: {micro} does not divide the "
+                             f"{per_step} sequences of an optimizer step (query_batch_size x (N + L + M))")
+        return micro, per_step // micro
+
+
+# Keys of `scaffold.training` the workflow reads (the rules: model, steps, query_batch_size, inject,
+# cohort_iterations, keep_optimizer_states; an update: TrainSettings) or checks (`check_training`).
+TRAINING_KEYS = ("model", "steps", "optimizer", "learning_rate", "adam_betas", "query_batch_size",
+                 "global_batch_size", "clip_low", "clip_high", "kl_coef", "executor_entropy_coef",
+                 "max_sequence_tokens", "micro_batch_size", "lambda_gen", "generator_entropy_coef",
+                 "generator_learning", "inject", "cohort_iterations", "keep_optimizer_states")
+
+
+def check_training(training: dict[str, Any], n_scouts: int, n_post: int, n_candidates: int) -> None:
+    """Refuse, before any work starts, every `scaffold.training` value the update cannot honour, naming its key.
+
+    optimizer: only adam (the update's AdamW with weight decay 0 is Adam; no weight decay is configurable).
+    global_batch_size: the Executor trajectories of one optimizer step, query_batch_size x (N + L) (table 5's
+    128 = 16 x (4 + 4)); the update takes one step per iteration, so any other value is refused.
+    cohort_iterations: at most steps. micro_batch_size must divide a step's query_batch_size x (N + L + M)."""
+    t = dict(training or {})
+    unknown = sorted(set(t) - set(TRAINING_KEYS))
+    if unknown:
+        raise ValueError(f"config key scaffold.training.{unknown[0]}: not a training setting this workflow reads")
+    if t.get("optimizer", "adam") != "adam":
+        raise ValueError(f"config key scaffold.training.optimizer: {t['optimizer']!r} is not implemented; the update "
+                         "uses Adam (torch AdamW with weight decay 0, table 5)")
+    qbs = int(t.get("query_batch_size", 1))
+    if "global_batch_size" in t and int(t["global_batch_size"]) != qbs * (n_scouts + n_post):
+        raise ValueError(f"config key scaffold.training.global_batch_size: {t['global_batch_size']} is not "
+                         f"implemented; an update takes one optimizer step over an iteration's query_batch_size x "
+                         f"(N + L) = {qbs} x {n_scouts + n_post} = {qbs * (n_scouts + n_post)} Executor trajectories")
+    steps = int(t.get("steps", 1))
+    if int(t.get("cohort_iterations", 1)) > steps:
+        raise ValueError(f"config key scaffold.training.cohort_iterations: {t['cohort_iterations']} exceeds steps "
+                         f"({steps}); the later checkpoints must come after every cohort iteration")
+    TrainSettings.from_config(t).accumulation(n_scouts + n_post + n_candidates)
+
+
+INTERVALS = ("expanded", "percentile")
+
+
+def bootstrap_interval(x: Any, n_boot: int = 10000, seed: int = 0, interval: str = "expanded",
+                       level: float = 0.95) -> tuple[float, float]:
+    """A `level` bootstrap interval for the mean of `x` (resampling its elements, the queries).
+
+    percentile: the plain percentile interval, which is too narrow for few queries (about 93 % coverage at
+    16, 90 % at 8). expanded: the same bootstrap distribution read at widened percentiles, alpha' / 2 =
+    Phi(-sqrt(n / (n - 1)) t_{n-1}(1 - alpha / 2)) (Hesterberg 2015, "What teachers should know about the
+    bootstrap"), which restores the nominal coverage for small n."""
+    import numpy as np
+    from scipy.special import stdtrit  # Student t quantile (scipy.stats takes a second to import)
+
+    if interval not in INTERVALS:
+        raise ValueError(f"config key scaffold.bootstrap_interval: {interval!r}; allowed: {', '.join(INTERVALS)}")
+    x = np.asarray(x, float)
+    n = len(x)
+    if n < 2:  # one query says nothing about the spread
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    boots = x[rng.integers(0, n, size=(n_boot, n))].mean(axis=1)
+    tail = (1 - level) / 2
+    if interval == "expanded":
+        z = math.sqrt(n / (n - 1)) * float(stdtrit(n - 1, 1 - tail))
+        tail = 0.5 * math.erfc(z / math.sqrt(2))  # Phi(-z)
+    lo, hi = np.percentile(boots, [100 * tail, 100 * (1 - tail)])
+    return float(lo), float(hi)
+
+
 @dataclass(frozen=True)
 class ScaffoldConfig:
     benchmarks: tuple[str, ...]  # benchmark instance names from `benchmarks:`
@@ -884,7 +988,7 @@ class ScaffoldConfig:
     n_post: int = 4  # L
     n_eval: int = 2  # downstream evaluation rollouts per condition (validation only)
     n_probes: int = 4  # figure 3(b): skill-free probe rollouts per query, separate from the n_eval baseline
-    bootstrap_interval: str = "expanded"  # expanded | percentile (scaffold_grpo.bootstrap_interval)
+    bootstrap_interval: str = "expanded"  # expanded | percentile (bootstrap_interval)
     threshold: float = 0.0
     evidence_max_chars: int = 6000
     evidence_max_tokens: int | None = None  # the budget in the Generator's tokens instead (evidence_max_chars unused)
@@ -941,8 +1045,6 @@ class ScaffoldConfig:
                   scorer_batch_tokens=scorer.get("batch_tokens", 8192),
                   generator_prompts=dict(s.pop("generator_prompts", {}) or {}), ablations=ablations, **s)
         out.generator_request((config.get("llm") or {}).get("backend", "embedded"))  # fails early if impossible
-        from skillrepro.studies.scaffold_grpo import INTERVALS, check_training
-
         if out.bootstrap_interval not in INTERVALS:
             raise ValueError(f"config key scaffold.bootstrap_interval: {out.bootstrap_interval!r}; allowed: "
                              f"{', '.join(INTERVALS)}")
