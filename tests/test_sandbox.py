@@ -661,3 +661,33 @@ def test_a_skill_cannot_change_the_pipes_later_calls_share():
         assert out.ok and out.ret == "x" * 50000, out.killed or out.exception
         assert env.n_primitive_steps == before + 1
     s.close()
+
+
+AWKWARD = '''
+def _count(table):
+    return len(table)
+
+def tuple_keys():
+    """A dict with tuple keys passed to another library function."""
+    return _count({(1, 2): "a", (3, 4): "b"})
+
+def _turn(n):
+    turn_left()
+    return n
+
+def many_helpers():
+    """More nested calls than max_frames, each issuing a primitive."""
+    return str(sum(_turn(i) for i in range(12)))
+'''
+
+
+def test_awkward_arguments_and_more_frames_than_recorded_are_ordinary_calls():
+    limits = SandboxLimits(call_wall_s=20, call_cpu_s=2, max_frames=10, output_chars=2000)
+    s, calls, env = session(AWKWARD, limits=limits)
+    out = s.call_skill("tuple_keys", [])
+    assert out.ok and out.ret == "2", out
+    before = env.n_primitive_steps
+    out = s.call_skill("many_helpers", [])
+    assert out.ok and out.ret == "66", out  # primitives of unrecorded frames count on the innermost recorded one
+    assert env.n_primitive_steps == before + 12
+    s.close()

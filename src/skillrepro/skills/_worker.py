@@ -103,6 +103,21 @@ class CappedOutput:
         return text, total
 
 
+def _json(value) -> str:
+    """JSON of what skill code passes around, whatever it is (tuple keys, cycles, a hostile __repr__)."""
+    try:
+        return json.dumps(value, default=repr)
+    except Exception:  # noqa: BLE001 - any failure becomes a description, never a crash of the call
+        return json.dumps(_repr(value))
+
+
+def _repr(value) -> str:
+    try:
+        return repr(value)
+    except Exception as e:  # noqa: BLE001
+        return f"<unrepresentable {type(value).__name__}: {type(e).__name__}>"
+
+
 def _clip(text: str, cap: int) -> str:
     return text if len(text) <= cap else text[:cap] + f"... [{len(text) - cap} more characters cut]"
 
@@ -507,7 +522,7 @@ class Worker:
         def call(*args):
             if self.done:
                 raise EpisodeOver("the episode is over")
-            if len(json.dumps(list(args), default=repr)) > 4000:
+            if len(_json(list(args))) > 4000:
                 raise ActionError(f"{name}: arguments longer than 4000 characters")
             send({"t": "prim", "frame": self.stack[-1] if self.stack else "", "name": name, "args": list(args)})
             reply = recv()  # the parent's answers are trusted: it wrote them
@@ -531,8 +546,9 @@ class Worker:
             if visible:
                 self.frames_sent += 1
                 send({"t": "enter", "frame": frame, "parent": parent, "fn": name,
-                      "args": _clip(json.dumps([list(args), kwargs], default=repr), 2000)})
-            self.stack.append(frame)
+                      "args": _clip(_json([list(args), kwargs]), 2000)})
+            # Past max_frames a call is not recorded: its primitives belong to the innermost recorded frame.
+            self.stack.append(frame if visible else parent)
             ret, exc = None, ""
             try:
                 ret = fn(*args, **kwargs)
@@ -543,7 +559,7 @@ class Worker:
             finally:
                 self.stack.pop()
                 if visible:
-                    send({"t": "exit", "frame": frame, "ret": _clip(repr(ret), 2000), "exc": _clip(exc, 2000)})
+                    send({"t": "exit", "frame": frame, "ret": _clip(_repr(ret), 2000), "exc": _clip(exc, 2000)})
 
         wrapper.__name__, wrapper.__doc__, wrapper.__wrapped__ = name, fn.__doc__, fn
         return wrapper
@@ -589,7 +605,7 @@ class Worker:
             tb = _clip("".join(traceback.format_exception(e)[-6:]), 3000)
         out, total = self.out.take()
         self.stack = []
-        return {"t": "result", "ret": None if ret is None else _clip(ret if isinstance(ret, str) else repr(ret),
+        return {"t": "result", "ret": None if ret is None else _clip(ret if isinstance(ret, str) else _repr(ret),
                                                                     self.lim["output_chars"]),
                 "exc": exc, "tb": tb, "out": out, "out_total": total}
 
@@ -616,7 +632,7 @@ class Worker:
         if left:  # the parent stops this process on this marker before it answers the model
             exc = (f"{RESTART}: the cell left {', '.join(left)} behind (threads, timers or signal handlers); "
                    f"the interpreter was restarted and its names are lost\n" + exc)
-        return {"t": "result", "ret": None if ret is None else _clip(repr(ret), self.lim["output_chars"]),
+        return {"t": "result", "ret": None if ret is None else _clip(_repr(ret), self.lim["output_chars"]),
                 "exc": _clip(exc, 3000), "tb": "", "out": out, "out_total": total}
 
 
