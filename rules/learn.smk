@@ -64,7 +64,7 @@ rule induce:
     params:
         settings=settings(*RUN_SETTINGS),
         request_budget=config["budgets"]["inducer_requests"],
-        trajectory_tokens=config["budgets"]["trajectory_tokens"],
+        trajectory_tokens=cfg.trajectory_tokens(config),
     wildcard_constraints:
         k=r"[1-9]\d*",  # v0 comes from init_library
     resources:

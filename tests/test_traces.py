@@ -2,7 +2,6 @@
 interpreter): whole observations, the skill call stacks, one token budget from the config."""
 from __future__ import annotations
 
-import yaml
 
 from skillrepro.agent import EpisodeSpec
 from skillrepro.config import BenchmarkConfig, LLMConfig
@@ -63,9 +62,21 @@ def test_the_budget_holds_and_an_episode_that_does_not_fit_keeps_its_start_and_e
     assert len(text) <= 1000 * TOKEN_CHARS
 
 
-def test_the_budget_default_is_the_schema_default():
+def test_the_budget_fits_the_context_and_a_value_that_does_not_is_refused():
+    import copy
     from pathlib import Path
 
-    schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "schemas/config.schema.yaml").read_text())
-    default = schema["properties"]["budgets"]["properties"]["trajectory_tokens"]["default"]
-    assert InduceContext.__dataclass_fields__["trajectory_tokens"].default == default
+    import pytest
+
+    from skillrepro.check import check_config
+    from skillrepro.config import ConfigError, load_yaml, trajectory_tokens
+
+    base = load_yaml(Path(__file__).resolve().parents[1] / "config.yaml")
+    assert trajectory_tokens(check_config(base, check_files=False)) == InduceContext.__dataclass_fields__[
+        "trajectory_tokens"].default == 1500
+    small = copy.deepcopy(base)
+    small["llm"]["ctx_per_slot"] = 2048
+    assert trajectory_tokens(check_config(small, check_files=False)) == (2048 - 256) // 2
+    small["budgets"]["trajectory_tokens"] = 1500
+    with pytest.raises(ConfigError, match="budgets.trajectory_tokens: 1500 tokens"):
+        check_config(small, check_files=False)

@@ -23,6 +23,7 @@ SCHEMA = ROOT / "schemas" / "config.schema.yaml"
 
 
 MIN_REPLY_TOKENS = 256  # a sleep-phase reply (a rewrite, a function) needs room, whatever the actor's max_tokens
+DEFAULT_TRAJECTORY_TOKENS = 1500  # budgets.trajectory_tokens when null, context permitting
 
 
 class ConfigError(ValueError):
@@ -203,10 +204,10 @@ def validate(config: dict[str, Any], *, check_files: bool = True) -> dict[str, A
 
     llm = LLMConfig.from_dict(config["llm"])
     _check_llm(llm, config["pricing"], check_files)
-    room = (llm.ctx_per_slot - MIN_REPLY_TOKENS) // 2  # half the context: the prompt's other parts need the rest
-    if config["budgets"]["trajectory_tokens"] > room:
-        raise ConfigError(f"config key budgets.trajectory_tokens: {config['budgets']['trajectory_tokens']} tokens of "
-                          f"episodes do not fit a sleep-phase prompt with llm.ctx_per_slot {llm.ctx_per_slot}; at most {room}")
+    asked = config["budgets"]["trajectory_tokens"]
+    if asked is not None and asked > _trajectory_room(llm):
+        raise ConfigError(f"config key budgets.trajectory_tokens: {asked} tokens of episodes do not fit a sleep-phase "
+                          f"prompt with llm.ctx_per_slot {llm.ctx_per_slot}; at most {_trajectory_room(llm)}")
     proto = protocol(config)
     if proto.train_rollouts % proto.sleep_every:
         raise ConfigError(
@@ -284,6 +285,16 @@ def _check_llm(llm: LLMConfig, pricing: dict[str, Any], check_files: bool) -> No
             # figure 3, not a free one.
             raise ConfigError(f"config key pricing.{llm.model}: every rate is 0 for a billed model; put your "
                               "provider's dollars per million tokens there")
+
+
+def _trajectory_room(llm: LLMConfig) -> int:
+    return (llm.ctx_per_slot - MIN_REPLY_TOKENS) // 2  # half the context: the prompt's other parts need the rest
+
+
+def trajectory_tokens(config: dict[str, Any]) -> int:
+    """Config key budgets.trajectory_tokens, with its default resolved (see the schema)."""
+    asked = config["budgets"]["trajectory_tokens"]
+    return asked if asked is not None else min(DEFAULT_TRAJECTORY_TOKENS, _trajectory_room(llm_config(config)))
 
 
 def llm_config(config: dict[str, Any]) -> LLMConfig:

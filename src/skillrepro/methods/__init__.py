@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig
+from skillrepro.config import DEFAULT_TRAJECTORY_TOKENS, BenchmarkConfig, ConfigError, LLMConfig, MethodConfig
 from skillrepro.skills import Library
 from skillrepro.skills.sandbox import SandboxPolicy
 
@@ -52,7 +52,7 @@ class InduceContext:
     llm: LLMConfig
     request_budget: int
     sandbox: SandboxPolicy = SandboxPolicy()  # config key sandbox.require, for every sandbox the phase starts
-    trajectory_tokens: int = 1500  # config key budgets.trajectory_tokens (its schema default; a test checks)
+    trajectory_tokens: int = DEFAULT_TRAJECTORY_TOKENS  # config key budgets.trajectory_tokens
 
     @property
     def options(self) -> Any:
