@@ -20,3 +20,11 @@ class ScriptedClient:
         rec = LLMCall(uuid.uuid4().hex, session_id, role, "scripted", "scripted", 10 * len(messages), 5, 4, 0,
                       0.0, 0, "stop", "0" * 64, "", text, 0.0)
         return Reply(text, calls, "stop", rec)
+
+
+def methods_config(**methods) -> dict:
+    """The smallest config with BabyAI and Crafter and the given `methods` entries, for config checks."""
+    return {"llm": {"backend": "embedded", "model": "smollm2-135m"},
+            "benchmarks": {"babyai": {"env": "babyai"}, "crafter": {"env": "crafter"}},
+            "methods": methods, "protocol": {"seeds": [0], "train_rollouts": 2, "sleep_every": 1, "eval_every": 2,
+                                             "n_test": 1}, "budgets": {}, "pricing": {}}

@@ -23,6 +23,7 @@ from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
 from skillrepro.store import LLMCall, read_records
 from skillrepro.benchmarks import load_benchmark
+from scripted import methods_config
 
 ROOT = Path(__file__).resolve().parents[1]
 BABYAI = BenchmarkConfig(name="babyai", env="babyai", llm_call_budget=40)
@@ -122,18 +123,11 @@ def test_every_method_registers_with_its_own_options_class():
         get_method("voyager").parse_options({"top_k": "five"}, "v")
 
 
-def _config(**methods):
-    return {"llm": {"backend": "embedded", "model": "smollm2-135m"},
-            "benchmarks": {"babyai": {"env": "babyai"}, "crafter": {"env": "crafter"}},
-            "methods": methods, "protocol": {"seeds": [0], "train_rollouts": 2, "sleep_every": 1, "eval_every": 2,
-                                             "n_test": 1}, "budgets": {}, "pricing": {}}
-
-
 def test_voyager_runs_on_crafter_unless_told_otherwise():
     with pytest.raises(ConfigError, match=r"config key methods\.voy\.benchmarks: method voyager runs on crafter only, not on babyai"):
-        check_config(_config(voy={"method": "voyager"}), check_files=False)
-    check_config(_config(voy={"method": "voyager", "benchmarks": ["crafter"]}), check_files=False)
-    check_config(_config(voy={"method": "voyager", "options": {"any_benchmark": True}}), check_files=False)
+        check_config(methods_config(voy={"method": "voyager"}), check_files=False)
+    check_config(methods_config(voy={"method": "voyager", "benchmarks": ["crafter"]}), check_files=False)
+    check_config(methods_config(voy={"method": "voyager", "options": {"any_benchmark": True}}), check_files=False)
 
 
 # ------------------------------------------------------------------------------------------ OPO

@@ -21,6 +21,7 @@ from skillrepro.runner import run_batch
 from skillrepro.skills import Library
 from skillrepro.skills.sandbox import SandboxSession
 from skillrepro.store import LLMCall
+from scripted import methods_config
 
 ROOT = Path(__file__).resolve().parents[1]
 BABYAI = BenchmarkConfig(name="babyai", env="babyai", llm_call_budget=4)
@@ -29,13 +30,6 @@ REFERENCE = get_method("reference")
 
 def shipped() -> Library:
     return REFERENCE.initial(BABYAI, REFERENCE.parse_options({}, "reference"))
-
-
-def _config(**methods):
-    return {"llm": {"backend": "embedded", "model": "smollm2-135m"},
-            "benchmarks": {"babyai": {"env": "babyai"}, "crafter": {"env": "crafter"}},
-            "methods": methods, "protocol": {"seeds": [0], "train_rollouts": 2, "sleep_every": 1, "eval_every": 2,
-                                             "n_test": 1}, "budgets": {}, "pricing": {}}
 
 
 def test_the_schema_lists_exactly_the_registered_methods():
@@ -57,11 +51,11 @@ def test_options_library_is_checked_before_any_work(tmp_path):
         REFERENCE.parse_options({"library": str(tmp_path)}, "ref")
     # The config check refuses it (before any job), and a shipped library exists only for some envs.
     with pytest.raises(ConfigError, match=r"methods\.ref\.options: library"):
-        check_config(_config(ref={"method": "reference", "options": {"library": str(tmp_path / "missing")}}),
+        check_config(methods_config(ref={"method": "reference", "options": {"library": str(tmp_path / "missing")}}),
                      check_files=False)
     with pytest.raises(ConfigError, match=r"methods\.ref\.benchmarks: method reference runs on babyai only"):
-        check_config(_config(ref={"method": "reference"}), check_files=False)
-    check_config(_config(ref={"method": "reference", "benchmarks": ["babyai"]}), check_files=False)
+        check_config(methods_config(ref={"method": "reference"}), check_files=False)
+    check_config(methods_config(ref={"method": "reference", "benchmarks": ["babyai"]}), check_files=False)
 
 
 def test_v0_is_the_library_folder_and_no_sleep_phase_changes_it(tmp_path):
