@@ -35,8 +35,8 @@ _CALL = {"id": "init", "seq": 0}  # the call the frames belong to, and the next 
 # ---------------------------------------------------------------------------------------------- framing
 def send(msg: dict) -> None:
     msg = {**msg, "call": _CALL["id"], "seq": _CALL["seq"]}
-    _CALL["seq"] += 1
     data = json.dumps(msg, default=repr).encode()
+    _CALL["seq"] += 1  # only for a frame that is written: a failed encoding (RecursionError) leaves no gap
     buf = struct.pack(">I", len(data)) + data
     while buf:
         n = os.write(OUT_FD, buf)
@@ -107,13 +107,17 @@ def _json(value) -> str:
     """JSON of what skill code passes around, whatever it is (tuple keys, cycles, a hostile __repr__)."""
     try:
         return json.dumps(value, default=repr)
-    except Exception:  # noqa: BLE001 - any failure becomes a description, never a crash of the call
+    except (RecursionError, MemoryError):
+        raise  # the skill's own limit: it reaches the skill as its exception
+    except Exception:  # noqa: BLE001 - any other failure becomes a description, never a crash of the call
         return json.dumps(_repr(value))
 
 
 def _repr(value) -> str:
     try:
         return repr(value)
+    except (RecursionError, MemoryError):
+        raise
     except Exception as e:  # noqa: BLE001
         return f"<unrepresentable {type(value).__name__}: {type(e).__name__}>"
 

@@ -30,9 +30,11 @@ Processes: a zygote (started once per session, inside bwrap; it never runs untru
 per skill call; the child becomes nobody, applies Landlock, rlimits and seccomp, loads the library and
 serves the call. After the call the parent has the zygote kill and reap the child, drains what it left in
 the pipes, and only then asks for the next child (which starts while the actor thinks): nothing of call n
-(threads, `__del__`, timers, patched globals, unsent frames) can act during call n+1. The inducer's
-interpreter (`exec_code`) is a notebook: its child lives until a call is killed; it reads the run's
-history before changing uid, and has no environment to step.
+(threads, `__del__`, timers, patched globals, unsent frames, pipe flags) can act during call n+1. The
+inducer's interpreter (`exec_code`) is a notebook: its child lives until a cell is killed or leaves threads,
+timers or signal handlers behind; it copies the run's history into scratch before its layers and queries
+the copy after them, so that DuckDB's threads start under every layer. Every layer covers every thread: the
+worker applies them while it has one thread (seccomp with TSYNC besides), and reports what the kernel shows.
 
 The protocol: every frame the child sends must match its schema (keys, types, sizes), carry the current
 call id and the next sequence number, and respect the frame stack (a nested frame's id is the call's root id
