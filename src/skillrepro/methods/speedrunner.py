@@ -335,7 +335,6 @@ def induce(ctx: InduceContext, client=None) -> Library:
     bench = load_benchmark(ctx.bench)
     files = history_files(ctx.history_dirs)
     summary, task_ids = _history_facts(files)
-    openings = _openings(bench, task_ids)  # resets only: the task's first observation, nothing is stepped
     primitives = {p.name for p in bench.primitives()}
     sess = Session({f.name: f for f in ctx.library.functions}, primitives, all_public, ctx.sandbox)
     session_id = f"{ctx.run_id}/induce/v{ctx.library.version + 1}"
@@ -369,7 +368,8 @@ def induce(ctx: InduceContext, client=None) -> Library:
         sandbox = SandboxSession(
             site_packages=True, limits=INTERPRETER_LIMITS, policy=ctx.sandbox,
             db={"tables": files, "empty_schemas": {t: _duck_types(c) for t, c in empty.items()},
-                "inline": {"openings": [{"task_id": t, "opening": o} for t, o in openings]},
+                # resets only: each task's first observation, nothing is stepped
+                "inline": {"openings": [{"task_id": t, "opening": o} for t, o in _openings(bench, task_ids)]},
                 "library_versions": {str(v): str(ctx.library_root / f"v{v}" / "skills.py")
                                      for v in range(ctx.library.version + 1)}})
         # The interpreter is this method's defining tool: one that cannot start, or lacks a required layer,
