@@ -1,0 +1,96 @@
+# The library view and the episode view of every run (src/skillrepro/views.py): HTML pages made from the run's
+# records, in the report under "Libraries" and "Episodes". Their sizes are bounded by analysis.views.
+VIEW_LIMITS = config["analysis"]["views"]
+VIEW_TABLES = ("episodes", "steps", "skill_calls", "llm_calls")
+
+
+def library_page(bench, variant, seed):
+    return f"results/views/library/library.{bench}.{variant}.seed{seed}.html"
+
+
+def view_libraries(wildcards):
+    """Every library version of one run, v0 to the last sleep phase's."""
+    return [run_path(wildcards, f"library/v{k}/manifest.json") for k in range(PROTOCOL.n_cycles + 1)]
+
+
+def view_evaluations(table):
+    """One record table of every evaluation checkpoint of one run."""
+
+    def files(wildcards):
+        return [run_path(wildcards, f"eval/v{k}/{table}.parquet") for k in PROTOCOL.checkpoints]
+
+    return files
+
+
+def view_run_id(wildcards):
+    return f"{wildcards.bench}/{wildcards.variant}/seed{wildcards.seed}"
+
+
+def view_library_page(wildcards):
+    return library_page(wildcards.bench, wildcards.variant, wildcards.seed)
+
+
+VIEW_LABELS = {"benchmark": "{bench}", "variant": "{variant}", "seed": "{seed}"}
+
+
+rule library_view:
+    input:
+        libraries=view_libraries,
+        **{t: view_evaluations(t) for t in VIEW_TABLES},
+    output:
+        report(library_page("{bench}", "{variant}", "{seed}"), caption=f"{CAPTIONS}/library_view.rst",
+               category="Libraries", labels=VIEW_LABELS),
+    params:
+        run_id=view_run_id,
+        limits=VIEW_LIMITS,
+        pricing=config["pricing"],
+        config_name=CONFIG_NAME,
+    log:
+        "logs/views/library.{bench}.{variant}.seed{seed}.log",
+    benchmark:
+        "results/timings/views/library.{bench}.{variant}.seed{seed}.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/library_view.py"
+
+
+rule episode_view:
+    input:
+        libraries=view_libraries,
+        **{t: view_evaluations(t) for t in VIEW_TABLES},
+    output:
+        report(directory("results/views/episodes/{bench}/{variant}/seed{seed}"),
+               caption=f"{CAPTIONS}/episode_view.rst", category="Episodes",
+               subcategory="{bench}/{variant}/seed{seed}", patterns=["{name}.v{version}.{index}.html"],
+               labels={"version": "v{version}", "page": "{index}"}),
+    params:
+        run_id=view_run_id,
+        library_page=view_library_page,
+        limits=VIEW_LIMITS,
+        pricing=config["pricing"],
+        config_name=CONFIG_NAME,
+    log:
+        "logs/views/episodes.{bench}.{variant}.seed{seed}.log",
+    benchmark:
+        "results/timings/views/episodes.{bench}.{variant}.seed{seed}.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/episode_view.py"
+
+
+VIEW_TARGETS = [
+    f
+    for b in BENCHMARKS
+    for v, m in METHODS.items()
+    if m.runs_on(b)
+    for s in PROTOCOL.seeds
+    for f in (library_page(b, v, s), f"results/views/episodes/{b}/{v}/seed{s}")
+]
+
+
+# Every run's library page and episode pages alone: `snakemake views`, then `snakemake views --report report.html`.
+rule views:
+    input:
+        VIEW_TARGETS,

@@ -1,0 +1,408 @@
+"""The library view and the episode view: self-contained HTML pages made from one run's records.
+
+A run's library page shows every library version (functions, the diff from the version before, the call graph
+drawn) and how that version's evaluation episodes used each function. An episode page shows one evaluated
+episode step by step: the actor's output, the observation, the skill call stacks the step triggered (nested),
+tokens and cost, and cards of the functions it called, linked to the library page.
+
+Pages are single files with their pictures inlined, because Snakemake's `--report report.html` embeds each
+result as one data URI and refuses folders of files. Their size is bounded by `ViewLimits`, not by the run:
+text fields are clipped, a page draws at most `graphs_per_run` call graphs and at most `episodes_per_run`
+episodes of a run get a page, so a paper-scale report stays small enough to open.
+"""
+from __future__ import annotations
+
+import base64
+import difflib
+import html
+import io
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterable
+
+import pandas as pd
+
+from skillrepro import analysis, store
+from skillrepro.skills import Library
+from skillrepro.skills.callgraph import graph_of, stats
+
+
+@dataclass(frozen=True)
+class ViewLimits:
+    """config key analysis.views (defaults and descriptions in schemas/config.schema.yaml)."""
+
+    episodes_per_run: int  # evaluated episodes of a run that get a page
+    steps_per_episode: int  # steps shown on an episode page: the first half and the last half
+    frames_per_step: int  # skill-call frames shown per step
+    text_chars: int  # each actor output, observation, docstring, argument list or return value is clipped to this
+    diff_lines: int  # lines of each version's diff shown
+    graphs_per_run: int  # call graphs drawn on a library page: the latest versions whose graph changed
+    page_kb: int  # a page larger than this is made again with every limit above halved, until it fits
+
+    def check(self) -> None:
+        for name, value in vars(self).items():
+            if not isinstance(value, int) or value < (1 if name == "page_kb" else 0):
+                raise ValueError(f"config key analysis.views.{name}: {value!r} is not a whole number >= "
+                                 f"{1 if name == 'page_kb' else 0}")
+
+    def halved(self) -> "ViewLimits":
+        return replace(self, steps_per_episode=max(2, self.steps_per_episode // 2),
+                       frames_per_step=max(1, self.frames_per_step // 2), text_chars=max(100, self.text_chars // 2),
+                       diff_lines=self.diff_lines // 2, graphs_per_run=self.graphs_per_run // 2)
+
+
+class PageTooLarge(ValueError):
+    """A page over analysis.views.page_kb even at the smallest limits."""
+
+
+def fit(render: Callable[[ViewLimits], str], limits: ViewLimits) -> str:
+    """render(limits), made again with halved limits while the page is over page_kb; a page that had to be
+    shortened says so. Bounded: the limits stop halving at their floors, and then a page still too large is
+    an error naming the setting to raise."""
+    current = limits
+    while True:
+        page = render(current)
+        size = len(page.encode())
+        if size <= limits.page_kb * 1024:
+            break
+        smaller = current.halved()
+        if smaller == current:
+            raise PageTooLarge(f"a page is {size // 1024} KB even at the smallest limits, over analysis.views.page_kb "
+                               f"= {limits.page_kb}; raise it")
+        current = smaller
+    if current != limits:
+        note = (f"<p class='note'>Shortened to fit analysis.views.page_kb = {limits.page_kb}: at most "
+                f"{current.steps_per_episode} steps, {current.frames_per_step} frames per step, {current.text_chars} "
+                f"characters per text, {current.diff_lines} diff lines, {current.graphs_per_run} call graphs.</p>")
+        page = page.replace("<body>", "<body>" + note, 1)
+    return page
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """What a run's pages are made from: its library version folders (v0, v1, ... in order) and the folders of
+    its evaluation checkpoints (eval/v{k}: episodes, steps, skill_calls and llm_calls.parquet)."""
+
+    run_id: str  # bench/variant/seed{n}
+    library_dirs: tuple[Path, ...]
+    eval_dirs: tuple[Path, ...]
+
+    def tables(self, pricing: dict) -> tuple[list[Library], pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+        """Libraries, episodes (with their dollar cost), steps, skill-call frames and the actor's LLM calls."""
+        missing = [str(d / f"{t}.parquet") for d in self.eval_dirs for t in ("episodes", "steps", "skill_calls",
+                                                                             "llm_calls")
+                   if not (d / f"{t}.parquet").is_file()]
+        if missing:
+            raise FileNotFoundError(f"run {self.run_id}: evaluation records missing: {', '.join(missing)}")
+        libraries = [Library.load(d) for d in self.library_dirs]
+        eps = analysis.episodes([d / "episodes.parquet" for d in self.eval_dirs],
+                                [d / "llm_calls.parquet" for d in self.eval_dirs], pricing)
+        steps, frames, calls = (pd.concat([_read(d / f"{t}.parquet", cls) for d in self.eval_dirs],
+                                          ignore_index=True)
+                                for t, cls in (("steps", store.Step), ("skill_calls", store.SkillCall),
+                                               ("llm_calls", store.LLMCall)))
+        # The actor's calls carry their episode as session id: named episode_id here, like the other tables.
+        actor = calls[calls.role == "actor"].rename(columns={"session_id": "episode_id"})
+        return libraries, eps, steps, frames, actor
+
+
+def _read(path: Path, cls: type) -> pd.DataFrame:
+    return pd.DataFrame([vars(r) for r in store.read_records(path, cls)], columns=list(cls.__dataclass_fields__))
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, saying how many were left out."""
+    return text if len(text) <= limit else f"{text[:limit]}\n... ({len(text) - limit} more characters)"
+
+
+# ------------------------------------------------------------------------------------------ function use
+USE_COLUMNS = ["version", "function", "calls", "episodes", "success", "primitives_per_call", "errors"]
+
+
+def function_use(frames: pd.DataFrame, episodes: pd.DataFrame) -> pd.DataFrame:
+    """Per (library version, function): calls in the version's evaluation episodes (nested calls counted too),
+    the episodes that called it, the success rate of those episodes, primitives per call (those the call
+    issued itself and through the functions it called) and calls that ended in an exception."""
+    if frames.empty:
+        return pd.DataFrame(columns=USE_COLUMNS)
+    f = frames.assign(own=[len(json.loads(p or "[]")) for p in frames.primitives])
+    total = dict(zip(zip(f.episode_id, f.frame_id), f.own))
+    # Each frame's primitives count for its ancestors too. Nested frames are numbered `root.N` in the order
+    # they opened, after their parent, so going from the highest N down a parent adds only finished children.
+    for row in sorted(f.itertuples(), key=lambda r: -_opened(r.frame_id)):
+        if row.parent_frame_id:
+            total[(row.episode_id, row.parent_frame_id)] += total[(row.episode_id, row.frame_id)]
+    f["inclusive"] = [total[k] for k in zip(f.episode_id, f.frame_id)]
+    f = f.merge(episodes[["episode_id", "library_version", "success"]], on="episode_id", how="inner")
+    per_episode = f.groupby(["library_version", "function", "episode_id"]).success.first().reset_index()
+    out = f.groupby(["library_version", "function"]).agg(
+        calls=("frame_id", "size"), primitives_per_call=("inclusive", "mean"),
+        errors=("exception", lambda e: int((e != "").sum()))).reset_index()
+    eps = per_episode.groupby(["library_version", "function"]).agg(
+        episodes=("episode_id", "size"), success=("success", "mean")).reset_index()
+    return out.merge(eps, on=["library_version", "function"]).rename(columns={"library_version": "version"})[USE_COLUMNS]
+
+
+def _opened(frame_id: str) -> int:
+    """A frame's place in its call's opening order: -1 for the actor's own call, N for nested frame root.N."""
+    _, dot, n = frame_id.rpartition(".")
+    return int(n) if dot and n.isdigit() else -1
+
+
+# ------------------------------------------------------------------------------------------ call graph
+def callgraph_png(library: Library) -> bytes:
+    """The call graph drawn in layers: functions nobody calls on top, each callee below its deepest caller;
+    public functions filled, private ones outlined. A cycle is cut where the layering meets it again."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on a cluster node
+    import matplotlib.pyplot as plt
+
+    g = graph_of(library)
+    level = {n: 0 for n in g.nodes}
+    for _ in range(len(g.nodes)):  # longest path from a root, bounded so a cycle cannot loop forever
+        changed = False
+        for a, b in g.edges:
+            if level[b] < level[a] + 1 <= len(g.nodes) - 1:
+                level[b], changed = level[a] + 1, True
+        if not changed:
+            break
+    rows: dict[int, list[str]] = {}
+    for n in g.nodes:
+        rows.setdefault(level[n], []).append(n)
+    width = max((len(r) for r in rows.values()), default=1)
+    fig, ax = plt.subplots(figsize=(min(12, 1.6 + 1.9 * width), min(9, 0.9 + 0.9 * max(len(rows), 1))))
+    pos = {n: ((i + 1) / (len(r) + 1), -lv) for lv, r in rows.items() for i, n in enumerate(r)}
+    for a, b in g.edges:
+        ax.annotate("", xy=pos[b], xytext=pos[a],
+                    arrowprops={"arrowstyle": "-|>", "color": "0.45", "shrinkA": 14, "shrinkB": 14})
+    public = set(g.public)
+    for n, (x, y) in pos.items():
+        ax.text(x, y, n, ha="center", va="center", fontsize=8,
+                bbox={"boxstyle": "round", "fc": "#cfe3f7" if n in public else "white", "ec": "#2b6ca3"})
+    if not g.nodes:
+        ax.text(0.5, 0, "no functions", ha="center", va="center", fontsize=10, color="0.4")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-max(rows, default=0) - 0.6, 0.6)
+    ax.axis("off")
+    ax.set_title(f"v{library.version}: {len(g.nodes)} functions, {len(g.edges)} calls (filled: public)", fontsize=9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------------------------------ pages
+def library_page_name(run_id: str) -> str:
+    """The page's file name; unique in a report (the report links results by file name), and names cannot hold
+    a dot, so the run's parts stay apart."""
+    return "library." + run_id.replace("/", ".") + ".html"
+
+
+def function_anchor(version: int, name: str) -> str:
+    return f"v{version}-{name}"
+
+
+def library_page(run: RunRecords, libraries: list[Library], use: pd.DataFrame, evaluated: Iterable[int],
+                 limits: ViewLimits) -> str:
+    evaluated = set(evaluated)
+    by_use = {(r.version, r.function): r for r in use.itertuples()}
+    changed = [lib.version for i, lib in enumerate(libraries)
+               if i == 0 or graph_of(lib) != graph_of(libraries[i - 1])]
+    drawn = set(changed[-limits.graphs_per_run:]) if limits.graphs_per_run else set()
+    body = [f"<h1>Library of {_e(run.run_id)}</h1>",
+            "<p>Every library version of the run: its functions, the diff from the version before, its call graph, "
+            "and, for versions that were evaluated, how the evaluation episodes used each function.</p>",
+            "<table><tr><th>version</th><th>functions</th><th>public</th><th>calls between functions</th>"
+            "<th>max depth</th><th>evaluated</th></tr>"]
+    for lib in libraries:
+        s = stats(lib)
+        body.append(f"<tr><td><a href='#v{lib.version}'>v{lib.version}</a></td><td>{s.size}</td><td>{s.n_public}"
+                    f"</td><td>{s.n_edges}</td><td>{s.max_depth}</td><td>{'yes' if lib.version in evaluated else '-'}</td></tr>")
+    body.append("</table>")
+    previous = None
+    for lib in libraries:
+        body.append(f"<h2 id='v{lib.version}'>v{lib.version}</h2>")
+        body.append(_diff_html(previous, lib, limits))
+        if lib.version in drawn:
+            png = base64.b64encode(callgraph_png(lib)).decode()
+            body.append(f"<img class='graph' alt='call graph of v{lib.version}' src='data:image/png;base64,{png}'>")
+        else:
+            body.append("<p class='note'>Call graph: " + ("the same as the version before." if lib.version not in changed
+                        else f"not drawn (only the last {limits.graphs_per_run} changes are, analysis.views.graphs_per_run).")
+                        + "</p>")
+        body.append(_functions_table(lib, by_use, lib.version in evaluated, limits))
+        previous = lib
+    return _document(f"Library of {run.run_id}", body)
+
+
+def _diff_html(previous: Library | None, lib: Library, limits: ViewLimits) -> str:
+    if previous is None:
+        return f"<p>First version: {len(lib.functions)} functions.</p>"
+    old, new = {f.name: f for f in previous.functions}, {f.name: f for f in lib.functions}
+    added = [n for n in new if n not in old]
+    removed = [n for n in old if n not in new]
+    edited = [n for n in new if n in old and new[n].source != old[n].source]
+    if not (added or removed or edited) and previous.notes == lib.notes:
+        return f"<p>Unchanged from v{previous.version}.</p>"
+    lines = list(difflib.unified_diff(previous.source.splitlines(), lib.source.splitlines(),
+                                      f"v{previous.version}/skills.py", f"v{lib.version}/skills.py", lineterm=""))
+    shown = lines[:limits.diff_lines]
+    more = f"\n... ({len(lines) - len(shown)} more lines)" if len(lines) > len(shown) else ""
+    names = lambda ns: ", ".join(_e(n) for n in ns) or "none"  # noqa: E731
+    notes = "" if previous.notes == lib.notes else " The notes changed."
+    return (f"<p>From v{previous.version}: added {names(added)}; removed {names(removed)}; edited {names(edited)}."
+            f"{notes}</p>" + (f"<pre class='diff'>{_e(chr(10).join(shown) + more)}</pre>" if lines else ""))
+
+
+def _functions_table(lib: Library, by_use: dict, evaluated: bool, limits: ViewLimits) -> str:
+    if not lib.functions:
+        return "<p>No functions.</p>"
+    use_head = ("<th>calls</th><th>episodes</th><th>success of those episodes</th><th>primitives per call</th>"
+                "<th>errors</th>")
+    rows = ["<table class='functions'><tr><th>function</th><th>public</th><th>docstring</th><th>lines</th>"
+            f"<th>callees</th>{use_head}</tr>"]
+    for f in lib.functions:
+        callees = ", ".join(f"<a href='#{function_anchor(lib.version, c)}'>{_e(c)}</a>" for c in f.callees) or "-"
+        u = by_use.get((lib.version, f.name))
+        if not evaluated:
+            use = "<td colspan='5' class='note'>not evaluated</td>"
+        elif u is None:
+            use = "<td>0</td><td>0</td><td>-</td><td>-</td><td>0</td>"
+        else:
+            use = (f"<td>{u.calls}</td><td>{u.episodes}</td><td>{u.success:.2f}</td>"
+                   f"<td>{u.primitives_per_call:.1f}</td><td>{u.errors}</td>")
+        rows.append(f"<tr id='{function_anchor(lib.version, f.name)}'><td><code>{_e(f.signature)}</code></td>"
+                    f"<td>{'public' if f.public else 'private'}</td><td><pre>{_e(clip(f.doc, limits.text_chars))}</pre></td>"
+                    f"<td>{len(f.source.splitlines())}</td><td>{callees}</td>{use}</tr>")
+    rows.append("</table>")
+    return "".join(rows)
+
+
+def sample_episodes(episodes: pd.DataFrame, n: int) -> pd.DataFrame:
+    """At most `n` episodes, spread over the checkpoints: the first task of every checkpoint, then the second,
+    and so on (in the order the analytics sort them), so each checkpoint is seen before any is seen twice."""
+    if episodes.empty or n == 0:
+        return episodes.iloc[:0]
+    ordered = episodes.sort_values(["library_version", "task_id", "episode_id"]).copy()
+    ordered["_rank"] = ordered.groupby("library_version").cumcount()
+    return ordered.sort_values(["_rank", "library_version"]).head(n).drop(columns="_rank").sort_values(
+        ["library_version", "task_id", "episode_id"])
+
+
+def episode_page_name(run_id: str, version: int, index: int) -> str:
+    return f"episode.{run_id.replace('/', '.')}.v{version}.{index}.html"
+
+
+def episode_page(episode, steps: pd.DataFrame, frames: pd.DataFrame, calls: pd.DataFrame, library: Library,
+                 library_href: str, limits: ViewLimits) -> str:
+    """One episode (a row of analysis.episodes) with its steps, skill frames and actor calls (in call order)."""
+    calls = calls.sort_values("started_at")
+    task = _first_user_message(calls.prompt.iloc[0]) if len(calls) else ""
+    by_name = {f.name: f for f in library.functions}
+    children: dict[str, list] = {}
+    for fr in sorted(frames.itertuples(), key=lambda r: _opened(r.frame_id)):  # the order they opened
+        children.setdefault(fr.parent_frame_id, []).append(fr)
+    roots_by_step: dict[int, list] = {}
+    for fr in children.get("", []):
+        roots_by_step.setdefault(int(fr.step), []).append(fr)
+    ok = "succeeded" if episode.success else "failed"
+    body = [f"<h1>Episode {_e(episode.episode_id)}</h1>",
+            f"<p>Task {_e(str(episode.task_id))} at library <a href='{_e(library_href)}#v{episode.library_version}'>"
+            f"v{episode.library_version}</a>: {ok} ({_e(episode.termination)}) after {episode.n_steps} steps.</p>",
+            "<table><tr><th>LLM calls</th><th>prompt tokens</th><th>cached</th><th>output tokens</th><th>cost ($)</th>"
+            f"<th>wall (s)</th></tr><tr><td>{episode.llm_calls}</td><td>{episode.prompt_tokens}</td>"
+            f"<td>{episode.cached_tokens}</td><td>{episode.output_tokens}</td><td>{episode.cost:.6f}</td>"
+            f"<td>{episode.wall_s:.1f}</td></tr></table>",
+            f"<h2>Task</h2><pre>{_e(clip(task, limits.text_chars))}</pre>", "<h2>Steps</h2>"]
+    replies = list(calls.itertuples())
+    ordered = list(steps.sort_values("step").itertuples())
+    head = (limits.steps_per_episode + 1) // 2
+    tail = limits.steps_per_episode - head
+    hidden = len(ordered) - head - tail
+    for i, st in enumerate(ordered):
+        if hidden > 0 and head <= i < len(ordered) - tail:
+            if i == head:
+                body.append(f"<p class='note'>... {hidden} steps not shown (analysis.views.steps_per_episode) ...</p>")
+            continue
+        reply = replies[st.step] if st.step < len(replies) else None
+        output = _reply_text(reply.response) if reply is not None else st.reasoning
+        tokens = (f"{reply.prompt_tokens} prompt ({reply.cached_tokens} cached), {reply.completion_tokens} output tokens"
+                  if reply is not None else "no actor call recorded")
+        action = f"{st.action}({', '.join(map(str, json.loads(st.arguments or '[]')))})" if st.action else "(none parsed)"
+        body.append(f"<div class='step' id='step-{st.step}'><h3>Step {st.step}: <code>{_e(clip(action, limits.text_chars))}"
+                    f"</code>{'' if st.valid else ' <span class=bad>invalid</span>'}</h3><p class='note'>{tokens}; "
+                    f"reward {st.reward:g}</p><h4>Actor output</h4><pre>{_e(clip(output, limits.text_chars))}</pre>")
+        if st.step in roots_by_step:
+            budget = [limits.frames_per_step]  # frames left to show for this step, shared down the stack
+            body.append("<h4>Skill calls</h4>" + _stack_html(roots_by_step[st.step], children, limits, budget))
+        body.append(f"<h4>Observation</h4><pre>{_e(clip(st.observation, limits.text_chars))}</pre></div>")
+    called = sorted({fr.function for fr in frames.itertuples()})
+    body.append("<h2>Functions called</h2>" if called else "<h2>Functions called</h2><p>None.</p>")
+    for name in called:
+        f = by_name.get(name)
+        href = f"{library_href}#{function_anchor(library.version, name)}"
+        doc = f"<pre>{_e(clip(f.doc, limits.text_chars))}</pre>" if f else "<p>not in this library version</p>"
+        sig = f.signature if f else name
+        body.append(f"<div class='card' id='fn-{_e(name)}'><code>{_e(sig)}</code> "
+                    f"(<a href='{_e(href)}'>in the library view</a>){doc}</div>")
+    return _document(f"Episode {episode.episode_id}", body)
+
+
+def _stack_html(frames: list, children: dict[str, list], limits: ViewLimits, budget: list[int]) -> str:
+    """Nested lists of frames, depth first in the order they opened, until `budget[0]` frames are shown."""
+    items = []
+    for j, fr in enumerate(frames):
+        if budget[0] <= 0:
+            items.append(f"<li class='note'>{len(frames) - j} more calls not shown (analysis.views.frames_per_step)</li>")
+            break
+        budget[0] -= 1
+        args = ", ".join(map(str, json.loads(fr.arguments or "[]"))) if fr.arguments.startswith("[") else fr.arguments
+        outcome = (f"<span class=bad>raised {_e(clip(fr.exception, limits.text_chars))}</span>" if fr.exception
+                   else f"returned {_e(clip(fr.return_value, limits.text_chars))}")
+        n = len(json.loads(fr.primitives or "[]"))
+        inner = _stack_html(children[fr.frame_id], children, limits, budget) if fr.frame_id in children else ""
+        items.append(f"<li class='frame'><a href='#fn-{_e(fr.function)}'><code>{_e(fr.function)}</code></a>"
+                     f"(<code>{_e(clip(args, limits.text_chars))}</code>) {outcome}; {n} primitives of its own, "
+                     f"{fr.duration_s:.2f} s{inner}</li>")
+    return "<ul>" + "".join(items) + "</ul>"
+
+
+def _first_user_message(prompt: str) -> str:
+    """The task as the actor was first given it: the first user message of its first request."""
+    try:
+        messages = json.loads(prompt).get("messages", [])
+    except (ValueError, AttributeError):
+        return ""
+    return next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
+
+
+def _reply_text(response: str) -> str:
+    """The actor's reply as it wrote it: its text, and any tool call it made."""
+    try:
+        r = json.loads(response)
+    except ValueError:
+        return response
+    calls = [f"tool call: {c.get('name', '')}({json.dumps(c.get('arguments', {}))})" for c in r.get("tool_calls") or []]
+    return "\n".join([r.get("content") or "", *calls]).strip()
+
+
+def _e(text: str) -> str:
+    return html.escape(str(text), quote=True)
+
+
+_STYLE = """
+body { font-family: sans-serif; margin: 1.5em; max-width: 70em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0; } td, th { border: 1px solid #bbb; padding: 3px 6px;
+vertical-align: top; text-align: left; } th { background: #eef3f8; }
+pre { white-space: pre-wrap; margin: 0; font-size: 0.85em; } .diff { background: #f6f6f6; padding: 0.4em; }
+.note { color: #666; } .bad { color: #b00020; } .step { border-left: 3px solid #2b6ca3; padding-left: 0.8em;
+margin: 1em 0; } .card { border: 1px solid #ccc; padding: 0.4em; margin: 0.4em 0; } .graph { max-width: 100%; }
+"""
+
+
+def _document(title: str, body: list[str]) -> str:
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{_STYLE}</style>"
+            f"</head><body>{''.join(body)}</body></html>\n")

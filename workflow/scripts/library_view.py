@@ -1,0 +1,19 @@
+"""Library view of one run: every library version's functions, diff, call graph and use in evaluation."""
+from pathlib import Path
+
+from skillrepro import views
+from skillrepro.pipeline import setup_logging
+from skillrepro.store import write_text
+
+log = setup_logging(snakemake)
+limits = views.ViewLimits(**snakemake.params.limits)
+limits.check()
+run = views.RunRecords(snakemake.params.run_id, tuple(Path(m).parent for m in snakemake.input.libraries),
+                       tuple(Path(e).parent for e in snakemake.input.episodes))
+libraries, episodes, steps, frames, calls = run.tables(snakemake.params.pricing)
+use = views.function_use(frames, episodes)
+evaluated = sorted(set(episodes.library_version))
+page = views.fit(lambda lim: views.library_page(run, libraries, use, evaluated, lim), limits)
+write_text(snakemake.output[0], page)
+log.info("%s: %d versions, %d functions called in evaluation, %d KB", snakemake.output[0], len(libraries),
+         len(use), len(page.encode()) // 1024)
