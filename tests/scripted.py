@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
 
 from skillrepro.llm.client import Reply, ToolCall
@@ -17,8 +18,10 @@ class ScriptedClient:
         self.requests.append([dict(m) for m in messages])
         reply = next(self.replies)
         text, calls = (reply, []) if isinstance(reply, str) else ("", [reply])
+        # prompt and response as JSON, as the real client records them (Voyager reads its goals back from them)
         rec = LLMCall(uuid.uuid4().hex, session_id, role, "scripted", "scripted", 10 * len(messages), 5, 4, 0,
-                      0.0, 0, "stop", "0" * 64, "", text, 0.0)
+                      0.0, 0, "stop", "0" * 64, json.dumps({"messages": messages, "tools": tools or []}),
+                      json.dumps({"content": text, "tool_calls": [c.__dict__ for c in calls]}), 0.0)
         return Reply(text, calls, "stop", rec)
 
 

@@ -43,7 +43,7 @@ def test_default_and_shipped_configs_are_valid():
         ("llm.temperature", "hot", "config key llm.temperature: 'hot' has the wrong type"),
         ("llm.model", "/nowhere/model.gguf", "config key llm.model: model file /nowhere/model.gguf does not exist"),
         ("llm.model", "gpt-9", "config key llm.model: 'gpt-9' is neither a shipped model"),
-        ("benchmarks.babyai.env", "minecraft", "benchmarks.babyai.env: 'minecraft' is not allowed; allowed values: babyai,"),
+        ("benchmarks.babyai.env", "minecraft", "config key benchmarks.babyai.env: 'minecraft' is not allowed; allowed values: alfworld, babyai, crafter, "),
         ("methods.react.method", "magic", "config key methods.react.method: 'magic' is not allowed; allowed values: asi, "),
         ("methods.react.method", "skillscaffold", "config key methods.react.method: 'skillscaffold' is not allowed"),
         ("methods.react.options", {"rounds": 2}, "config key methods.react.options: unknown option(s) rounds; allowed: none"),

@@ -12,7 +12,7 @@ import pytest
 
 from skillrepro.benchmarks import TaskError, get_benchmark
 from skillrepro.benchmarks import alfworld as alf
-from skillrepro.benchmarks import alfworld_gen as gen
+from skillrepro.benchmarks import _alfworld_gen as gen
 
 
 @pytest.fixture()

@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from skillrepro import store
+from skillrepro.benchmarks import benchmark_class
 
 # Dollar cost of one LLM call from the pricing table; a model without a price costs nothing (the embedded
 # and self-hosted models). check.check_config refuses an unpriced model on a billed backend.
@@ -160,14 +161,8 @@ def study_params(config: dict[str, Any], config_name: str) -> dict[str, Any]:
 
 
 def _headline(env: str) -> str:
-    """The benchmark's own choice where it declares one (Benchmark.headline), else Crafter's progression."""
-    import importlib
-
-    from skillrepro.benchmarks import BENCHMARKS
-
-    module, cls = BENCHMARKS[env].split(":")
-    declared = getattr(getattr(importlib.import_module(module), cls), "headline", None)
-    return declared or ("progression" if env == "crafter" else "success")
+    """The Episode column the benchmark's tables and figures report (Benchmark.headline)."""
+    return benchmark_class(env).headline
 
 
 # ------------------------------------------------------------------------------------------ records

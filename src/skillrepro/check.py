@@ -24,6 +24,12 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
     if llm["backend"] == "embedded" and llm["model"] not in MODELS and not llm["model"].endswith(".gguf"):
         raise ConfigError(f"config key llm.model: {llm['model']!r} is neither a shipped model "
                           f"({', '.join(MODELS)}) nor a .gguf file")
+    known = benchmark_registry.names()
+    for name, b in config["benchmarks"].items():
+        if b["env"] not in known:
+            # the schema's message for a value outside a list: the list is the registry's (one home)
+            raise ConfigError(f"config key benchmarks.{name}.env: {b['env']!r} is not allowed; allowed values: "
+                              f"{', '.join(known)}")
     for variant, m in config["methods"].items():
         try:
             get_method(m["method"]).parse_options(m["options"], variant)

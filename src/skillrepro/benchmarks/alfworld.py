@@ -2,10 +2,10 @@
 
 Every game, generated here or official, runs on textworld's `PddlEnv` with the `alfworld` wheel's
 `AlfredDemangler`, from three texts: the PDDL domain (`alfred.pddl`), the grammar (`alfred.twl2`, with the
-task sentence written in) and the PDDL problem. Generated games (`alfworld_gen`) take the domain and grammar
+task sentence written in) and the PDDL problem. Generated games (`_alfworld_gen`) take the domain and grammar
 from the wheel; official games bring their own in `game.tw-pddl`. After loading, both take the same path.
 
-Task ids: `gen:<task type>:<seed>` for generated games (seeds >= alfworld_gen.TEST_SEED_BASE are the test
+Task ids: `gen:<task type>:<seed>` for generated games (seeds >= _alfworld_gen.TEST_SEED_BASE are the test
 split, played in rooms the training games never use), `official:<split folder>/<task folder>/<trial>` for
 games under `data_path` (train = `json_2.1.1/train`, test = `json_2.1.1/valid_unseen`).
 """
@@ -25,7 +25,7 @@ from typing import Any
 _USER_ALFWORLD_DATA = os.environ.get("ALFWORLD_DATA")
 _ALFWORLD_DEFAULT_DATA = os.path.expanduser("~/.cache/alfworld")
 
-from skillrepro.benchmarks import alfworld_gen as gen  # noqa: E402  (imports alfworld)
+from skillrepro.benchmarks import _alfworld_gen as gen  # noqa: E402  (imports alfworld)
 from skillrepro.benchmarks.base import Benchmark, Env, StepResult, TaskError, check_split, primitive
 
 TASK_TYPES = tuple(gen.TASK_TYPES)  # pick_and_place, look_at_obj_in_light, clean, heat, cool, pick_two

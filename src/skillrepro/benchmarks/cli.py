@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from skillrepro.benchmarks import ActionError, TaskError, get_benchmark, names
 from skillrepro.store import InputFileError, read_lines, shorten
 
 DEFAULT_COUNTS = {"train": 200, "test": 30}
@@ -114,7 +115,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     env_sub = env.add_subparsers(dest="env_command", required=True)
 
     p = env_sub.add_parser("tasks", help="print the task ids the sampler draws, one per line")
-    p.add_argument("benchmark", help="benchmark env name (babyai, scienceworld, crafter, alfworld)")
+    p.add_argument("benchmark", help=f"benchmark env name ({', '.join(names())})")
     p.add_argument("--split", choices=["train", "test"], required=True)
     p.add_argument("--n", type=int, default=None, help="how many to draw (default: 200 train, 30 test)")
     p.add_argument("--seed", type=int, default=42)
@@ -131,8 +132,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _tasks(a: argparse.Namespace) -> int:
-    from skillrepro.benchmarks import TaskError, get_benchmark
-
     try:
         bench = get_benchmark(a.benchmark, **parse_options(a.option))
         n = a.n if a.n is not None else DEFAULT_COUNTS[a.split]
@@ -146,8 +145,6 @@ def _tasks(a: argparse.Namespace) -> int:
 
 
 def _replay(a: argparse.Namespace) -> int:
-    from skillrepro.benchmarks import ActionError, TaskError, get_benchmark
-
     try:
         bench = get_benchmark(a.benchmark, **parse_options(a.option))
         calls = read_calls(a.calls)  # a bad file stops before the env starts
