@@ -32,6 +32,7 @@ include: "rules/study.smk"
 include: "rules/protocols.smk"
 include: "rules/analytics.smk"
 include: "rules/figures.smk"
+include: "rules/views.smk"
 include: "rules/kvcache.smk"
 include: "rules/scaffold.smk"
 
@@ -41,10 +42,12 @@ request_gpus(workflow.rules)
 
 
 # Every table and figure of the SpeedRunner paper for the runs this config declares (a figure without
-# runs is drawn in its empty state). `snakemake --report report.html` afterwards bundles them.
+# runs is drawn in its empty state), and each run's library and episode pages (rules/views.smk).
+# `snakemake --report report.html` afterwards bundles them.
 rule all:
     input:
         PAPER_TARGETS,
+        VIEW_TARGETS,
     default_target: True
 
 

@@ -18,7 +18,8 @@ LAYERS = [
     ("the actor", ["skillrepro.agent"]),
     ("the method registry", ["skillrepro.methods:registry"]),  # the package itself: contexts and register()
     ("the runner", ["skillrepro.runner"]),
-    ("methods, studies, analytics", ["skillrepro.methods", "skillrepro.studies", "skillrepro.analysis"]),
+    ("methods, studies, analytics", ["skillrepro.methods", "skillrepro.studies", "skillrepro.analysis",
+                                     "skillrepro.views"]),
     ("checks, job start-up, CLIs", ["skillrepro.check", "skillrepro.pipeline", "skillrepro.cli", "*.cli"]),
 ]
 
