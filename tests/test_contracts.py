@@ -8,16 +8,26 @@ library it returns is written and loads back the same.
 from __future__ import annotations
 
 import inspect
+import re
+import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
+from skillrepro import benchmarks
 from skillrepro.agent import EpisodeSpec
+from skillrepro.analysis import study_params
+from skillrepro.benchmarks import base
 from skillrepro.benchmarks import ContractError, StepResult, check_benchmark, load_benchmark, names
-from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
+from skillrepro.check import check_config
+from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig
 from skillrepro.methods import InduceContext, registry
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library
-from scripted import ScriptedClient
+from scripted import ScriptedClient, methods_config
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # One reply every method can read something from: OPO's notes, a critic's verdict, a function in a code
 # fence (ASI, Voyager's skill writer) behind SpeedRunner's write_function action, and an actor's action.
@@ -103,3 +113,46 @@ def test_every_method_runs_one_cycle_and_returns_a_library_that_loads(name, tmp_
     v1.write(ctx.out_dir)
     loaded = Library.load(ctx.out_dir)
     assert (loaded.version, loaded.notes, loaded.functions) == (1, v1.notes, v1.functions)
+
+
+# ------------------------------------------------------------------------------------------ README
+def test_the_readme_example_benchmark_works_as_written(tmp_path, monkeypatch):
+    """The README's "Add a benchmark": its module saved in a benchmarks folder and its prompt file in a prompts
+    folder in tmp_path (the package searches that benchmarks folder too; the prompts folder is tmp_path's), then
+    the one config entry. The registry finds it, it passes the contract, the config check accepts it and
+    reaches its pools, the tables know its headline, and a scripted actor that adds one until the target plays
+    a test task to success."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Add a benchmark", 1)[1].split("\n## ", 1)[0]
+    module = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    prompt = re.search(r"```text\n(.*?)```", section, re.DOTALL).group(1)
+    entry = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1))
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "counter.py").write_text(module)
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "env_counter_paper.txt").write_text(prompt)
+    monkeypatch.setattr(benchmarks, "__path__", [*benchmarks.__path__, str(tmp_path / "benchmarks")])
+    monkeypatch.setattr(base, "PROMPTS", tmp_path / "prompts")
+    try:
+        assert "counter" in names()
+        check_benchmark("counter")
+
+        cfg = methods_config(react={"method": "react"})
+        cfg["benchmarks"] = entry["benchmarks"]
+        checked = check_config(cfg, check_files=False)
+        assert study_params(checked, "readme")["benchmarks"]["counter"]["headline"] == "success"
+        with pytest.raises(ConfigError, match=r"protocol.n_test: 21 test tasks asked for, but benchmark counter "
+                                              r"\(counter\) has 20"):
+            check_config({**cfg, "protocol": {**cfg["protocol"], "n_test": 21}}, check_files=False)
+
+        bench = BenchmarkConfig("counter", "counter", llm_call_budget=32)  # targets are 2-31
+        task = load_benchmark(bench).sample_tasks("test", 1, 0)
+        spec = EpisodeSpec("counter/react/seed0", "counter", "react", "react", 0, "test", 0, 0)
+        Library(0).write(tmp_path / "library" / "v0")
+        out = run_batch(bench=bench, llm=LLMConfig(), library_dir=tmp_path / "library" / "v0", task_ids=task,
+                        spec=spec, out_dir=tmp_path / "eval", client=ScriptedClient(["Action: add_one()"]))
+        assert [e.success for e in out.episodes] == [True]
+        assert out.episodes[0].n_steps == 2 + int(task[0]) % 30
+    finally:  # the example leaves no module behind for the other tests
+        sys.modules.pop("skillrepro.benchmarks.counter", None)
+        vars(benchmarks).pop("counter", None)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from skillrepro.agent import EpisodeSpec
 from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig
@@ -328,6 +329,10 @@ def test_the_readme_example_method_works_as_written(run, monkeypatch):
     monkeypatch.setitem(sys.modules, module.__name__, module)
     exec(compile(code, "README.md", "exec"), module.__dict__)
     method = get_method("scribe")
+    # its one config entry is all the config check needs (the registry is the list of method names)
+    entry = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1))
+    assert check_config(methods_config(**entry["methods"]), check_files=False)["methods"]["scribe"]["options"] == \
+        {"max_lines": 8}
     ctx = ctx_for(run["root"], "scribe", "scribe", {"max_lines": 5}, tag="_scribe")
     fake = RoleFake(optimizer=["- face the object before pick_up\n- read the mission"])
     v1 = method.induce(ctx, fake)

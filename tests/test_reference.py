@@ -5,37 +5,28 @@ from __future__ import annotations
 
 import json
 import uuid
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from skillrepro.agent import EpisodeSpec
 from skillrepro.benchmarks import get_benchmark
 from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig
 from skillrepro.check import check_config
 from skillrepro.llm.client import Reply
-from skillrepro.methods import InduceContext, get_method, registry
+from skillrepro.methods import InduceContext, get_method
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library
 from skillrepro.skills.sandbox import SandboxSession
 from skillrepro.store import LLMCall
 from scripted import methods_config
 
-ROOT = Path(__file__).resolve().parents[1]
 BABYAI = BenchmarkConfig(name="babyai", env="babyai", llm_call_budget=4)
 REFERENCE = get_method("reference")
 
 
 def shipped() -> Library:
     return REFERENCE.initial(BABYAI, REFERENCE.parse_options({}, "reference"))
-
-
-def test_the_schema_lists_exactly_the_registered_methods():
-    schema = yaml.safe_load((ROOT / "schemas" / "config.schema.yaml").read_text())
-    enum = schema["properties"]["methods"]["additionalProperties"]["properties"]["method"]["enum"]
-    assert sorted(enum) == sorted(registry())
 
 
 def test_options_library_is_checked_before_any_work(tmp_path):

@@ -12,7 +12,7 @@ from typing import Any
 from skillrepro import benchmarks as benchmark_registry
 from skillrepro.config import OPERATIONAL_LLM_KEYS, ConfigError, benchmarks, file_digest, fingerprint, protocol, validate
 from skillrepro.llm.models import MODELS
-from skillrepro.methods import check_benchmarks, get_method
+from skillrepro.methods import check_benchmarks, get_method, registry
 
 
 def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[str, Any]:
@@ -24,12 +24,13 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
     if llm["backend"] == "embedded" and llm["model"] not in MODELS and not llm["model"].endswith(".gguf"):
         raise ConfigError(f"config key llm.model: {llm['model']!r} is neither a shipped model "
                           f"({', '.join(MODELS)}) nor a .gguf file")
-    known = benchmark_registry.names()
-    for name, b in config["benchmarks"].items():
-        if b["env"] not in known:
-            # the schema's message for a value outside a list: the list is the registry's (one home)
-            raise ConfigError(f"config key benchmarks.{name}.env: {b['env']!r} is not allowed; allowed values: "
-                              f"{', '.join(known)}")
+    # Names outside a registry get the schema's message for a value outside a list: the list is the registry
+    # (one home), which a new module joins by being there.
+    for section, key, known in (("benchmarks", "env", benchmark_registry.names()), ("methods", "method", sorted(registry()))):
+        for name, entry in config[section].items():
+            if entry[key] not in known:
+                raise ConfigError(f"config key {section}.{name}.{key}: {entry[key]!r} is not allowed; allowed values: "
+                                  f"{', '.join(known)}")
     for variant, m in config["methods"].items():
         try:
             get_method(m["method"]).parse_options(m["options"], variant)

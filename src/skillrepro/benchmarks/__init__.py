@@ -13,8 +13,8 @@ import math
 import pkgutil
 from typing import Any
 
-from skillrepro.benchmarks.base import (PROMPTS, ActionError, Benchmark, Env, Primitive, StepResult, TaskError,
-                                        primitive)
+from skillrepro.benchmarks.base import (ActionError, Benchmark, Env, Primitive, StepResult, TaskError, primitive,
+                                        prompt_path)
 from skillrepro.config import BenchmarkConfig
 
 _NOT_BENCHMARKS = ("base", "cli")
@@ -54,7 +54,7 @@ def call_budget(bench: BenchmarkConfig) -> int:
 
 
 # ------------------------------------------------------------------------------------------ the contract
-_PARAM_TYPES = ("str", "int", "float", "bool")  # what the actor's tool schemas and skill calls can pass
+_PLACEHOLDER = {"str": "", "int": 0, "float": 0.0, "bool": False}  # the types tool schemas and skill calls pass
 SAMPLE_CAP = 1000  # a pool larger than this (Crafter's 2**30 seeds) is checked on this many ids
 
 
@@ -84,8 +84,7 @@ def check_benchmark(env: str, **options: Any) -> None:
     need(isinstance(bench.llm_call_budget, int) and bench.llm_call_budget >= 1, "llm_call_budget is not an int >= 1")
     need(bench.headline in ("success", "progression"), f"headline {bench.headline!r} is not success or progression")
     for choice in getattr(cls, "PROMPTS", ()):
-        need((PROMPTS / f"env_{env}_{choice}.txt").is_file(), f"shipped prompt {choice!r} has no file "
-             f"prompts/env_{env}_{choice}.txt")
+        need(prompt_path(env, choice).is_file(), f"shipped prompt {choice!r} has no file {prompt_path(env, choice)}")
 
     prims = bench.primitives()
     need(len(prims) > 0, "no @primitive actions")
@@ -93,8 +92,8 @@ def check_benchmark(env: str, **options: Any) -> None:
     for p in prims:
         need(p.name.isidentifier() and not p.name.startswith("_"), f"primitive {p.name!r} is not a public name")
         need(p.doc.strip() != "", f"primitive {p.name} has no docstring (the actor reads it)")
-        need(all(t in _PARAM_TYPES for _, t in p.params), f"primitive {p.signature}: parameter types must be "
-             f"among {', '.join(_PARAM_TYPES)}")
+        need(all(t in _PLACEHOLDER for _, t in p.params), f"primitive {p.signature}: parameter types must be "
+             f"among {', '.join(_PLACEHOLDER)}")
         need(p.json_schema()["function"]["name"] == p.name, f"primitive {p.name}: bad tool schema")
 
     pools = {}
@@ -122,10 +121,10 @@ def check_benchmark(env: str, **options: Any) -> None:
     try:
         opening = env_.reset()
         need(isinstance(opening, str) and opening.strip() != "", "reset() gave no observation text")
-        # one primitive that takes no argument: every benchmark has one (a look, a turn, a no-op)
-        first = next((p for p in prims if not p.params), None)
-        need(first is not None, "no primitive without parameters to step with")
-        result = env_.step(first.name)
+        # a primitive without arguments where there is one (a look, a turn, a no-op), else the first with
+        # placeholder values: the contract is about the result's form, not what the action does
+        first = next((p for p in prims if not p.params), prims[0])
+        result = env_.step(first.name, [_PLACEHOLDER[t] for _, t in first.params])
         need(isinstance(result, StepResult) and isinstance(result.observation, str),
              f"step({first.name!r}) did not return a StepResult with observation text")
         need(isinstance(result.reward, float) and math.isfinite(result.reward) and isinstance(result.done, bool),
@@ -133,7 +132,8 @@ def check_benchmark(env: str, **options: Any) -> None:
              f"{result.done!r}")
         need(0.0 <= env_.score() <= 1.0 and isinstance(env_.success(), bool), "score() not in [0, 1] or success() "
              "not a bool")
-        for name, args in (("no_such_primitive", []), (first.name, ["an extra argument"])):
+        for name, args in (("no_such_primitive", []),
+                           (first.name, [_PLACEHOLDER[t] for _, t in first.params] + ["an extra argument"])):
             try:
                 env_.step(name, args)
             except ActionError:
@@ -145,4 +145,4 @@ def check_benchmark(env: str, **options: Any) -> None:
 
 __all__ = ["ActionError", "Benchmark", "ContractError", "Env", "Primitive", "StepResult", "TaskError",
            "benchmark_class", "call_budget", "check_benchmark", "get_benchmark", "load_benchmark", "names",
-           "primitive"]
+           "primitive", "prompt_path"]

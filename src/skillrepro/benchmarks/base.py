@@ -190,6 +190,11 @@ class Benchmark(ABC):
         return task_seed
 
 
+def prompt_path(benchmark: str, choice: str) -> Path:
+    """The file of shipped prompt `choice` of `benchmark`: prompts/env_{benchmark}_{choice}.txt."""
+    return PROMPTS / f"env_{benchmark}_{choice}.txt"
+
+
 def env_prompt(benchmark: str, choice: str, names: tuple[str, ...], **fields: Any) -> str:
     """The environment description the actor's system prompt shows, read from a file.
 
@@ -200,7 +205,7 @@ def env_prompt(benchmark: str, choice: str, names: tuple[str, ...], **fields: An
         if not path.is_file():
             raise TaskError(f"{benchmark}: prompt file {choice} does not exist")
     elif choice in names:
-        path = PROMPTS / f"env_{benchmark}_{choice}.txt"
+        path = prompt_path(benchmark, choice)
     else:
         raise TaskError(f"{benchmark}: unknown prompt {choice!r}; shipped: {', '.join(names)}, or a path to a .txt file")
     try:
