@@ -5,13 +5,15 @@
 # GRPO joint training (section 4.5, algorithm 1; target scaffold_grpo): iteration k of utility variant v's
 # training chain on benchmark b is the scaffold instance "b@v{k}" (its own query batch, played, carded and
 # scored by policy checkpoint k; 0 is llm.model), and update k+1 trains checkpoint k on that iteration's records.
+import dataclasses
 import os
 
 from snakemake.utils import validate as _scaffold_validate
 
 from skillrepro import check as _scaffold_check
 from skillrepro import config as _scaffold_cfg
-from skillrepro.studies.scaffold import ScaffoldConfig, executor_llm, parse_instance, training_iteration
+from skillrepro.studies.scaffold import (BASELINE, HeldoutConfig, ScaffoldConfig, executor_llm, heldout_policies,
+                                         parse_instance, training_iteration)
 from skillrepro.studies.scaffold_grpo import policy_llm
 
 config.setdefault("scaffold", {})
@@ -26,6 +28,10 @@ _SC_TRAIN = dict(SCAFFOLD.training)
 _SC_PROMPTS = {env: _scaffold_cfg.file_digest(f) for env, f in SCAFFOLD.generator_prompts.items()}  # edited in place: rerun
 _SC_STEPS = int(_SC_TRAIN.get("steps", 1))
 _SC_GPU = _SC_LLM.backend == "vllm"
+_SC_CHAIN_NAMES = [c.name for c in SCAFFOLD.chains]
+# What the scaffold rules' settings fingerprint reads: everything but the held-out evaluation's own settings,
+# so that changing those reruns the held-out jobs only.
+_SC_FP_SETTINGS = dataclasses.replace(SCAFFOLD, heldout=HeldoutConfig())
 
 
 _sc_instance = lambda w: parse_instance(w.sbench)  # noqa: E731  (benchmark, chain variant or None, iteration)
@@ -40,11 +46,11 @@ _sc_scaffold = lambda w: training_iteration(SCAFFOLD, *_sc_instance(w)[1:])  # n
 _SC = "results/scaffold/{sbench}"
 _SCV = "results/scaffold/{sbench}/{svariant}"
 _SC_SCOUTS = [f"{_SC}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts)]
-_SC_CONSTRAINTS = dict(sbench=f"(?:{'|'.join(_SC_BENCH) or 'none'})(?:@(?:{'|'.join(SCAFFOLD.variants)})\\d+)?",
-                       svariant="|".join(SCAFFOLD.selection_variants), i=r"\d+")
+_SC_CONSTRAINTS = dict(sbench=f"(?:{'|'.join(_SC_BENCH) or 'none'})(?:@(?:{'|'.join(_SC_CHAIN_NAMES)})\\d+)?",
+                       svariant="|".join(SCAFFOLD.selection_variants + (BASELINE,)), i=r"\d+")
 _SC_COMMON = dict(bench=lambda w: _SC_BENCH[_sc_instance(w)[0]], llm=_sc_llm(), scaffold=_sc_scaffold,
                   policy=_sc_policy,
-                  settings=lambda w: _scaffold_cfg.fingerprint([_scaffold_check.settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=_sc_instance(w)[0]), SCAFFOLD] + ([_SC_PROMPTS] if _SC_PROMPTS else [])))
+                  settings=lambda w: _scaffold_cfg.fingerprint([_scaffold_check.settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=_sc_instance(w)[0]), _SC_FP_SETTINGS] + ([_SC_PROMPTS] if _SC_PROMPTS else [])))
 # A job played by a checkpoint reads it (and starts its own server for it).
 _sc_policy_input = lambda w: _sc_policy(w) or []  # noqa: E731
 # ... and takes every `llm` unit: two llama.cpp servers on the same cores slow each other many times over.
@@ -248,7 +254,9 @@ rule scaffold_select:
 
 rule scaffold_post_scout:
     input:
-        selection=f"{_SCV}/selection.parquet",
+        # plain GRPO has no Generator: its Post-Scouts play the iteration's queries skill-free
+        selection=lambda w: [] if w.svariant == BASELINE else f"results/scaffold/{w.sbench}/{w.svariant}/selection.parquet",
+        queries=f"{_SC}/queries.json",
         library=f"{_SC}/library/v0/manifest.json",
         policy=_sc_policy_input,
     output:
@@ -258,7 +266,7 @@ rule scaffold_post_scout:
     params:
         wall_s=_SC_WALL,
         # table 3's "Generator learning without injection": a training chain's Post-Scouts stay skill-free
-        inject=lambda w: "@" not in w.sbench or bool(_SC_TRAIN.get("inject", True)),
+        inject=lambda w: "@" not in w.sbench or SCAFFOLD.chain(_sc_instance(w)[1]).inject,
         **_SC_COMMON,
     resources:
         llm=_sc_llm_units,
@@ -395,31 +403,40 @@ _SC_CHAIN = "results/scaffold/{sbench}@{svariant}{prev}"
 _sc_prev = lambda *patterns: lambda w: [p.format(sbench=w.sbench, svariant=w.svariant, prev=int(w.k) - 1) for p in patterns]  # noqa: E731
 
 
+# Held-out evaluation (appendix A.1; tables 1, 2, 3, 6, figures 1 and 7; rules at the end of this file).
+_SC_HELDOUT_TARGETS = [f"results/tables/scaffold_{t}.csv" for t in ("heldout", "table1", "table2", "table3", "table6",
+                                                                     "training_curve", "injection")] + [
+    f"results/figures/scaffold_{f}.png" for f in ("figure1", "figure7")]
+
+
 rule scaffold_grpo:
     input:
-        [_sc_checkpoint(b, v, _SC_STEPS) for b in _SC_BENCH for v in SCAFFOLD.variants],
+        [_sc_checkpoint(b, v, _SC_STEPS) for b in _SC_BENCH for v in _SC_CHAIN_NAMES],
         "results/tables/scaffold_internalization.csv",
+        _SC_HELDOUT_TARGETS,
 
 
 rule scaffold_grpo_update:
     input:
         scouts=_sc_prev(*(f"{_SC_CHAIN}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts))),
         post=_sc_prev(*(f"{_SC_CHAIN}/{{svariant}}/post/l{i}/episodes.parquet" for i in range(SCAFFOLD.n_post))),
-        candidates=_sc_prev(f"{_SC_CHAIN}/{{svariant}}/candidates.parquet"),
-        utilities=_sc_prev(f"{_SC_CHAIN}/{{svariant}}/utilities.parquet"),
-        generator_calls=_sc_prev(f"{_SC_CHAIN}/{{svariant}}/generate/llm_calls.parquet"),
+        # plain GRPO trains the Executor alone: no cards
+        candidates=lambda w: [] if w.svariant == BASELINE else _sc_prev(f"{_SC_CHAIN}/{{svariant}}/candidates.parquet")(w),
+        utilities=lambda w: [] if w.svariant == BASELINE else _sc_prev(f"{_SC_CHAIN}/{{svariant}}/utilities.parquet")(w),
+        generator_calls=lambda w: [] if w.svariant == BASELINE else _sc_prev(f"{_SC_CHAIN}/{{svariant}}/generate/llm_calls.parquet")(w),
         policy=lambda w: _sc_checkpoint(w.sbench, w.svariant, int(w.k) - 1) if int(w.k) > 1 else [],
     output:
         directory("results/scaffold/{sbench}/{svariant}/grpo/ckpt{k}"),
     wildcard_constraints:
         sbench="|".join(_SC_BENCH) or "none",
-        svariant="|".join(SCAFFOLD.variants),
+        svariant="|".join(_SC_CHAIN_NAMES),
         k=r"[1-9]\d*",
     params:
-        training=_SC_TRAIN,
+        # a chain's own switches (table 3's training ablations; plain GRPO has neither)
+        training=lambda w: {**_SC_TRAIN, "generator_learning": SCAFFOLD.chain(w.svariant).generator_learning},
         base_model=_SC_TRAIN.get("model") or _SC_LLM.model,
-        m=SCAFFOLD.n_candidates,
-        group_size=SCAFFOLD.n_scouts + SCAFFOLD.n_post + SCAFFOLD.n_candidates,
+        m=lambda w: 0 if w.svariant == BASELINE else SCAFFOLD.n_candidates,
+        group_size=lambda w: SCAFFOLD.n_scouts + SCAFFOLD.n_post + (0 if w.svariant == BASELINE else SCAFFOLD.n_candidates),
         use_cpu=not _SC_GPU,
     resources:
         gpu=1 if _SC_GPU else 0,
@@ -523,3 +540,128 @@ rule scaffold_internalization:
         "../envs/scaffold.yaml"
     script:
         "../workflow/scripts/scaffold_internalization.py"
+
+
+
+# Held-out evaluation (appendix A.1): every policy, the base model (llm.model: checkpoint 0 of every chain) and
+# each evaluated checkpoint of every chain (plain GRPO included), played skill-free on each benchmark's held-out
+# splits (scaffold.heldout; ALFWorld valid_unseen, ScienceWorld Test-ID / Test-OOD), `heldout.rollouts` times per
+# task. Part of scaffold_grpo.
+_SC_HO = "results/scaffold/{hbench}/heldout"
+_SC_HO_CKPTS = SCAFFOLD.heldout.checkpoints(_SC_STEPS)
+_SC_HO_POLICIES = heldout_policies(SCAFFOLD.chains, _SC_HO_CKPTS)
+_SC_HO_CHAIN_CKPT = {pol: (chain, k) for pol, chain, k in _SC_HO_POLICIES}
+# a policy folder {chain}/ckpt{k} -> the checkpoint it plays ("": llm.model on the run's shared server)
+_sc_ho_policy = lambda w: "" if w.hpolicy == "base" else _sc_checkpoint(w.hbench, *_SC_HO_CHAIN_CKPT[w.hpolicy])  # noqa: E731
+_SC_HO_CONSTRAINTS = dict(hbench="|".join(_SC_BENCH) or "none",
+                          hpolicy="base|(?:" + "|".join(_SC_CHAIN_NAMES) + r")/ckpt[1-9]\d*")
+# The held-out jobs read the Executor's settings and the held-out ones, not the scaffold's training settings.
+_sc_ho_settings = lambda w: _scaffold_cfg.fingerprint([_scaffold_check.settings_fingerprint(  # noqa: E731
+    config, ("llm", "benchmark", "call_budget"), bench=w.hbench), SCAFFOLD.heldout.of(w.hbench),
+    SCAFFOLD.heldout.rollouts, SCAFFOLD.executor.get(w.hbench, {}), dict(SCAFFOLD.splits.get(w.hbench, {}))])
+
+
+rule scaffold_heldout:
+    input:
+        _SC_HELDOUT_TARGETS,
+
+
+rule scaffold_heldout_tasks:
+    output:
+        tasks=f"{_SC_HO}/tasks.json",
+        library=f"{_SC_HO}/library/v0/manifest.json",
+    wildcard_constraints:
+        **_SC_HO_CONSTRAINTS,
+    params:
+        bench=lambda w: _SC_BENCH[w.hbench],
+        scaffold=SCAFFOLD,
+        task_seed=_SC_TASK_SEED,
+        settings=_sc_ho_settings,
+    log:
+        "logs/scaffold/{hbench}/heldout_tasks.log",
+    benchmark:
+        "results/timings/scaffold/{hbench}/heldout_tasks.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_heldout_tasks.py"
+
+
+rule scaffold_heldout_eval:
+    input:
+        tasks=f"{_SC_HO}/tasks.json",
+        library=f"{_SC_HO}/library/v0/manifest.json",
+        policy=lambda w: _sc_ho_policy(w) or [],
+    output:
+        episodes=f"{_SC_HO}/{{hpolicy}}/episodes.parquet",
+    wildcard_constraints:
+        **_SC_HO_CONSTRAINTS,
+    params:
+        bench=lambda w: _SC_BENCH[w.hbench],
+        llm=lambda w: policy_llm(executor_llm(_SC_LLM, SCAFFOLD, w.hbench), _sc_ho_policy(w)),
+        policy=_sc_ho_policy,
+        rollouts=SCAFFOLD.heldout.rollouts,
+        wall_s=_SC_WALL,
+        settings=_sc_ho_settings,
+    resources:
+        llm=lambda w: _SC_LLM.slots if _sc_ho_policy(w) else 1,  # a checkpoint gets a server of its own
+    log:
+        "logs/scaffold/{hbench}/heldout/{hpolicy}.log",
+    benchmark:
+        "results/timings/scaffold/{hbench}/heldout/{hpolicy}.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_heldout_eval.py"
+
+
+_sc_chain_files = lambda pattern, chains=SCAFFOLD.chains: [  # noqa: E731
+    pattern.format(b=b, c=c.name, j=j, i=i) for b in _SC_BENCH for c in chains for j in range(_SC_STEPS)
+    for i in range(SCAFFOLD.n_scouts)]
+
+
+rule scaffold_heldout_tables:
+    input:
+        episodes=[f"results/scaffold/{b}/heldout/{pol}/episodes.parquet" for b in _SC_BENCH for pol, _, _ in _SC_HO_POLICIES],
+        # figure 7: the skill-free Scouts of every training iteration; figure 1: the injections
+        scouts=_sc_chain_files("results/scaffold/{b}@{c}{j}/scouts/s{i}/episodes.parquet"),
+        selections=sorted(set(_sc_chain_files("results/scaffold/{b}@{c}{j}/{c}/selection.parquet",
+                                              [c for c in SCAFFOLD.chains if c.of]))),
+    output:
+        heldout=report("results/tables/scaffold_heldout.csv", caption="../report/scaffold_heldout.rst", category="SkillScaffold"),
+        table1=report("results/tables/scaffold_table1.csv", caption="../report/scaffold_heldout.rst", category="SkillScaffold"),
+        table2=report("results/tables/scaffold_table2.csv", caption="../report/scaffold_heldout.rst", category="SkillScaffold"),
+        table3=report("results/tables/scaffold_table3.csv", caption="../report/scaffold_heldout.rst", category="SkillScaffold"),
+        table6=report("results/tables/scaffold_table6.csv", caption="../report/scaffold_heldout.rst", category="SkillScaffold"),
+        curve="results/tables/scaffold_training_curve.csv",
+        injection="results/tables/scaffold_injection.csv",
+    params:
+        policies={pol: (c, k) for pol, c, k in _SC_HO_POLICIES},
+        chains=list(SCAFFOLD.chains),
+        envs={b: bench.env for b, bench in _SC_BENCH.items()},
+    log:
+        "logs/scaffold/heldout_tables.log",
+    benchmark:
+        "results/timings/scaffold/heldout_tables.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_heldout_tables.py"
+
+
+rule scaffold_heldout_figures:
+    input:
+        heldout="results/tables/scaffold_heldout.csv",
+        curve="results/tables/scaffold_training_curve.csv",
+        injection="results/tables/scaffold_injection.csv",
+    output:
+        figure1=report("results/figures/scaffold_figure1.png", caption="../report/scaffold_heldout.rst", category="SkillScaffold"),
+        figure7=report("results/figures/scaffold_figure7.png", caption="../report/scaffold_heldout.rst", category="SkillScaffold"),
+    log:
+        "logs/scaffold/heldout_figures.log",
+    benchmark:
+        "results/timings/scaffold/heldout_figures.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_heldout_figures.py"

@@ -348,10 +348,14 @@ def test_json_reply_is_the_papers_contract():
 def test_generator_request_per_backend():
     fmt = CardFormat()
     emb = generator_request(fmt, "grammar", "embedded", 500)
-    assert emb.prefill == '{"skill":"# Skill: ' and emb.extra_body["grammar"].startswith("root ::= name")
+    name_g, body_g = emb.parts
+    assert emb.prefill == '{"skill":"# Skill: ' and name_g.startswith("root ::= name") and body_g.startswith("root ::= body")
+    assert emb.headings == fmt.headings and emb.with_grammar("g") == {"grammar": "g"} and emb.extra_body == {}
     vl = generator_request(fmt, "grammar", "vllm", 500)
     assert vl.extra_body["continue_final_message"] and not vl.extra_body["add_generation_prompt"]
-    assert vl.extra_body["structured_outputs"]["grammar"] == emb.extra_body["grammar"]
+    assert vl.with_grammar("g")["structured_outputs"] == {"grammar": "g"} and vl.parts == emb.parts
+    single = generator_request(fmt, "grammar_single", "embedded", 500)
+    assert single.parts is None and single.extra_body["grammar"] == card_grammar(fmt, 500)
     js = generator_request(fmt, "json_schema", "openai", 500)
     assert js.prefill == "" and js.extra_body["response_format"]["type"] == "json_schema"
     pattern = js.extra_body["response_format"]["json_schema"]["schema"]["properties"]["skill"]["pattern"]
@@ -365,26 +369,85 @@ def test_generator_request_per_backend():
     assert emb.reply_text('{"skill":"# Skill: a"}') == emb.reply_text('a"}') == '{"skill":"# Skill: a"}'
 
 
-def test_generate_candidates_sends_prefill_and_grammar():
-    from types import SimpleNamespace
+class _SectionClient:
+    """A server for sectioned decoding: echoes the pre-fill as llama.cpp does, writes `words` words per body
+    (one token per character), and cuts a part at its token limit as a server does (finish_reason length)."""
 
+    def __init__(self, words: int = 2):
+        self.words, self.seen = words, []
+
+    def chat(self, messages, **kw):
+        from types import SimpleNamespace
+
+        self.seen.append((messages, kw))
+        prefill = messages[-1]["content"]
+        grammar = kw["extra_body"]["grammar"]
+        full = "probe-card-long" if grammar.startswith("root ::= name") else \
+            "- " + ", ".join(["stepping"] * self.words) + "."
+        out = full[:kw["max_tokens"]]
+        return SimpleNamespace(text=prefill + out, finish_reason="length" if len(out) < len(full) else "stop",
+                               record=SimpleNamespace(call_id=f"c{len(self.seen)}", completion_tokens=len(out)))
+
+
+def test_generate_candidates_decodes_sections_and_sends_prefill_and_grammar():
     fmt = CardFormat()
     req = generator_request(fmt, "grammar", "embedded", 500)
-    card = _card_at(fmt, 2)
-    seen = []
-
-    class Client:
-        def chat(self, messages, **kw):
-            seen.append((messages, kw))
-            return SimpleNamespace(text=json.dumps({"skill": card}, separators=(",", ":"))[len(req.prefill):],
-                                   record=SimpleNamespace(call_id="c"))
-
+    client = _SectionClient()
     ev = build_evidence("babyai", "grp", [traj(0, True)])
-    cands, _ = generate_candidates(lambda j: Client(), ev, GeneratorTemplate.load("babyai"), fmt, 2, 500, req)
-    assert [c.valid for c in cands] == [True, True] and cands[0].card == card
-    messages, kw = seen[0]
-    assert messages[-1] == {"role": "assistant", "content": req.prefill}
-    assert kw["extra_body"]["grammar"] == req.extra_body["grammar"] and kw["max_tokens"] == 500
+    cands, calls = generate_candidates(lambda j: client, ev, GeneratorTemplate.load("babyai"), fmt, 2, 500, req, count=len)
+    assert [c.valid for c in cands] == [True, True], cands[0].problems
+    assert cands[0].name == "probe-card-long" and cands[0].raw.endswith('."}')
+    k = len(fmt.headings)
+    assert len(calls) == 2 * (k + 1) and [c.call_id for c in cands] == ["c1", f"c{k + 2}"]  # a card's first request
+    messages, kw = client.seen[0]
+    assert messages[-1] == {"role": "assistant", "content": req.prefill} and kw["extra_body"]["grammar"] == req.parts[0]
+    # every later request continues the reply so far, under the body grammar
+    messages, kw = client.seen[1]
+    assert messages[-1]["content"] == req.prefill + "probe-card-long\\n## When to apply\\n"
+    assert kw["extra_body"]["grammar"] == req.parts[1] and messages[:-1] == client.seen[0][0][:-1]
+
+
+def test_sectioned_cards_fit_the_token_limit_and_close_when_cut():
+    fmt = CardFormat()
+    req = generator_request(fmt, "grammar", "embedded", 400)
+    ev = build_evidence("babyai", "grp", [traj(0, True)])
+    # 40 words per section would need ~3,000 tokens: every body is cut, and each still closes
+    client = _SectionClient(words=40)
+    (card,), calls = generate_candidates(lambda j: client, ev, GeneratorTemplate.load("babyai"), fmt, 1, 400, req, count=len)
+    assert card.valid, card.problems
+    assert card.raw.endswith('"}') and json.loads(card.raw)["skill"].startswith("# Skill: ")
+    assert len(card.raw) - len(req.prefill) <= 400  # one token per character: the reply's tokens
+    assert sum(c.completion_tokens for c in calls) <= 400
+    assert [kw["max_tokens"] for _, kw in client.seen][-1] >= 4  # the last section kept its reserve
+    with pytest.raises(ValueError, match="generator_max_tokens: 150 tokens"):
+        generate_candidates(lambda j: client, ev, GeneratorTemplate.load("babyai"), fmt, 1, 150, req, count=len)
+
+
+def test_close_cut_drops_only_a_trailing_separator():
+    from skillrepro.studies.scaffold import close_cut
+
+    assert close_cut("turn left, ") == close_cut("turn left\\n- ") == close_cut("turn left\\") == "turn left"
+    assert close_cut("turn lef") == "turn lef" and close_cut("turn left.") == "turn left." and close_cut("a-") == "a"
+
+
+@pytest.mark.integration
+def test_sectioned_cards_of_the_real_model_close_within_the_token_limit(llm_url, llm_cfg):
+    """SmolLM2-135M under sectioned decoding at a small limit: every card closes and is valid, and its tokens
+    (the server's own count of the whole reply after the pre-fill) stay within the limit."""
+    from dataclasses import replace as dc_replace
+
+    from skillrepro.llm.client import LLMClient
+    from skillrepro.studies.scaffold import phase_seed, server_token_counter
+
+    fmt, limit = CardFormat(), 160
+    req = generator_request(fmt, "grammar", "embedded", limit)
+    clients = {j: LLMClient.connect(phase_seed(dc_replace(llm_cfg, base_url=llm_url), "generate", j)) for j in range(4)}
+    count = server_token_counter(llm_url, "embedded", llm_cfg.model)
+    ev = build_evidence("babyai", "grp", [traj(0, True), traj(1, False)])
+    cands, _ = generate_candidates(clients.__getitem__, ev, GeneratorTemplate.load("babyai"), fmt, 4, limit, req, count)
+    for c in cands:
+        assert c.raw.endswith('"}') and c.valid, (c.problems, c.raw)
+        assert count(c.raw[len(req.prefill):]) <= limit, c.raw
 
 
 # ---------------------------------------------------------------- selection ablations (table 3)
@@ -569,14 +632,17 @@ def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = dict(re.findall(r"^(scaffold_\w+)\s+(\d+)$", proc.stdout, flags=re.M))
     chains = 2 * 2 * 2  # benchmarks x utility variants x iterations, each with one selection and one update
+    plain = 2 * 2  # plain GRPO's iterations (benchmarks x iterations): Scouts, Post-Scouts, an update, no cards
     assert counts["scaffold_select"] == str(10 + chains) and counts["scaffold_generate"] == str(4 + chains)
-    assert counts["scaffold_grpo_update"] == str(chains) and counts["scaffold_cohort_eval"] == str(chains)
+    assert counts["scaffold_grpo_update"] == str(chains + plain) and counts["scaffold_cohort_eval"] == str(chains)
     assert counts["scaffold_cohort_early"] == str(chains // 2)  # iteration 0's fresh early rollouts per chain
     # figure 3(b): 4 probe rollouts per benchmark after its 8 skill-free baseline rollouts
     assert counts["scaffold_eval_free"] == str(2 * (8 + 4))
-    assert counts["scaffold_post_scout"] == str(10 * 4 + chains * 4)
+    assert counts["scaffold_post_scout"] == str(10 * 4 + (chains + plain) * 4)
     # N=4 Scouts per benchmark, shared by every variant of the validation experiment; a chain's are its own
-    assert counts["scaffold_scout"] == str(8 + chains * 4)
+    assert counts["scaffold_scout"] == str(8 + (chains + plain) * 4)
+    # held-out: per benchmark the base model and the last checkpoint (every: 10 > steps) of grp, anc and grpo
+    assert counts["scaffold_heldout_tasks"] == "2" and counts["scaffold_heldout_eval"] == str(2 * (1 + 3))
 
 
 def test_training_instances_name_their_chain_and_iteration():

@@ -54,8 +54,12 @@ def test_every_record_is_produced(workdir):
         cands = pd.read_parquet(s / v / "candidates.parquet")
         gen_calls = pd.read_parquet(s / v / "generate/llm_calls.parquet")
         n_gen = M * int((~ev.skip).sum())
-        assert len(cands) == n_gen and len(gen_calls) == n_gen and set(gen_calls.role) <= {"generator"}
-        # Constrained decoding (the default): the cards' structure holds by construction.
+        # sectioned decoding (the default): a request for the name and one per section of every card
+        assert len(cands) == n_gen and len(gen_calls) == n_gen * 8 and set(gen_calls.role) <= {"generator"}
+        assert set(cands.call_id) <= set(gen_calls.call_id)
+        # Constrained decoding: the cards' structure holds by construction, and every card closes within
+        # generator_max_tokens (a long "word" no longer cuts it before its closing brace).
+        assert cands.raw.str.endswith('"}').all(), cands.raw.tolist()
         assert n_gen == 0 or cands.valid.mean() >= 0.5, cands.problems.tolist()
         scores = pd.read_parquet(s / v / "scores.parquet")
         assert len(scores) == N * int(cands.valid.sum()) if len(cands) else len(scores) == 0

@@ -1,6 +1,8 @@
 """SkillScaffold's GRPO joint training through snakemake on the real embedded model (SmolLM2-135M) and BabyAI:
 two iterations of one chain, each played, carded and scored by the current checkpoint (iteration 1 on a
-llama.cpp server of its own, serving checkpoint 1 written back as GGUF), two TRL updates, and table 4."""
+llama.cpp server of its own, serving checkpoint 1 written back as GGUF), two TRL updates, and table 4; the plain
+GRPO chain beside it (no cards), and the held-out evaluation of the base model and both chains' last checkpoints
+on BabyAI's test split (tables 1-3, 6, figures 1, 7)."""
 from __future__ import annotations
 
 import json
@@ -11,6 +13,7 @@ import pandas as pd
 import pytest
 
 N, M, L, STEPS = 2, 2, 1, 2
+HELDOUT = 2  # BabyAI test tasks per policy
 
 pytestmark = [pytest.mark.integration, pytest.mark.workflow]
 
@@ -23,7 +26,9 @@ def workdir(tmp_path_factory, run_scaffold):
                       scaffold={"variants": ["grp"], "n_queries": 1, "n_scouts": N, "n_candidates": M, "n_post": L,
                                 "generator_max_tokens": 160, "evidence_max_chars": 1000,
                                 # a learning rate that moves a few updates visibly (table 5's is 1e-6)
-                                "training": {"steps": STEPS, "learning_rate": 1.0e-4, "query_batch_size": 1}})
+                                "training": {"steps": STEPS, "learning_rate": 1.0e-4, "query_batch_size": 1},
+                                # the base model and the last checkpoints (every > 1: checkpoint 1 is skipped)
+                                "heldout": {"splits": {"babyai": {"test": HELDOUT}}, "every": STEPS}})
     print(f"scaffold_grpo ({STEPS} updates, SmolLM2-135M): {time.perf_counter() - started:.0f} s")
     return wd
 
@@ -79,3 +84,54 @@ def test_internalization_table_has_a_row_per_later_checkpoint(workdir):
         assert len(played) == N * int(t.n[k - 1])  # N skill-free rollouts per cohort query
         if t.n[k - 1]:
             assert t.ci_low[k - 1] <= t.recovery_pp[k - 1] <= t.ci_high[k - 1]
+
+
+def test_plain_grpo_chain_trains_the_executor_alone(workdir):
+    s = workdir / "results/scaffold"
+    for j in range(STEPS):
+        it = s / f"babyai@grpo{j}"
+        assert not (it / "grpo/candidates.parquet").exists() and not (it / "grpo/selection.parquet").exists()
+        post = pd.read_parquet(it / "grpo/post/l0/episodes.parquet")
+        # the same query batch as the SkillScaffold chain's iteration j, Post-Scouts skill-free
+        assert sorted(post.task_id) == sorted(json.loads((s / f"babyai@grp{j}/queries.json").read_text()))
+        calls = pd.read_parquet(it / "grpo/post/l0/llm_calls.parquet")
+        assert not calls.prompt.str.contains("# Skill:").any()
+    meta = json.loads((s / f"babyai/grpo/grpo/ckpt{STEPS}/scaffold_update.json").read_text())
+    assert meta["update"] == STEPS and meta["from"].endswith("grpo/grpo/ckpt1")
+
+
+def test_every_policy_is_played_skill_free_on_the_held_out_split(workdir):
+    from skillrepro.benchmarks import load_benchmark
+    from skillrepro.config import BenchmarkConfig
+
+    s = workdir / "results/scaffold"
+    tasks = json.loads((s / "babyai/heldout/tasks.json").read_text())
+    babyai = load_benchmark(BenchmarkConfig("babyai", "babyai", 2))
+    assert tasks == {"test": babyai.sample_tasks("test", HELDOUT, 42)}
+    trained = {t for d in s.glob("babyai@*") for t in json.loads((d / "queries.json").read_text())}
+    assert not set(tasks["test"]) & (trained | set(babyai.sample_tasks("train", 200, 42)))
+    table = pd.read_csv(workdir / "results/tables/scaffold_heldout.csv", keep_default_na=False)
+    pooled = table[(table.split == "all") & (table.category == "all")].set_index(["chain", "checkpoint"])
+    served = {"base": "smollm2-135m"}
+    for chain in ("grp", "grpo"):
+        served[f"{chain}/ckpt{STEPS}"] = f"results/scaffold/babyai/{chain}/grpo/ckpt{STEPS}/gguf/model.gguf"
+    for policy, model in served.items():
+        d = s / "babyai/heldout" / policy
+        eps = pd.read_parquet(d / "episodes.parquet")
+        assert sorted(eps.task_id) == sorted(tasks["test"]) and set(eps.split) == {"test"}
+        assert set(eps.variant) == {"heldout/test/r0"}
+        calls = pd.read_parquet(d / "rollout0/llm_calls.parquet")
+        assert set(calls.model) == {model} and not calls.prompt.str.contains("# Skill:").any()  # skill-free
+        # the table's row is these episodes
+        chain, k = ("", 0) if policy == "base" else (policy.split("/")[0], STEPS)
+        row = pooled.loc[(chain, k)]
+        assert row.n_episodes == HELDOUT and row.success_pct == pytest.approx(100 * eps.success.mean())
+    assert not (s / "babyai/heldout/grp/ckpt1").exists()  # every: STEPS
+    t3 = pd.read_csv(workdir / "results/tables/scaffold_table3.csv")
+    assert t3.set_index("chain").method.to_dict() == {"grp": "SkillScaffold (grp)", "grpo": "GRPO"}
+    t1 = pd.read_csv(workdir / "results/tables/scaffold_table1.csv")
+    assert set(t1.method) == {"base model", "SkillScaffold (grp)", "GRPO"} and (t1.n_tasks == HELDOUT).all()
+    curve = pd.read_csv(workdir / "results/tables/scaffold_training_curve.csv")
+    assert sorted(curve.chain.unique()) == ["grp", "grpo"] and curve.iteration.max() == STEPS - 1
+    for fig in ("scaffold_figure1.png", "scaffold_figure7.png"):
+        assert (workdir / "results/figures" / fig).stat().st_size > 1000

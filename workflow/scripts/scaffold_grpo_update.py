@@ -22,8 +22,10 @@ base_gguf = resolve(p.base_model) if p.base_model in MODELS or p.base_model.ends
 groups = sg.groups_from_records(
     ChatSequencer(tok), w.svariant, p.m,
     ss.load_trajectories(Path(f).parent for f in i.scouts), ss.load_trajectories(Path(f).parent for f in i.post),
-    ss.read_rows(i.candidates, ss.CandidateRecord), ss.read_rows(i.utilities, ss.UtilityRecord),
-    pd.read_parquet(i.generator_calls))
+    # plain GRPO (no cards): the Executor's group alone
+    ss.read_rows(i.candidates, ss.CandidateRecord) if i.candidates else [],
+    ss.read_rows(i.utilities, ss.UtilityRecord) if i.utilities else [],
+    pd.read_parquet(i.generator_calls) if i.generator_calls else pd.DataFrame(columns=["call_id", "prompt"]))
 samples = sg.assign_advantages(groups, p.m, settings.lambda_gen, settings.generator_learning)
 log.info("update %s from %s: %d queries, %d samples; Generator groups trained: %d", w.k, previous or p.base_model,
          len(groups), len(samples), sum(g.trainable_generator for g in groups))

@@ -1,4 +1,6 @@
-"""SkillScaffold: Post-Scout i of every query, with its selected card in the actor's notes or skill-free (4.4)."""
+"""SkillScaffold: Post-Scout i of every query, with its selected card in the actor's notes or skill-free (4.4);
+plain GRPO's chain has no selection and plays every query skill-free."""
+import json
 from pathlib import Path
 
 from skillrepro.studies import scaffold as ss
@@ -6,8 +8,11 @@ from skillrepro.pipeline import setup_logging
 
 log = setup_logging(snakemake)
 w, p = snakemake.wildcards, snakemake.params
-plan = [(s.task_id, s.card if p.inject else "", ss.episode_variant(w.svariant, "post"))
-        for s in ss.read_rows(snakemake.input.selection, ss.SelectionRecord)]
+if snakemake.input.selection:
+    plan = [(s.task_id, s.card if p.inject else "", ss.episode_variant(w.svariant, "post"))
+            for s in ss.read_rows(snakemake.input.selection, ss.SelectionRecord)]
+else:  # plain GRPO: no Generator, every query skill-free
+    plan = [(t, "", ss.episode_variant(w.svariant, "post")) for t in json.loads(Path(snakemake.input.queries).read_text())]
 ss.play(bench=p.bench, llm=ss.phase_seed(p.llm, "post", int(w.i)), library_dir=Path(snakemake.input.library).parent,
         plan=plan, run_id=f"scaffold/{w.sbench}/{w.svariant}", cycle=1,
         out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s, logger=log, policy=p.policy)

@@ -213,7 +213,7 @@ def check_card(text: str, fmt: CardFormat = CardFormat()) -> CardCheck:
 
 # The paper pre-fills the Generator's reply with this and asks for one JSON object (appendix D).
 PREFILL = '{"skill":"# Skill: '
-DECODINGS = ("auto", "grammar", "json_schema", "none")
+DECODINGS = ("auto", "grammar", "grammar_single", "json_schema", "none")
 _WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
 
 
@@ -241,21 +241,51 @@ def section_word_bounds(fmt: CardFormat, max_tokens: int | None = None) -> tuple
     return lo, hi
 
 
-def card_grammar(fmt: CardFormat, max_tokens: int | None = None) -> str:
-    """GBNF (llama.cpp; vLLM's xgrammar reads the same syntax) for the Generator's reply after PREFILL:
-    a kebab-case name, then every heading of `fmt` in order, each followed by lo..hi words (see
-    `section_word_bounds`), then the closing `"}`. Section text cannot contain '#', a quote or a
-    backslash other than a newline escape, so no extra heading can appear and the JSON stays valid."""
-    lo, hi = section_word_bounds(fmt, max_tokens)
-    parts = " ".join(f"{_gbnf_literal(chr(10) + '## ' + h + chr(10))} body" for h in fmt.headings)
-    return "\n".join([
-        f'root ::= name {parts} "\\"}}"',
-        'name ::= [a-z] [a-z0-9]{0,15} ("-" [a-z0-9] [a-z0-9]{0,15}){0,5}',
+_NAME_RULE = 'name ::= [a-z] [a-z0-9]{0,15} ("-" [a-z0-9] [a-z0-9]{0,15}){0,5}'
+
+
+def _body_rules(lo: int, hi: int) -> list[str]:
+    return [
         f'body ::= "- "? word (sep word){{{lo - 1},{hi - 1}}} "."?',
         "word ::= [A-Za-z0-9] [A-Za-z0-9'-]{0,19}",
         # A separator holds no letter or digit, so each `word` is exactly one word for check_card.
         'sep ::= " " | ", " | ". " | "; " | ": " | " (" | ") " | "), " | "/" | "\\\\n- "',
-    ])
+    ]
+
+
+def heading_literal(heading: str) -> str:
+    """A heading line as it appears inside the reply's JSON string (newlines escaped)."""
+    return json.dumps("\n## " + heading + "\n")[1:-1]
+
+
+def card_grammar(fmt: CardFormat, max_tokens: int | None = None) -> str:
+    """GBNF (llama.cpp; vLLM's xgrammar reads the same syntax) for the Generator's reply after PREFILL:
+    a kebab-case name, then every heading of `fmt` in order, each followed by lo..hi words (see
+    `section_word_bounds`), then the closing `"}`. Section text cannot contain '#', a quote or a
+    backslash other than a newline escape, so no extra heading can appear and the JSON stays valid.
+    One request under this grammar can still be cut by its token limit before the closing brace (a word
+    costs one to twenty tokens); `sectioned` decoding (`part_grammars`) bounds the reply in tokens instead."""
+    lo, hi = section_word_bounds(fmt, max_tokens)
+    parts = " ".join(f"{_gbnf_literal(chr(10) + '## ' + h + chr(10))} body" for h in fmt.headings)
+    return "\n".join([f'root ::= name {parts} "\\"}}"', _NAME_RULE] + _body_rules(lo, hi))
+
+
+def part_grammars(fmt: CardFormat, max_tokens: int | None = None) -> tuple[str, str]:
+    """(name grammar, section-body grammar) of sectioned decoding: the same rules as `card_grammar`, one part of
+    the card per request, the headings and the closing brace written between the requests."""
+    lo, hi = section_word_bounds(fmt, max_tokens)
+    return "\n".join(["root ::= name", _NAME_RULE]), "\n".join(["root ::= body"] + _body_rules(lo, hi))
+
+
+# What a body or a name cut by its token limit may end with that the grammar does not let it end with: a
+# separator, or part of one (a cut can fall inside the two characters of an escaped newline).
+_CUT_TAIL = re.compile(r"(?:\\n- |\\n-|\\n|\\|[ ,;:(/)-]|\.(?= ))+$")
+
+
+def close_cut(text: str) -> str:
+    """A body (or name) cut by the token limit, made a complete one: its trailing separator dropped. A word cut in
+    the middle is still a word (any prefix of one is), so nothing the policy wrote besides the separator goes."""
+    return _CUT_TAIL.sub("", text)
 
 
 def card_json_schema(fmt: CardFormat) -> dict[str, Any]:
@@ -271,21 +301,35 @@ def card_json_schema(fmt: CardFormat) -> dict[str, Any]:
 @dataclass(frozen=True)
 class GeneratorRequest:
     """What to send with the Generator's messages: an assistant pre-fill (the reply continues it) and
-    the request fields the backend needs for it and for constrained decoding."""
+    the request fields the backend needs for it and for constrained decoding. `parts` (sectioned decoding):
+    the name and section-body grammars, one request each, under `grammar_field`; `headings` are written
+    between them."""
 
     prefill: str
     extra_body: dict[str, Any]
+    parts: tuple[str, str] | None = None
+    grammar_field: str = "grammar"
+    headings: tuple[str, ...] = ()
 
-    def reply_text(self, continuation: str) -> str:
+    def reply_text(self, continuation: str, prefill: str | None = None) -> str:
         """The whole reply. llama.cpp returns the pre-fill with the continuation, vLLM without it."""
-        return continuation if continuation.startswith(self.prefill) else self.prefill + continuation
+        prefill = self.prefill if prefill is None else prefill
+        return continuation if continuation.startswith(prefill) else prefill + continuation
+
+    def with_grammar(self, grammar: str) -> dict[str, Any]:
+        return {**self.extra_body, self.grammar_field: {"grammar": grammar} if self.grammar_field == "structured_outputs"
+                else grammar}
 
 
 def generator_request(fmt: CardFormat, decoding: str, backend: str, max_tokens: int | None) -> GeneratorRequest:
-    """`grammar`: pre-fill PREFILL and constrain the rest by `card_grammar` (llama.cpp's `grammar`,
-    vLLM's `structured_outputs.grammar`). `json_schema`: `response_format` with `card_json_schema`,
-    no pre-fill (a schema covers the whole reply). `none`: pre-fill only, free decoding. `auto`: grammar,
-    or json_schema on the openai backend (API servers do not continue a pre-filled reply)."""
+    """`grammar`: pre-fill PREFILL and decode the card in parts, the name and then each section's body under
+    `part_grammars` (llama.cpp's `grammar`, vLLM's `structured_outputs.grammar`), each request limited to the
+    tokens the card has left, the headings and the closing `"}` written in between: the reply fits
+    `max_tokens` and always closes (`sectioned_reply`). `grammar_single`: one request under `card_grammar`,
+    bounded in words only (a long reply is cut before its closing brace). `json_schema`: `response_format`
+    with `card_json_schema`, no pre-fill (a schema covers the whole reply). `none`: pre-fill only, free
+    decoding. `auto`: grammar, or json_schema on the openai backend (API servers do not continue a pre-filled
+    reply)."""
     if decoding not in DECODINGS:
         raise ValueError(f"config key scaffold.generator_decoding: {decoding!r}; allowed: {', '.join(DECODINGS)}")
     if decoding == "auto":
@@ -299,10 +343,80 @@ def generator_request(fmt: CardFormat, decoding: str, backend: str, max_tokens: 
     extra: dict[str, Any] = {}
     if backend == "vllm":  # vLLM continues a final assistant message only when asked to
         extra.update(continue_final_message=True, add_generation_prompt=False)
+    field_name = "structured_outputs" if backend == "vllm" else "grammar"
     if decoding == "grammar":
-        grammar = card_grammar(fmt, max_tokens)
-        extra.update({"structured_outputs": {"grammar": grammar}} if backend == "vllm" else {"grammar": grammar})
-    return GeneratorRequest(PREFILL, extra)
+        return GeneratorRequest(PREFILL, extra, part_grammars(fmt, max_tokens), field_name, tuple(fmt.headings))
+    req = GeneratorRequest(PREFILL, extra, grammar_field=field_name)
+    if decoding == "grammar_single":
+        return GeneratorRequest(PREFILL, req.with_grammar(card_grammar(fmt, max_tokens)), grammar_field=field_name)
+    return req
+
+
+# Sectioned decoding: the tokens a section body is sure to get (so it holds a word), and the most a name may take.
+SECTION_MIN_TOKENS = 4
+NAME_MAX_TOKENS = 24
+
+
+def _part_budgets(fmt: CardFormat, max_tokens: int, literal_tokens: Sequence[int]) -> tuple[int, int]:
+    """(tokens the model may write in all, of which at most this many for the name): `max_tokens` less the
+    headings and the closing brace written between the requests, and a token per seam where re-tokenising
+    could merge two pieces."""
+    k = len(fmt.headings)
+    free = max_tokens - sum(literal_tokens) - 2 - (2 * k + 2)
+    if free < SECTION_MIN_TOKENS * (k + 1):
+        raise ValueError(f"config key scaffold.generator_max_tokens: {max_tokens} tokens leave {free} for the model's "
+                         f"own text after the {k} headings; a card needs at least {SECTION_MIN_TOKENS * (k + 1)}")
+    return free, min(NAME_MAX_TOKENS, free - SECTION_MIN_TOKENS * k)
+
+
+def server_token_counter(base_url: str, backend: str, model: str) -> Callable[[str], int]:
+    """Counts tokens as the server that plays the Generator does (its /tokenize: llama.cpp and vLLM both have
+    one), remembering texts it has counted (the headings repeat for every card)."""
+    import urllib.request
+
+    root = base_url.rstrip("/").removesuffix("/v1")
+    seen: dict[str, int] = {}
+
+    def count(text: str) -> int:
+        if text not in seen:
+            body = ({"content": text, "add_special": False} if backend == "embedded"
+                    else {"model": model, "prompt": text, "add_special_tokens": False})
+            req = urllib.request.Request(root + "/tokenize", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                seen[text] = len(json.loads(r.read())["tokens"])
+        return seen[text]
+
+    return count
+
+
+def sectioned_reply(client: Any, messages: Sequence[dict[str, Any]], request: GeneratorRequest, max_tokens: int,
+                    count: Callable[[str], int], session_id: str) -> tuple[str, list[Any]]:
+    """One card by sectioned decoding (see `generator_request`): (the whole reply, every request's LLM record).
+
+    Each request continues the reply so far (the pre-fill grows) and may write what the card has left less
+    SECTION_MIN_TOKENS for every later section, so the model's tokens plus the headings stay within
+    `max_tokens`. A part cut by its limit loses only a trailing separator (`close_cut`)."""
+    name_grammar, body_grammar = request.parts
+    literals = [heading_literal(h) for h in request.headings]
+    free, name_max = _part_budgets(CardFormat(request.headings), max_tokens, [count(x) for x in literals])
+    text, records = request.prefill, []
+
+    def part(grammar: str, limit: int) -> int:
+        nonlocal text
+        reply = client.chat(list(messages[:-1]) + [{"role": "assistant", "content": text}], role="generator",
+                            session_id=session_id, max_tokens=limit, extra_body=request.with_grammar(grammar))
+        records.append(reply.record)
+        piece = request.reply_text(reply.text, text)[len(text):]
+        text += close_cut(piece) if reply.finish_reason == "length" else piece
+        return int(getattr(reply.record, "completion_tokens", 0) or count(piece))
+
+    free -= part(name_grammar, name_max)
+    for i, lit in enumerate(literals):
+        text += lit
+        later = len(literals) - i - 1
+        free -= part(body_grammar, max(1, free - SECTION_MIN_TOKENS * later))
+    return text + '"}', records
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -918,7 +1032,7 @@ class TrainSettings:
 TRAINING_KEYS = ("model", "steps", "optimizer", "learning_rate", "adam_betas", "query_batch_size",
                  "global_batch_size", "clip_low", "clip_high", "kl_coef", "executor_entropy_coef",
                  "max_sequence_tokens", "micro_batch_size", "lambda_gen", "generator_entropy_coef",
-                 "generator_learning", "inject", "cohort_iterations", "keep_optimizer_states")
+                 "generator_learning", "inject", "cohort_iterations", "keep_optimizer_states", "baseline")
 
 
 def check_training(training: dict[str, Any], n_scouts: int, n_post: int, n_candidates: int) -> None:
@@ -978,6 +1092,56 @@ def bootstrap_interval(x: Any, n_boot: int = 10000, seed: int = 0, interval: str
 
 
 @dataclass(frozen=True)
+class HeldoutConfig:
+    """Held-out evaluation (appendix A.1): every policy played skill-free on each benchmark's held-out pools.
+
+    `splits`: benchmark -> held-out split -> number of tasks (None: the whole pool, as the paper evaluates);
+    a benchmark not listed is evaluated on its own `test` split. A split is `test` (the benchmark's sampler:
+    ALFWorld's valid_unseen with the official data) or a pool named in `scaffold.splits` (ScienceWorld's
+    test_id / test_ood). `rollouts`: skill-free rollouts per task and policy (table 6's Pass@k needs k).
+    `every`: the checkpoints evaluated, 0, every, 2 x every, ... and always the last."""
+
+    splits: dict[str, dict[str, int | None]] = field(default_factory=dict)
+    rollouts: int = 1
+    every: int = 1
+
+    def of(self, benchmark: str) -> dict[str, int | None]:
+        return self.splits.get(benchmark) or {"test": None}
+
+    def checkpoints(self, steps: int) -> list[int]:
+        return sorted({k for k in range(0, steps + 1, self.every)} | {steps})
+
+
+# The plain-GRPO training chain (table 1's GRPO row, the in-house baseline): the same query batches, Scouts and
+# Post-Scouts as a SkillScaffold chain, with no Generator and no injection, so the Executor group is N + L
+# skill-free trajectories.
+BASELINE = "grpo"
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A GRPO training chain: `of` the utility variant whose cards it generates and scores (None: plain GRPO, no
+    skill pathway at all); `generator_learning` / `inject` as in table 3's training ablations."""
+
+    name: str
+    of: str | None
+    generator_learning: bool = True
+    inject: bool = True
+
+    @property
+    def method(self) -> str:
+        """The row label of the held-out tables."""
+        if self.of is None:
+            return "GRPO"
+        label = f"SkillScaffold ({self.of})"
+        if not self.generator_learning:
+            label += " w/o Generator learning"
+        if not self.inject:
+            label += " w/o injection"
+        return label
+
+
+@dataclass(frozen=True)
 class ScaffoldConfig:
     benchmarks: tuple[str, ...]  # benchmark instance names from `benchmarks:`
     variants: tuple[str, ...] = ("grp",)
@@ -1006,6 +1170,7 @@ class ScaffoldConfig:
     executor: dict[str, dict[str, Any]] = field(default_factory=dict)  # benchmark -> {max_tokens, temperature}
     training: dict[str, Any] = field(default_factory=dict)  # table 5's RL settings, read by the GRPO stage
     webshop_data: str | None = None  # WebShop's data folder: the category split of appendix A.1
+    heldout: HeldoutConfig = HeldoutConfig()  # the held-out evaluation of every policy (tables 1-3, 6)
 
     @property
     def selection_variants(self) -> tuple[str, ...]:
@@ -1014,6 +1179,18 @@ class ScaffoldConfig:
 
     def ablation(self, variant: str) -> "Ablation":
         return self.ablations.get(variant) or Ablation(of=variant)
+
+    @property
+    def chains(self) -> tuple[Chain, ...]:
+        """The GRPO training chains: one per utility variant (with table 3's training switches), then plain GRPO
+        unless `training.baseline` is false."""
+        t = self.training
+        out = tuple(Chain(v, v, bool(t.get("generator_learning", True)), bool(t.get("inject", True)))
+                    for v in self.variants)
+        return out + ((Chain(BASELINE, None, False, False),) if t.get("baseline", True) else ())
+
+    def chain(self, name: str) -> Chain:
+        return next(c for c in self.chains if c.name == name)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "ScaffoldConfig":
@@ -1033,6 +1210,9 @@ class ScaffoldConfig:
             if name in VARIANTS or a.of not in s.get("variants", ["grp"]):
                 raise ValueError(f"config key scaffold.ablations.{name}: the name must differ from grp/anc and "
                                  f"'of' ({a.of}) must be one of scaffold.variants")
+        heldout = s.pop("heldout", {}) or {}
+        s["heldout"] = HeldoutConfig({b: dict(d) for b, d in (heldout.get("splits") or {}).items()},
+                                     int(heldout.get("rollouts", 1)), int(heldout.get("every", 1)))
         splits = {b: {k: tuple(v) for k, v in d.items()} for b, d in (s.pop("splits", {}) or {}).items()}
         for b in list(splits) + list(s.get("executor", {}) or {}):
             if b not in names:
@@ -1049,6 +1229,7 @@ class ScaffoldConfig:
             raise ValueError(f"config key scaffold.bootstrap_interval: {out.bootstrap_interval!r}; allowed: "
                              f"{', '.join(INTERVALS)}")
         check_training(out.training, out.n_scouts, out.n_post, out.n_candidates)
+        check_heldout(out, config)
         if out.evidence_max_tokens and (config.get("llm") or {}).get("backend") == "openai":
             raise ValueError("config key scaffold.evidence_max_tokens: no tokenizer for llm.backend openai; "
                              "use scaffold.evidence_max_chars")
@@ -1066,14 +1247,17 @@ def sample_queries(bench: Any, cfg: ScaffoldConfig, seed: int) -> list[str]:
     """The fixed queries of `bench`: from `scaffold.splits[bench][split]` when given (ScienceWorld
     "task@partition" pools, drawn uniformly from their union as the paper trains on it), else the
     benchmark's own sampler for `split` (train | test)."""
-    spec = cfg.splits.get(bench.name, {}).get(cfg.split)
-    if spec is None:
-        if cfg.split not in ("train", "test"):
-            raise ValueError(f"config key scaffold.split: {cfg.split!r} is neither train/test nor a split in "
-                             f"scaffold.splits.{bench.name}")
-        from skillrepro.benchmarks import load_benchmark
+    return split_tasks(bench, cfg, cfg.split, cfg.n_queries, seed, key="scaffold.split")
 
-        return load_benchmark(bench).sample_tasks(cfg.split, cfg.n_queries, seed)
+
+def split_pool(bench: Any, cfg: ScaffoldConfig, split: str, key: str) -> list[str] | None:
+    """Every task id of a pool named in `scaffold.splits[bench]` (None: `split` is the benchmark's own)."""
+    spec = cfg.splits.get(bench.name, {}).get(split)
+    if spec is None:
+        if split not in ("train", "test"):
+            raise ValueError(f"config key {key}: {split!r} is neither train/test nor a split in "
+                             f"scaffold.splits.{bench.name}")
+        return None
     if bench.env != "scienceworld":
         raise ValueError(f"config key scaffold.splits.{bench.name}: task pools exist for scienceworld only")
     from skillrepro.benchmarks.scienceworld import TaskRef, partitions
@@ -1082,11 +1266,77 @@ def sample_queries(bench: Any, cfg: ScaffoldConfig, seed: int) -> list[str]:
     for item in spec:
         task, _, part = item.partition("@")
         if part not in ("train", "dev", "test"):
-            raise ValueError(f"config key scaffold.splits.{bench.name}.{cfg.split}: {item!r} is not 'task@train|dev|test'")
+            raise ValueError(f"config key scaffold.splits.{bench.name}.{split}: {item!r} is not 'task@train|dev|test'")
         pool += [TaskRef(task, v).task_id for v in partitions(task)[part]]
-    if cfg.n_queries > len(pool):
-        raise ValueError(f"scaffold.splits.{bench.name}.{cfg.split} has {len(pool)} tasks; n_queries is {cfg.n_queries}")
-    return random.Random(seed).sample(pool, cfg.n_queries)
+    return pool
+
+
+def split_tasks(bench: Any, cfg: ScaffoldConfig, split: str, n: int | None, seed: int, key: str) -> list[str]:
+    """`n` tasks of `split` drawn with `seed` (None: the whole pool, in a seeded order)."""
+    pool = split_pool(bench, cfg, split, key)
+    if pool is None:
+        from skillrepro.benchmarks import load_benchmark
+
+        b = load_benchmark(bench)
+        if n is None:
+            n = b.pool_size(split)
+            if n is None:
+                raise ValueError(f"config key {key}: {bench.name} cannot tell the size of its {split} pool "
+                                 "without its data; give the number of tasks")
+        return b.sample_tasks(split, n, seed)
+    if n is None:
+        n = len(pool)
+    if n > len(pool):
+        raise ValueError(f"config key {key}: scaffold.splits.{bench.name}.{split} has {len(pool)} tasks; asked for {n}")
+    return random.Random(seed).sample(pool, n)
+
+
+def check_heldout(cfg: ScaffoldConfig, config: dict[str, Any]) -> None:
+    """Refuse, before any work starts, a held-out split that is not held out: the training split itself, an
+    unknown split, or a ScienceWorld pool sharing a task@partition with the training pool."""
+    h = cfg.heldout
+    if h.rollouts < 1 or h.every < 1:
+        raise ValueError("config key scaffold.heldout.rollouts/every: must be at least 1")
+    for b, splits in h.splits.items():
+        if b not in cfg.benchmarks:
+            raise ValueError(f"config key scaffold.heldout.splits.{b}: not one of scaffold.benchmarks")
+        if not splits:
+            raise ValueError(f"config key scaffold.heldout.splits.{b}: no split")
+    for b in cfg.benchmarks:
+        train = set(cfg.splits.get(b, {}).get(cfg.split, ()))
+        for split, n in h.of(b).items():
+            key = f"scaffold.heldout.splits.{b}.{split}"
+            if split == cfg.split or split == "train":
+                raise ValueError(f"config key {key}: the training split is not held out")
+            if split != "test" and split not in cfg.splits.get(b, {}):
+                raise ValueError(f"config key {key}: neither test nor a split in scaffold.splits.{b}")
+            shared = train & set(cfg.splits.get(b, {}).get(split, ()))
+            if shared:
+                raise ValueError(f"config key {key}: {sorted(shared)} is also in the training pool "
+                                 f"scaffold.splits.{b}.{cfg.split}")
+            if n is not None and int(n) < 1:
+                raise ValueError(f"config key {key}: {n} tasks")
+
+
+# ALFRED's task type (an official game's folder name starts with it) -> the benchmark's short name, which its
+# generated games carry in their ids (gen:<short name>:<seed>); table 1's Pick, Look, Clean, Heat, Cool, Pick2.
+ALFRED_TYPES = {"pick_and_place_simple": "pick_and_place", "look_at_obj_in_light": "look_at_obj_in_light",
+                "pick_clean_then_place_in_recep": "clean", "pick_heat_then_place_in_recep": "heat",
+                "pick_cool_then_place_in_recep": "cool", "pick_two_obj_and_place": "pick_two"}
+
+
+def task_category(env: str, task_id: str) -> str:
+    """The task category table 1 breaks success down by: ALFWorld's task type (pick, heat, ..., from the id),
+    ScienceWorld's task name; "all" where a benchmark has none (BabyAI)."""
+    task_id = str(task_id)
+    if env == "alfworld":
+        if task_id.startswith("gen:"):
+            return task_id.split(":")[1]
+        long_type = task_id.split("/")[1].split("-")[0] if task_id.count("/") >= 2 else ""
+        return ALFRED_TYPES.get(long_type, "other")
+    if env == "scienceworld":
+        return task_id.rpartition(":")[0] or "all"
+    return "all"
 
 
 def parse_instance(name: str) -> tuple[str, str | None, int]:
@@ -1134,7 +1384,7 @@ def phase_seed(llm: Any, phase: str, index: int) -> Any:
     """Distinct sampling seeds, so the N Scouts (and L Post-Scouts, M candidates) of a query differ."""
     from dataclasses import replace
 
-    base = {"scout": 0, "post": 1000, "eval": 2000, "generate": 3000, "cohort": 4000}[phase]
+    base = {"scout": 0, "post": 1000, "eval": 2000, "generate": 3000, "cohort": 4000, "heldout": 5000}[phase]
     return replace(llm, seed=llm.seed + base + index)
 
 
@@ -1152,11 +1402,13 @@ def policy_server(llm: Any, policy: str | None):
 
 
 def play(*, bench: Any, llm: Any, library_dir: str | Path, plan: Sequence[tuple[str, str, str]], run_id: str,
-         cycle: int, out_dir: str | Path, wall_s: float = 1800.0, logger: Any = None, policy: str = "") -> Path:
+         cycle: int, out_dir: str | Path, wall_s: float = 1800.0, logger: Any = None, policy: str = "",
+         split: str = "train") -> Path:
     """Play (task_id, notes, episode variant) items and merge their records into `out_dir`.
 
     Items with the same notes share one runner batch (the runner takes one notes text per batch).
-    `policy`: a GRPO checkpoint that plays them on a server of this job's own."""
+    `policy`: a GRPO checkpoint that plays them on a server of this job's own. `split`: Episode.split (test for
+    the held-out evaluation)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -1171,7 +1423,7 @@ def play(*, bench: Any, llm: Any, library_dir: str | Path, plan: Sequence[tuple[
     parts = []
     with policy_server(llm, policy if groups else ""):
         for g, ((notes, variant), tasks) in enumerate(groups.items()):
-            spec = EpisodeSpec(run_id, bench.name, "skillscaffold", variant, llm.seed, "train", cycle, 0)
+            spec = EpisodeSpec(run_id, bench.name, "skillscaffold", variant, llm.seed, split, cycle, 0)
             part = out_dir / f"part{g:03d}"
             run_batch(bench=bench, llm=llm, library_dir=library_dir, task_ids=tasks, spec=spec, out_dir=part,
                       wall_s=wall_s, notes=notes, logger=logger)
@@ -1267,24 +1519,32 @@ def load_scorer(cfg: ScaffoldConfig, llm: Any) -> Any:
 
 def generate_candidates(client_for: Any, ev: EvidenceRecord, template: GeneratorTemplate, fmt: CardFormat,
                         n: int, max_tokens: int, request: GeneratorRequest = GeneratorRequest("", {}),
-                        ) -> tuple[list[CandidateRecord], list[Any]]:
+                        count: Callable[[str], int] | None = None) -> tuple[list[CandidateRecord], list[Any]]:
     """M independently sampled cards for one query; `client_for(j)` gives the LLM client for sample j.
-    `request` adds the pre-fill and constrained decoding (`generator_request`)."""
+    `request` adds the pre-fill and constrained decoding (`generator_request`); sectioned decoding counts the
+    headings' tokens with `count` (default: `server_token_counter` of sample 0's server). A card's call_id is its
+    first request's."""
     if ev.skip:
         return [], []
     messages = template.messages(ev, fmt)
     if request.prefill:
         messages.append({"role": "assistant", "content": request.prefill})
     cands, calls = [], []
+    if request.parts and count is None:
+        c = client_for(0)
+        count = server_token_counter(c.base_url, c.cfg.backend, c.cfg.model)
     for j in range(n):
-        reply = client_for(j).chat(messages, role="generator",
-                                   session_id=f"scaffold/{ev.benchmark}/{ev.variant}/{ev.task_id}/gen{j}",
-                                   max_tokens=max_tokens, extra_body=request.extra_body or None)
-        text = request.reply_text(reply.text)
+        session = f"scaffold/{ev.benchmark}/{ev.variant}/{ev.task_id}/gen{j}"
+        if request.parts:
+            text, records = sectioned_reply(client_for(j), messages, request, max_tokens, count, session)
+        else:
+            reply = client_for(j).chat(messages, role="generator", session_id=session, max_tokens=max_tokens,
+                                       extra_body=request.extra_body or None)
+            text, records = request.reply_text(reply.text), [reply.record]
         chk = check_card(text, fmt)
         cands.append(CandidateRecord(ev.benchmark, ev.variant, ev.task_id, j, text, chk.card, chk.name,
-                                     chk.n_words, chk.valid, "; ".join(chk.problems), reply.record.call_id))
-        calls.append(reply.record)
+                                     chk.n_words, chk.valid, "; ".join(chk.problems), records[0].call_id))
+        calls += records
     return cands, calls
 
 
@@ -1316,3 +1576,159 @@ def eval_table(free: Any, cand: Any, variants: Sequence[str]) -> Any:
             rows.append({"benchmark": b, "variant": v, "task_id": t, "candidate": int(c),
                          "success_rate": float(g.success.mean()), "n_rollouts": len(g)})
     return pd.DataFrame(rows, columns=cols)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Held-out evaluation (appendix A.1; tables 1, 2, 3 and 6, figures 1 and 7)
+
+HELDOUT_COLUMNS = ["benchmark", "split", "category", "chain", "method", "checkpoint", "n_tasks", "n_episodes",
+                   "success_pct"]
+
+
+def heldout_variant(split: str, rollout: int) -> str:
+    """Episode.variant of a held-out episode: heldout/{split}/r{rollout}."""
+    return f"heldout/{split}/r{rollout}"
+
+
+def parse_heldout_variant(variant: Any) -> Any:
+    """(split, rollout) columns of a Series of held-out Episode.variant values."""
+    parsed = variant.str.extract(r"^heldout/(?P<split>[\w-]+)/r(?P<rollout>\d+)$")
+    if parsed.split.isna().any():
+        raise ValueError(f"held-out episodes with an unexpected variant: {sorted(variant[parsed.split.isna()].unique())}")
+    return parsed.assign(rollout=parsed.rollout.astype(int))
+
+
+def heldout_policies(chains: Sequence[Chain], checkpoints: Sequence[int]) -> list[tuple[str, str, int]]:
+    """(policy folder, chain, checkpoint) of every evaluated policy: `base` (llm.model, checkpoint 0 of every
+    chain, played once) and `{chain}/ckpt{k}`."""
+    return [("base", "", 0)] + [(f"{c.name}/ckpt{k}", c.name, k) for c in chains for k in checkpoints if k > 0]
+
+
+def heldout_table(episodes: Any, env_of: dict[str, str], chains: Sequence[Chain]) -> Any:
+    """Success per benchmark x split x category x policy, long form. `episodes`: held-out Episode rows with
+    `chain` ("" for the base model) and `checkpoint`. Category `all` pools a split's episodes, split `all` a
+    benchmark's held-out episodes (the paper's ScienceWorld Avg. is the pooled 230 + 155 episodes: 77.1 from
+    96.2 and 48.8). The base model's row stands for checkpoint 0 of every chain."""
+    import pandas as pd
+
+    e = episodes.join(parse_heldout_variant(episodes.variant))
+    e = e.assign(category=[task_category(env_of[b], t) for b, t in zip(e.benchmark, e.task_id)],
+                 success=e.success.astype(float))
+    label = {c.name: c.method for c in chains}
+    rows = []
+
+    def add(g: Any, b: str, split: str, cat: str) -> None:
+        for (chain, k), h in g.groupby(["chain", "checkpoint"]):
+            rows.append({"benchmark": b, "split": split, "category": cat, "chain": chain,
+                         "method": label.get(chain, "base model"), "checkpoint": int(k),
+                         "n_tasks": h.task_id.nunique(), "n_episodes": len(h), "success_pct": 100 * h.success.mean()})
+
+    for b, g in e.groupby("benchmark"):
+        add(g, b, "all", "all")
+        for split, h in g.groupby("split"):
+            add(h, b, split, "all")
+            if h.category.nunique() > 1:
+                for cat, c in h.groupby("category"):
+                    add(c, b, split, cat)
+    return pd.DataFrame(rows, columns=HELDOUT_COLUMNS)
+
+
+def final_rows(table: Any) -> Any:
+    """The rows of each chain's last evaluated checkpoint, and the base model's."""
+    last = table.groupby("chain").checkpoint.transform("max")
+    return table[table.checkpoint == last]
+
+
+def table_by_category(table: Any) -> Any:
+    """Tables 1 (WebShop, ALFWorld): success per task category and overall, one row per benchmark x split x
+    method at the final checkpoints; category columns are the benchmark's own (NaN elsewhere)."""
+    t = final_rows(table[table.split != "all"])
+    wide = t.pivot_table(index=["benchmark", "split", "method", "checkpoint"], columns="category",
+                         values="success_pct").reset_index()
+    n = t[t.category == "all"].set_index(["benchmark", "split", "method"]).n_tasks
+    wide["n_tasks"] = [n.get((b, s, m)) for b, s, m in zip(wide.benchmark, wide.split, wide.method)]
+    cats = sorted(c for c in wide.columns if c not in ("benchmark", "split", "method", "checkpoint", "all", "n_tasks"))
+    wide = wide.rename(columns={"all": "avg"})
+    return wide[["benchmark", "split", "method", "checkpoint", "n_tasks"] + cats + ["avg"]]
+
+
+def table_by_split(table: Any) -> Any:
+    """Table 2 (ScienceWorld ID / OOD): success per held-out split and pooled (avg), final checkpoints."""
+    t = final_rows(table[table.category == "all"])
+    wide = t.pivot_table(index=["benchmark", "method", "checkpoint"], columns="split", values="success_pct").reset_index()
+    splits = sorted(c for c in wide.columns if c not in ("benchmark", "method", "checkpoint", "all"))
+    return wide.rename(columns={"all": "avg"})[["benchmark", "method", "checkpoint"] + splits + ["avg"]]
+
+
+def table_variants(table: Any, chains: Sequence[Chain]) -> Any:
+    """Table 3's metric: each trained chain's pooled held-out success at its last checkpoint, per benchmark,
+    beside the chain's settings (which ablation it is)."""
+    import pandas as pd
+
+    t = final_rows(table[(table.split == "all") & (table.chain != "")])
+    by = {c.name: c for c in chains}
+    rows = [{"benchmark": r.benchmark, "chain": r.chain, "method": r.method, "utility_variant": by[r.chain].of or "",
+             "generator_learning": by[r.chain].generator_learning, "inject": by[r.chain].inject,
+             "checkpoint": r.checkpoint, "n_episodes": r.n_episodes, "success_pct": r.success_pct}
+            for r in t.itertuples()]
+    return pd.DataFrame(rows, columns=["benchmark", "chain", "method", "utility_variant", "generator_learning",
+                                       "inject", "checkpoint", "n_episodes", "success_pct"])
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased Pass@k estimate from n rollouts of which c succeeded: 1 - C(n-c, k) / C(n, k)."""
+    if k > n:
+        raise ValueError(f"pass@{k} from {n} rollouts")
+    return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def table_pass_at_k(episodes: Any, ks: Sequence[int] = (1, 4, 8)) -> Any:
+    """Table 6: Pass@k (%) per benchmark x split x policy, the mean over tasks of `pass_at_k` from the task's
+    held-out rollouts, for every k up to the rollouts per task; split `macro` averages the splits (the paper's
+    tau2 Average columns are macro averages over its domains)."""
+    import pandas as pd
+
+    e = episodes.join(parse_heldout_variant(episodes.variant))
+    per = e.groupby(["benchmark", "split", "chain", "method", "checkpoint", "task_id"]).success.agg(["size", "sum"])
+    rows = []
+    for (b, split, chain, method, ckpt), g in per.groupby(level=[0, 1, 2, 3, 4]):
+        for k in ks:
+            if k <= g["size"].min():
+                rows.append({"benchmark": b, "split": split, "chain": chain, "method": method, "checkpoint": int(ckpt),
+                             "k": k, "n_tasks": len(g),
+                             "pass_at_k_pct": 100 * float(sum(pass_at_k(n, c, k) for n, c in zip(g["size"], g["sum"])) / len(g))})
+    out = pd.DataFrame(rows, columns=["benchmark", "split", "chain", "method", "checkpoint", "k", "n_tasks", "pass_at_k_pct"])
+    macro = (out.groupby(["benchmark", "chain", "method", "checkpoint", "k"])
+             .agg(n_tasks=("n_tasks", "sum"), pass_at_k_pct=("pass_at_k_pct", "mean")).reset_index().assign(split="macro"))
+    return pd.concat([out, macro[out.columns]], ignore_index=True)
+
+
+def training_curve(scouts: Any, smoothing: float = 0.6) -> Any:
+    """Figure 7's training success-rate curves: per chain and iteration, the success rate of the iteration's
+    skill-free Scouts (the one training rollout every chain, plain GRPO included, plays the same way), raw and
+    smoothed by an exponential moving average (`smoothing`: the weight of the past). `scouts`: Scout episodes
+    with benchmark, chain, iteration, success."""
+    import pandas as pd
+
+    rows = []
+    for (b, chain), g in scouts.groupby(["benchmark", "chain"]):
+        ema = None
+        for j, h in g.groupby("iteration"):
+            raw = float(h.success.astype(float).mean())
+            ema = raw if ema is None else smoothing * ema + (1 - smoothing) * raw
+            rows.append({"benchmark": b, "chain": chain, "iteration": int(j), "n_episodes": len(h),
+                         "success_pct": 100 * raw, "smoothed_pct": 100 * ema})
+    return pd.DataFrame(rows, columns=["benchmark", "chain", "iteration", "n_episodes", "success_pct", "smoothed_pct"])
+
+
+def injection_rates(selections: Any) -> Any:
+    """Figure 1's "injecting skills for only a small fraction of training queries": per benchmark and chain, the
+    share of training queries (all iterations) whose Post-Scouts got a skill. `selections`: SelectionRecord rows
+    with `chain`."""
+    import pandas as pd
+
+    cols = ["benchmark", "chain", "n_queries", "injection_pct"]
+    if not len(selections):
+        return pd.DataFrame(columns=cols)
+    g = selections.assign(injected=selections.selected >= 0).groupby(["benchmark", "chain"]).injected
+    return pd.DataFrame({"n_queries": g.size(), "injection_pct": 100 * g.mean()}).reset_index()[cols]

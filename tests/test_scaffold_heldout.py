@@ -1,0 +1,126 @@
+"""SkillScaffold's held-out evaluation (appendix A.1; tables 1, 2, 3, 6): the pure parts. The rules themselves run
+on the real model in tests/test_scaffold_training.py (held-out episodes of every checkpoint of its chains)."""
+from __future__ import annotations
+
+import itertools
+
+import pandas as pd
+import pytest
+
+from skillrepro.studies import scaffold as ss
+
+
+def _cfg(scaffold: dict, benchmarks=None) -> ss.ScaffoldConfig:
+    benchmarks = benchmarks or {"babyai": {"env": "babyai", "llm_call_budget": 3}}
+    return ss.ScaffoldConfig.from_config({"llm": {"backend": "embedded"}, "benchmarks": benchmarks,
+                                          "scaffold": scaffold})
+
+
+def test_pass_at_k_is_the_unbiased_estimate():
+    # By enumeration: the chance that a uniformly drawn k-subset of n rollouts holds a success.
+    for n, c, k in [(8, 0, 1), (8, 1, 4), (8, 3, 8), (5, 2, 2), (4, 4, 1)]:
+        outcomes = [1] * c + [0] * (n - c)
+        subsets = list(itertools.combinations(outcomes, k))
+        assert ss.pass_at_k(n, c, k) == pytest.approx(sum(any(s) for s in subsets) / len(subsets))
+    assert ss.pass_at_k(8, 2, 1) == pytest.approx(0.25)  # Pass@1 is the success rate
+    with pytest.raises(ValueError, match="pass@4 from 2 rollouts"):
+        ss.pass_at_k(2, 1, 4)
+
+
+def test_chains_add_plain_grpo_unless_switched_off():
+    cfg = _cfg({"variants": ["grp", "anc"]})
+    assert [c.name for c in cfg.chains] == ["grp", "anc", ss.BASELINE]
+    assert [c.method for c in cfg.chains] == ["SkillScaffold (grp)", "SkillScaffold (anc)", "GRPO"]
+    plain = cfg.chain(ss.BASELINE)
+    assert plain.of is None and not plain.generator_learning and not plain.inject
+    ablated = _cfg({"training": {"generator_learning": False, "baseline": False}})
+    assert [c.method for c in ablated.chains] == ["SkillScaffold (grp) w/o Generator learning"]
+
+
+def test_heldout_checkpoints_include_the_last():
+    assert ss.HeldoutConfig(every=10).checkpoints(25) == [0, 10, 20, 25]
+    assert ss.HeldoutConfig().checkpoints(2) == [0, 1, 2]
+    pols = ss.heldout_policies(_cfg({}).chains, [0, 2])
+    assert pols == [("base", "", 0), ("grp/ckpt2", "grp", 2), ("grpo/ckpt2", "grpo", 2)]
+
+
+@pytest.mark.parametrize("heldout, match", [
+    ({"splits": {"babyai": {"train": 3}}}, r"heldout\.splits\.babyai\.train: the training split is not held out"),
+    ({"splits": {"babyai": {"dev": 3}}}, r"heldout\.splits\.babyai\.dev: neither test nor a split"),
+    ({"splits": {"crafter": {"test": 3}}}, r"heldout\.splits\.crafter: not one of scaffold\.benchmarks"),
+])
+def test_a_split_that_is_not_held_out_is_refused_naming_its_key(heldout, match):
+    with pytest.raises(ValueError, match=match):
+        _cfg({"heldout": heldout})
+
+
+def test_a_scienceworld_pool_shared_with_training_is_refused():
+    bench = {"sw": {"env": "scienceworld", "llm_call_budget": 5}}
+    splits = {"sw": {"train": ["power-component@train"], "test_id": ["power-component@dev", "power-component@train"]}}
+    with pytest.raises(ValueError, match=r"heldout\.splits\.sw\.test_id: \['power-component@train'\] is also in"):
+        _cfg({"splits": splits, "heldout": {"splits": {"sw": {"test_id": None}}}}, bench)
+
+
+def test_heldout_tasks_come_from_the_test_split_only():
+    from skillrepro.benchmarks import load_benchmark
+    from skillrepro.config import BenchmarkConfig
+
+    bench = BenchmarkConfig("babyai", "babyai", 3)
+    cfg = _cfg({})
+    test = ss.split_tasks(bench, cfg, "test", None, 42, key="k")  # None: the whole pool
+    b = load_benchmark(bench)
+    assert sorted(test) == sorted(b.sample_tasks("test", 30, 42)) and not set(test) & set(b.sample_tasks("train", 200, 42))
+    with pytest.raises(Exception, match="30 test tasks"):
+        ss.split_tasks(bench, cfg, "test", 31, 42, key="k")
+
+
+def test_task_categories():
+    assert ss.task_category("alfworld", "gen:heat:123") == "heat"
+    assert ss.task_category("alfworld", "official:valid_unseen/pick_two_obj_and_place-X-None-Y-1/trial_T1") == "pick_two"
+    assert ss.task_category("scienceworld", "test-conductivity:12") == "test-conductivity"
+    assert ss.task_category("babyai", "17") == "all"
+
+
+def _episodes():
+    """Held-out episodes by hand: base model and grp checkpoint 2 on ALFWorld (two splits, two categories)."""
+    rows = []
+    for chain, k, wins in (("", 0, {"a": 0, "b": 0, "c": 1}), ("grp", 2, {"a": 1, "b": 1, "c": 1})):
+        for r in range(2):
+            for task, split in (("gen:heat:1", "test"), ("gen:cool:2", "test"), ("gen:heat:3", "other")):
+                name = {"gen:heat:1": "a", "gen:cool:2": "b", "gen:heat:3": "c"}[task]
+                rows.append({"benchmark": "alf", "task_id": task, "variant": ss.heldout_variant(split, r),
+                             "success": bool(wins[name]) and not (name == "a" and r == 1), "chain": chain,
+                             "checkpoint": k, "method": "GRPO" if chain else "base model"})
+    return pd.DataFrame(rows)
+
+
+def test_heldout_tables_by_hand():
+    chains = _cfg({}).chains
+    t = ss.heldout_table(_episodes(), {"alf": "alfworld"}, chains)
+    row = lambda split, cat, chain: t[(t.split == split) & (t.category == cat) & (t.chain == chain)].iloc[0]  # noqa: E731
+    # grp: task a wins once in 2, b twice, c twice; base: c twice only
+    assert row("test", "all", "grp").success_pct == pytest.approx(75) and row("test", "all", "grp").n_episodes == 4
+    assert row("test", "heat", "grp").success_pct == pytest.approx(50)
+    assert row("all", "all", "grp").success_pct == pytest.approx(100 * 5 / 6)  # pooled over the splits
+    assert row("all", "all", "").success_pct == pytest.approx(100 * 2 / 6) and row("all", "all", "").method == "base model"
+    t1 = ss.table_by_category(t).set_index(["split", "method"])
+    assert t1.loc[("test", "SkillScaffold (grp)"), "cool"] == 100 and t1.loc[("test", "SkillScaffold (grp)"), "avg"] == 75
+    t2 = ss.table_by_split(t).set_index("method")
+    assert list(t2.columns[-3:]) == ["other", "test", "avg"] and t2.loc["base model", "other"] == 100
+    t3 = ss.table_variants(t, chains)
+    assert t3.chain.tolist() == ["grp"] and t3.success_pct.iloc[0] == pytest.approx(100 * 5 / 6)
+    t6 = ss.table_pass_at_k(_episodes(), ks=(1, 2, 4)).set_index(["split", "chain", "k"])
+    assert set(t6.index.get_level_values("k")) == {1, 2}  # 2 rollouts per task: no Pass@4
+    assert t6.loc[("test", "grp", 2), "pass_at_k_pct"] == 100 and t6.loc[("test", "grp", 1), "pass_at_k_pct"] == 75
+    assert t6.loc[("macro", "grp", 1), "pass_at_k_pct"] == pytest.approx((75 + 100) / 2)
+
+
+def test_training_curve_and_injection_rates():
+    scouts = pd.DataFrame({"benchmark": "b", "chain": "grp", "iteration": [0, 0, 1, 1], "success": [0, 0, 1, 1]})
+    c = ss.training_curve(scouts, smoothing=0.5)
+    assert c.success_pct.tolist() == [0, 100] and c.smoothed_pct.tolist() == [0, 50]
+    sel = pd.DataFrame({"benchmark": "b", "chain": ["grp"] * 4, "selected": [-1, 2, -1, -1]})
+    assert ss.injection_rates(sel).injection_pct.tolist() == [25]
+    assert ss.parse_heldout_variant(pd.Series(["heldout/test_id/r3"])).iloc[0].tolist() == ["test_id", 3]
+    with pytest.raises(ValueError, match="unexpected variant"):
+        ss.parse_heldout_variant(pd.Series(["scout"]))

@@ -1,0 +1,27 @@
+"""SkillScaffold held-out evaluation: one policy (the base model or a GRPO checkpoint) plays every held-out task of a
+benchmark skill-free, `heldout.rollouts` times (the deployment of section 4: no Generator, no skill)."""
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from skillrepro.pipeline import setup_logging
+from skillrepro.store import write_table
+from skillrepro.studies import scaffold as ss
+
+log = setup_logging(snakemake)
+i, p, w = snakemake.input, snakemake.params, snakemake.wildcards
+tasks = json.loads(Path(i.tasks).read_text())
+out = Path(snakemake.output.episodes).parent
+parts = []
+with ss.policy_server(p.llm, p.policy):  # one server for every rollout of a checkpoint
+    for r in range(p.rollouts):
+        plan = [(t, "", ss.heldout_variant(split, r)) for split, ts in tasks.items() for t in ts]
+        parts.append(ss.play(bench=p.bench, llm=ss.phase_seed(p.llm, "heldout", r), library_dir=Path(i.library).parent,
+                             plan=plan, run_id=f"scaffold/{w.hbench}/heldout/{w.hpolicy}", cycle=r,
+                             out_dir=out / f"rollout{r}", wall_s=p.wall_s, logger=log, split="test"))
+table = pa.concat_tables([pq.read_table(d / "episodes.parquet") for d in parts])
+write_table(snakemake.output.episodes, table)
+log.info("%s: %d held-out episodes, %d successes", w.hpolicy, table.num_rows,
+         sum(table.column("success").to_pylist()))

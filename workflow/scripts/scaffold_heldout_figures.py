@@ -1,0 +1,55 @@
+"""SkillScaffold figure 1 (empirical summary: held-out skill-free success of the base model, plain GRPO and each
+SkillScaffold chain, with the share of training queries that got a skill) and figure 7 (training success-rate
+curves: each iteration's skill-free Scouts, raw and smoothed, beside held-out success per checkpoint)."""
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from skillrepro.pipeline import setup_logging  # noqa: E402
+
+log = setup_logging(snakemake)
+i, o = snakemake.input, snakemake.output
+held = pd.read_csv(i.heldout, keep_default_na=False, na_values=[""])
+curve = pd.read_csv(i.curve, keep_default_na=False, na_values=[""])
+inj = pd.read_csv(i.injection, keep_default_na=False, na_values=[""])
+pooled = held[(held.split == "all") & (held.category == "all")]
+benches = sorted(pooled.benchmark.unique())
+
+# Figure 1: the last checkpoint of each chain, beside the base model.
+fig, axes = plt.subplots(1, len(benches), figsize=(4.5 * len(benches), 3.6), squeeze=False)
+for ax, b in zip(axes[0], benches):
+    g = pooled[pooled.benchmark == b]
+    last = g[g.checkpoint == g.groupby("chain").checkpoint.transform("max")].sort_values(["chain"])
+    names = [m if not c else f"{m}\nckpt {k}" for m, c, k in zip(last.method, last.chain, last.checkpoint)]
+    ax.bar(range(len(last)), last.success_pct, color=["#999999" if not c else "#4c72b0" if c == "grpo" else "#2a9d8f"
+                                                      for c in last.chain])
+    for x, (c, v) in enumerate(zip(last.chain, last.success_pct)):
+        r = inj[(inj.benchmark == b) & (inj.chain == c)]
+        note = f"{v:.1f}" + (f"\ninj. {r.injection_pct.iloc[0]:.0f}%" if len(r) else "")
+        ax.text(x, v, note, ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(last)), names, fontsize=6, rotation=20)
+    ax.set_ylim(0, 110)
+    ax.set_ylabel("held-out success (%), skill-free")
+    ax.set_title(f"{b} (n = {int(last.n_episodes.max())} episodes)", fontsize=9)
+fig.tight_layout()
+fig.savefig(o.figure1, dpi=130)
+
+# Figure 7: training success rate per iteration (faint: raw, dark: smoothed) and held-out per checkpoint (dashed).
+fig, axes = plt.subplots(1, len(benches), figsize=(4.5 * len(benches), 3.4), squeeze=False)
+for ax, b in zip(axes[0], benches):
+    for n, (chain, g) in enumerate(curve[curve.benchmark == b].groupby("chain")):
+        color = f"C{n}"
+        ax.plot(g.iteration, g.success_pct, color=color, alpha=0.3)
+        ax.plot(g.iteration, g.smoothed_pct, color=color, label=f"{chain} (Scouts)")
+        h = pooled[(pooled.benchmark == b) & ((pooled.chain == chain) | (pooled.chain.isna()) | (pooled.chain == ""))]
+        h = h.sort_values("checkpoint")
+        ax.plot(h.checkpoint, h.success_pct, color=color, ls="--", marker=".", label=f"{chain} (held-out)")
+    ax.set_xlabel("iteration / checkpoint")
+    ax.set_ylabel("success (%)")
+    ax.set_title(b, fontsize=9)
+    ax.legend(fontsize=6)
+fig.tight_layout()
+fig.savefig(o.figure7, dpi=130)
+log.info("figures for %s", benches)

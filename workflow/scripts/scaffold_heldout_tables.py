@@ -1,0 +1,52 @@
+"""SkillScaffold held-out tables: success per split and category for every policy (long form), tables 1, 2, 3
+and 6 from it, figure 7's training curve (each iteration's skill-free Scouts) and figure 1's injection rates."""
+import re
+
+import pandas as pd
+
+from skillrepro.pipeline import setup_logging
+from skillrepro.store import write_text
+from skillrepro.studies import scaffold as ss
+
+log = setup_logging(snakemake)
+i, p = snakemake.input, snakemake.params
+label = {c.name: c.method for c in p.chains}
+
+
+def policy_of(path: str) -> tuple[str, str, int]:
+    """(benchmark, chain, checkpoint) of results/scaffold/{bench}/heldout/{policy}/episodes.parquet."""
+    m = re.search(r"results/scaffold/([^/]+)/heldout/(.+)/episodes\.parquet$", path)
+    chain, k = p.policies[m.group(2)]
+    return m.group(1), chain, k
+
+
+def chain_of(path: str) -> tuple[str, int]:
+    """(chain, iteration) of a path under results/scaffold/{bench}@{chain}{j}/."""
+    m = re.search(r"@([a-z]+)(\d+)/", path)
+    return m.group(1), int(m.group(2))
+
+
+eps = []
+for f in i.episodes:
+    b, chain, k = policy_of(f)
+    e = pd.read_parquet(f)
+    if not (e.benchmark == b).all() or not (e.split == "test").all():
+        raise ValueError(f"{f}: held-out episodes of another benchmark or not of split test")
+    eps.append(e.assign(chain=chain, checkpoint=k, method=label.get(chain, "base model")))
+episodes = pd.concat(eps, ignore_index=True)
+# The base model is checkpoint 0 of every chain: its rows stand at checkpoint 0 of each chain's curve too.
+table = ss.heldout_table(episodes, p.envs, p.chains)
+tables = {"heldout": table, "table1": ss.table_by_category(table), "table2": ss.table_by_split(table),
+          "table3": ss.table_variants(table, p.chains), "table6": ss.table_pass_at_k(episodes)}
+scouts = pd.concat([pd.read_parquet(f).assign(chain=chain_of(f)[0], iteration=chain_of(f)[1]) for f in i.scouts],
+                   ignore_index=True)
+tables["curve"] = ss.training_curve(scouts)
+# A chain that does not inject (table 3's "w/o injection", plain GRPO) selects but plays its Post-Scouts skill-free.
+inject = {c.name: c.inject for c in p.chains}
+sel = [pd.read_parquet(f).assign(chain=chain_of(f)[0]) for f in i.selections]
+sel = pd.concat(sel, ignore_index=True) if sel else pd.DataFrame(columns=["benchmark", "chain", "selected"])
+sel = sel.assign(selected=[s if inject[c] else -1 for s, c in zip(sel.selected, sel.chain)])
+tables["injection"] = ss.injection_rates(sel)
+for name, t in tables.items():
+    write_text(snakemake.output[name], t.to_csv(index=False))
+    log.info("%s:\n%s", name, t.to_string())

@@ -1,0 +1,26 @@
+"""SkillScaffold held-out evaluation: each held-out split's tasks (appendix A.1) and the empty library its
+skill-free episodes use."""
+import json
+
+from skillrepro.pipeline import setup_logging
+from skillrepro.skills import Library
+from skillrepro.store import write_text
+from skillrepro.studies import scaffold as ss
+
+log = setup_logging(snakemake)
+p, w = snakemake.params, snakemake.wildcards
+cfg = p.scaffold
+tasks = {split: ss.split_tasks(p.bench, cfg, split, n, p.task_seed, key=f"scaffold.heldout.splits.{w.hbench}.{split}")
+         for split, n in cfg.heldout.of(w.hbench).items()}
+# Held out means never trained on: no held-out task may be a training query (the pools are disjoint by
+# construction, the benchmark's samplers or scaffold.splits' partitions; this checks the ids).
+train = ss.split_pool(p.bench, cfg, cfg.split, "scaffold.split")
+if train is not None:
+    shared = sorted({t for ts in tasks.values() for t in ts} & set(train))
+    if shared:
+        raise ValueError(f"held-out tasks {shared[:3]} are in the training pool {cfg.split!r}")
+Library(version=0, meta={"method": "skillscaffold", "purpose": "held-out, skill-free"}).write(
+    snakemake.output.library.removesuffix("/manifest.json"))
+write_text(snakemake.output.tasks, json.dumps(tasks))
+for split, ts in tasks.items():
+    log.info("%s %s: %d tasks", w.hbench, split, len(ts))
