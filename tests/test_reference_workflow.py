@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from test_views import VIEW_TARGETS, check_pages_of_the_workflow_run
 from test_workflow import copy_workflow, snakemake
 
 
@@ -32,7 +33,8 @@ def test_reference_runs_through_the_dag_on_the_real_model(tmp_path, llm_cfg, llm
         "pricing": {},
     }
     (tmp_path / "ref.yaml").write_text(yaml.safe_dump(cfg))
-    snakemake("results/tables/main.csv", "--cores", "2", "--configfile", "ref.yaml", cwd=tmp_path)
+    # The run's library and episode pages come from the same records (checked in tests/test_views.py).
+    snakemake("results/tables/main.csv", *VIEW_TARGETS, "--cores", "2", "--configfile", "ref.yaml", cwd=tmp_path)
 
     run = tmp_path / "results/runs/babyai/reference/seed0"
     # v0 is the shipped library; the sleep phase carried it over unchanged.
@@ -60,3 +62,5 @@ def test_reference_runs_through_the_dag_on_the_real_model(tmp_path, llm_cfg, llm
     assert row.library_version == 1 and row.n_episodes == len(final) == 1
     assert row.success_mean == pytest.approx(final.success.mean())
     assert row.output_tokens_per_episode_mean == pytest.approx(final.completion_tokens.mean())
+    check_pages_of_the_workflow_run(
+        tmp_path, lambda *targets: snakemake(*targets, "--configfile", "ref.yaml", cwd=tmp_path))

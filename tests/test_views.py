@@ -24,7 +24,7 @@ from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.llm.client import Reply
 from skillrepro.methods import get_method
 from skillrepro.runner import run_batch
-from skillrepro.skills import parse_functions
+from skillrepro.skills import Library, parse_functions
 from skillrepro.store import LLMCall
 
 BABYAI = BenchmarkConfig(name="babyai", env="babyai", llm_call_budget=3)
@@ -105,6 +105,16 @@ def test_an_episode_page_shows_its_steps_and_nested_call_stack(scripted_run):
     assert "Step 0" in short and "Step 1" not in short and "1 steps not shown" in short
 
 
+def test_a_library_without_functions_has_a_page_too():
+    """ReAct's library: no function in any version, nothing called."""
+    empty = pd.DataFrame(columns=[f for f in views.store.SkillCall.__dataclass_fields__])
+    use = views.function_use(empty, pd.DataFrame(columns=["episode_id", "library_version", "success"]))
+    page = views.library_page(views.RunRecords("babyai/react/seed0", (), ()), [Library(0), Library(1)], use, [0, 1],
+                              LIMITS)
+    assert "First version: 0 functions." in page and "Unchanged from v0." in page and "No functions." in page
+    assert page.count("data:image/png;base64,") == 1  # v0's (empty) graph; v1's is the same
+
+
 def test_a_page_over_its_size_cap_is_made_smaller_or_refused():
     long = lambda lim: "<body>" + "x" * (lim.text_chars * 40) + "</body>"  # noqa: E731
     page = views.fit(long, views.ViewLimits(**{**vars(LIMITS), "page_kb": 16}))
@@ -139,26 +149,32 @@ def assert_not_blank(png_bytes: bytes) -> None:
     assert pixels.std() > 0.02, "the screenshot is one colour"
 
 
-def check_pages_of_the_workflow_run(wd: Path) -> None:
-    """The pages the real rules made for the reference run of tests/test_reference_workflow.py."""
+def check_pages_of_the_workflow_run(wd: Path, snakemake) -> None:
+    """The pages the real rules made for the reference run of tests/test_reference_workflow.py (`snakemake` runs
+    the workflow there, with its config), then the report that bundles them."""
     run = wd / "results/runs/babyai/reference/seed0"
     library, folder = wd / LIBRARY_PAGE, wd / EPISODE_PAGES
-    assert_not_blank(screenshot(library, wd / "library.png"))
+    pages = sorted(folder.glob("*.html"))
+    # One browser start for both pages: side by side in frames of one sheet.
+    sheet = wd / "views.html"
+    sheet.write_text("<body style='margin:0;display:flex'>" + "".join(
+        f"<iframe src='{p.resolve().as_uri()}' style='width:596px;height:1596px;border:0'></iframe>"
+        for p in (library, pages[0])) + "</body>")
+    assert_not_blank(screenshot(sheet, wd / "views.png"))
+
     text = library.read_text()
     v0 = json.loads((run / "library/v0/manifest.json").read_text())
     for f in v0["functions"]:
         assert f"id='v0-{f['name']}'" in text and f"id='v1-{f['name']}'" in text
     assert "Unchanged from v0." in text  # reference carries its library over unchanged
     frames = pd.concat([pq.read_table(run / f"eval/v{k}/skill_calls.parquet").to_pandas() for k in (0, 1)])
-    calls_of = lambda name, k: len(frames[(frames.function == name) & frames.episode_id.str.contains(f"/c{k}/")])  # noqa: E731
     # The evaluated versions' tables count each function's calls in that version's episodes.
     row = text.split("id='v1-solve_mission'")[1].split("</tr>")[0]
-    assert f"<td>{calls_of('solve_mission', 1)}</td>" in row
+    called = frames[(frames.function == "solve_mission") & frames.episode_id.str.contains("/c1/")]
+    assert f"<td>{len(called)}</td>" in row
 
     episodes = pd.concat([pq.read_table(run / f"eval/v{k}/episodes.parquet").to_pandas() for k in (0, 1)])
-    pages = sorted(folder.glob("*.html"))
     assert len(pages) == len(episodes) == 2  # both test episodes (under episodes_per_run = 3)
-    assert_not_blank(screenshot(pages[0], wd / "episode.png"))
     steps = pd.concat([pq.read_table(run / f"eval/v{k}/steps.parquet").to_pandas() for k in (0, 1)])
     for page in pages:
         html = page.read_text()
@@ -168,3 +184,11 @@ def check_pages_of_the_workflow_run(wd: Path) -> None:
         for st in mine.itertuples():
             assert f"<h3>Step {st.step}: " in html
         assert "href='../../../../library/library.babyai.reference.seed0.html#v" in html
+
+    # The report bundles both views under their own categories, and main.csv's caption links the library page.
+    snakemake("results/tables/main.csv", *VIEW_TARGETS, "--report", "report.html")
+    report = (wd / "report.html").read_text()
+    assert '"Libraries"' in report and '"Episodes"' in report
+    for name in [library.name, *(p.name for p in pages)]:
+        assert f'"name": "{name}"' in report
+    assert "The library view of each row" in report and "showResultInfo" in report

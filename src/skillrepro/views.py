@@ -331,7 +331,7 @@ def episode_page(episode, steps: pd.DataFrame, frames: pd.DataFrame, calls: pd.D
         output = _reply_text(reply.response) if reply is not None else st.reasoning
         tokens = (f"{reply.prompt_tokens} prompt ({reply.cached_tokens} cached), {reply.completion_tokens} output tokens"
                   if reply is not None else "no actor call recorded")
-        action = f"{st.action}({', '.join(map(str, json.loads(st.arguments or '[]')))})" if st.action else "(none parsed)"
+        action = f"{st.action}({', '.join(map(repr, json.loads(st.arguments or '[]')))})" if st.action else "(none parsed)"
         body.append(f"<div class='step' id='step-{st.step}'><h3>Step {st.step}: <code>{_e(clip(action, limits.text_chars))}"
                     f"</code>{'' if st.valid else ' <span class=bad>invalid</span>'}</h3><p class='note'>{tokens}; "
                     f"reward {st.reward:g}</p><h4>Actor output</h4><pre>{_e(clip(output, limits.text_chars))}</pre>")
@@ -359,15 +359,25 @@ def _stack_html(frames: list, children: dict[str, list], limits: ViewLimits, bud
             items.append(f"<li class='note'>{len(frames) - j} more calls not shown (analysis.views.frames_per_step)</li>")
             break
         budget[0] -= 1
-        args = ", ".join(map(str, json.loads(fr.arguments or "[]"))) if fr.arguments.startswith("[") else fr.arguments
-        outcome = (f"<span class=bad>raised {_e(clip(fr.exception, limits.text_chars))}</span>" if fr.exception
-                   else f"returned {_e(clip(fr.return_value, limits.text_chars))}")
-        n = len(json.loads(fr.primitives or "[]"))
+        short = min(limits.text_chars, 300)  # a stack can be deep: each frame's details in a line or two
+        outcome = (f"<span class=bad>raised {_e(clip(fr.exception, short))}</span>" if fr.exception
+                   else f"returned <code>{_e(clip(fr.return_value, short))}</code>")
+        prims = [p[0] for p in json.loads(fr.primitives or "[]")]
+        own = f"primitives of its own: {_e(clip(', '.join(prims), short))}" if prims else "no primitives of its own"
         inner = _stack_html(children[fr.frame_id], children, limits, budget) if fr.frame_id in children else ""
         items.append(f"<li class='frame'><a href='#fn-{_e(fr.function)}'><code>{_e(fr.function)}</code></a>"
-                     f"(<code>{_e(clip(args, limits.text_chars))}</code>) {outcome}; {n} primitives of its own, "
+                     f"(<code>{_e(clip(_call_args(fr.arguments), short))}</code>) {outcome}; {own}; "
                      f"{fr.duration_s:.2f} s{inner}</li>")
     return "<ul>" + "".join(items) + "</ul>"
+
+
+def _call_args(arguments: str) -> str:
+    """A frame's recorded arguments (JSON [args, kwargs], cut at 2,000 characters by the sandbox) as a call's."""
+    try:
+        args, kwargs = json.loads(arguments)
+        return ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+    except (ValueError, TypeError, AttributeError):
+        return arguments  # cut short, so no longer JSON: shown as recorded
 
 
 def _first_user_message(prompt: str) -> str:
@@ -394,7 +404,7 @@ def _e(text: str) -> str:
 
 
 _STYLE = """
-body { font-family: sans-serif; margin: 1.5em; max-width: 70em; color: #222; }
+body { font-family: sans-serif; margin: 1.5em; max-width: 70em; color: #222; } h1 { overflow-wrap: anywhere; }
 table { border-collapse: collapse; margin: 0.5em 0; } td, th { border: 1px solid #bbb; padding: 3px 6px;
 vertical-align: top; text-align: left; } th { background: #eef3f8; }
 pre { white-space: pre-wrap; margin: 0; font-size: 0.85em; } .diff { background: #f6f6f6; padding: 0.4em; }
