@@ -131,8 +131,9 @@ def function_use(frames: pd.DataFrame, episodes: pd.DataFrame) -> pd.DataFrame:
     # Each frame's primitives count for its ancestors too. Nested frames are numbered `root.N` in the order
     # they opened, after their parent, so going from the highest N down a parent adds only finished children.
     for row in sorted(f.itertuples(), key=lambda r: -_opened(r.frame_id)):
-        if row.parent_frame_id:
-            total[(row.episode_id, row.parent_frame_id)] += total[(row.episode_id, row.frame_id)]
+        parent = (row.episode_id, row.parent_frame_id)
+        if parent in total:  # the actor's own calls have no parent
+            total[parent] += total[(row.episode_id, row.frame_id)]
     f["inclusive"] = [total[k] for k in zip(f.episode_id, f.frame_id)]
     f = f.merge(episodes[["episode_id", "library_version", "success"]], on="episode_id", how="inner")
     per_episode = f.groupby(["library_version", "function", "episode_id"]).success.first().reset_index()
