@@ -152,3 +152,31 @@ def start_llm_server():
 def stop_llm_server():
     if _server is not None:
         _server.stop()
+
+
+# The library and episode views of a run (rules/views.smk).
+def library_page(bench, variant, seed):
+    """A run's library page: unique by file name, which is how the report's captions link results."""
+    return f"results/views/library/library.{bench}.{variant}.seed{seed}.html"
+
+
+def view_libraries(wildcards):
+    """Every library version of one run, v0 to the last sleep phase's."""
+    return [run_path(wildcards, f"library/v{k}/manifest.json") for k in range(PROTOCOL.n_cycles + 1)]
+
+
+def view_evaluations(table):
+    """One record table of every evaluation checkpoint of one run."""
+
+    def files(wildcards):
+        return [run_path(wildcards, f"eval/v{k}/{table}.parquet") for k in PROTOCOL.checkpoints]
+
+    return files
+
+
+def view_run_id(wildcards):
+    return f"{wildcards.bench}/{wildcards.variant}/seed{wildcards.seed}"
+
+
+def view_library_page(wildcards):
+    return library_page(wildcards.bench, wildcards.variant, wildcards.seed)

@@ -1,35 +1,8 @@
 # The library view and the episode view of every run (src/skillrepro/views.py): HTML pages made from the run's
-# records, in the report under "Libraries" and "Episodes". Their sizes are bounded by analysis.views.
+# records, in the report under "Libraries" and "Episodes". Their sizes are bounded by analysis.views; the
+# helpers that name their files are in rules/common.smk.
 VIEW_LIMITS = config["analysis"]["views"]
-VIEW_TABLES = ("episodes", "steps", "skill_calls", "llm_calls")
-
-
-def library_page(bench, variant, seed):
-    return f"results/views/library/library.{bench}.{variant}.seed{seed}.html"
-
-
-def view_libraries(wildcards):
-    """Every library version of one run, v0 to the last sleep phase's."""
-    return [run_path(wildcards, f"library/v{k}/manifest.json") for k in range(PROTOCOL.n_cycles + 1)]
-
-
-def view_evaluations(table):
-    """One record table of every evaluation checkpoint of one run."""
-
-    def files(wildcards):
-        return [run_path(wildcards, f"eval/v{k}/{table}.parquet") for k in PROTOCOL.checkpoints]
-
-    return files
-
-
-def view_run_id(wildcards):
-    return f"{wildcards.bench}/{wildcards.variant}/seed{wildcards.seed}"
-
-
-def view_library_page(wildcards):
-    return library_page(wildcards.bench, wildcards.variant, wildcards.seed)
-
-
+VIEW_TABLES = ("episodes", "steps", "skill_calls", "llm_calls")  # of every checkpoint (eval/v{k}/)
 VIEW_LABELS = {"benchmark": "{bench}", "variant": "{variant}", "seed": "{seed}"}
 
 
