@@ -15,7 +15,6 @@ Each layer reports `[active, description]` under its name; the parent decides wh
 from __future__ import annotations
 
 import ast
-import fcntl
 import json
 import linecache
 import os
@@ -127,10 +126,18 @@ def _clip(text: str, cap: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- isolation
-def _libc():
-    import ctypes
+_LIBC: tuple | None = None
 
-    return ctypes, ctypes.CDLL(None, use_errno=True)
+
+def _libc():
+    """ctypes and the C library, loaded once by the zygote: each child would pay the load (and its page
+    faults) again. A child drops the reference once its layers are applied."""
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+
+        _LIBC = ctypes, ctypes.CDLL(None, use_errno=True)
+    return _LIBC
 
 
 def _drop_uid(init: dict, report: dict) -> None:
@@ -171,55 +178,75 @@ _LL_FS = {  # access right bit -> first ABI that knows it
 _READ = ("EXECUTE", "READ_FILE", "READ_DIR")
 
 
-def _landlock(scratch: str, read_paths: list[str] | None, report: dict) -> None:
+_LL_SYS_CREATE, _LL_SYS_ADD, _LL_SYS_RESTRICT = 444, 445, 446  # same numbers on x86_64 and aarch64
+_LANDLOCK: dict | None = None  # the ruleset's plan, made once by the zygote (_landlock_plan)
+
+
+def _landlock_plan(scratch: str, read_paths: list[str] | None) -> dict:
+    """What every child's ruleset holds, worked out once by the zygote: the ABI, the handled rights and one
+    packed rule per existing path, each on an O_PATH descriptor the zygote keeps open for its children
+    (a child closes its copies once it is restricted). Only the child's own /proc entry is added per child."""
     ctypes, libc = _libc()
-    SYS_CREATE, SYS_ADD, SYS_RESTRICT = 444, 445, 446  # same numbers on x86_64 and aarch64
-    abi = libc.syscall(SYS_CREATE, None, 0, 1)  # LANDLOCK_CREATE_RULESET_VERSION
+    abi = libc.syscall(_LL_SYS_CREATE, None, 0, 1)  # LANDLOCK_CREATE_RULESET_VERSION
     if abi < 1:
-        report["landlock"] = [False, f"unavailable ({os.strerror(ctypes.get_errno())})"]
-        return
+        return {"error": f"unavailable ({os.strerror(ctypes.get_errno())})"}
     known = {k: bit for k, (bit, since) in _LL_FS.items() if since <= abi}
     write_rights = sum(bit for k, bit in known.items() if k not in _READ)
     read_rights = sum(known[k] for k in _READ)
     handled_fs = write_rights | (read_rights if read_paths is not None else 0)
     handled_net = 0b11 if abi >= 4 else 0  # BIND_TCP | CONNECT_TCP, with no rule allowing any port
     scoped = 0b11 if abi >= 6 else 0  # ABSTRACT_UNIX_SOCKET | SIGNAL: nothing outside the sandbox
-    attr = struct.pack("<QQQ", handled_fs, handled_net, scoped)
     size = 8 if abi < 4 else (16 if abi < 6 else 24)
-    fd = libc.syscall(SYS_CREATE, ctypes.c_char_p(attr[:size]), size, 0)
-    if fd < 0:
-        report["landlock"] = [False, f"ruleset failed ({os.strerror(ctypes.get_errno())})"]
-        return
+    # Files accept only file rights (execute, read/write file, truncate, ioctl).
+    file_only = sum(known.get(k, 0) for k in ("EXECUTE", "WRITE_FILE", "READ_FILE", "TRUNCATE", "IOCTL_DEV"))
+    rules: list[tuple[str, int, bytes]] = []
 
     def allow(path: str, rights: int) -> None:
         try:
             pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         except OSError:
             return  # a path that does not exist needs no rule
-        is_dir = os.path.isdir(path)
-        # Files accept only file rights (execute, read/write file, truncate, ioctl).
-        file_only = sum(known.get(k, 0) for k in ("EXECUTE", "WRITE_FILE", "READ_FILE", "TRUNCATE", "IOCTL_DEV"))
-        rule = struct.pack("<Qi", rights if is_dir else rights & file_only, pfd)
-        if libc.syscall(SYS_ADD, fd, 1, ctypes.c_char_p(rule), 0) != 0:
-            report.setdefault("landlock_rule_errors", []).append(f"{path}: {os.strerror(ctypes.get_errno())}")
-        os.close(pfd)
+        rules.append((path, pfd, struct.pack("<Qi", rights if os.path.isdir(path) else rights & file_only, pfd)))
 
     allow(scratch, handled_fs)
     allow("/dev/null", known["WRITE_FILE"] | (known["READ_FILE"] if read_paths is not None else 0))
-    if read_paths is not None:
-        for p in read_paths:
-            allow(p, read_rights)
-        # The process's own /proc entry (not /proc/self, which would follow whoever reads it): its threads'
-        # seccomp modes are read from there after the layers (_thread_report). Nothing in it is secret.
-        allow(f"/proc/{os.getpid()}", known["READ_FILE"] | known["READ_DIR"])
-    if libc.syscall(SYS_RESTRICT, fd, 0) != 0:
+    for p in read_paths or []:
+        allow(p, read_rights)
+    return {"attr": struct.pack("<QQQ", handled_fs, handled_net, scoped)[:size], "rules": rules,
+            # The process's own /proc entry (not /proc/self, which would follow whoever reads it): its
+            # threads' seccomp modes are read from there after the layers (_thread_report). Nothing in it is secret.
+            "proc_rights": known["READ_FILE"] | known["READ_DIR"] if read_paths is not None else 0,
+            "text": f"ABI {abi}: writes only under scratch"
+                    + ("; reads only the allow-list" if read_paths is not None else "")
+                    + ("; TCP bind/connect denied" if handled_net else "")
+                    + ("; signals and abstract unix sockets scoped to the sandbox" if scoped else "")}
+
+
+def _landlock(plan: dict, report: dict) -> None:
+    """Restrict this process by `plan` (from _landlock_plan) plus a rule for its own /proc entry."""
+    if "error" in plan:
+        report["landlock"] = [False, plan["error"]]
+        return
+    ctypes, libc = _libc()
+    fd = libc.syscall(_LL_SYS_CREATE, ctypes.c_char_p(plan["attr"]), len(plan["attr"]), 0)
+    if fd < 0:
+        report["landlock"] = [False, f"ruleset failed ({os.strerror(ctypes.get_errno())})"]
+        return
+    rules = list(plan["rules"])
+    if plan["proc_rights"]:
+        me = f"/proc/{os.getpid()}"
+        pfd = os.open(me, os.O_PATH | os.O_CLOEXEC)
+        rules.append((me, pfd, struct.pack("<Qi", plan["proc_rights"], pfd)))
+    for path, _, rule in rules:
+        if libc.syscall(_LL_SYS_ADD, fd, 1, ctypes.c_char_p(rule), 0) != 0:
+            report.setdefault("landlock_rule_errors", []).append(f"{path}: {os.strerror(ctypes.get_errno())}")
+    if libc.syscall(_LL_SYS_RESTRICT, fd, 0) != 0:
         report["landlock"] = [False, f"restrict_self failed ({os.strerror(ctypes.get_errno())})"]
     else:
-        report["landlock"] = [True, f"ABI {abi}: writes only under scratch"
-                              + ("; reads only the allow-list" if read_paths is not None else "")
-                              + ("; TCP bind/connect denied" if handled_net else "")
-                              + ("; signals and abstract unix sockets scoped to the sandbox" if scoped else "")]
+        report["landlock"] = [True, plan["text"]]
     os.close(fd)
+    for _, pfd, _ in rules:  # this process's copies of the zygote's descriptors, and its /proc entry
+        os.close(pfd)
 
 
 # seccomp (x86_64 only). Any other architecture (the i386 `int 0x80` entry) and the x32 bit kill the
@@ -280,7 +307,14 @@ def seccomp_program() -> list[tuple[int, int, int, int]]:
     return prog
 
 
-_FILTER = b""  # the compiled program, made once by the zygote so that each child only installs it
+_FILTER: tuple | None = None  # (buffer, struct sock_fprog): made once by the zygote, each child installs it
+
+
+def _compile_filter() -> tuple:
+    ctypes, _ = _libc()
+    prog = seccomp_program()
+    buf = ctypes.create_string_buffer(b"".join(struct.pack("<HBBI", *ins) for ins in prog))
+    return buf, struct.pack("<HxxxxxxQ", len(prog), ctypes.addressof(buf))
 
 
 def _seccomp(report: dict) -> None:
@@ -290,10 +324,7 @@ def _seccomp(report: dict) -> None:
         report["seccomp"] = [False, f"not installed (the filter is written for x86_64, this is {os.uname().machine})"]
         return
     ctypes, libc = _libc()
-    prog = seccomp_program()
-    filt = _FILTER or b"".join(struct.pack("<HBBI", *ins) for ins in prog)
-    buf = ctypes.create_string_buffer(filt)
-    fprog = struct.pack("<HxxxxxxQ", len(prog), ctypes.addressof(buf))
+    _buf, fprog = _FILTER or _compile_filter()  # the buffer must stay alive until the call returns
     SYS_SECCOMP, SET_MODE_FILTER, FLAG_TSYNC = 317, 1, 1
     rc = libc.syscall(SYS_SECCOMP, SET_MODE_FILTER, FLAG_TSYNC, ctypes.c_char_p(fprog))
     if rc == 0:
@@ -315,9 +346,14 @@ def _thread_report(report: dict, landlock_probe: str) -> None:
     allow-list) can be listed, from the main thread and from a fresh thread."""
     modes = {}
     for tid in _threads():
-        try:
-            with open(f"/proc/self/task/{tid}/status") as f:
-                modes[tid] = next((ln.split()[1] for ln in f if ln.startswith("Seccomp:")), "?")
+        try:  # os-level reads: a skill child pays this per call, and the text layer costs page faults
+            fd = os.open(f"/proc/self/task/{tid}/status", os.O_RDONLY)
+            try:
+                status = os.read(fd, 1 << 16).decode()
+            finally:
+                os.close(fd)
+            at = status.find("\nSeccomp:")
+            modes[tid] = status[at + 9:status.find("\n", at + 1)].strip() if at >= 0 else "?"
         except OSError:
             modes[tid] = "?"  # the thread ended meanwhile
     if report.get("seccomp", [False])[0]:
@@ -337,12 +373,22 @@ def _thread_report(report: dict, landlock_probe: str) -> None:
 
         seen: list = []
         probe(seen)
-        try:
-            import threading
+        # A fresh thread through _thread: the zygote does not import threading, whose fork handler costs
+        # every child some hundred page faults.
+        import _thread
 
-            t = threading.Thread(target=probe, args=(seen,))
-            t.start()
-            t.join()
+        done = _thread.allocate_lock()
+        done.acquire()
+
+        def on_thread() -> None:
+            try:
+                probe(seen)
+            finally:
+                done.release()
+
+        try:
+            _thread.start_new_thread(on_thread, ())
+            done.acquire()
         except RuntimeError:
             seen.append(True)  # no thread can start (RLIMIT_NPROC): none can escape either
         if not all(seen):
@@ -429,8 +475,10 @@ def _install_audit_hook(scratch: str) -> None:
         elif event == "import" and args and args[0] in _BLOCKED_IMPORTS:
             deny(f"importing {args[0]}")
 
-    for name in [m for m in sys.modules if m == "ctypes" or m.startswith("ctypes.") or m == "_ctypes"]:
-        del sys.modules[name]
+    # Named, not searched for: a scan of sys.modules would touch every module name, page by page (each a
+    # copy-on-write fault in a fresh child). A ctypes submodule imported later is refused by the hook.
+    for name in ("ctypes", "ctypes._endian", "_ctypes"):
+        sys.modules.pop(name, None)
     sys.addaudithook(hook)
 
 
@@ -568,10 +616,12 @@ class Worker:
         wrapper.__name__, wrapper.__doc__, wrapper.__wrapped__ = name, fn.__doc__, fn
         return wrapper
 
-    def load(self, source: str) -> None:
+    def load(self, source: str, functions: list[str]) -> None:
+        """Run the library's module code and trace its top-level functions (`functions`, named by the parent,
+        which parsed the same source: the child does not parse it a second time)."""
         linecache.cache["<skills>"] = (len(source), None, source.splitlines(True), "<skills>")
         exec(compile(source, "<skills>", "exec"), self.ns)
-        self.functions = [n.name for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)]
+        self.functions = list(functions)
         for name in self.functions:
             self.ns[name] = self._traced(name, self.ns[name])
 
@@ -655,7 +705,7 @@ def _child(init: dict) -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (again: the uid change cleared it)
         libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, required by Landlock and seccomp without privileges
         _drop_capabilities(report)
-        _landlock(init["scratch"], init.get("read_paths"), report)
+        _landlock(_LANDLOCK or _landlock_plan(init["scratch"], init.get("read_paths")), report)
         _rlimits(init["limits"], report, nproc=db is None)
         _seccomp(report)
         helpers = _open_history_db(*db) if db else {}
@@ -671,7 +721,7 @@ def _child(init: dict) -> None:
         w.ns.update(helpers)
         w.functions = []
         if init.get("source"):
-            w._run_limited(lambda: w.load(init["source"]))
+            w._run_limited(lambda: w.load(init["source"], init["functions"]))
     except BaseException as e:
         send({"t": "init_error", "msg": _clip(f"{type(e).__name__}: {e}", 2000), "isolation": report})
         return
@@ -707,99 +757,92 @@ def _residue() -> dict:
     return out
 
 
-_F_SETPIPE_SZ, _F_GETPIPE_SZ = 1031, 1032
+def _ctrl_send(ctrl, msg: dict, fds: tuple = ()) -> None:
+    """One control message (a datagram of the parent's SOCK_SEQPACKET pair), with file descriptors."""
+    import socket
+
+    socket.send_fds(ctrl, [json.dumps(msg).encode()], list(fds))
 
 
-def _restore_pipes(pipes: dict) -> None:
-    """File status flags (O_NONBLOCK) and pipe sizes are shared by every process holding the pipe; a
-    child may have changed them for the next one."""
-    for fd, (flags, size) in pipes.items():
-        fcntl.fcntl(fd, fcntl.F_SETFL, flags)
-        if fcntl.fcntl(fd, _F_GETPIPE_SZ) != size:
-            fcntl.fcntl(fd, _F_SETPIPE_SZ, size)
-
-
-def _ctrl_send(fd: int, msg: dict) -> None:
-    data = json.dumps(msg).encode()
-    os.write(fd, struct.pack(">I", len(data)) + data)
+def _become_child(ctrl, fds: list[int]) -> None:
+    """In a freshly forked child: keep only its own two pipes, /dev/null on 0-2 and the Landlock plan's path
+    descriptors (closed once it is restricted). The zygote's control socket and the pidfds of the other
+    children it holds are closed, so no child can reach another."""
+    global IN_FD, OUT_FD
+    ctrl.detach()  # the fd is closed below; a socket object that closed it again later could hit a reused fd
+    IN_FD, OUT_FD = fds
+    keep = sorted({*fds, *(pfd for _, pfd, _ in (_LANDLOCK or {}).get("rules", ()))})
+    for lo, hi in zip([2, *keep], [*keep, os.sysconf("SC_OPEN_MAX")]):
+        os.closerange(lo + 1, hi)
 
 
 def main() -> None:
-    """The zygote: set up what all children share once, then fork one child per call on the parent's word.
+    """The zygote: set up what all children share once, then fork one child per request of the parent.
     It never runs untrusted code; children cannot reach it (another uid, no signals, no ptrace, no /proc,
-    and its control pipe is closed in them). A child is killed and reaped before the next one starts. Each
-    child changes its uid itself, after reading the inducer's history (written by the parent's uid)."""
+    and its control socket is closed in them). Each child gets two pipes of its own from the parent (passed
+    over the control socket), so nothing a child does to its pipes reaches any other child; the parent
+    kills a child itself, through the pidfd the zygote hands back, and the zygote reaps it. Each child
+    changes its uid itself, after reading the inducer's history (written by the parent's uid)."""
+    import socket
+
     global IN_FD, OUT_FD
     IN_FD, OUT_FD = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
+    os.close(devnull)
     init = recv()
-    ctrl_in, ctrl_out = init["ctrl"]
+    os.close(IN_FD)  # the init pipe: children talk over pipes of their own
+    os.close(OUT_FD)
+    ctrl = socket.socket(fileno=init["ctrl"])
     report: dict = {}
     libc = _libc()[1]
     if not init.get("bwrap"):  # bubblewrap has already given us every namespace
         _unshare_net(report)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
-    libc.prctl(4, 0)  # PR_SET_DUMPABLE 0: no ptrace or /proc/<pid>/mem of the zygote
+    libc.prctl(4, 0)  # PR_SET_DUMPABLE 0: no ptrace or /proc/<pid>/mem of the zygote (children inherit it)
     os.chdir(init["scratch"])
     os.environ.clear()  # the parent started us with an empty environment; nothing is inherited
     os.environ.update(HOME=init["scratch"], TMPDIR=init["scratch"], PATH="/nonexistent")
     import inspect  # noqa: F401  (imported once here, so that a child starts in a few milliseconds)
-    import tempfile
-    import threading  # noqa: F401  (the layer probe's thread)
 
-    global _FILTER
-    _FILTER = b"".join(struct.pack("<HBBI", *ins) for ins in seccomp_program())
-
-    tempfile.tempdir = init["scratch"]
+    # Not imported here: threading and tempfile (through random); their fork handlers would run in every
+    # child. tempfile finds scratch through TMPDIR.
+    global _FILTER, _LANDLOCK
+    _FILTER = _compile_filter()
+    _LANDLOCK = _landlock_plan(init["scratch"], init.get("read_paths"))
+    libc.syscall, libc.prctl  # noqa: B018  (ctypes makes a function object at the first lookup: once, here)
     init["zygote_report"] = report
-    pipes = {fd: (fcntl.fcntl(fd, fcntl.F_GETFL), fcntl.fcntl(fd, _F_GETPIPE_SZ)) for fd in (IN_FD, OUT_FD)}
-    pid = pidfd = None
+    children: dict[int, tuple[int, int]] = {}  # pidfd -> (the parent's id of the child, pid)
     while True:
-        ready, _, _ = select.select([ctrl_in] + ([pidfd] if pidfd is not None else []), [], [])
-        if pidfd is not None and pidfd in ready:  # the child died on its own (a limit, a crash, seccomp)
+        ready, _, _ = select.select([ctrl.fileno(), *children], [], [])
+        for pidfd in [fd for fd in ready if fd in children]:  # a child ended (killed by the parent, a limit...)
+            cid, pid = children.pop(pidfd)
             _, status = os.waitpid(pid, 0)
             os.close(pidfd)
-            pid = pidfd = None
             sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
-            _ctrl_send(ctrl_out, {"t": "died", "signal": sig, "code": 0 if sig else os.WEXITSTATUS(status)})
-        if ctrl_in not in ready:
+            _ctrl_send(ctrl, {"t": "died", "cid": cid, "signal": sig, "code": 0 if sig else os.WEXITSTATUS(status)})
+        if ctrl.fileno() not in ready:
             continue
-        head = os.read(ctrl_in, 4)
-        cmd = json.loads(os.read(ctrl_in, struct.unpack(">I", head)[0])) if len(head) == 4 else {"t": "quit"}
-        if cmd["t"] in ("kill", "quit") and pid is not None:
+        try:
+            data, fds, _, _ = socket.recv_fds(ctrl, 4096, 2)
+            cmd = json.loads(data) if data else {"t": "quit"}
+        except (OSError, ValueError):
+            cmd, fds = {"t": "quit"}, []
+        if cmd.get("t") != "fork" or len(fds) != 2:
+            os._exit(0)  # the parent closed the socket (or sent what it never sends): the sandbox ends
+        pid = os.fork()
+        if pid == 0:
+            _become_child(ctrl, fds)
             try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass  # died just now; waitpid collects it
-            os.waitpid(pid, 0)
-            os.close(pidfd)
-            pid = pidfd = None
-        if cmd["t"] == "quit":
-            os._exit(0)
-        if cmd["t"] == "kill":
-            # The pipes' flags and sizes belong to all children: put back what a child changed.
-            _restore_pipes(pipes)
-            # Whatever the parent sent the dead child and it never read must not reach the next one.
-            os.set_blocking(IN_FD, False)
-            try:
-                while os.read(IN_FD, 1 << 16):
-                    pass
-            except BlockingIOError:
-                pass
-            os.set_blocking(IN_FD, True)
-            _ctrl_send(ctrl_out, {"t": "reaped"})
-        elif cmd["t"] == "fork" and pid is None:
-            pid = os.fork()
-            if pid == 0:
-                os.close(ctrl_in)
-                os.close(ctrl_out)
-                try:
-                    _child(init)
-                finally:
-                    os._exit(0)
-            pidfd = os.pidfd_open(pid)
+                _child(init)
+            finally:
+                os._exit(0)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        children[pidfd] = (cmd["cid"], pid)
+        _ctrl_send(ctrl, {"t": "forked", "cid": cmd["cid"]}, (pidfd,))
 
 
 if __name__ == "__main__":

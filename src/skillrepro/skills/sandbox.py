@@ -27,14 +27,20 @@ the uid, seccomp, Landlock, netns and rlimits layers itself; then scratch_limit 
 denied by seccomp instead of being counted (memory_cgroup needs a writable cgroup in either mode).
 
 Processes: a zygote (started once per session, inside bwrap; it never runs untrusted code) forks one child
-per skill call; the child becomes nobody, applies Landlock, rlimits and seccomp, loads the library and
-serves the call. After the call the parent has the zygote kill and reap the child, drains what it left in
-the pipes, and only then asks for the next child (which starts while the actor thinks): nothing of call n
-(threads, `__del__`, timers, patched globals, unsent frames, pipe flags) can act during call n+1. The
-inducer's interpreter (`exec_code`) is a notebook: its child lives until a cell is killed or leaves threads,
-timers or signal handlers behind; it copies the run's history into scratch before its layers and queries
-the copy after them, so that DuckDB's threads start under every layer. Every layer covers every thread: the
-worker applies them while it has one thread (seccomp with TSYNC besides), and reports what the kernel shows.
+per skill call; the child becomes nobody, applies Landlock, rlimits and seccomp, loads the library, says
+ready and waits for its call. Each child has two pipes of its own, which the parent makes and passes to the
+zygote with the request: nothing a child does to its pipes (sizes, flags, unread bytes) reaches another.
+The next call's child is requested when a call starts, so that its fork, layers and library load happen
+beside the call and while the actor thinks; a call then costs one round trip to a ready child. After the
+result the parent kills the child itself (SIGKILL through the pidfd the zygote handed back) and waits until
+it has exited (its frame pipe closes), so nothing of call n (threads, `__del__`, timers, patched globals,
+unsent frames) runs during call n+1. A child that was loading beside a running call and fails to start is
+asked for again once it would run alone (its failure may be the other child's doing, never its verdict).
+The inducer's interpreter (`exec_code`) is a notebook: its child lives until a cell is killed or leaves
+threads, timers or signal handlers behind, and it never has a spare beside it; it copies the run's history
+into scratch before its layers and queries the copy after them, so that DuckDB's threads start under every
+layer. Every layer covers every thread: the worker applies them while it has one thread (seccomp with TSYNC
+besides), and reports what the kernel shows.
 
 The protocol: every frame the child sends must match its schema (keys, types, sizes), carry the current
 call id and the next sequence number, and respect the frame stack (a nested frame's id is the call's root id
@@ -49,9 +55,10 @@ import json
 import logging
 import math
 import os
-import selectors
+import select
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -277,6 +284,27 @@ def _check_frame(msg: Any, call: str, seq: int, output_chars: int) -> dict:
 
 
 @dataclass
+class _Child:
+    """One child of the zygote as the parent sees it: our ends of its two private pipes, its pidfd (once the
+    zygote has sent it), and what it has written that is not yet read as a frame."""
+
+    cid: int
+    w: int | None  # its input: calls and observations
+    r: int | None  # its frames
+    forked: float  # time.monotonic() of the request
+    beside: bool  # requested while another child was alive (see _await_ready)
+    pidfd: int | None = None
+    buf: bytes = b""
+    eof: bool = False  # its end of the frame pipe is closed: it has exited
+    died: dict | None = None  # the zygote's word on how it ended
+    ready: bool = False
+    call: str = "init"  # the call id its frames must carry, and the next sequence number
+    seq: int = 0
+    closed: bool = False  # retired: killed, exited, our ends closed
+    leftover: bool = False  # it wrote after its last frame that was read
+
+
+@dataclass
 class _Frame:
     frame_id: str
     parent: str
@@ -314,15 +342,18 @@ class SandboxSession:
         self.functions: list[str] = []
         self.load_error = ""
         self.restarts = 0
-        self._buf = b""
-        self._ready = False
-        self._call, self._seq = "init", 0
+        self._ctrl: socket.socket | None = None  # the control socket to the zygote
+        self._zygote_gone = False  # the control socket read end-of-file
+        self._children: dict[int, _Child] = {}  # every child not yet retired, by id
+        self._cid = 0
+        self.child: _Child | None = None  # the child that serves the next call (starting, or ready)
         self.max_message = 65536 + 16 * self.limits.output_chars
         try:  # the parent's own list of the library's functions: frames naming others are forged
             tree = parse_untrusted(source or "")
             self._known = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            self._defs = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]  # what the worker traces
         except SyntaxError:
-            self._known = set()
+            self._known, self._defs = set(), []
         self._primitive_names = {p.name for p in env.primitives()} if env is not None else set()
         self._finalizer = weakref.finalize(self, _cleanup, self.__dict__)
 
@@ -389,111 +420,148 @@ class SandboxSession:
             self.cgroup = _MemoryCgroup(self.limits.memory_bytes)
         if self.cgroup.procs:  # join the cgroup before exec, so every page of the worker is counted
             argv = ["/bin/sh", "-c", 'echo $$ > "$1" || exit 97; shift; exec "$@"', "sh", self.cgroup.procs, *argv]
-        to_zygote, from_zygote = os.pipe(), os.pipe()
+        # Control: a datagram socket, so that each child's pipes and pidfd travel with the message about it.
+        ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL, cwd="/", env={}, start_new_session=True,
-                                         close_fds=True, pass_fds=(to_zygote[0], from_zygote[1]))
+                                         close_fds=True, pass_fds=(theirs.fileno(),))
+            init |= {"t": "init", "ctrl": theirs.fileno(), "source": self.source, "functions": self._defs,
+                     "primitives": sorted(self._primitive_names), "limits": self.limits.__dict__, "db": self.db,
+                     "audit_hook": self.audit_hook}
         finally:
-            os.close(to_zygote[0])
-            os.close(from_zygote[1])
-        self._ctrl_w, self._ctrl_r = to_zygote[1], from_zygote[0]
-        os.set_blocking(self.proc.stdin.fileno(), False)
-        self._buf, self._ready, self._died = b"", False, None
-        init |= {"t": "init", "ctrl": [to_zygote[0], from_zygote[1]], "source": self.source,
-                 "primitives": sorted(self._primitive_names), "limits": self.limits.__dict__, "db": self.db,
-                 "audit_hook": self.audit_hook}
-        self._send(init, time.monotonic() + self.limits.start_wall_s)
-        self._fork()
+            theirs.close()
+        ctrl.setblocking(False)
+        self._ctrl, self._zygote_gone, self._children = ctrl, False, {}
+        stdin = self.proc.stdin.fileno()
+        os.set_blocking(stdin, False)
+        self._write(stdin, init, time.monotonic() + self.limits.start_wall_s)  # if it fails, the child says why
+        self.proc.stdin.close()
+        self.child = self._fork()
 
-    def _fork(self) -> None:
-        """Ask the zygote for a fresh child; it loads the library and says ready while the actor thinks."""
-        self._call, self._seq, self._ready, self._died = "init", 0, False, None
-        self._forked = time.monotonic()
-        self._ctrl({"t": "fork"})
-
-    def _ctrl(self, msg: dict) -> None:
-        data = json.dumps(msg).encode()
+    def _fork(self, beside: bool = False) -> _Child:
+        """Ask the zygote for a fresh child with two new pipes of its own; it applies its layers, loads the
+        library and says ready while the caller goes on (the actor thinks, or the current call runs)."""
+        call_r, call_w = os.pipe()
+        frames_r, frames_w = os.pipe()
+        self._cid += 1
         try:
-            os.write(self._ctrl_w, struct.pack(">I", len(data)) + data)
+            socket.send_fds(self._ctrl, [json.dumps({"t": "fork", "cid": self._cid}).encode()], [call_r, frames_w])
         except OSError:
-            pass  # the zygote is gone; the next read says so
+            pass  # the zygote is gone: the child's pipe reads end-of-file at once and the caller reports it
+        finally:
+            os.close(call_r)
+            os.close(frames_w)
+        os.set_blocking(call_w, False)
+        os.set_blocking(frames_r, False)
+        child = _Child(self._cid, call_w, frames_r, time.monotonic(), beside)
+        self._children[child.cid] = child
+        return child
 
-    def _ctrl_recv(self, deadline: float) -> dict | None:
-        """The zygote's next control frame ('died' or 'reaped'), or None if it is gone or silent."""
-        head = self._read_exactly(self._ctrl_r, 4, deadline)
-        if head is None:
-            return None
-        body = self._read_exactly(self._ctrl_r, min(struct.unpack(">I", head)[0], 4096), deadline)
-        try:
-            msg = json.loads(body) if body is not None else None
-        except ValueError:
-            return None
-        return msg if isinstance(msg, dict) and msg.get("t") in ("died", "reaped") else None
+    def _ctrl_poll(self) -> None:
+        """Take every control message the zygote has sent: a new child's pidfd, or how a child ended."""
+        while not self._zygote_gone:
+            try:
+                data, fds, _, _ = socket.recv_fds(self._ctrl, 4096, 1)
+            except BlockingIOError:
+                return
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                self._zygote_gone = True
+            try:
+                msg = json.loads(data) if data else {}
+            except ValueError:
+                msg = {}
+            cid = msg.get("cid") if isinstance(msg, dict) else None
+            child = self._children.get(cid) if isinstance(cid, int) else None
+            if child is not None and msg["t"] == "forked" and fds and child.pidfd is None:
+                child.pidfd = fds.pop()
+            elif child is not None and msg["t"] == "died":
+                child.died = msg
+            for fd in fds:  # a child already retired, or a duplicate
+                os.close(fd)
 
-    @staticmethod
-    def _read_exactly(fd: int, n: int, deadline: float) -> bytes | None:
-        out = b""
-        while len(out) < n:
-            left = deadline - time.monotonic()
-            with selectors.DefaultSelector() as sel:
-                sel.register(fd, selectors.EVENT_READ)
-                if left <= 0 or not sel.select(left):
-                    return None
-            chunk = os.read(fd, n - len(out))
-            if not chunk:
-                return None
-            out += chunk
-        return out
-
-    def _reap(self) -> bool:
-        """Kill the current child (and everything it started) and drain what it left in the pipe, before any
-        next child exists. True if it had written anything after its last legitimate frame."""
-        if self.proc is None:
+    def _wait(self, fd: int | None, deadline: float) -> bool:
+        """Wait until `fd` (if any) or the control socket is readable; take the control messages. False if
+        the deadline passed first."""
+        left = deadline - time.monotonic()
+        if left <= 0:
             return False
-        self._ctrl({"t": "kill"})
-        deadline = time.monotonic() + 10
-        while True:
-            msg = self._ctrl_recv(deadline)
-            if msg is None:  # the zygote does not answer: replace it whole
-                self._kill("")
-                return bool(self._buf)
-            if msg["t"] == "reaped":
-                break
-        fd, leftover = self.proc.stdout.fileno(), bool(self._buf)
-        os.set_blocking(fd, False)
+        poll = select.poll()
+        if fd is not None:
+            poll.register(fd, select.POLLIN)
+        if not self._zygote_gone:
+            poll.register(self._ctrl, select.POLLIN)
+        events = poll.poll(left * 1000)
+        if not self._zygote_gone and any(f == self._ctrl.fileno() for f, _ in events):
+            self._ctrl_poll()
+        return bool(events)
+
+    def _read(self, child: _Child) -> bytes:
+        """What the child has written since the last read (b"" if nothing); end-of-file marks it exited."""
         try:
-            while os.read(fd, 1 << 16):
-                leftover = True
+            chunk = os.read(child.r, 1 << 20)
         except BlockingIOError:
-            pass
-        os.set_blocking(fd, True)
-        self._buf, self._ready = b"", False
-        return leftover
+            return b""
+        child.eof = not chunk
+        child.buf += chunk
+        return chunk
+
+    def _retire(self, child: _Child) -> bool:
+        """Kill `child` (through its pidfd: no round trip through the zygote) and wait until it has exited,
+        that is until its end of the frame pipe closes, so that nothing of it runs once this returns. True if
+        it had written anything after its last frame that was read. The zygote reaps it meanwhile."""
+        if child.closed:
+            return child.leftover
+        child.closed, child.leftover = True, bool(child.buf)
+        deadline = time.monotonic() + 10
+        while child.pidfd is None and not child.eof and not self._zygote_gone and self._wait(None, deadline):
+            pass  # the zygote's message with the pidfd comes right after the fork
+        if child.pidfd is not None and not child.eof:
+            try:
+                signal.pidfd_send_signal(child.pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it has exited already
+        while not child.eof and self._wait(child.r, deadline):
+            child.leftover |= bool(self._read(child))
+        self._children.pop(child.cid, None)  # only now: the zygote's messages about it were wanted until here
+        _close_child(child)
+        if not child.eof:  # no exit 10 s after SIGKILL (or after the zygote died): nothing can be trusted
+            self._kill("")
+            raise SandboxError("a sandbox worker did not exit after SIGKILL; the sandbox was stopped")
+        return child.leftover
 
     def _await_ready(self) -> None:
-        """The child's first frame. A child that breaks the protocol, dies or hangs while loading the library
+        """The next child's first frame. A child that breaks the protocol, dies or hangs while loading the library
         is the library's doing (module-level code runs there): a load error, reported to the caller as one.
         Only a zygote that is gone is the sandbox's own failure (SandboxError)."""
-        deadline = self._forked + self.limits.start_wall_s
+        child = self.child
+        deadline = child.forked + self.limits.start_wall_s
         try:
-            msg, why = self._recv(deadline), ""
+            msg, why = self._recv(child, deadline), ""
         except _Violation as e:
             msg, why = None, f"it broke the sandbox protocol ({e})"
+        if child.beside and (msg is None or msg["t"] == "init_error"):
+            # It started beside the previous call's child, which shares the memory cgroup, scratch and the
+            # CPUs: its failure is not the library's verdict. Ask again, now that no other child runs.
+            self._retire(child)
+            self.child = self._fork()
+            return self._await_ready()
         if msg is None:
-            why = why or self._death_reason(deadline, self.limits.start_wall_s)
-            if (self._died or {}).get("t") == "gone" or self.proc.poll() is not None:
+            why = why or self._death_reason(child, deadline, self.limits.start_wall_s)
+            if (child.eof and child.died is None) or self.proc.poll() is not None:
                 self._kill("")  # the zygote itself died: the sandbox cannot run here
                 raise SandboxError(f"sandbox worker did not start: {why}")
-            self._reap()
-            self._fork()
+            self._retire(child)
+            self.child = self._fork()
             self.load_error, self.functions = f"the worker stopped while loading the library: {why}", []
             return
-        self._ready = True
+        child.ready = True
         self._report_layers(msg["isolation"])
         if msg["t"] == "init_error":
-            self._reap()
-            self._fork()
+            self._retire(child)
+            self.child = self._fork()
             self.load_error, self.functions = msg["msg"], []
         else:
             self.load_error, self.functions = "", sorted(self._known)
@@ -539,33 +607,23 @@ class SandboxSession:
             self._kill("")
         if self.proc is None:
             self._spawn()
-        if not self._ready:
+        if not self.child.ready:
             self._await_ready()
 
     def _kill(self, why: str) -> str:
         """Kill the zygote and all its children (bwrap's pid namespace takes them with it)."""
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
-            self.proc.stdin.close()
-            self.proc.stdout.close()
-            os.close(self._ctrl_w)
-            os.close(self._ctrl_r)
-            self.proc, self._ready = None, False
+        _stop(self.__dict__)
         return why
 
     def close(self) -> None:
         self._finalizer()
 
     # ------------------------------------------------------------------------------------ framing
-    def _send(self, msg: dict, deadline: float) -> bool:
+    @staticmethod
+    def _write(fd: int, msg: dict, deadline: float) -> bool:
         """Write one frame without ever blocking past `deadline` (a worker that stops reading cannot hang us)."""
         data = json.dumps(msg, default=repr).encode()
         buf = memoryview(struct.pack(">I", len(data)) + data)
-        fd = self.proc.stdin.fileno()
         while buf:
             try:
                 n = os.write(fd, buf)
@@ -578,54 +636,41 @@ class SandboxSession:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            with selectors.DefaultSelector() as sel:
-                sel.register(fd, selectors.EVENT_WRITE)
-                sel.select(left)
+            poll = select.poll()
+            poll.register(fd, select.POLLOUT)
+            poll.poll(left * 1000)
         return True
 
-    def _recv(self, deadline: float) -> dict | None:
-        """Next well-formed frame of the child; None when the deadline passed or the child died (the zygote
-        said so, in self._died); _Violation for anything malformed."""
-        fd = self.proc.stdout.fileno()
+    def _recv(self, child: _Child, deadline: float) -> dict | None:
+        """Next well-formed frame of `child`; None when the deadline passed or the child exited (what it wrote
+        before counts); _Violation for anything malformed."""
         while True:
-            if len(self._buf) >= 4:
-                (n,) = struct.unpack(">I", self._buf[:4])
+            if len(child.buf) >= 4:
+                (n,) = struct.unpack(">I", child.buf[:4])
                 if n > self.max_message:
                     raise _Violation(f"a frame of {n} bytes (the limit is {self.max_message})")
-                if len(self._buf) >= 4 + n:
-                    data, self._buf = self._buf[4:4 + n], self._buf[4 + n:]
+                if len(child.buf) >= 4 + n:
+                    data, child.buf = child.buf[4:4 + n], child.buf[4 + n:]
                     try:
                         msg = json.loads(data)
                     except (ValueError, RecursionError):
                         raise _Violation("a frame that is not JSON") from None
-                    msg = _check_frame(msg, self._call, self._seq, self.limits.output_chars)
-                    self._seq += 1
+                    msg = _check_frame(msg, child.call, child.seq, self.limits.output_chars)
+                    child.seq += 1
                     return msg
-            if self._died is not None:
+            if child.eof:
                 return None
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if not self._read(child) and not child.eof and not self._wait(child.r, deadline):
                 return None
-            with selectors.DefaultSelector() as sel:
-                sel.register(fd, selectors.EVENT_READ, "child")
-                sel.register(self._ctrl_r, selectors.EVENT_READ, "zygote")
-                events = [k.data for k, _ in sel.select(left)]
-            if not events:
-                return None
-            if "child" in events:  # what the child wrote before it died still counts
-                chunk = os.read(fd, 1 << 20)
-                if chunk:
-                    self._buf += chunk
-                    continue
-            if "zygote" in events or "child" in events:
-                msg = self._ctrl_recv(time.monotonic() + 5)
-                self._died = msg if msg is not None and msg["t"] == "died" else {"t": "gone"}
 
-    def _death_reason(self, deadline: float, wall_s: float) -> str:
-        died = self._died
-        if died is None:
+    def _death_reason(self, child: _Child, deadline: float, wall_s: float) -> str:
+        if not child.eof:
             return f"wall-clock limit of {wall_s:g} s reached" if time.monotonic() >= deadline else "worker gone"
-        if died.get("t") != "died":
+        end = time.monotonic() + 5  # it exited: the zygote reaps it at once and says how
+        while child.died is None and not self._zygote_gone and self._wait(None, end):
+            pass
+        died = child.died
+        if died is None:
             return "the sandbox's zygote died"
         sig, code = died.get("signal"), died.get("code")
         if isinstance(sig, int) and sig > 0:
@@ -655,16 +700,21 @@ class SandboxSession:
         frames: dict[str, _Frame] = {top: _Frame(top, "", name, args_json, time.time())}
         stack = [top]
         deadline = time.monotonic() + wall
-        self._call, self._seq = top, 0
+        cur, self.child = self.child, None
+        cur.call, cur.seq = top, 0
         n_prims, last_obs, violation, out = 0, None, "", None
         try:
-            if not self._send({"t": "call", "call": top, "frame": top, "name": name, "args": args,
-                               "done": bool(self.env.done)}, deadline):
+            sent = self._write(cur.w, {"t": "call", "call": top, "frame": top, "name": name, "args": args,
+                                       "done": bool(self.env.done)}, deadline)
+            # The next call's child starts now, beside this one: by the next call it is ready. It shares
+            # nothing with this one but the scratch folder, the memory cgroup and the CPUs (see _await_ready).
+            self.child = self._fork(beside=True)
+            if not sent:
                 raise _Violation("the worker stopped reading its pipe")
             while out is None:
-                msg = self._recv(deadline)
+                msg = self._recv(cur, deadline)
                 if msg is None:
-                    why = self._death_reason(deadline, wall)
+                    why = self._death_reason(cur, deadline, wall)
                     out = Outcome(None, "", "", 0, last_obs, n_prims, killed=why)
                     break
                 t = msg["t"]
@@ -675,7 +725,7 @@ class SandboxSession:
                         raise _Violation(f"a primitive from frame {msg['frame']!r}, not the open frame {stack[-1]!r}")
                     frame = frames[stack[-1]]
                     if n_prims >= self.limits.max_primitives:
-                        self._send({"t": "prim_limit", "msg": f"limit of {self.limits.max_primitives} primitive calls per skill call reached"}, deadline)
+                        self._write(cur.w, {"t": "prim_limit", "msg": f"limit of {self.limits.max_primitives} primitive calls per skill call reached"}, deadline)
                         frame.primitives.append([msg["name"], msg["args"], "(refused: primitive call limit)"])
                         n_prims += 1
                         continue
@@ -684,16 +734,14 @@ class SandboxSession:
                         res = self.env.step(msg["name"], msg["args"])
                     except ActionError as e:
                         frame.primitives.append([msg["name"], msg["args"], f"ActionError: {e}"])
-                        self._send({"t": "prim_error", "msg": str(e)}, deadline)
+                        self._write(cur.w, {"t": "prim_error", "msg": str(e)}, deadline)
                         continue
-                    except Exception:
-                        self._reap()
-                        self._fork()
-                        raise  # a broken env is not the skill's fault: let it surface
+                    # An exception of any other kind is a broken env, not the skill's fault: it surfaces
+                    # (the finally below retires the child).
                     last_obs = res.observation
                     frame.primitives.append([msg["name"], msg["args"], res.observation])
-                    self._send({"t": "obs", "text": None if res.returns_none else res.observation,
-                                "done": bool(self.env.done)}, deadline)
+                    self._write(cur.w, {"t": "obs", "text": None if res.returns_none else res.observation,
+                                        "done": bool(self.env.done)}, deadline)
                 elif t == "enter":
                     fid = msg["frame"]
                     if msg["fn"] not in self._known:
@@ -714,8 +762,7 @@ class SandboxSession:
                 elif t == "badargs":
                     if msg["seq"] != 0:
                         raise _Violation("badargs after the call started")
-                    if not self._reap():
-                        self._fork()
+                    if not self._retire(cur):
                         raise ActionError(msg["msg"])
                     raise _Violation("the worker wrote after badargs")
                 elif t == "result":
@@ -728,7 +775,10 @@ class SandboxSession:
         except _Violation as e:
             violation = f"the sandbox worker broke the protocol ({e}); it was replaced"
             out = Outcome(None, "", "", 0, last_obs, n_prims, killed=violation)
-        if self._reap() and not violation:  # a thread or __del__ wrote after the result: the call fails
+        finally:
+            # Killed and gone before this returns, whatever happened: nothing of this call runs later.
+            leftover = self._retire(cur)
+        if leftover and not violation:  # a signal handler or __del__ wrote after the result: the call fails
             violation = "the sandbox worker wrote after its result; it was replaced"
             out.killed = out.killed or violation
         if n_prims > self.limits.max_primitives and not out.killed:
@@ -742,8 +792,6 @@ class SandboxSession:
                 f.exc, f.dur = f"killed: {out.killed}" if out.killed else "unfinished", time.time() - f.started
             self.record(SkillCall(f.frame_id, f.parent, self.episode_id, step, f.function, f.arguments,
                                   json.dumps(f.primitives, default=repr), f.ret, f.exc, f.dur))
-        if self.proc is not None:
-            self._fork()  # the next call's child starts now
         if violation:
             raise ActionError(f"skill {name}: {violation}")
         return out
@@ -765,25 +813,26 @@ class SandboxSession:
         if self.load_error:  # at the start, or again after a killed cell: the job cannot do its work
             raise SandboxError(f"the interpreter failed to start: {self.load_error}")
         deadline = time.monotonic() + self.limits.call_wall_s
-        self._call, self._seq = uuid.uuid4().hex[:12], 0
+        child = self.child  # one child serves every cell, until one is killed
+        child.call, child.seq = uuid.uuid4().hex[:12], 0
         why = ""
         try:
-            self._send({"t": "exec", "call": self._call, "code": code}, deadline)
-            msg = self._recv(deadline)
+            self._write(child.w, {"t": "exec", "call": child.call, "code": code}, deadline)
+            msg = self._recv(child, deadline)
             while msg is not None and msg["t"] in ("enter", "exit"):  # library functions called by the code
-                msg = self._recv(deadline)
+                msg = self._recv(child, deadline)
             if msg is not None and msg["t"] != "result":
                 raise _Violation(f"a {msg['t']} frame answering exec")
         except _Violation as e:
             msg, why = None, f"the interpreter broke the protocol ({e})"
         if msg is None:
-            why = why or self._death_reason(deadline, self.limits.call_wall_s)
-            self._reap()
-            self._fork()
+            why = why or self._death_reason(child, deadline, self.limits.call_wall_s)
+            self._retire(child)
+            self.child = self._fork()  # no other child runs: the history copy in scratch is its alone
             return Outcome(None, "", "", 0, None, 0, killed=why)
         if msg["exc"].startswith(RESTART):  # the cell left something that could run before the next one
-            self._reap()
-            self._fork()
+            self._retire(child)
+            self.child = self._fork()
         return Outcome(msg["ret"], msg["exc"], msg["out"], msg["out_total"], None, 0)
 
 
@@ -800,22 +849,48 @@ def probe(policy: SandboxPolicy) -> dict[str, str]:
         session.close()
 
 
-def _cleanup(state: dict) -> None:
+def _close_child(child: _Child) -> None:
+    """SIGKILL the child if it may still run (an idle spare, at the session's end) and close our ends."""
+    child.closed = True
+    if child.pidfd is not None and not child.eof:
+        try:
+            signal.pidfd_send_signal(child.pidfd, signal.SIGKILL)
+        except OSError:
+            pass  # exited already
+    for fd in (child.w, child.r, child.pidfd):
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    child.w = child.r = child.pidfd = None
+
+
+def _stop(state: dict) -> None:
+    """Stop the zygote and every child of it (a session's __dict__: also called by its finalizer)."""
+    for child in list(state.get("_children", {}).values()):
+        if not child.closed:
+            _close_child(child)
+    state["_children"], state["child"] = {}, None
     proc = state.get("proc")
     if proc is not None:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)  # bwrap's pid namespace takes every child with it
         except (ProcessLookupError, PermissionError):
             pass
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-    for fd in (state.get("_ctrl_w"), state.get("_ctrl_r")) if proc is not None else ():
-        try:
-            os.close(fd)
-        except (OSError, TypeError):
-            pass
+        if proc.stdin is not None:
+            proc.stdin.close()
+    if state.get("_ctrl") is not None:
+        state["_ctrl"].close()
+    state["proc"], state["_ctrl"] = None, None
+
+
+def _cleanup(state: dict) -> None:
+    _stop(state)
     if state.get("cgroup") is not None:
         state["cgroup"].remove()
     if state.get("scratch", "").startswith(tempfile.gettempdir()):
