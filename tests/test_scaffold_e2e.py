@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 N, M, L, K, Q = 2, 2, 1, 1, 2
+GEN_TOKENS = 160  # the Generator's limit: below what a card of the default format's word limit needs
 
 pytestmark = [pytest.mark.integration, pytest.mark.workflow]
 
@@ -34,10 +35,12 @@ Stop when the second object is one step ahead and you face it."""
 def workdir(tmp_path_factory, run_scaffold):
     return run_scaffold(tmp_path_factory.mktemp("scaffold"), "scaffold_all", call_budget=3, scaffold={
         "variants": ["grp", "anc"], "n_queries": Q, "n_scouts": N, "n_candidates": M, "n_post": L, "n_eval": K, "n_probes": 1,
-        "generator_max_tokens": 160, "evidence_max_chars": 2000})
+        "generator_max_tokens": GEN_TOKENS, "evidence_max_chars": 2000})
 
 
-def test_every_record_is_produced(workdir):
+def test_every_record_is_produced(workdir, llm_url):
+    from skillrepro.studies import scaffold as ss
+
     s = workdir / "results" / "scaffold" / "babyai"
     queries = json.loads((s / "queries.json").read_text())
     assert len(queries) == Q
@@ -60,6 +63,9 @@ def test_every_record_is_produced(workdir):
         # Constrained decoding: the cards' structure holds by construction, and every card closes within
         # generator_max_tokens (a long "word" no longer cuts it before its closing brace).
         assert cands.raw.str.endswith('"}').all(), cands.raw.tolist()
+        count = ss.server_token_counter(llm_url, "embedded", gen_calls.model.iloc[0]) if n_gen else None
+        for raw in cands.raw:  # the whole reply after the pre-fill, in the serving model's tokens
+            assert count(raw[len(ss.PREFILL):]) <= GEN_TOKENS, raw
         assert n_gen == 0 or cands.valid.mean() >= 0.5, cands.problems.tolist()
         scores = pd.read_parquet(s / v / "scores.parquet")
         assert len(scores) == N * int(cands.valid.sum()) if len(cands) else len(scores) == 0

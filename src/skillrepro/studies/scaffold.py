@@ -354,7 +354,7 @@ def generator_request(fmt: CardFormat, decoding: str, backend: str, max_tokens: 
 
 # Sectioned decoding: the tokens a section body is sure to get (so it holds a word), and the most a name may take.
 SECTION_MIN_TOKENS = 4
-NAME_MAX_TOKENS = 24
+NAME_MAX_TOKENS = 16
 
 
 def _part_budgets(fmt: CardFormat, max_tokens: int, literal_tokens: Sequence[int]) -> tuple[int, int]:
