@@ -47,7 +47,7 @@ _SC = "results/scaffold/{sbench}"
 _SCV = "results/scaffold/{sbench}/{svariant}"
 _SC_SCOUTS = [f"{_SC}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts)]
 _SC_CONSTRAINTS = dict(sbench=f"(?:{'|'.join(_SC_BENCH) or 'none'})(?:@(?:{'|'.join(_SC_CHAIN_NAMES)})\\d+)?",
-                       svariant="|".join(SCAFFOLD.selection_variants + (BASELINE,)), i=r"\d+")
+                       svariant="|".join(SCAFFOLD.variants + tuple(SCAFFOLD.ablations) + (BASELINE,)), i=r"\d+")
 _SC_COMMON = dict(bench=lambda w: _SC_BENCH[_sc_instance(w)[0]], llm=_sc_llm(), scaffold=_sc_scaffold,
                   policy=_sc_policy,
                   settings=lambda w: _scaffold_cfg.fingerprint([_scaffold_check.settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=_sc_instance(w)[0]), _SC_FP_SETTINGS] + ([_SC_PROMPTS] if _SC_PROMPTS else [])))
@@ -401,6 +401,9 @@ if SCAFFOLD.webshop_data:
 _SC_CHAIN = "results/scaffold/{sbench}@{svariant}{prev}"
 # the records of iteration k-1 (which update k trains on), for pattern(s) under _SC_CHAIN
 _sc_prev = lambda *patterns: lambda w: [p.format(sbench=w.sbench, svariant=w.svariant, prev=int(w.k) - 1) for p in patterns]  # noqa: E731
+# a file of iteration k-1's cards, under the chain's utility variant (plain GRPO: none)
+_sc_cards = lambda name: lambda w: [] if w.svariant == BASELINE else [  # noqa: E731
+    f"results/scaffold/{w.sbench}@{w.svariant}{int(w.k) - 1}/{SCAFFOLD.chain(w.svariant).of}/{name}"]
 
 
 # Held-out evaluation (appendix A.1; tables 1, 2, 3, 6, figures 1 and 7; rules at the end of this file).
@@ -420,10 +423,10 @@ rule scaffold_grpo_update:
     input:
         scouts=_sc_prev(*(f"{_SC_CHAIN}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts))),
         post=_sc_prev(*(f"{_SC_CHAIN}/{{svariant}}/post/l{i}/episodes.parquet" for i in range(SCAFFOLD.n_post))),
-        # plain GRPO trains the Executor alone: no cards
-        candidates=lambda w: [] if w.svariant == BASELINE else _sc_prev(f"{_SC_CHAIN}/{{svariant}}/candidates.parquet")(w),
-        utilities=lambda w: [] if w.svariant == BASELINE else _sc_prev(f"{_SC_CHAIN}/{{svariant}}/utilities.parquet")(w),
-        generator_calls=lambda w: [] if w.svariant == BASELINE else _sc_prev(f"{_SC_CHAIN}/{{svariant}}/generate/llm_calls.parquet")(w),
+        # the cards of the chain's utility variant (a trained ablation selects among them); plain GRPO has none
+        candidates=_sc_cards("candidates.parquet"),
+        utilities=_sc_cards("utilities.parquet"),
+        generator_calls=_sc_cards("generate/llm_calls.parquet"),
         policy=lambda w: _sc_checkpoint(w.sbench, w.svariant, int(w.k) - 1) if int(w.k) > 1 else [],
     output:
         directory("results/scaffold/{sbench}/{svariant}/grpo/ckpt{k}"),
@@ -434,6 +437,8 @@ rule scaffold_grpo_update:
     params:
         # a chain's own switches (table 3's training ablations; plain GRPO has neither)
         training=lambda w: {**_SC_TRAIN, "generator_learning": SCAFFOLD.chain(w.svariant).generator_learning},
+        chain=lambda w: SCAFFOLD.chain(w.svariant),
+        threshold=SCAFFOLD.threshold,
         base_model=_SC_TRAIN.get("model") or _SC_LLM.model,
         m=lambda w: 0 if w.svariant == BASELINE else SCAFFOLD.n_candidates,
         group_size=lambda w: SCAFFOLD.n_scouts + SCAFFOLD.n_post + (0 if w.svariant == BASELINE else SCAFFOLD.n_candidates),

@@ -591,7 +591,8 @@ def test_rollout_outcomes_joins_free_and_candidates():
 @pytest.mark.workflow
 def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
     """configs/scaffold-paper.yaml (with the ALFWorld data path cleared: generated games) dry-runs with one
-    selection per benchmark x (2 utility variants + 3 ablations) and one GRPO update per utility variant."""
+    selection per benchmark x (2 utility variants + 3 ablations) and one GRPO update per iteration of every chain
+    (2 utility variants, 4 trained ablations, plain GRPO)."""
     import os
     import subprocess
     import sys
@@ -611,18 +612,21 @@ def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=600, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = dict(re.findall(r"^(scaffold_\w+)\s+(\d+)$", proc.stdout, flags=re.M))
-    chains = 2 * 2 * 2  # benchmarks x utility variants x iterations, each with one selection and one update
+    variants = 2 * 2 * 2  # benchmarks x utility variants x iterations, each with one selection and one update
+    # table 3's four trained ablations: chains of their own, each generating, scoring and selecting its own cards
+    ablations = 2 * 4 * 2
+    chains = variants + ablations
     plain = 2 * 2  # plain GRPO's iterations (benchmarks x iterations): Scouts, Post-Scouts, an update, no cards
     assert counts["scaffold_select"] == str(10 + chains) and counts["scaffold_generate"] == str(4 + chains)
-    assert counts["scaffold_grpo_update"] == str(chains + plain) and counts["scaffold_cohort_eval"] == str(chains)
-    assert counts["scaffold_cohort_early"] == str(chains // 2)  # iteration 0's fresh early rollouts per chain
+    assert counts["scaffold_grpo_update"] == str(chains + plain) and counts["scaffold_cohort_eval"] == str(variants)
+    assert counts["scaffold_cohort_early"] == str(variants // 2)  # iteration 0's fresh early rollouts per chain
     # figure 3(b): 4 probe rollouts per benchmark after its 8 skill-free baseline rollouts
     assert counts["scaffold_eval_free"] == str(2 * (8 + 4))
     assert counts["scaffold_post_scout"] == str(10 * 4 + (chains + plain) * 4)
     # N=4 Scouts per benchmark, shared by every variant of the validation experiment; a chain's are its own
     assert counts["scaffold_scout"] == str(8 + (chains + plain) * 4)
-    # held-out: per benchmark the base model and the last checkpoint (every: 10 > steps) of grp, anc and grpo
-    assert counts["scaffold_heldout_tasks"] == "2" and counts["scaffold_heldout_eval"] == str(2 * (1 + 3))
+    # held-out: per benchmark the base model and the last checkpoint (every: 10 > steps) of every chain
+    assert counts["scaffold_heldout_tasks"] == "2" and counts["scaffold_heldout_eval"] == str(2 * (1 + 2 + 4 + 1))
 
 
 def test_training_instances_name_their_chain_and_iteration():

@@ -124,3 +124,32 @@ def test_training_curve_and_injection_rates():
     assert ss.parse_heldout_variant(pd.Series(["heldout/test_id/r3"])).iloc[0].tolist() == ["test_id", 3]
     with pytest.raises(ValueError, match="unexpected variant"):
         ss.parse_heldout_variant(pd.Series(["scout"]))
+
+
+def test_trained_ablations_are_chains_of_their_own():
+    cfg = _cfg({"ablations": {"grp-shuffled": {"of": "grp", "selection": "shuffled"},
+                              "grp-nogen_random": {"of": "grp", "selection": "random", "generator_learning": False}},
+                "training": {"ablations": ["grp-shuffled", "grp-nogen_random"]}})
+    assert [c.name for c in cfg.chains] == ["grp", "grp-shuffled", "grp-nogen_random", "grpo"]
+    nogen = cfg.chain("grp-nogen_random")
+    assert (nogen.of, nogen.selection, nogen.generator_learning, nogen.inject) == ("grp", "random", False, True)
+    assert nogen.method == "SkillScaffold (grp) random selection w/o Generator learning"
+    assert cfg.selection_variants == ("grp", "grp-shuffled")  # a training-only ablation is not validated
+    assert ss.parse_instance("babyai@grp-nogen_random12") == ("babyai", "grp-nogen_random", 12)
+    for bad, match in (({"training": {"ablations": ["nope"]}}, "'nope' is not in scaffold.ablations"),
+                       ({"ablations": {"grp-k2": {"of": "grp"}}, "training": {"ablations": ["grp-k2"]}}, "end in a digit")):
+        with pytest.raises(ValueError, match=f"scaffold.training.ablations: .*{match}"):
+            _cfg(bad)
+
+
+def test_shuffled_chain_rewards_its_generator_with_the_utilities_it_selected_by():
+    cards = [ss.CandidateRecord("b", "grp", "q", j, "", "", "", 0, True, "", "") for j in range(4)]
+    utils = [ss.UtilityRecord("b", "grp", "q", j, "mixed", 1, 1, u, True, True) for j, u in enumerate([0.1, 0.2, 0.3, 0.4])]
+    same = ss.paired_utilities("b@grp-shuffled0", "grp-shuffled", cards, utils, 0.0, "utility", True)
+    assert [u.utility for u in same] == [0.1, 0.2, 0.3, 0.4]
+    paired = ss.paired_utilities("b@grp-shuffled0", "grp-shuffled", cards, utils, 0.0, "shuffled", True)
+    assert sorted(u.utility for u in paired) == [0.1, 0.2, 0.3, 0.4] and [u.utility for u in paired] != [0.1, 0.2, 0.3, 0.4]
+    # the card the selection injected is the one paired with the largest utility
+    scouts = [ss.Trajectory("e0", "q", True, 0, (), ()), ss.Trajectory("e1", "q", False, 1, (), ())]
+    sel = ss.selection_for_query("b@grp-shuffled0", "grp-shuffled", scouts, cards, utils, 0.0, "shuffled")
+    assert max(paired, key=lambda u: u.utility).candidate == sel.selected

@@ -19,12 +19,18 @@ previous = Path(i.policy) if i.policy else None
 model, tok = sg.load_policy(str(previous) if previous else p.base_model)
 # a policy that starts from GGUF is served by llama.cpp: every checkpoint is written back in that layout
 base_gguf = resolve(p.base_model) if p.base_model in MODELS or p.base_model.endswith(".gguf") else None
+chain = p.chain
+# plain GRPO (no cards): the Executor's group alone
+cards = ss.read_rows(i.candidates, ss.CandidateRecord) if i.candidates else []
+utilities = ss.read_rows(i.utilities, ss.UtilityRecord) if i.utilities else []
+# the Generator is rewarded by the utilities its chain's selection paired with its cards (table 3's shuffled
+# ablation breaks that pairing for selection and rewards alike)
+utilities = ss.paired_utilities(f"{w.sbench}@{w.svariant}{int(w.k) - 1}", w.svariant, cards, utilities, p.threshold,
+                                chain.selection, chain.gate)
 groups = sg.groups_from_records(
-    ChatSequencer(tok), w.svariant, p.m,
+    ChatSequencer(tok), chain.of or "grp", p.m,
     ss.load_trajectories(Path(f).parent for f in i.scouts), ss.load_trajectories(Path(f).parent for f in i.post),
-    # plain GRPO (no cards): the Executor's group alone
-    ss.read_rows(i.candidates, ss.CandidateRecord) if i.candidates else [],
-    ss.read_rows(i.utilities, ss.UtilityRecord) if i.utilities else [],
+    cards, utilities,
     pd.read_parquet(i.generator_calls) if i.generator_calls else pd.DataFrame(columns=["call_id", "prompt"]))
 samples = sg.assign_advantages(groups, p.m, settings.lambda_gen, settings.generator_learning)
 log.info("update %s from %s: %d queries, %d samples; Generator groups trained: %d", w.k, previous or p.base_model,

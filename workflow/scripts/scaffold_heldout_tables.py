@@ -22,8 +22,8 @@ def policy_of(path: str) -> tuple[str, str, int]:
 
 def chain_of(path: str) -> tuple[str, int]:
     """(chain, iteration) of a path under results/scaffold/{bench}@{chain}{j}/."""
-    m = re.search(r"@([a-z]+)(\d+)/", path)
-    return m.group(1), int(m.group(2))
+    _, chain, j = ss.parse_instance(re.search(r"results/scaffold/([^/]+@[^/]+)/", path).group(1))
+    return chain, j
 
 
 eps = []

@@ -755,11 +755,8 @@ def selection_for_query(benchmark: str, variant: str, scouts: Sequence[Trajector
     draws of the ablations are seeded by (benchmark, variant, task) so reruns select the same card."""
     kind = group_kind([t.success for t in scouts])
     n_s = sum(t.success for t in scouts)
-    by = {u.candidate: u for u in utils}
-    us = [by[c.candidate].utility if c.candidate in by else math.nan for c in candidates]
+    j, us, _ = _select_query(benchmark, variant, scouts[0].task_id, candidates, utils, threshold, selection, gate)
     ok = [c.valid for c in candidates]
-    rng = random.Random(zlib.crc32(f"{benchmark}/{variant}/{scouts[0].task_id}".encode()))
-    j, _ = select_with(us, ok, threshold, selection=selection, gate=gate, rng=rng)
     eligible = [u for u, v in zip(us, ok) if v and math.isfinite(u)]
     return SelectionRecord(
         benchmark, variant, scouts[0].task_id, kind, n_s, len(scouts),
@@ -768,6 +765,38 @@ def selection_for_query(benchmark: str, variant: str, scouts: Sequence[Trajector
         max(eligible) if eligible else math.nan, len(eligible),
         "" if j is None else candidates[j].card,
     )
+
+
+def _select_query(benchmark: str, variant: str, task_id: str, candidates: Sequence[CandidateRecord],
+                  utils: Sequence[UtilityRecord], threshold: float, selection: str, gate: bool
+                  ) -> tuple[int | None, list[float], list[float]]:
+    """`select_with` on one query's cards, with the ablations' random draws seeded by (benchmark, variant, task):
+    (the selected index, the cards' scored utilities, the utilities as the selection paired them)."""
+    by = {u.candidate: u for u in utils}
+    us = [by[c.candidate].utility if c.candidate in by else math.nan for c in candidates]
+    rng = random.Random(zlib.crc32(f"{benchmark}/{variant}/{task_id}".encode()))
+    j, used = select_with(us, [c.valid for c in candidates], threshold, selection=selection, gate=gate, rng=rng)
+    return j, us, used
+
+
+def paired_utilities(benchmark: str, variant: str, candidates: Sequence[CandidateRecord],
+                     utils: Sequence[UtilityRecord], threshold: float, selection: str, gate: bool
+                     ) -> list[UtilityRecord]:
+    """The utilities as a chain's selection paired them with its cards, which its Generator's rewards read: the
+    scored ones, except under `shuffled` (table 3), where each card carries the utility the selection's
+    permutation gave it (the same draw as `selection_for_query`'s)."""
+    from dataclasses import replace
+
+    if selection != "shuffled":
+        return list(utils)
+    out = []
+    for task in sorted({c.task_id for c in candidates}):
+        cs = [c for c in candidates if c.task_id == task]
+        us = [u for u in utils if u.task_id == task]
+        _, _, used = _select_query(benchmark, variant, task, cs, us, threshold, selection, gate)
+        by = {u.candidate: u for u in us}
+        out += [replace(by[c.candidate], utility=x) for c, x in zip(cs, used) if c.candidate in by]
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -983,6 +1012,8 @@ class Ablation:
     of: str = "grp"
     selection: str = "utility"  # utility | random | shuffled (see select_with)
     gate: bool = True  # False: inject the best card even when its utility is not positive
+    # Trained as a chain (scaffold.training.ablations): table 3's "no Generator loss + random selection"
+    generator_learning: bool = True
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1032,7 +1063,8 @@ class TrainSettings:
 TRAINING_KEYS = ("model", "steps", "optimizer", "learning_rate", "adam_betas", "query_batch_size",
                  "global_batch_size", "clip_low", "clip_high", "kl_coef", "executor_entropy_coef",
                  "max_sequence_tokens", "micro_batch_size", "lambda_gen", "generator_entropy_coef",
-                 "generator_learning", "inject", "cohort_iterations", "keep_optimizer_states", "baseline")
+                 "generator_learning", "inject", "cohort_iterations", "keep_optimizer_states", "baseline",
+                 "ablations")
 
 
 def check_training(training: dict[str, Any], n_scouts: int, n_post: int, n_candidates: int) -> None:
@@ -1127,6 +1159,8 @@ class Chain:
     of: str | None
     generator_learning: bool = True
     inject: bool = True
+    selection: str = "utility"  # a trained selection ablation (Ablation)
+    gate: bool = True
 
     @property
     def method(self) -> str:
@@ -1134,6 +1168,10 @@ class Chain:
         if self.of is None:
             return "GRPO"
         label = f"SkillScaffold ({self.of})"
+        if self.selection != "utility":
+            label += f" {self.selection} selection"
+        if not self.gate:
+            label += " w/o gate"
         if not self.generator_learning:
             label += " w/o Generator learning"
         if not self.inject:
@@ -1174,8 +1212,9 @@ class ScaffoldConfig:
 
     @property
     def selection_variants(self) -> tuple[str, ...]:
-        """Every variant that selects and runs Post-Scouts: the utility variants, then the ablations."""
-        return self.variants + tuple(self.ablations)
+        """Every variant the validation experiment selects and runs Post-Scouts for: the utility variants, then the
+        ablations (but those without Generator learning, which differ only in training)."""
+        return self.variants + tuple(n for n, a in self.ablations.items() if a.generator_learning)
 
     def ablation(self, variant: str) -> "Ablation":
         return self.ablations.get(variant) or Ablation(of=variant)
@@ -1185,8 +1224,11 @@ class ScaffoldConfig:
         """The GRPO training chains: one per utility variant (with table 3's training switches), then plain GRPO
         unless `training.baseline` is false."""
         t = self.training
-        out = tuple(Chain(v, v, bool(t.get("generator_learning", True)), bool(t.get("inject", True)))
-                    for v in self.variants)
+        learn, inject = bool(t.get("generator_learning", True)), bool(t.get("inject", True))
+        out = tuple(Chain(v, v, learn, inject) for v in self.variants)
+        # table 3's selection ablations trained (`training.ablations`), each on its utility variant's cards
+        out += tuple(Chain(n, a.of, learn and a.generator_learning, inject, a.selection, a.gate)
+                     for n, a in ((n, self.ablations[n]) for n in t.get("ablations", ())))
         return out + ((Chain(BASELINE, None, False, False),) if t.get("baseline", True) else ())
 
     def chain(self, name: str) -> Chain:
@@ -1213,6 +1255,12 @@ class ScaffoldConfig:
         heldout = s.pop("heldout", {}) or {}
         s["heldout"] = HeldoutConfig({b: dict(d) for b, d in (heldout.get("splits") or {}).items()},
                                      int(heldout.get("rollouts", 1)), int(heldout.get("every", 1)))
+        for name in (s.get("training") or {}).get("ablations", ()):
+            if name not in ablations:
+                raise ValueError(f"config key scaffold.training.ablations: {name!r} is not in scaffold.ablations")
+            if name[-1].isdigit() or name == BASELINE:  # an instance is <benchmark>@<chain><iteration>
+                raise ValueError(f"config key scaffold.training.ablations: a trained ablation's name may not end in a "
+                                 f"digit or be {BASELINE!r} ({name!r})")
         splits = {b: {k: tuple(v) for k, v in d.items()} for b, d in (s.pop("splits", {}) or {}).items()}
         for b in list(splits) + list(s.get("executor", {}) or {}):
             if b not in names:
@@ -1345,7 +1393,7 @@ def parse_instance(name: str) -> tuple[str, str | None, int]:
     bench, _, chain = name.partition("@")
     if not chain:
         return bench, None, 0
-    m = re.fullmatch(r"([a-z]+)(\d+)", chain)
+    m = re.fullmatch(r"([a-z][a-z0-9_-]*[a-z_-])(\d+)", chain) or re.fullmatch(r"([a-z])(\d+)", chain)
     if not m:
         raise ValueError(f"scaffold instance {name!r}: expected <benchmark>@<variant><iteration>")
     return bench, m.group(1), int(m.group(2))
@@ -1668,11 +1716,12 @@ def table_variants(table: Any, chains: Sequence[Chain]) -> Any:
     t = final_rows(table[(table.split == "all") & (table.chain != "")])
     by = {c.name: c for c in chains}
     rows = [{"benchmark": r.benchmark, "chain": r.chain, "method": r.method, "utility_variant": by[r.chain].of or "",
+             "selection": by[r.chain].selection if by[r.chain].of else "", "gate": by[r.chain].gate,
              "generator_learning": by[r.chain].generator_learning, "inject": by[r.chain].inject,
              "checkpoint": r.checkpoint, "n_episodes": r.n_episodes, "success_pct": r.success_pct}
             for r in t.itertuples()]
-    return pd.DataFrame(rows, columns=["benchmark", "chain", "method", "utility_variant", "generator_learning",
-                                       "inject", "checkpoint", "n_episodes", "success_pct"])
+    return pd.DataFrame(rows, columns=["benchmark", "chain", "method", "utility_variant", "selection", "gate",
+                                       "generator_learning", "inject", "checkpoint", "n_episodes", "success_pct"])
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
