@@ -21,6 +21,8 @@ import pyarrow as pa
 
 from skillrepro import store
 from skillrepro.benchmarks import benchmark_class
+from skillrepro.skills.callgraph import graph_of
+from skillrepro.store import atomic_path
 
 # Dollar cost of one LLM call from the pricing table; a model without a price costs nothing (the embedded
 # and self-hosted models). check.check_config refuses an unpriced model on a billed backend.
@@ -388,8 +390,6 @@ def _pct(before: float, after: float) -> float:
 
 def combat_share(library) -> float:
     """%Combat of one library: the share of its functions that are combat-aware (see COMBAT)."""
-    from skillrepro.skills.callgraph import graph_of
-
     if not library.functions:
         return 0.0
     g = graph_of(library)
@@ -475,8 +475,6 @@ def truncation_metrics(eps: pd.DataFrame, shown: dict[str, tuple[int, int]], stu
 # ------------------------------------------------------------------------------------------ figures
 def _save(fig, out: str | Path) -> None:
     import matplotlib.pyplot as plt
-
-    from skillrepro.store import atomic_path
 
     fig.tight_layout()
     with atomic_path(out) as tmp:  # a half-drawn figure never stands as the output; the umask's mode

@@ -9,6 +9,9 @@ import argparse
 import importlib
 import json
 import sys
+import time
+from skillrepro.llm.models import MODELS, resolve
+from skillrepro.llm.servers import URL_ENV, serve_embedded
 
 COMMAND_MODULES = [
     "skillrepro.cli:_core",
@@ -33,8 +36,6 @@ class _core:
 
 
 def _models(a: argparse.Namespace) -> int:
-    from skillrepro.llm.models import MODELS, resolve
-
     if a.fetch:
         print(resolve(a.fetch))
         return 0
@@ -44,10 +45,6 @@ def _models(a: argparse.Namespace) -> int:
 
 
 def _serve(a: argparse.Namespace) -> int:
-    import time
-
-    from skillrepro.llm.servers import URL_ENV, serve_embedded
-
     server = serve_embedded(a.model, a.slots, a.ctx_per_slot, a.threads)
     print(f"export {URL_ENV}={server.listening_address}/v1", flush=True)
     try:

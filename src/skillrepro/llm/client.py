@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import openai
 
 from skillrepro.config import LLMConfig
+from skillrepro.llm import servers
 from skillrepro.llm.servers import URL_ENV
 from skillrepro.store import LLMCall
 
@@ -279,8 +280,6 @@ def _post_json(url: str, body: dict[str, Any], timeout: float) -> Any:
 def session(cfg: LLMConfig, workdir: str = ".") -> Iterator[LLMClient]:
     """A client for the shared server of this run, or, when none is exported (a cluster job, a script run
     by hand), for a server started for this job alone and stopped when the block ends."""
-    from skillrepro.llm import servers
-
     if cfg.base_url or os.environ.get(URL_ENV) or cfg.backend == "openai":
         yield LLMClient.connect(cfg)
         return

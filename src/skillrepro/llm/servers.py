@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from skillrepro.config import LLMConfig
+from skillrepro.llm.models import MODELS, resolve
 
 URL_ENV = "SKILLREPRO_LLM_URL"
 
@@ -45,8 +46,6 @@ def free_port() -> int:
 
 def vllm_command(cfg: LLMConfig, port: int) -> list[str]:
     """The `vllm serve` command line for `cfg` (GPU nodes only)."""
-    from skillrepro.llm.models import MODELS
-
     model = MODELS[cfg.model].hf_id if cfg.model in MODELS else cfg.model
     # clients ask for llm.model (a shipped name), the scorer for the Hugging Face id: both are served names
     names = [cfg.model, model] if model != cfg.model else [model]
@@ -131,8 +130,6 @@ def own_server(cfg: LLMConfig, workdir: str | Path = "."):
 def serve_embedded(model: str, slots: int, ctx_per_slot: int, threads: int):
     """Start llama.cpp's server in this process on an ephemeral 127.0.0.1 port; return the xllamacpp Server."""
     import xllamacpp
-
-    from skillrepro.llm.models import resolve
 
     p = xllamacpp.CommonParams()
     p.model.path = str(resolve(model))

@@ -25,6 +25,8 @@ from skillrepro.methods.common import (Trace, append_functions, budget, check_pr
 from skillrepro.skills import Library
 from skillrepro.store import LLMCall, read_records
 from skillrepro.benchmarks import load_benchmark
+from skillrepro.agent import EpisodeSpec
+from skillrepro.runner import run_batch
 
 
 @dataclass(frozen=True)
@@ -116,9 +118,6 @@ def _induce(ctx: InduceContext, client, replay: bool) -> Library:
 def _replay(ctx: InduceContext, client, candidate: Library, trace: Trace, n: int, opts: ReplayOptions) -> tuple[bool, list[LLMCall]]:
     """Re-run the inducing task instance with the candidate library; (solved again?, its actor calls as
     role "replay"). Its episode, steps and skill calls stay in induce/v{k}/replay/NNN/."""
-    from skillrepro.agent import EpisodeSpec
-    from skillrepro.runner import run_batch
-
     folder = ctx.record_dir / "replay" / f"{n:03d}"
     lib_dir = ctx.record_dir / "replay" / f".library{n:03d}"
     shutil.rmtree(lib_dir, ignore_errors=True)

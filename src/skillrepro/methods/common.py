@@ -13,6 +13,7 @@ from skillrepro.config import MIN_REPLY_TOKENS
 from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
 from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession
 from skillrepro.store import LLMCall, write_records, write_text
+from skillrepro.llm.client import session
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 TOKEN_CHARS = 3  # characters per token: every sleep-phase budget's estimate (no tokenizer for every model)
@@ -245,6 +246,4 @@ def save_records(record_dir: Path, calls: list[LLMCall], transcript: list[dict[s
 
 def client_for(llm):
     """The run's shared LLM server, or one started for this job."""
-    from skillrepro.llm.client import session
-
     return session(llm)

@@ -30,12 +30,13 @@ from typing import Any, Literal
 
 from skillrepro.methods import InduceContext, register
 from skillrepro.config import MIN_REPLY_TOKENS
-from skillrepro.methods.common import (CODE_FENCE, PREFIX_TRIES, SMOKE_LIMITS, load_check, longest_parsing_prefix,
-                                      read_traces, render_traces)
+from skillrepro.methods.common import (CODE_FENCE, PREFIX_TRIES, SMOKE_LIMITS, client_for, load_check,
+                                      longest_parsing_prefix, read_traces, render_traces)
 from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
 from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession
-from skillrepro.store import LLMCall, schema, write_records, write_text
+from skillrepro.store import TABLES, LLMCall, schema, write_records, write_text
 from skillrepro.benchmarks import load_benchmark
+from skillrepro.llm.client import LLMRequestError
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 HISTORY_TABLES = ("episodes", "steps", "llm_calls", "skill_calls")
@@ -323,7 +324,7 @@ def _trim(messages: list[dict], budget_chars: int) -> list[dict]:
 def induce(ctx: InduceContext, client=None) -> Library:
     """Run one inducer session on library v{k} and return v{k+1} (not yet written)."""
     if client is None:
-        with _client(ctx) as c:
+        with client_for(ctx.llm) as c:
             return induce(ctx, c)
     opts: Options = ctx.options
     interpreter = opts.interpreter
@@ -390,8 +391,6 @@ def induce(ctx: InduceContext, client=None) -> Library:
     schemas = tool_schemas(interpreter) if native else None
     records: list[LLMCall] = []
     try:
-        from skillrepro.llm.client import LLMRequestError
-
         for req in range(ctx.request_budget):
             left = ctx.request_budget - req
             prefill = ""
@@ -497,8 +496,6 @@ def _does_not_compile(src: str) -> bool:
 
 
 def _tables() -> dict[str, type]:
-    from skillrepro.store import TABLES
-
     return {t: TABLES[t] for t in HISTORY_TABLES}
 
 
@@ -507,13 +504,6 @@ _DUCK = {"string": "VARCHAR", "int64": "BIGINT", "double": "DOUBLE", "bool": "BO
 
 def _duck_types(cols: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(c, _DUCK.get(t, "VARCHAR")) for c, t in cols]
-
-
-def _client(ctx: InduceContext):
-    """The run's shared LLM server, or one started for this job."""
-    from skillrepro.llm.client import session
-
-    return session(ctx.llm)
 
 
 register("speedrunner", Options, induce)

@@ -18,8 +18,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, ParsedAction, PromptTurn, Tool, primitive_tools
+from skillrepro.benchmarks import get_benchmark
 from skillrepro.config import LLMConfig
+from skillrepro.llm.client import session
+from skillrepro.store import Episode, LLMCall, Step, write_records, write_text
 from skillrepro.studies.kvcache import formats as F
+from skillrepro.studies.kvcache import vllm_metrics
 
 _ACTION = re.compile(r"<action>(.*?)(?:</action>|$)", re.IGNORECASE | re.DOTALL)
 
@@ -193,15 +197,11 @@ def write_stream(path, stream: list[StreamRequest]) -> None:
     """JSONL in the simulator's input format (`skillrepro kvcache simulate --requests`), plus our columns."""
     import dataclasses
 
-    from skillrepro.store import write_text
-
     write_text(path, "".join(json.dumps(dataclasses.asdict(r)) + "\n" for r in stream))
 
 
 def write_counters(path, counters: dict) -> None:
     """The server's own cache counters for a run (`delta`: None where the backend has none)."""
-    from skillrepro.store import write_text
-
     write_text(path, json.dumps(counters, indent=1))
 
 
@@ -235,8 +235,6 @@ def walk_views(benchmark, task_ids: list[str], step: int) -> list[F.EpisodeView]
 def format_benchmark(bench):
     """The ALFWorld benchmark of `bench` (a config.BenchmarkConfig) with observations that leave the
     admissible actions out: each prompt format places them itself."""
-    from skillrepro.benchmarks import get_benchmark
-
     return get_benchmark(bench.env, **{**bench.options, "show_admissible": False})
 
 
@@ -249,15 +247,10 @@ def record_run(*, fmt: str, seed: int, bench, llm: LLMConfig, task_ids: list[str
     import dataclasses
     from pathlib import Path
 
-    from skillrepro.llm.client import session
-    from skillrepro.store import Episode, LLMCall, Step, write_records
-
     llm = dataclasses.replace(llm, max_tokens=max_tokens or llm.max_tokens)
     formatter = AlfWorldFormatter(fmt, F.load_bank(bank_path), F.Templates(templates_dir))
     spec = EpisodeSpec(f"kvcache/{fmt}/seed{seed}", bench.name, "kvcache", fmt, seed, split, 0, 0)
     benchmark = format_benchmark(bench)
-    from skillrepro.studies.kvcache import vllm_metrics
-
     counters: dict = {"backend": llm.backend, "delta": None}
     with session(llm) as client:
         if llm.backend == "vllm":  # the server's own cache counters, before and after this run's requests

@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from skillrepro.llm.scorer import load_gguf_tokenizer
 from skillrepro.studies.kvcache import formats as F
 
 CHUNKS = ("G", "C", "M", "H", "A")
@@ -183,8 +184,6 @@ class Blender:
         import torch
         from pathlib import Path
         from transformers import AutoModelForCausalLM
-
-        from skillrepro.llm.scorer import load_gguf_tokenizer
 
         if threads:
             torch.set_num_threads(threads)

@@ -7,6 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+from skillrepro.store import write_table
+from skillrepro.studies.kvcache import sim
+from skillrepro.studies.kvcache.tokenizers import get_tokenizer
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("kvcache", help="KV-cache reuse study")
@@ -51,10 +55,6 @@ def _check_args(a: argparse.Namespace) -> None:
 
 
 def _simulate(a: argparse.Namespace) -> int:
-    from skillrepro.studies.kvcache import sim
-    from skillrepro.studies.kvcache.tokenizers import get_tokenizer
-    from skillrepro.store import write_table
-
     try:
         _check_args(a)
         tok = get_tokenizer(a.tokenizer) if a.tokenizer else None

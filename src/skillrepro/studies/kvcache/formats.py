@@ -28,6 +28,9 @@ from pathlib import Path
 from string import Template
 from typing import Callable, Sequence
 
+from skillrepro.store import write_text
+from skillrepro.studies.kvcache.sim import common_prefix
+
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 DEFAULT_BANK = Path(__file__).parent / "banks" / "alfworld_default.json"
 
@@ -249,8 +252,6 @@ def skill_docs(bank: SkillBank, always_loaded_core: bool = False) -> dict[str, s
 
 def write_skill_docs(bank: SkillBank, out_dir: str | Path, always_loaded_core: bool = False) -> list[Path]:
     """Write each document as out_dir/<name>/SKILL.md (the layout skill-loading agents expect)."""
-    from skillrepro.store import write_text
-
     return [write_text(Path(out_dir) / name / "SKILL.md", text + "\n")
             for name, text in skill_docs(bank, always_loaded_core).items()]
 
@@ -395,7 +396,6 @@ def render_chatml(messages: list[dict], default_system: str | None = QWEN_DEFAUL
 
 def shared_prefix_tokens(a: list[int], b: list[int]) -> int:
     """How many leading tokens two prompts share: what one episode's cache can give the other."""
-    from skillrepro.studies.kvcache.sim import common_prefix
     import numpy as np
 
     return common_prefix(np.asarray(a), np.asarray(b))

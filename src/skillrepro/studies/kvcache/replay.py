@@ -18,8 +18,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from skillrepro.store import Episode, LLMCall, Step, read_records, write_records, write_text
 from skillrepro.studies.kvcache import formats as F
-from skillrepro.studies.kvcache.actor import StreamRequest
+from skillrepro.studies.kvcache.actor import AlfWorldFormatter, StreamRequest, write_counters, write_stream
+from skillrepro.studies.kvcache.tokenizers import get_tokenizer
 
 PLANNER = "planner"
 
@@ -36,6 +38,7 @@ class Trajectory:
 def load_commands(source: str, benchmark, task_ids: list[str]) -> dict[str, list[str]]:
     """task id -> commands, for every task of `task_ids` (a task the source lacks is an error)."""
     if source == PLANNER:
+        # lazy: optional extra `benchmarks` (alfworld, textworld), needed only for the planner's commands
         from skillrepro.benchmarks.alfworld import policy_commands
 
         return {t: policy_commands(benchmark.game(t)) for t in task_ids}
@@ -60,8 +63,6 @@ def load_commands(source: str, benchmark, task_ids: list[str]) -> dict[str, list
 
 def commands_from_run(run_dir: str | Path) -> dict[str, list[str]]:
     """The commands each episode of a recorded run issued, by task id (a task's first episode wins)."""
-    from skillrepro.store import Episode, Step, read_records
-
     run_dir = Path(run_dir)
     for name in ("episodes.parquet", "steps.parquet"):
         if not (run_dir / name).exists():
@@ -83,8 +84,6 @@ def record_trajectories(source: str, benchmark, task_ids: list[str], call_budget
                         reply: Callable[[str], str]) -> list[Trajectory]:
     """Play each game with its commands (at most `call_budget`, stopping when the game ends). A source
     that already holds recorded trajectories (a file `write_trajectories` wrote) is read instead."""
-    from skillrepro.studies.kvcache.actor import AlfWorldFormatter
-
     recorded = _recorded(source)
     if recorded is not None:
         by_task = {t.task_id: t for t in recorded}
@@ -145,8 +144,6 @@ def views_at(trajectories: list[Trajectory], step: int) -> list[F.EpisodeView]:
 
 
 def write_trajectories(path, trajectories: list[Trajectory]) -> None:
-    from skillrepro.store import write_text
-
     write_text(path, json.dumps([asdict(t) for t in trajectories], indent=1))
 
 
@@ -179,8 +176,6 @@ def replay_stream(fmt: str, trajectories: list[Trajectory], encode: Callable[[st
 def replay_records(fmt: str, seed: int, bench_name: str, split: str, trajectories: list[Trajectory],
                    stream: list[StreamRequest], model: str):
     """The episode, step and llm-call records of a replayed run, shaped as a model run's."""
-    from skillrepro.store import Episode, LLMCall, Step
-
     run_id = f"kvcache/{fmt}/seed{seed}"
     by_episode: dict[str, list[StreamRequest]] = {}
     for r in stream:
@@ -210,10 +205,6 @@ def replay_run(*, fmt: str, seed: int, bench_name: str, split: str, trajectories
                model: str = "replay") -> list[StreamRequest]:
     """One (format, seed) run replayed: the same files as `actor.record_run` writes. The seed changes
     nothing (a replay has no sampling); it only names the run, as a model run's does."""
-    from skillrepro.store import Episode, LLMCall, Step, write_records
-    from skillrepro.studies.kvcache.actor import write_counters, write_stream
-    from skillrepro.studies.kvcache.tokenizers import get_tokenizer
-
     trs = read_trajectories(trajectories)
     stream = replay_stream(fmt, trs, get_tokenizer(tokenizer).encode, F.load_bank(bank_path), F.Templates(templates_dir))
     episodes, steps, calls = replay_records(fmt, seed, bench_name, split, trs, stream, model)

@@ -20,8 +20,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from skillrepro.config import BenchmarkConfig, LLMConfig
 from skillrepro.studies.kvcache import sim
 from skillrepro.studies.kvcache.actor import StreamRequest
+from skillrepro.studies.kvcache.formats import load_bank
 
 
 def read_stream(path: str | Path) -> list[StreamRequest]:
@@ -362,8 +364,6 @@ class KVConfig:
                                  + PLACEHOLDER_HINTS.get(key, "set it to a path"))
             if kv.get(key) and not Path(kv[key]).exists():
                 raise ValueError(f"kvcache.{key}: {kv[key]} does not exist")
-        from skillrepro.studies.kvcache.formats import load_bank
-
         load_bank(kv.get("bank"))  # a bank that breaks SkillRL's schema stops the study here, not mid-run
         if kv.get("replay") not in (None, "planner") and not Path(kv["replay"]).exists():
             raise ValueError(f"kvcache.replay: {kv['replay']} is neither 'planner' nor an existing file or folder")
@@ -372,8 +372,6 @@ class KVConfig:
     def bench(self, config: dict):
         """The benchmark instance the runs play: `benchmarks.<name>` when the config has it (its env must be
         alfworld), else plain generated ALFWorld when the name is `alfworld`."""
-        from skillrepro.config import BenchmarkConfig
-
         benches = config.get("benchmarks") or {}
         if self.benchmark in benches:
             b = benches[self.benchmark]
@@ -398,8 +396,6 @@ class KVConfig:
     def model_llms(self, config: dict) -> dict:
         """Model name -> its LLMConfig: each `kvcache.models` entry is the llm section with its overrides;
         without entries, the llm section's model, named after it ("replay" in replay mode)."""
-        from skillrepro.config import LLMConfig
-
         base = dict(config.get("llm") or {})
         if self.replay:
             return {"replay": LLMConfig.from_dict(base)}
