@@ -227,6 +227,21 @@ def test_figure_groups_follow_methods_and_options():
     assert s.groups("fig12") == {"babyai": ["asi", "asi_replay", "speedrunner"]}
 
 
+def test_a_figure_compares_what_its_declaration_picks(monkeypatch):
+    """COMPARISONS is the one place a figure's variants are chosen: a new entry is a new comparison."""
+    s = study(variants={"asi": {"method": "asi", "options": {}, "benchmarks": None},
+                        "asi-k2": {"method": "asi", "options": {"max_new_per_episode": 2}, "benchmarks": None},
+                        "sr-off": {"method": "speedrunner", "options": {"interpreter": 0}, "benchmarks": None}},
+              benchmarks={"babyai": {"env": "babyai", "options": {}, "after": None, "headline": "success"}})
+    monkeypatch.setitem(analysis.COMPARISONS, "asi_sweep", analysis.Comparison(
+        "ASI's sweep", (analysis.Pick("asi", "default"), analysis.Pick("asi", "ablations")), needs="asi variants",
+        drawn_when=analysis.Pick("asi", options=(("max_new_per_episode", 2),))))
+    assert s.groups("asi_sweep") == {"babyai": ["asi", "asi-k2"]}
+    assert s.groups("fig7") == {}  # interpreter: 0 is not interpreter: false
+    with pytest.raises(ValueError, match="unknown figure 'fig99'; declared: fig2, fig4, fig7, fig12, asi_sweep"):
+        s.groups("fig99")
+
+
 def test_empty_state_figure_names_the_config(tmp_path):
     s = study()
     out = tmp_path / "f.png"

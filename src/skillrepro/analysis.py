@@ -66,6 +66,50 @@ COMBAT = re.compile(r"zombie|skeleton|combat|attack|fight|defen[cds]", re.IGNORE
 
 # ------------------------------------------------------------------------------------------ the study
 @dataclass(frozen=True)
+class Pick:
+    """Some variants of a study: `method`'s default-options variant ("default"), all its variants ("all"),
+    or those with options ("ablations"), narrowed to the ones whose options set `options`, less those whose
+    options are exactly one of `not_exactly`. No method: the study's main comparison (Study.main_on)."""
+
+    method: str | None = None
+    which: str = "all"  # "default" | "all" | "ablations"
+    options: tuple[tuple[str, Any], ...] = ()
+    not_exactly: tuple[tuple[tuple[str, Any], ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A learning-curve figure: its title, the variants it compares on a benchmark (in legend order), the
+    pick that must find a variant there for the figure to be drawn on it, and what an empty figure asks for."""
+
+    title: str
+    picks: tuple[Pick, ...]
+    needs: str
+    drawn_when: Pick | None = None
+
+
+_NO_INTERPRETER = (("interpreter", False),)
+
+# Which variants each learning-curve figure compares: the one place that says it (the paper's figures).
+COMPARISONS = {
+    "fig2": Comparison("Figure 2: main comparison (success or progression, and output tokens, over training)",
+                       (Pick(),), needs="any run"),
+    # where an ablation beyond figure 7's interpreter one runs (BabyAI in the paper)
+    "fig4": Comparison("Figure 4: SpeedRunner ablations", (Pick("speedrunner"),),
+                       needs="SpeedRunner variants with options (configs/paper.yaml)",
+                       drawn_when=Pick("speedrunner", "ablations", not_exactly=(_NO_INTERPRETER,))),
+    "fig7": Comparison("Figure 7: the inducer without its code interpreter",
+                       (Pick("speedrunner", "default"), Pick("speedrunner", options=_NO_INTERPRETER)),
+                       needs="a SpeedRunner variant with interpreter: false (configs/paper.yaml)",
+                       drawn_when=Pick("speedrunner", options=_NO_INTERPRETER)),
+    "fig12": Comparison("Figure 12: ASI, ASI-replay and SpeedRunner",
+                        (Pick("asi", "default"), Pick("asi_replay"), Pick("speedrunner", "default")),
+                        needs="an asi_replay variant beside asi and speedrunner (configs/paper.yaml)",
+                        drawn_when=Pick("asi_replay")),
+}
+
+
+@dataclass(frozen=True)
 class Study:
     """What the config declares, as the figures need it: plain values, so rules can pass them as params.
 
@@ -111,33 +155,35 @@ class Study:
         return next((v for v in self.variants if self.method(v) == method and self.is_default(v)), None)
 
     def groups(self, figure: str) -> dict[str, list[str]]:
-        """Benchmark -> the variants a learning-curve figure compares (empty: the figure has no runs).
-
-        fig2: the main comparison; fig4: SpeedRunner and its ablations, where an ablation runs; fig7:
-        SpeedRunner with and without the inducer's code interpreter; fig12: ASI, ASI-replay, SpeedRunner."""
+        """Benchmark -> the variants learning-curve figure `figure` compares (COMPARISONS declares them);
+        a benchmark where the figure has nothing to show is left out."""
+        if figure not in COMPARISONS:
+            raise ValueError(f"unknown figure {figure!r}; declared: {', '.join(COMPARISONS)}")
+        comparison = COMPARISONS[figure]
         out = {}
         for b in self.benchmarks:
-            on = [v for v in self.variants if self.runs_on(v, b)]
-            sr = [v for v in on if self.method(v) == "speedrunner"]
-            ref = {m: self.reference(m) for m in ("speedrunner", "asi")}
-            ref = {m: v for m, v in ref.items() if v in on}
-            if figure == "fig2":
-                chosen = self.main_on(b)
-            elif figure == "fig4":  # where an ablation beyond figure 7's interpreter one runs (BabyAI in the paper)
-                other = [v for v in sr if not self.is_default(v) and self.variants[v]["options"] != {"interpreter": False}]
-                chosen = sr if other else []
-            elif figure == "fig7":
-                off = [v for v in sr if self.variants[v]["options"].get("interpreter") is False]
-                chosen = ([ref["speedrunner"]] if "speedrunner" in ref else []) + off if off else []
-            elif figure == "fig12":
-                replay = [v for v in on if self.method(v) == "asi_replay"]
-                chosen = [*([ref["asi"]] if "asi" in ref else []), *replay,
-                          *([ref["speedrunner"]] if "speedrunner" in ref else [])] if replay else []
-            else:
-                raise ValueError(f"unknown figure {figure!r}")
+            if comparison.drawn_when is not None and not self.pick(comparison.drawn_when, b):
+                continue
+            chosen = list(dict.fromkeys(v for p in comparison.picks for v in self.pick(p, b)))
             if chosen:
                 out[b] = chosen
         return out
+
+    def pick(self, p: "Pick", bench: str) -> list[str]:
+        """The variants on `bench` that `p` names, in config order."""
+        if p.method is None:
+            return self.main_on(bench)
+        if p.which == "default":
+            ref = self.reference(p.method)
+            return [ref] if ref is not None and self.runs_on(ref, bench) else []
+        out = [v for v in self.variants if self.runs_on(v, bench) and self.method(v) == p.method]
+        if p.which == "ablations":
+            out = [v for v in out if not self.is_default(v)]
+        options = lambda v: self.variants[v]["options"]  # noqa: E731
+        if p.options:  # the variants whose options set these values (False is not 0)
+            out = [v for v in out if all(k in options(v) and type(options(v)[k]) is type(x) and options(v)[k] == x
+                                         for k, x in p.options)]
+        return [v for v in out if options(v) not in [dict(e) for e in p.not_exactly]]
 
     def zombie_levels(self) -> dict[str, float]:
         """Crafter instances (not continued phases) -> their zombie frequency (D.6; default 1.0)."""
@@ -560,6 +606,12 @@ def curves(checkpoints: pd.DataFrame, groups: dict[str, list[str]], study: Study
         row[0].legend(fontsize=8)
     fig.suptitle(title)
     _save(fig, out)
+
+
+def comparison_figure(checkpoints: pd.DataFrame, figure: str, study: Study, out: str | Path) -> None:
+    """Learning-curve figure `figure` as COMPARISONS declares it (its variants, title and empty-state note)."""
+    c = COMPARISONS[figure]
+    curves(checkpoints, study.groups(figure), study, out, title=c.title, needs=c.needs)
 
 
 def cost_curves(training: pd.DataFrame, study: Study, out: str | Path, model: str | None = None) -> None:

@@ -6,6 +6,5 @@ from skillrepro.pipeline import setup_logging
 
 log = setup_logging(snakemake)
 study = analysis.Study(**snakemake.params.study)
-analysis.curves(pd.read_csv(snakemake.input[0]), study.groups("fig4"), study, snakemake.output[0],
-                title="Figure 4: SpeedRunner ablations", needs="SpeedRunner variants with options (configs/paper.yaml)")
+analysis.comparison_figure(pd.read_csv(snakemake.input[0]), "fig4", study, snakemake.output[0])
 log.info("wrote %s", snakemake.output[0])
