@@ -88,7 +88,7 @@ def _episodes():
         for r in range(2):
             for task, split in (("gen:heat:1", "test"), ("gen:cool:2", "test"), ("gen:heat:3", "other")):
                 name = {"gen:heat:1": "a", "gen:cool:2": "b", "gen:heat:3": "c"}[task]
-                rows.append({"benchmark": "alf", "task_id": task, "variant": ss.heldout_variant(split, r),
+                rows.append({"benchmark": "alf", "split": "test", "task_id": task, "variant": ss.heldout_variant(split, r),
                              "success": bool(wins[name]) and not (name == "a" and r == 1), "chain": chain,
                              "checkpoint": k, "method": "GRPO" if chain else "base model"})
     return pd.DataFrame(rows)

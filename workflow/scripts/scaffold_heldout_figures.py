@@ -11,9 +11,10 @@ from skillrepro.pipeline import setup_logging  # noqa: E402
 
 log = setup_logging(snakemake)
 i, o = snakemake.input, snakemake.output
-held = pd.read_csv(i.heldout, keep_default_na=False, na_values=[""])
-curve = pd.read_csv(i.curve, keep_default_na=False, na_values=[""])
-inj = pd.read_csv(i.injection, keep_default_na=False, na_values=[""])
+# the base model's chain is "" (kept as a string so that it groups like any chain)
+held = pd.read_csv(i.heldout, keep_default_na=False)
+curve = pd.read_csv(i.curve, keep_default_na=False)
+inj = pd.read_csv(i.injection, keep_default_na=False)
 pooled = held[(held.split == "all") & (held.category == "all")]
 benches = sorted(pooled.benchmark.unique())
 
@@ -43,7 +44,7 @@ for ax, b in zip(axes[0], benches):
         color = f"C{n}"
         ax.plot(g.iteration, g.success_pct, color=color, alpha=0.3)
         ax.plot(g.iteration, g.smoothed_pct, color=color, label=f"{chain} (Scouts)")
-        h = pooled[(pooled.benchmark == b) & ((pooled.chain == chain) | (pooled.chain.isna()) | (pooled.chain == ""))]
+        h = pooled[(pooled.benchmark == b) & ((pooled.chain == chain) | (pooled.chain == ""))]  # base: checkpoint 0
         h = h.sort_values("checkpoint")
         ax.plot(h.checkpoint, h.success_pct, color=color, ls="--", marker=".", label=f"{chain} (held-out)")
     ax.set_xlabel("iteration / checkpoint")

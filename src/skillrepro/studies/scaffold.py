@@ -1646,6 +1646,13 @@ def parse_heldout_variant(variant: Any) -> Any:
     return parsed.assign(rollout=parsed.rollout.astype(int))
 
 
+def _with_split(episodes: Any) -> Any:
+    """Held-out episodes with their held-out split and rollout index (from Episode.variant; Episode.split is just
+    "test" for every one of them)."""
+    return episodes.drop(columns=["split"], errors="ignore").reset_index(drop=True).join(
+        parse_heldout_variant(episodes.variant.reset_index(drop=True)))
+
+
 def heldout_policies(chains: Sequence[Chain], checkpoints: Sequence[int]) -> list[tuple[str, str, int]]:
     """(policy folder, chain, checkpoint) of every evaluated policy: `base` (llm.model, checkpoint 0 of every
     chain, played once) and `{chain}/ckpt{k}`."""
@@ -1659,7 +1666,7 @@ def heldout_table(episodes: Any, env_of: dict[str, str], chains: Sequence[Chain]
     96.2 and 48.8). The base model's row stands for checkpoint 0 of every chain."""
     import pandas as pd
 
-    e = episodes.join(parse_heldout_variant(episodes.variant))
+    e = _with_split(episodes)
     e = e.assign(category=[task_category(env_of[b], t) for b, t in zip(e.benchmark, e.task_id)],
                  success=e.success.astype(float))
     label = {c.name: c.method for c in chains}
@@ -1737,7 +1744,7 @@ def table_pass_at_k(episodes: Any, ks: Sequence[int] = (1, 4, 8)) -> Any:
     tau2 Average columns are macro averages over its domains)."""
     import pandas as pd
 
-    e = episodes.join(parse_heldout_variant(episodes.variant))
+    e = _with_split(episodes)
     per = e.groupby(["benchmark", "split", "chain", "method", "checkpoint", "task_id"]).success.agg(["size", "sum"])
     rows = []
     for (b, split, chain, method, ckpt), g in per.groupby(level=[0, 1, 2, 3, 4]):
