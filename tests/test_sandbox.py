@@ -380,6 +380,8 @@ CASES = [
      "            real(fd, bytes(data) + _H.burst({{'t': 'prim', 'frame': m._CALL['id'], 'name': 'turn_left', 'args': []}}))\n"
      "            return len(data)\n        return real(fd, data)\n"
      "    os.write = evil\n    return 'ok'", ("action", "after its result")),
+    ("proto_close_pipe_and_spin", "protocol", "os.close(_H.m().OUT_FD)\n    while True:\n        pass",
+     ("killed", "closed its frame pipe")),
     # ---- leaks from call n into call n+1 (the next call is checked by `contained`)
     ("leak_del", "leaks", "import gc\n    gc.disable()\n    class Ghost:\n        def __del__(self):\n"
      "            for _ in range(3):\n                turn_left()\n    g = Ghost()\n    g.me = g\n    _H.m().ghost = g\n    return 'planted'",
@@ -388,6 +390,10 @@ CASES = [
      "    signal.setitimer(signal.ITIMER_REAL, 0.3, 0.05)\n    return 'armed'", ("ret", "armed")),
     ("leak_atexit", "leaks", "import atexit\n    atexit.register(turn_left)\n    return 'registered'", ("ret", "registered")),
     ("leak_patched_globals", "leaks", "g = globals()\n    g['go_forward'] = g['turn_left']\n    return 'patched'", ("ret", "patched")),
+    # a copy of the frame pipe and no exit after the result: only the parent's SIGKILL ends this child
+    ("leak_keep_pipe_and_live", "leaks", "m = _H.m()\n    m.kept = os.dup(m.OUT_FD)\n    os._exit = lambda code: None\n"
+     "    signal = __import__('signal')\n    signal.signal(signal.SIGALRM, lambda *a: os.write(m.kept, b'late'))\n"
+     "    signal.setitimer(signal.ITIMER_REAL, 0.2)\n    return 'kept'", ("ret", "kept")),
 ]
 
 
@@ -480,6 +486,7 @@ def test_hostile_skill_is_contained(hostile, cid, cls, code, expect):
     ("import os, sys\nos.write(sys.modules['__main__'].OUT_FD, b'\\x00\\x00\\x00\\x03abc')\n", "not JSON"),
     (HELPERS + "_libc().syscall(0x40000000 | 39)\n", "SIGSYS"),
     ("while True:\n    try:\n        pass\n    except BaseException:\n        pass\n", "wall-clock"),
+    ("import os, sys\nos.close(sys.modules['__main__'].OUT_FD)\nwhile True:\n    pass\n", "closed its frame pipe"),
 ])
 def test_a_library_that_attacks_while_loading_fails_to_load(module_code, expect):
     """Module-level code runs in the child before `ready`: forged frames, a forbidden syscall or a hang
@@ -492,13 +499,107 @@ def test_a_library_that_attacks_while_loading_fails_to_load(module_code, expect)
     s.close()
 
 
-def test_each_call_gets_a_fresh_child_of_the_same_zygote():
-    s, calls, env = session("def pid():\n    import os\n    return str(os.getpid())\n")
-    first = s.call_skill("pid", []).ret
+COUNTER = """
+import os
+_calls = [0]
+
+def count():
+    \"\"\"Count this process's calls in a module global; step once.\"\"\"
+    _calls[0] += 1
+    go_forward()
+    return f"{_calls[0]} {os.getpid()}"
+"""
+
+
+def _workers(s: SandboxSession) -> dict[int, dict[str, str]]:
+    """The session's worker processes as the host sees them (the zygote and its children), each with its
+    /proc status fields; every process under the session's bwrap, worker or not, is listed under 'all'."""
+    out: dict = {"all": {}}
+    todo = [s.proc.pid]
+    while todo:
+        pid = todo.pop()
+        try:
+            kids = [int(c) for t in os.listdir(f"/proc/{pid}/task")
+                    for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()]
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            status = dict(ln.split(":", 1) for ln in Path(f"/proc/{pid}/status").read_text().splitlines())
+        except OSError:
+            continue  # it ended meanwhile
+        todo += kids
+        out["all"][pid] = status
+        if b"python" in cmd.split(b"\0")[0] and b"_worker.py" in cmd:  # not the bwrap processes that start it
+            out[pid] = {k: v.strip() for k, v in status.items()}
+    return out
+
+
+def _children_of_zygote(w: dict) -> list[dict[str, str]]:
+    """The zygote's children that have not exited (a zombie runs nothing)."""
+    return [st for pid, st in w.items() if pid != "all" and int(st["PPid"]) in w and not st["State"].startswith("Z")]
+
+
+def test_each_call_gets_a_fresh_child_of_the_same_zygote_and_no_two_children_live_at_once():
+    s, calls, env = session(COUNTER)
+    alive_during_steps = []
+    real_step = env.step
+
+    def step(name, args):  # the parent steps the env in the middle of a call: which children exist then?
+        alive_during_steps.append(len(_children_of_zygote(_workers(s))))
+        return real_step(name, args)
+
+    env.step = step
+    outs = [s.call_skill("count", []) for _ in range(4)]
     zygote = s.proc.pid
-    second = s.call_skill("pid", []).ret
-    assert first != second and s.proc.pid == zygote and s.restarts == 0
+    assert all(o.ok for o in outs), outs
+    counts, pids = zip(*(o.ret.split() for o in outs))
+    assert counts == ("1",) * 4  # the library was loaded anew: nothing of the previous call's process
+    assert len(set(pids)) == 4 and s.proc.pid == zygote and s.restarts == 0
+    assert alive_during_steps == [1] * 4  # the next call's child is forked only after this one is reaped
     s.close()
+
+
+def test_the_next_child_waits_with_every_layer_and_is_gone_at_close():
+    """After a call the next child starts at once and waits for its call with its layers applied; neither it
+    nor anything else of the session outlives close(), or the session itself when it is dropped unclosed."""
+    import gc
+
+    for how in ("close", "drop"):
+        s, calls, env = session("")
+        assert_unharmed(s, env)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            w = _workers(s)
+            kids = _children_of_zygote(w)
+            if kids and kids[0].get("Seccomp") == "2":
+                break
+            time.sleep(0.05)
+        assert len(kids) == 1, w
+        assert kids[0]["Seccomp"] == "2" and kids[0]["NoNewPrivs"] == "1", kids[0]
+        if os.geteuid() == 0:  # outside a user namespace its uid is nobody's on the host too
+            assert kids[0]["Uid"].split()[0] == "65534", kids[0]
+        pids = list(w["all"])
+        if how == "close":
+            s.close()
+        else:
+            del s
+            gc.collect()
+        deadline = time.time() + 10
+        while time.time() < deadline and _running(pids):
+            time.sleep(0.05)
+        assert not _running(pids), (how, pids)
+
+
+def _running(pids: list[int]) -> list[int]:
+    """Those of `pids` that still run (a zombie runs nothing: bwrap's, once its parent is killed, waits for
+    the host's init to reap it)."""
+    out = []
+    for p in pids:
+        try:
+            state = Path(f"/proc/{p}/status").read_text().split("State:")[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            out.append(p)
+    return out
 
 
 def test_the_suite_covers_every_class_of_the_issue():

@@ -730,6 +730,11 @@ def _child(init: dict) -> None:
         msg = recv()
         if msg["t"] == "call":
             send(w.call(msg))
+            # One call per child. Closing the frame pipe tells the parent at once that nothing more can come
+            # (its end-of-file needs every write end closed, so a copy kept by skill code delays it to the
+            # child's death); the parent kills the child regardless.
+            os.close(OUT_FD)
+            os._exit(0)
         elif msg["t"] == "exec":
             send(w.exec_code(msg))
 
@@ -814,6 +819,7 @@ def main() -> None:
     libc.syscall, libc.prctl  # noqa: B018  (ctypes makes a function object at the first lookup: once, here)
     init["zygote_report"] = report
     children: dict[int, tuple[int, int]] = {}  # pidfd -> (the parent's id of the child, pid)
+    waiting: list[tuple[int, list[int]]] = []  # fork requests made while a child was alive
     while True:
         ready, _, _ = select.select([ctrl.fileno(), *children], [], [])
         for pidfd in [fd for fd in ready if fd in children]:  # a child ended (killed by the parent, a limit...)
@@ -822,27 +828,31 @@ def main() -> None:
             os.close(pidfd)
             sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
             _ctrl_send(ctrl, {"t": "died", "cid": cid, "signal": sig, "code": 0 if sig else os.WEXITSTATUS(status)})
-        if ctrl.fileno() not in ready:
-            continue
-        try:
-            data, fds, _, _ = socket.recv_fds(ctrl, 4096, 2)
-            cmd = json.loads(data) if data else {"t": "quit"}
-        except (OSError, ValueError):
-            cmd, fds = {"t": "quit"}, []
-        if cmd.get("t") != "fork" or len(fds) != 2:
-            os._exit(0)  # the parent closed the socket (or sent what it never sends): the sandbox ends
-        pid = os.fork()
-        if pid == 0:
-            _become_child(ctrl, fds)
+        if ctrl.fileno() in ready:
             try:
-                _child(init)
-            finally:
-                os._exit(0)
-        for fd in fds:
-            os.close(fd)
-        pidfd = os.pidfd_open(pid)
-        children[pidfd] = (cmd["cid"], pid)
-        _ctrl_send(ctrl, {"t": "forked", "cid": cmd["cid"]}, (pidfd,))
+                data, fds, _, _ = socket.recv_fds(ctrl, 4096, 2)
+                cmd = json.loads(data) if data else {"t": "quit"}
+            except (OSError, ValueError):
+                cmd, fds = {"t": "quit"}, []
+            if cmd.get("t") != "fork" or len(fds) != 2:
+                os._exit(0)  # the parent closed the socket (or sent what it never sends): the sandbox ends
+            waiting.append((cmd["cid"], fds))
+        # A child is forked only once the one before it has been reaped: no two are ever alive at once, and
+        # the parent may ask for the next one as soon as it has a result (this saves it a round trip).
+        if waiting and not children:
+            cid, fds = waiting.pop(0)
+            pid = os.fork()
+            if pid == 0:
+                _become_child(ctrl, fds)
+                try:
+                    _child(init)
+                finally:
+                    os._exit(0)
+            for fd in fds:
+                os.close(fd)
+            pidfd = os.pidfd_open(pid)
+            children[pidfd] = (cid, pid)
+            _ctrl_send(ctrl, {"t": "forked", "cid": cid}, (pidfd,))
 
 
 if __name__ == "__main__":

@@ -28,19 +28,18 @@ denied by seccomp instead of being counted (memory_cgroup needs a writable cgrou
 
 Processes: a zygote (started once per session, inside bwrap; it never runs untrusted code) forks one child
 per skill call; the child becomes nobody, applies Landlock, rlimits and seccomp, loads the library, says
-ready and waits for its call. Each child has two pipes of its own, which the parent makes and passes to the
-zygote with the request: nothing a child does to its pipes (sizes, flags, unread bytes) reaches another.
-The next call's child is requested when a call starts, so that its fork, layers and library load happen
-beside the call and while the actor thinks; a call then costs one round trip to a ready child. After the
-result the parent kills the child itself (SIGKILL through the pidfd the zygote handed back) and waits until
-it has exited (its frame pipe closes), so nothing of call n (threads, `__del__`, timers, patched globals,
-unsent frames) runs during call n+1. A child that was loading beside a running call and fails to start is
-asked for again once it would run alone (its failure may be the other child's doing, never its verdict).
-The inducer's interpreter (`exec_code`) is a notebook: its child lives until a cell is killed or leaves
-threads, timers or signal handlers behind, and it never has a spare beside it; it copies the run's history
-into scratch before its layers and queries the copy after them, so that DuckDB's threads start under every
-layer. Every layer covers every thread: the worker applies them while it has one thread (seccomp with TSYNC
-besides), and reports what the kernel shows.
+ready and waits for its call, so that a call costs one round trip to a ready child. Each child has two pipes
+of its own, which the parent makes and passes to the zygote with the request: nothing a child does to its
+pipes (sizes, flags, unread bytes) reaches another. After the result the parent asks for the next child,
+kills this one itself (SIGKILL through the pidfd the zygote handed back) and waits until its frame pipe
+reads end-of-file (every write end closed: nothing more can come). The zygote forks the next child only
+once it has reaped this one, so no two children are ever alive at once and nothing of call n (threads,
+`__del__`, timers, patched globals, unsent frames, memory) can act during call n+1 or while its child
+loads; the next child loads while the actor thinks. The inducer's interpreter (`exec_code`) is a notebook: its child
+lives until a cell is killed or leaves threads, timers or signal handlers behind; it copies the run's
+history into scratch before its layers and queries the copy after them, so that DuckDB's threads start
+under every layer. Every layer covers every thread: the worker applies them while it has one thread
+(seccomp with TSYNC besides), and reports what the kernel shows.
 
 The protocol: every frame the child sends must match its schema (keys, types, sizes), carry the current
 call id and the next sequence number, and respect the frame stack (a nested frame's id is the call's root id
@@ -292,11 +291,10 @@ class _Child:
     w: int | None  # its input: calls and observations
     r: int | None  # its frames
     forked: float  # time.monotonic() of the request
-    beside: bool  # requested while another child was alive (see _await_ready)
     pidfd: int | None = None
     buf: bytes = b""
     eof: bool = False  # its end of the frame pipe is closed: it has exited
-    died: dict | None = None  # the zygote's word on how it ended
+    died: dict | None = None  # the zygote's word on how it ended ({"t": "gone"}: no word, the zygote is gone)
     ready: bool = False
     call: str = "init"  # the call id its frames must carry, and the next sequence number
     seq: int = 0
@@ -439,9 +437,9 @@ class SandboxSession:
         self.proc.stdin.close()
         self.child = self._fork()
 
-    def _fork(self, beside: bool = False) -> _Child:
-        """Ask the zygote for a fresh child with two new pipes of its own; it applies its layers, loads the
-        library and says ready while the caller goes on (the actor thinks, or the current call runs)."""
+    def _fork(self) -> _Child:
+        """Ask the zygote for a fresh child with two new pipes of its own; the zygote forks it once no other
+        child is alive, and it applies its layers, loads the library and says ready while the actor thinks."""
         call_r, call_w = os.pipe()
         frames_r, frames_w = os.pipe()
         self._cid += 1
@@ -454,7 +452,7 @@ class SandboxSession:
             os.close(frames_w)
         os.set_blocking(call_w, False)
         os.set_blocking(frames_r, False)
-        child = _Child(self._cid, call_w, frames_r, time.monotonic(), beside)
+        child = _Child(self._cid, call_w, frames_r, time.monotonic())
         self._children[child.cid] = child
         return child
 
@@ -509,16 +507,18 @@ class SandboxSession:
         return chunk
 
     def _retire(self, child: _Child) -> bool:
-        """Kill `child` (through its pidfd: no round trip through the zygote) and wait until it has exited,
-        that is until its end of the frame pipe closes, so that nothing of it runs once this returns. True if
-        it had written anything after its last frame that was read. The zygote reaps it meanwhile."""
+        """Kill `child` (through its pidfd: no round trip through the zygote) and wait until nothing more can
+        come from it: its frame pipe reads end-of-file once every write end is closed, at its exit or when an
+        honest child closes it after its result. True if it wrote anything after its last frame that was read.
+        The zygote reaps it and forks the next child only then, so it cannot act beside the next call."""
         if child.closed:
             return child.leftover
         child.closed, child.leftover = True, bool(child.buf)
         deadline = time.monotonic() + 10
-        while child.pidfd is None and not child.eof and not self._zygote_gone and self._wait(None, deadline):
-            pass  # the zygote's message with the pidfd comes right after the fork
-        if child.pidfd is not None and not child.eof:
+        self._ctrl_poll()  # the pidfd: the zygote sends it right after the fork
+        while child.pidfd is None and not self._zygote_gone and self._wait(None, deadline):
+            pass
+        if child.pidfd is not None:  # even after end-of-file: a child that closed its pipe may still run
             try:
                 signal.pidfd_send_signal(child.pidfd, signal.SIGKILL)
             except ProcessLookupError:
@@ -542,15 +542,9 @@ class SandboxSession:
             msg, why = self._recv(child, deadline), ""
         except _Violation as e:
             msg, why = None, f"it broke the sandbox protocol ({e})"
-        if child.beside and (msg is None or msg["t"] == "init_error"):
-            # It started beside the previous call's child, which shares the memory cgroup, scratch and the
-            # CPUs: its failure is not the library's verdict. Ask again, now that no other child runs.
-            self._retire(child)
-            self.child = self._fork()
-            return self._await_ready()
         if msg is None:
             why = why or self._death_reason(child, deadline, self.limits.start_wall_s)
-            if (child.eof and child.died is None) or self.proc.poll() is not None:
+            if (child.died or {}).get("t") == "gone" or self.proc.poll() is not None:
                 self._kill("")  # the zygote itself died: the sandbox cannot run here
                 raise SandboxError(f"sandbox worker did not start: {why}")
             self._retire(child)
@@ -663,14 +657,31 @@ class SandboxSession:
             if not self._read(child) and not child.eof and not self._wait(child.r, deadline):
                 return None
 
+    @staticmethod
+    def _exited(child: _Child, timeout: float) -> bool:
+        """Whether the child has exited (its pidfd turns readable then), waiting up to `timeout` seconds."""
+        poll = select.poll()
+        poll.register(child.pidfd, select.POLLIN)
+        return bool(poll.poll(timeout * 1000))
+
     def _death_reason(self, child: _Child, deadline: float, wall_s: float) -> str:
         if not child.eof:
             return f"wall-clock limit of {wall_s:g} s reached" if time.monotonic() >= deadline else "worker gone"
+        # Its frame pipe is closed: it exited, or skill code closed the pipe and goes on (then it is killed
+        # here, and its exit status would only say SIGKILL).
+        self._ctrl_poll()
+        if child.pidfd is not None and not self._exited(child, 0.5):
+            try:
+                signal.pidfd_send_signal(child.pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return "the worker closed its frame pipe and went on; it was killed"
         end = time.monotonic() + 5  # it exited: the zygote reaps it at once and says how
         while child.died is None and not self._zygote_gone and self._wait(None, end):
             pass
         died = child.died
         if died is None:
+            child.died = {"t": "gone"}
             return "the sandbox's zygote died"
         sig, code = died.get("signal"), died.get("code")
         if isinstance(sig, int) and sig > 0:
@@ -704,12 +715,8 @@ class SandboxSession:
         cur.call, cur.seq = top, 0
         n_prims, last_obs, violation, out = 0, None, "", None
         try:
-            sent = self._write(cur.w, {"t": "call", "call": top, "frame": top, "name": name, "args": args,
-                                       "done": bool(self.env.done)}, deadline)
-            # The next call's child starts now, beside this one: by the next call it is ready. It shares
-            # nothing with this one but the scratch folder, the memory cgroup and the CPUs (see _await_ready).
-            self.child = self._fork(beside=True)
-            if not sent:
+            if not self._write(cur.w, {"t": "call", "call": top, "frame": top, "name": name, "args": args,
+                                       "done": bool(self.env.done)}, deadline):
                 raise _Violation("the worker stopped reading its pipe")
             while out is None:
                 msg = self._recv(cur, deadline)
@@ -776,7 +783,11 @@ class SandboxSession:
             violation = f"the sandbox worker broke the protocol ({e}); it was replaced"
             out = Outcome(None, "", "", 0, last_obs, n_prims, killed=violation)
         finally:
-            # Killed and gone before this returns, whatever happened: nothing of this call runs later.
+            # The next call's child is asked for now; the zygote forks it once this one is reaped (no two
+            # children are alive at once), and it loads while the actor thinks. This one is killed, and
+            # nothing more can come from it, before this returns, whatever happened.
+            if self.proc is not None:
+                self.child = self._fork()
             leftover = self._retire(cur)
         if leftover and not violation:  # a signal handler or __del__ wrote after the result: the call fails
             violation = "the sandbox worker wrote after its result; it was replaced"
@@ -850,9 +861,9 @@ def probe(policy: SandboxPolicy) -> dict[str, str]:
 
 
 def _close_child(child: _Child) -> None:
-    """SIGKILL the child if it may still run (an idle spare, at the session's end) and close our ends."""
+    """SIGKILL the child (it may still run: a ready child at the session's end) and close our ends."""
     child.closed = True
-    if child.pidfd is not None and not child.eof:
+    if child.pidfd is not None:
         try:
             signal.pidfd_send_signal(child.pidfd, signal.SIGKILL)
         except OSError:
