@@ -771,14 +771,20 @@ def _ctrl_send(ctrl, msg: dict, fds: tuple = ()) -> None:
 
 def _become_child(ctrl, fds: list[int]) -> None:
     """In a freshly forked child: keep only its own two pipes, /dev/null on 0-2 and the Landlock plan's path
-    descriptors (closed once it is restricted). The zygote's control socket and the pidfds of the other
-    children it holds are closed, so no child can reach another."""
+    descriptors (closed once it is restricted). The zygote's control socket and anything else it holds are
+    closed: no child can reach the zygote or the parent but through its own pipes."""
     global IN_FD, OUT_FD
     ctrl.detach()  # the fd is closed below; a socket object that closed it again later could hit a reused fd
     IN_FD, OUT_FD = fds
-    keep = sorted({*fds, *(pfd for _, pfd, _ in (_LANDLOCK or {}).get("rules", ()))})
-    for lo, hi in zip([2, *keep], [*keep, os.sysconf("SC_OPEN_MAX")]):
-        os.closerange(lo + 1, hi)
+    keep = {0, 1, 2, *fds, *(pfd for _, pfd, _ in (_LANDLOCK or {}).get("rules", ()))}
+    # The descriptors actually open, not a range up to the limit: where close_range(2) is missing, Python
+    # closes a range one descriptor at a time.
+    for fd in [int(f) for f in os.listdir("/proc/self/fd")]:
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the descriptor listdir itself used
 
 
 def main() -> None:
@@ -843,8 +849,8 @@ def main() -> None:
             cid, fds = waiting.pop(0)
             pid = os.fork()
             if pid == 0:
-                _become_child(ctrl, fds)
-                try:
+                try:  # whatever happens, the child never returns into the zygote's loop
+                    _become_child(ctrl, fds)
                     _child(init)
                 finally:
                     os._exit(0)
