@@ -210,8 +210,8 @@ def library_page(run: RunRecords, libraries: list[Library], use: pd.DataFrame, e
                  limits: ViewLimits) -> str:
     evaluated = set(evaluated)
     by_use = {(r.version, r.function): r for r in use.itertuples()}
-    changed = [lib.version for i, lib in enumerate(libraries)
-               if i == 0 or graph_of(lib) != graph_of(libraries[i - 1])]
+    changed = [lib.version for i, lib in enumerate(libraries)  # an empty library has nothing to draw
+               if lib.functions and (i == 0 or graph_of(lib) != graph_of(libraries[i - 1]))]
     drawn = set(changed[-limits.graphs_per_run:]) if limits.graphs_per_run else set()
     body = [f"<h1>Library of {_e(run.run_id)}</h1>",
             "<p>Every library version of the run: its functions, the diff from the version before, its call graph, "
@@ -231,7 +231,8 @@ def library_page(run: RunRecords, libraries: list[Library], use: pd.DataFrame, e
             png = base64.b64encode(callgraph_png(lib)).decode()
             body.append(f"<img class='graph' alt='call graph of v{lib.version}' src='data:image/png;base64,{png}'>")
         else:
-            body.append("<p class='note'>Call graph: " + ("the same as the version before." if lib.version not in changed
+            body.append("<p class='note'>Call graph: " + ("none (no functions)." if not lib.functions else
+                        "the same as the version before." if lib.version not in changed
                         else f"not drawn (only the last {limits.graphs_per_run} changes are, analysis.views.graphs_per_run).")
                         + "</p>")
         body.append(_functions_table(lib, by_use, lib.version in evaluated, limits))
