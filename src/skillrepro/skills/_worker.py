@@ -1,10 +1,11 @@
 """The sandbox worker: a separate Python process that runs untrusted skill or inducer code.
 
 Started by skillrepro.skills.sandbox as `python -I [-S] _worker.py`, inside bubblewrap where it can run; it
-imports only the standard library (and duckdb when the inducer asks for its history). It talks to the parent
-over its inherited stdin/stdout pipes with length-prefixed JSON frames; once running, fds 0-2 point at
-/dev/null so skill code cannot write into the protocol by printing. Every frame it sends carries the call id
-and a per-call sequence number; the parent checks both (and everything else) and trusts nothing here.
+imports only the standard library (and duckdb when the inducer asks for its history). The zygote reads its
+setup from stdin, then forks children on the parent's requests over a control socket; each child talks to the
+parent over two pipes of its own (passed with the request) in length-prefixed JSON frames. fds 0-2 point at
+/dev/null so skill code cannot write into the protocol by printing. Every frame a child sends carries the
+call id and a per-call sequence number; the parent checks both (and everything else) and trusts nothing here.
 
 Isolation is applied in this order, before any untrusted code is read (see sandbox.py for the table of
 what the kernel enforces and what only the audit hook enforces):
@@ -131,7 +132,9 @@ _LIBC: tuple | None = None
 
 def _libc():
     """ctypes and the C library, loaded once by the zygote: each child would pay the load (and its page
-    faults) again. A child drops the reference once its layers are applied."""
+    faults) again. The reference stays (dropping it would free the module page by page in every child), so
+    skill code can reach ctypes through it: the audit hook's refusal of `import ctypes` is a convenience, and
+    the kernel layers hold regardless."""
     global _LIBC
     if _LIBC is None:
         import ctypes
