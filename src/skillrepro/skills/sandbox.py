@@ -420,15 +420,19 @@ class SandboxSession:
             argv = ["/bin/sh", "-c", 'echo $$ > "$1" || exit 97; shift; exec "$@"', "sh", self.cgroup.procs, *argv]
         # Control: a datagram socket, so that each child's pipes and pidfd travel with the message about it.
         ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        their_fd = theirs.fileno()  # the same number in the zygote (pass_fds)
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL, cwd="/", env={}, start_new_session=True,
-                                         close_fds=True, pass_fds=(theirs.fileno(),))
-            init |= {"t": "init", "ctrl": theirs.fileno(), "source": self.source, "functions": self._defs,
-                     "primitives": sorted(self._primitive_names), "limits": self.limits.__dict__, "db": self.db,
-                     "audit_hook": self.audit_hook}
+                                         close_fds=True, pass_fds=(their_fd,))
+        except BaseException:
+            ctrl.close()
+            raise
         finally:
-            theirs.close()
+            theirs.close()  # the zygote has its copy
+        init |= {"t": "init", "ctrl": their_fd, "source": self.source, "functions": self._defs,
+                 "primitives": sorted(self._primitive_names), "limits": self.limits.__dict__, "db": self.db,
+                 "audit_hook": self.audit_hook}
         ctrl.setblocking(False)
         self._ctrl, self._zygote_gone, self._children = ctrl, False, {}
         stdin = self.proc.stdin.fileno()
@@ -473,9 +477,9 @@ class SandboxSession:
                 msg = {}
             cid = msg.get("cid") if isinstance(msg, dict) else None
             child = self._children.get(cid) if isinstance(cid, int) else None
-            if child is not None and msg["t"] == "forked" and fds and child.pidfd is None:
+            if child is not None and msg.get("t") == "forked" and fds and child.pidfd is None:
                 child.pidfd = fds.pop()
-            elif child is not None and msg["t"] == "died":
+            elif child is not None and msg.get("t") == "died":
                 child.died = msg
             for fd in fds:  # a child already retired, or a duplicate
                 os.close(fd)
@@ -897,7 +901,7 @@ def _stop(state: dict) -> None:
             proc.stdin.close()
     if state.get("_ctrl") is not None:
         state["_ctrl"].close()
-    state["proc"], state["_ctrl"] = None, None
+    state["proc"], state["_ctrl"], state["_zygote_gone"] = None, None, True
 
 
 def _cleanup(state: dict) -> None:
