@@ -172,9 +172,12 @@ def callgraph_png(library: Library) -> bytes:
     rows: dict[int, list[str]] = {}
     for n in g.nodes:
         rows.setdefault(level[n], []).append(n)
-    width = max((len(r) for r in rows.values()), default=1)
-    fig, ax = plt.subplots(figsize=(min(12, 1.6 + 1.9 * width), min(9, 0.9 + 0.9 * max(len(rows), 1))))
-    pos = {n: ((i + 1) / (len(r) + 1), -lv) for lv, r in rows.items() for i, n in enumerate(r)}
+    # Wide enough for the longest row's labels (about 0.08 inch a character at 8 points), up to 16 inches;
+    # neighbours in a row alternate a little up and down so that long names that still meet do not overprint.
+    chars = max((sum(len(n) + 4 for n in r) for r in rows.values()), default=10)
+    fig, ax = plt.subplots(figsize=(min(16, max(3, 0.08 * chars)), min(9, 0.9 + 0.9 * max(len(rows), 1))))
+    pos = {n: ((i + 1) / (len(r) + 1), -lv + (0.18 if i % 2 else 0) * (len(r) > 1))
+           for lv, r in rows.items() for i, n in enumerate(r)}
     for a, b in g.edges:
         ax.annotate("", xy=pos[b], xytext=pos[a],
                     arrowprops={"arrowstyle": "-|>", "color": "0.45", "shrinkA": 14, "shrinkB": 14})
