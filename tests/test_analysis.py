@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from skillrepro import analysis
+from skillrepro.analysis import figures, statistics, tables
 from skillrepro.skills import Library
 from skillrepro.skills.library import parse_functions
 from skillrepro.store import Episode, LLMCall, SkillCall, Step, write_records
@@ -110,7 +111,7 @@ def test_main_table_takes_each_runs_final_checkpoint_on_its_own_test_set():
                                     (1, 0, 0, 0, 90), (1, 2, 0, 0, 40), (1, 2, 1, 1, 60)]
     ])
     per_seed = analysis.checkpoint_metrics(test, s)
-    main = analysis.main_table(per_seed, s).iloc[0]
+    main = tables.main_table(per_seed, s).iloc[0]
     assert (main.library_version, main.train_rollouts, main.n_seeds, main.n_episodes) == (2, 4, 2, 4)
     assert main.score_mean == pytest.approx((1.0 + 0.5) / 2) and main.headline == "success"
     assert main.output_tokens_per_episode_mean == pytest.approx((60 + 50) / 2)
@@ -125,7 +126,7 @@ def test_paired_tests_pair_by_seed_and_task():
             rows.append(dict(run_id=f"babyai/{variant}/seed{j // 2}", run_benchmark="babyai", eval_benchmark="babyai",
                              method=variant, variant=variant, seed=j // 2, library_version=2, task_id=f"t{j % 2}",
                              success=float(variant == "speedrunner" or j == 0), progression=0.0, output_tokens=tok))
-    stats = analysis.paired_tests(pd.DataFrame(rows), s).set_index("metric")
+    stats = statistics.paired_tests(pd.DataFrame(rows), s).set_index("metric")
     from scipy.stats import ttest_rel
 
     expected = ttest_rel([10, 12, 11, 13], [50, 40, 45, 60])
@@ -147,7 +148,7 @@ def test_retention_compares_the_first_task_before_and_after_the_second():
         base | dict(run_benchmark="t4", eval_benchmark="t3", library_version=2, score=0.4, cost=1.5, output_tokens=80),
         base | dict(run_benchmark="t4", eval_benchmark="t4", library_version=2, score=0.9, cost=1.0, output_tokens=50),
     ])
-    r = analysis.retention(per_seed, s).iloc[0]
+    r = tables.retention(per_seed, s).iloc[0]
     assert (r.trained_first, r.trained_second, r.n_seeds) == ("t3", "t4", 1)
     assert r.change_points == pytest.approx(-10.0) and r.cost_change_pct == pytest.approx(-25.0)
     assert r.output_tokens_change_pct == pytest.approx(-20.0)
@@ -162,8 +163,8 @@ def test_combat_share_follows_callers():
                   "def survive(env):\n    return fight_zombie(env)\n\n"
                   "def collect_wood(env):\n    return env.do()\n\n"
                   "def plan(env):\n    return survive(env)\n")
-    assert analysis.combat_share(library) == pytest.approx(3 / 4)
-    assert analysis.combat_share(Library(0)) == 0.0
+    assert tables.combat_share(library) == pytest.approx(3 / 4)
+    assert tables.combat_share(Library(0)) == 0.0
 
 
 def test_zombie_table_is_relative_to_react_at_each_level():
@@ -174,7 +175,7 @@ def test_zombie_table_is_relative_to_react_at_each_level():
     rows = [dict(run_benchmark=b, eval_benchmark=b, method=v, variant=v, seed=0, library_version=2, score=sc)
             for b, v, sc in [("c0", "react", 0.2), ("c0", "speedrunner", 0.3), ("c1", "react", 0.2), ("c1", "speedrunner", 0.1)]]
     combat = pd.DataFrame([{"benchmark": "c1", "variant": "speedrunner", "combat_share": 0.5}])
-    t = analysis.zombie_table(pd.DataFrame(rows), combat, s).set_index(["zombie_frequency", "variant"])
+    t = tables.zombie_table(pd.DataFrame(rows), combat, s).set_index(["zombie_frequency", "variant"])
     assert t.loc[(0.0, "speedrunner"), "vs_react_points_mean"] == pytest.approx(10.0)
     assert t.loc[(1.0, "speedrunner"), "vs_react_points_mean"] == pytest.approx(-10.0)
     assert t.loc[(1.0, "speedrunner"), "combat_share_mean"] == 0.5
@@ -183,10 +184,10 @@ def test_zombie_table_is_relative_to_react_at_each_level():
 def test_truncation_shows_the_last_n_visible_skills_and_keeps_the_rest():
     library = lib("def a(env):\n    return 1\n\ndef _h(env):\n    return 2\n\ndef b(env):\n    return _h(env)\n\n"
                   "def c(env):\n    return a(env)\n")
-    t = analysis.truncate(library, 2)
+    t = tables.truncate(library, 2)
     assert [f.name for f in t.public()] == ["b", "c"] and len(t.functions) == 4
     assert t.meta["truncated_to"] == 2 and t.meta["visible_before"] == 3
-    assert len(analysis.truncate(library, 800).public()) == 3  # clipped to the library
+    assert len(tables.truncate(library, 800).public()) == 3  # clipped to the library
 
 
 def test_table8_brackets_the_truncations_with_the_runs_own_checkpoints(tmp_path):
@@ -198,11 +199,11 @@ def test_table8_brackets_the_truncations_with_the_runs_own_checkpoints(tmp_path)
         write_batch(folder, [episode(run, "test", 2, f"t{i}", o, 10 * n) for i, o in enumerate(ok)])
         files[str(folder / "episodes.parquet")] = (n, min(n, 3))
     eps = analysis.episodes(list(files), [f.replace("episodes", "llm_calls") for f in files], {})
-    trunc = analysis.truncation_metrics(eps, files, s)
+    trunc = tables.truncation_metrics(eps, files, s)
     per_seed = pd.DataFrame([dict(run_benchmark="babyai", eval_benchmark="babyai", variant="speedrunner", seed=0,
                                   library_version=v, n_episodes=2, score=sc, output_tokens=tok)
                              for v, sc, tok in ((0, 0.0, 90.0), (2, 1.0, 30.0))])
-    t = analysis.table8(trunc, per_seed, s)
+    t = tables.table8(trunc, per_seed, s)
     assert list(t.n_requested) == [1, 50, "0 (no skills)", "all (final)"]
     assert list(t.n_shown) == [1, 3, "0 (no skills)", "all (final)"] and list(t.score) == [0.5, 0.0, 0.0, 1.0]
 
@@ -245,7 +246,7 @@ def test_a_figure_compares_what_its_declaration_picks(monkeypatch):
 def test_empty_state_figure_names_the_config(tmp_path):
     s = study()
     out = tmp_path / "f.png"
-    analysis.curves(pd.DataFrame(columns=["run_benchmark", "eval_benchmark", "variant"]), s.groups("fig12"), s, out,
+    figures.curves(pd.DataFrame(columns=["run_benchmark", "eval_benchmark", "variant"]), s.groups("fig12"), s, out,
                     "Figure 12", "an asi_replay variant")
     assert out.stat().st_size > 1000
 
@@ -318,20 +319,20 @@ def test_figures_draw_their_data(tmp_path):
                                          progression=0.0, output_tokens=100 - 10 * k, llm_calls=3, cached_ratio=0.5,
                                          cost=0.01, invalid_action_rate=0.0))
     per_seed = pd.DataFrame(rows)
-    checkpoints = analysis.checkpoint_table(per_seed)
+    checkpoints = tables.checkpoint_table(per_seed)
     combat = pd.DataFrame([{"benchmark": b, "variant": "speedrunner", "combat_share": c} for b, c in (("c0", 0.1), ("c1", 0.4))])
-    zombies = analysis.zombie_table(per_seed, combat, s)
+    zombies = tables.zombie_table(per_seed, combat, s)
     assert list(zombies[zombies.variant == "speedrunner"].vs_react_points_mean.round(6)) == [10.0, 10.0]
-    figures = {
-        "shift": lambda out: analysis.shift_figure(checkpoints, analysis.retention(per_seed, s), s, out),
-        "zombie": lambda out: analysis.zombie_figure(zombies, s, out),
-        "plane": lambda out: analysis.plane_figure({"m1": analysis.main_table(per_seed, s),
-                                                    "m2": analysis.main_table(per_seed.assign(score=0.3), s)}, s, out),
-        "curves": lambda out: analysis.curves(checkpoints, s.groups("fig2"), s, out, "Figure 2", "any run"),
+    drawings = {
+        "shift": lambda out: figures.shift_figure(checkpoints, tables.retention(per_seed, s), s, out),
+        "zombie": lambda out: figures.zombie_figure(zombies, s, out),
+        "plane": lambda out: figures.plane_figure({"m1": tables.main_table(per_seed, s),
+                                                    "m2": tables.main_table(per_seed.assign(score=0.3), s)}, s, out),
+        "curves": lambda out: figures.curves(checkpoints, s.groups("fig2"), s, out, "Figure 2", "any run"),
     }
     empty = tmp_path / "empty.png"
-    analysis.empty_figure(empty, "x", "y", "z")
-    for name, draw in figures.items():
+    figures.empty_figure(empty, "x", "y", "z")
+    for name, draw in drawings.items():
         draw(tmp_path / f"{name}.png")
         # a drawn figure is larger than the empty state's text panel
         assert (tmp_path / f"{name}.png").stat().st_size > 2 * empty.stat().st_size, name

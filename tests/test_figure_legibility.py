@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from skillrepro import analysis
+from skillrepro.analysis import figures, tables
 
 STUDY = analysis.Study(
     variants={"react": {"method": "react", "options": {}, "benchmarks": None},
@@ -17,9 +18,9 @@ STUDY = analysis.Study(
 @pytest.fixture
 def drawn(monkeypatch):
     """The matplotlib figures the analysis draws, kept open instead of saved."""
-    figures = []
-    monkeypatch.setattr(analysis, "_save", lambda fig, out: figures.append(fig))
-    yield figures
+    drawn_figures = []
+    monkeypatch.setattr(figures, "_save", lambda fig, out: drawn_figures.append(fig))
+    yield drawn_figures
     import matplotlib.pyplot as plt
 
     plt.close("all")
@@ -37,7 +38,7 @@ def per_seed(cost: float) -> pd.DataFrame:
 
 
 def test_curves_use_whole_rollouts_rates_from_zero_and_tell_identical_lines_apart(drawn, tmp_path):
-    analysis.curves(analysis.checkpoint_table(per_seed(0.0)), STUDY.groups("fig2"), STUDY, tmp_path / "f.png",
+    figures.curves(tables.checkpoint_table(per_seed(0.0)), STUDY.groups("fig2"), STUDY, tmp_path / "f.png",
                     "Figure 2", "any run")
     (fig,) = drawn
     rate, tokens = fig.axes[:2]
@@ -63,8 +64,8 @@ def texts(fig) -> str:
 
 
 def test_figure3_says_on_the_image_that_an_unpriced_model_costs_nothing(drawn, tmp_path):
-    analysis.cost_curves(training(0.0), STUDY, tmp_path / "f3.png", model="qwen2.5-coder-0.5b")
-    analysis.cost_curves(training(0.02), STUDY, tmp_path / "f3.png", model="gpt-x")
+    figures.cost_curves(training(0.0), STUDY, tmp_path / "f3.png", model="qwen2.5-coder-0.5b")
+    figures.cost_curves(training(0.02), STUDY, tmp_path / "f3.png", model="gpt-x")
     free, priced = drawn
     assert "qwen2.5-coder-0.5b has no price" in texts(free)
     assert "no price" not in texts(priced)

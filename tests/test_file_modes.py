@@ -5,7 +5,8 @@ import stat
 
 import pytest
 
-from skillrepro import analysis, store
+from skillrepro import store
+from skillrepro.analysis import figures
 from skillrepro.skills import Library
 
 
@@ -26,7 +27,7 @@ def test_tables_records_figures_and_libraries_follow_the_umask(tmp_path, umask):
     table = store.write_text(tmp_path / "tables" / "main.csv", "variant,score\nreact,0.5\n")
     records = store.write_records(tmp_path / "runs" / "episodes.parquet", [], store.Episode)
     figure = tmp_path / "figures" / "figure2.png"
-    analysis.empty_figure(figure, "Figure 2", "any run", "test.yaml")
+    figures.empty_figure(figure, "Figure 2", "any run", "test.yaml")
     library = Library(0).write(tmp_path / "runs" / "library" / "v0")
     for path in (table, records, figure, library / "manifest.json", library / "skills.py"):
         assert mode(path) == file_mode, (path, oct(mode(path)))

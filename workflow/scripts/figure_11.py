@@ -2,10 +2,11 @@
 import pandas as pd
 
 from skillrepro import analysis
+from skillrepro.analysis import figures
 from skillrepro.pipeline import setup_logging
 
 log = setup_logging(snakemake)
 study = analysis.Study(**snakemake.params.study)
 tables = [snakemake.input.main, *snakemake.input.others]
-analysis.plane_figure(dict(zip(snakemake.params.labels, map(pd.read_csv, tables))), study, snakemake.output[0])
+figures.plane_figure(dict(zip(snakemake.params.labels, map(pd.read_csv, tables))), study, snakemake.output[0])
 log.info("wrote %s from %s", snakemake.output[0], ", ".join(tables))

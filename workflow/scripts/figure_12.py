@@ -2,9 +2,10 @@
 import pandas as pd
 
 from skillrepro import analysis
+from skillrepro.analysis import figures
 from skillrepro.pipeline import setup_logging
 
 log = setup_logging(snakemake)
 study = analysis.Study(**snakemake.params.study)
-analysis.comparison_figure(pd.read_csv(snakemake.input[0]), "fig12", study, snakemake.output[0])
+figures.comparison_figure(pd.read_csv(snakemake.input[0]), "fig12", study, snakemake.output[0])
 log.info("wrote %s", snakemake.output[0])

@@ -2,9 +2,10 @@
 import pandas as pd
 
 from skillrepro import analysis
+from skillrepro.analysis import figures
 from skillrepro.pipeline import setup_logging
 
 log = setup_logging(snakemake)
 study = analysis.Study(**snakemake.params.study)
-analysis.cost_curves(pd.read_parquet(snakemake.input[0]), study, snakemake.output[0], model=snakemake.config["llm"]["model"])
+figures.cost_curves(pd.read_parquet(snakemake.input[0]), study, snakemake.output[0], model=snakemake.config["llm"]["model"])
 log.info("wrote %s", snakemake.output[0])

@@ -4,6 +4,7 @@ from pathlib import Path
 import pandas as pd
 
 from skillrepro import analysis
+from skillrepro.analysis import figures, tables
 from skillrepro.pipeline import setup_logging
 from skillrepro.skills import Library
 from skillrepro.store import write_text
@@ -11,10 +12,10 @@ from skillrepro.store import write_text
 log = setup_logging(snakemake)
 study = analysis.Study(**snakemake.params.study)
 combat = pd.DataFrame([
-    {"benchmark": Path(m).parts[2], "variant": Path(m).parts[3], "combat_share": analysis.combat_share(Library.load(Path(m).parent))}
+    {"benchmark": Path(m).parts[2], "variant": Path(m).parts[3], "combat_share": tables.combat_share(Library.load(Path(m).parent))}
     for m in snakemake.input.libraries  # results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json
 ], columns=["benchmark", "variant", "combat_share"])
-table = analysis.zombie_table(pd.read_parquet(snakemake.input.checkpoints), combat, study)
+table = tables.zombie_table(pd.read_parquet(snakemake.input.checkpoints), combat, study)
 write_text(snakemake.output.table, table.to_csv(index=False))
-analysis.zombie_figure(table, study, snakemake.output.figure)
+figures.zombie_figure(table, study, snakemake.output.figure)
 log.info("figure 5:\n%s", table.to_string(index=False))

@@ -2,10 +2,11 @@
 import pandas as pd
 
 from skillrepro import analysis
+from skillrepro.analysis import figures
 from skillrepro.pipeline import setup_logging
 
 log = setup_logging(snakemake)
 study = analysis.Study(**snakemake.params.study)
-analysis.shift_figure(pd.read_csv(snakemake.input.checkpoints), pd.read_csv(snakemake.input.retention), study,
+figures.shift_figure(pd.read_csv(snakemake.input.checkpoints), pd.read_csv(snakemake.input.retention), study,
                       snakemake.output[0])
 log.info("wrote %s", snakemake.output[0])

@@ -2,11 +2,12 @@
 import pandas as pd
 
 from skillrepro import analysis
+from skillrepro.analysis import tables
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
 
 log = setup_logging(snakemake)
 study = analysis.Study(**snakemake.params.study)
-table = analysis.retention(pd.read_parquet(snakemake.input[0]), study)
+table = tables.retention(pd.read_parquet(snakemake.input[0]), study)
 write_text(snakemake.output[0], table.to_csv(index=False))
 log.info("retention:\n%s", table.to_string(index=False))

@@ -2,11 +2,12 @@
 import pandas as pd
 
 from skillrepro import analysis
+from skillrepro.analysis import statistics
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
 
 log = setup_logging(snakemake)
 study = analysis.Study(**snakemake.params.study)
-tests = analysis.paired_tests(pd.read_parquet(snakemake.input[0]), study)
+tests = statistics.paired_tests(pd.read_parquet(snakemake.input[0]), study)
 write_text(snakemake.output[0], tests.to_csv(index=False))
 log.info("paired tests:\n%s", tests.to_string(index=False))

@@ -1,11 +1,11 @@
 """Table 1: call-graph max depth and density of the final libraries, mean and s.d. over seeds."""
 import pandas as pd
 
-from skillrepro import analysis
+from skillrepro.analysis import tables
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
 
 log = setup_logging(snakemake)
-table = analysis.table1(pd.read_csv(snakemake.input[0]))
+table = tables.table1(pd.read_csv(snakemake.input[0]))
 write_text(snakemake.output[0], table.to_csv(index=False))
 log.info("table 1:\n%s", table.to_string(index=False))

@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from skillrepro import analysis
+from skillrepro.analysis import tables
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
 
@@ -15,7 +16,7 @@ study = analysis.Study(**p.study)
 episodes = analysis.episodes(inp.episodes, inp.calls, p.pricing)
 shown = {e: (int(Path(e).parent.name.removeprefix("n")), json.loads(Path(m).read_text())["meta"]["truncated_to"])
          for e, m in zip(inp.episodes, inp.libraries)}
-trunc = analysis.truncation_metrics(episodes, shown, study)
-table = analysis.table8(trunc, pd.read_parquet(inp.checkpoints), study)
+trunc = tables.truncation_metrics(episodes, shown, study)
+table = tables.table8(trunc, pd.read_parquet(inp.checkpoints), study)
 write_text(snakemake.output[0], table.to_csv(index=False))
 log.info("table 8:\n%s", table.to_string(index=False))

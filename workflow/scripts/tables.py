@@ -3,13 +3,14 @@ checkpoint on every test set the runs played)."""
 import pandas as pd
 
 from skillrepro import analysis
+from skillrepro.analysis import tables
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
 
 log = setup_logging(snakemake)
 study = analysis.Study(**snakemake.params.study)
 per_seed = pd.read_parquet(snakemake.input.checkpoints)
-main = analysis.main_table(per_seed, study)
+main = tables.main_table(per_seed, study)
 write_text(snakemake.output.main, main.to_csv(index=False))
-write_text(snakemake.output.checkpoints, analysis.checkpoint_table(per_seed).to_csv(index=False))
+write_text(snakemake.output.checkpoints, tables.checkpoint_table(per_seed).to_csv(index=False))
 log.info("main table:\n%s", main.to_string(index=False))
