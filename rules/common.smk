@@ -77,7 +77,7 @@ wildcard_constraints:
 
 
 # What every rollout, sleep phase and evaluation of a run reads from the config (its seed is in its path).
-RUN_SETTINGS = ("llm", "benchmark", "call_budget", "method")
+RUN_SETTINGS = ("llm", "actor", "benchmark", "call_budget", "method")
 
 
 def settings(*reads):

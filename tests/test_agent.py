@@ -218,3 +218,41 @@ def test_a_wall_clock_of_the_episode_bounds_a_skill_call():
     assert rec.episode.termination == "wall_clock" and rec.episode.n_steps == 1
     assert "wall-clock limit of" in rec.steps[0].observation
     assert took < 20  # the sandbox's own per-call limit is 60 s: the episode's 4 s won
+
+
+def test_restated_skills_follow_every_observation_only_when_asked_and_only_with_skills(tmp_path):
+    """actor.restate_skills (a deviation for small models): the reminder, with the skills' signatures, ends the
+    opening observation and every later one; the paper's default and an episode without skills get none."""
+    from skillrepro import skills
+    from skillrepro.agent import Prompts
+    from skillrepro.config import ActorConfig
+    from skillrepro.skills.sandbox import SandboxPolicy
+
+    library = skills.Library(1, skills.parse_functions(
+        'def spin(times: int):\n    """Turn left `times` times."""\n    for _ in range(times):\n        turn_left()\n'
+        '    return "spun"\n'))
+    bench = get_benchmark("babyai")
+    task = bench.sample_tasks("train", 1, 42)[0]
+
+    def played(prompts, with_skills=True, replies=("Action: spin(2)", "Action: turn_left()")):
+        env = bench.make(task)
+        tools = primitive_tools(env) + (skill_tools(library, env, lambda c: None, SandboxPolicy()) if with_skills else [])
+        client = ScriptedClient(list(replies))
+        Actor(client, bench.describe(), 3, prompts=prompts).run(env, tools, SPEC)
+        return [m["content"] for m in client.requests[-1] if m["role"] == "user"]
+
+    restated = Prompts.configured(ActorConfig(restate_skills=True))
+    shown = played(restated)
+    assert len(shown) == 3 and all(m.endswith(restated.skill_reminder.format(skills="spin(times: int)")) for m in shown)
+    assert "spin(times: int)" in restated.skill_reminder.format(skills="spin(times: int)")
+    assert shown[1].startswith("Observation: spun")  # the skill's result comes first, then the reminder
+    assert not any("spin(times" in m for m in played(Prompts.configured(ActorConfig())))
+    assert not any("Your skills" in m or "skill" in m.lower() for m in played(restated, with_skills=False,
+                                                                                 replies=("Action: turn_left()",)))
+    # A user's reminder file replaces the shipped one; a broken placeholder is refused by name.
+    mine = tmp_path / "reminder.txt"
+    mine.write_text("\n(Skills: {skills})")
+    assert played(Prompts.configured(ActorConfig(True, (("skill_reminder", str(mine)),))))[0].endswith("(Skills: spin(times: int))")
+    mine.write_text("\n(Skills: {skill_list})")
+    with pytest.raises(ValueError, match=r"prompt skill_reminder: KeyError 'skill_list'.*\{skills\}"):
+        Prompts.configured(ActorConfig(True, (("skill_reminder", str(mine)),)))

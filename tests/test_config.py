@@ -178,3 +178,26 @@ def test_a_prompt_file_edited_in_place_changes_the_fingerprint(tmp_path):
     assert before == settings_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
     prompt.write_text("Write better skills.")
     assert before != settings_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
+
+
+def test_actor_prompt_files_are_checked_before_any_work(tmp_path):
+    """Every actor prompt is a file a user can replace (config section actor.prompts); a missing file, a
+    broken placeholder or a reminder that would never be shown is refused by its key."""
+    from scripted import methods_config
+    from skillrepro.check import check_config
+
+    def with_actor(actor):
+        return {**methods_config(react={"method": "react"}), "actor": actor}
+
+    with pytest.raises(ConfigError, match=r"config key actor\.prompts\.system: file .*nope\.txt does not exist"):
+        check_config(with_actor({"prompts": {"system": str(tmp_path / "nope.txt")}}))
+    bad = tmp_path / "system.txt"
+    bad.write_text("{environment}\n{tools}\n{protocol} {unknown}")
+    with pytest.raises(ConfigError, match=r"config key actor\.prompts\.system: KeyError 'unknown'"):
+        check_config(with_actor({"prompts": {"system": str(bad)}}))
+    reminder = tmp_path / "reminder.txt"
+    reminder.write_text("Skills: {skills}")
+    with pytest.raises(ConfigError, match=r"actor\.prompts\.skill_reminder: .*restate_skills is false"):
+        check_config(with_actor({"prompts": {"skill_reminder": str(reminder)}}))
+    checked = check_config(with_actor({"restate_skills": True, "prompts": {"skill_reminder": str(reminder)}}))
+    assert checked["actor"]["prompts"]["system"] is None  # the schema's defaults filled in

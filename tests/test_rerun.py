@@ -105,6 +105,13 @@ def test_an_llm_setting_reruns_every_run_but_not_the_task_draws(finished, path, 
     assert changed(finished, set_(path, value)) == whole_runs(RUNS)
 
 
+def test_an_actor_setting_or_a_replaced_prompt_file_reruns_every_run(finished, tmp_path):
+    assert changed(finished, set_("actor.restate_skills", True)) == whole_runs(RUNS)
+    prompt = tmp_path / "system.txt"
+    prompt.write_text("{environment}\n{skills}\n{tools}\n{notes}\n{protocol}\n")
+    assert changed(finished, set_("actor.prompts.system", str(prompt))) == whole_runs(RUNS)
+
+
 def test_a_method_option_reruns_that_variant_only(finished):
     assert changed(finished, set_("methods.speedrunner.options", {"interpreter": False})) == whole_runs(
         {"babyai/speedrunner", "crafter/speedrunner"})

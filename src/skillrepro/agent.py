@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from skillrepro.benchmarks.base import ActionError, Env, Primitive
+from skillrepro.config import ActorConfig
 from skillrepro.llm.client import LLMClient, LLMRequestError
 from skillrepro.skills.library import Library, parse_untrusted
 from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession, render_outcome
@@ -99,18 +100,38 @@ class Prompts:
     text_protocol: str = (PROMPTS / "actor_text_protocol.txt").read_text()
     native_protocol: str = (PROMPTS / "actor_native_protocol.txt").read_text()
     skills: str = (PROMPTS / "actor_skills.txt").read_text()  # the skills' own block; only when there are any
+    # Added after every observation when there are skills ("{skills}": their signatures); empty, as in the
+    # paper, lists the skills in the system prompt only. A small actor rarely calls a skill listed far above.
+    skill_reminder: str = ""
+
+    # The placeholders each prompt is formatted with (native_protocol is used as written).
+    PLACEHOLDERS = {"system": ("environment", "skills", "tools", "notes", "protocol"), "text_protocol": ("example",),
+                    "native_protocol": None, "skills": ("skills",), "skill_reminder": ("skills",)}
 
     @classmethod
-    def from_files(cls, system: str | None = None, text_protocol: str | None = None,
-                   skills: str | None = None) -> "Prompts":
-        kw = {}
-        if system:
-            kw["system"] = Path(system).read_text()
-        if text_protocol:
-            kw["text_protocol"] = Path(text_protocol).read_text()
-        if skills:
-            kw["skills"] = Path(skills).read_text()
-        return cls(**kw)
+    def configured(cls, actor: ActorConfig) -> "Prompts":
+        """The prompts config section `actor` asks for: the shipped ones, each file in `actor.prompts`
+        instead, and the skill reminder only with `restate_skills`."""
+        texts = {name: Path(path).read_text() for name, path in actor.prompt_files}
+        if actor.restate_skills:
+            texts.setdefault("skill_reminder", (PROMPTS / "actor_skill_reminder.txt").read_text())
+        else:
+            texts.pop("skill_reminder", None)
+        prompts = cls(**texts)
+        prompts.check()
+        return prompts
+
+    def check(self) -> None:
+        """ValueError naming the prompt whose placeholders are not the ones it is formatted with."""
+        for name, keys in self.PLACEHOLDERS.items():
+            if keys is None:
+                continue
+            try:
+                getattr(self, name).format(**{k: "" for k in keys})
+            except (KeyError, IndexError, ValueError) as e:
+                raise ValueError(f"prompt {name}: {type(e).__name__} {e} while filling its placeholders; it may "
+                                 f"use {', '.join('{' + k + '}' for k in keys)} and must write a literal brace "
+                                 "as {{ or }}") from None
 
 
 @dataclass(frozen=True)
@@ -133,6 +154,7 @@ def parse_text_action(text: str, names: list[str]) -> ParsedAction:
     reasoning = text[: m.start()] if m else text
     reasoning = re.sub(r"^\s*thought\s*:\s*", "", reasoning.strip(), flags=re.IGNORECASE)
     body = (m.group(1) if m else text).replace("`", " ").strip()
+    body = re.sub(r"^json\s*(?=\{)", "", body)  # a JSON call in a ```json fence
     if body.startswith("{"):
         try:
             obj = json.loads(body[: body.rindex("}") + 1])
@@ -265,12 +287,16 @@ class Actor:
         by_lower = {t.name.lower(): t for t in tools}
         shown = env.reset()  # the observation the next prompt shows
         fmt = self.formatter
+        skills = [t.signature for t in tools if not t.primitive]
+        reminder = self.prompts.skill_reminder.format(skills="; ".join(skills)) if skills else ""
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": self.system_prompt(tools)},
-            {"role": "user", "content": shown},
+            {"role": "user", "content": shown + reminder},
         ] if fmt is None else []
         turns: list[PromptTurn] = []
-        schemas = [t.schema() for t in tools] if self.tool_calling == "native" and fmt is None else None
+        # Skills before primitives, as the system prompt lists them: a small model favours what comes first.
+        schemas = ([t.schema() for t in sorted(tools, key=lambda t: t.primitive)]
+                   if self.tool_calling == "native" and fmt is None else None)
         steps: list[Step] = []
         calls: list[LLMCall] = []
         invalid = 0
@@ -334,9 +360,9 @@ class Actor:
             if fmt is not None:
                 turns.append(PromptTurn(shown, tuple(admissible), reply.text, parsed))
             elif tc is not None:
-                messages.append({"role": "tool", "tool_call_id": tc.id, "content": observation})
+                messages.append({"role": "tool", "tool_call_id": tc.id, "content": observation + reminder})
             else:
-                messages.append({"role": "user", "content": f"Observation: {observation}"})
+                messages.append({"role": "user", "content": f"Observation: {observation}{reminder}"})
             shown = observation
             harness_ms = (time.perf_counter() - t0) * 1000 - env_ms
             steps.append(Step(episode_id, step, parsed.reasoning, parsed.name, json.dumps(parsed.args), valid,

@@ -10,7 +10,9 @@ import dataclasses
 from typing import Any
 
 from skillrepro import benchmarks as benchmark_registry
-from skillrepro.config import OPERATIONAL_LLM_KEYS, ConfigError, benchmarks, file_digest, fingerprint, protocol, validate
+from skillrepro.agent import Prompts
+from skillrepro.config import (OPERATIONAL_LLM_KEYS, ConfigError, actor_config, benchmarks, file_digest, fingerprint,
+                               protocol, validate)
 from skillrepro.llm.models import MODELS
 from skillrepro.methods import check_benchmarks, get_method, registry
 
@@ -48,6 +50,15 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
         merged = {**(config["methods"][t["variant"]].get("options") or {}), **(t.get("options") or {})}
         get_method(config["methods"][t["variant"]]["method"]).parse_options(
             merged, f"{t['variant']} (with analysis.truncation.options)")
+    actor = actor_config(config)
+    if "skill_reminder" in dict(actor.prompt_files) and not actor.restate_skills:
+        raise ConfigError("config key actor.prompts.skill_reminder: a reminder file is given but "
+                          "actor.restate_skills is false, so it would never be shown; set restate_skills: true")
+    if check_files:
+        try:
+            Prompts.configured(actor)
+        except ValueError as e:  # "prompt <name>: ..."
+            raise ConfigError(f"config key actor.prompts.{str(e).removeprefix('prompt ')}") from None
     proto = protocol(config)
     for b in benchmarks(config):
         try:
@@ -67,7 +78,8 @@ def settings_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, benc
     """Fingerprint of exactly the config settings a job reads, for its rule's params: Snakemake records it and
     reruns the job when it changes (it drops dataclass params from that record).
 
-    `reads` names parts: "llm" (without the operational keys); "benchmark" (env and options), "call_budget"
+    `reads` names parts: "llm" (without the operational keys); "actor" (with its prompt files' contents);
+    "benchmark" (env and options), "call_budget"
     and "method" of the job's `bench` and `variant` (a method's options with their defaults filled in, so
     writing a default out is no change); or "section.key" for one value (e.g. "protocol.n_test").
     """
@@ -90,6 +102,9 @@ def settings_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, benc
                      if f.name.endswith("_file") and getattr(options, f.name)}
             if files:
                 chosen[part]["file_contents"] = files
+        elif part == "actor":
+            chosen[part] = {**config["actor"], "file_contents": {name: file_digest(path) for name, path in
+                                                                 actor_config(config).prompt_files}}
         else:
             section, _, key = part.partition(".")
             chosen[part] = config[section][key]

@@ -65,6 +65,14 @@ class LLMConfig:
 
 
 @dataclass(frozen=True)
+class ActorConfig:
+    """Config section `actor`: what the actor is shown, the same for every method."""
+
+    restate_skills: bool = False  # the skill reminder after every observation (a deviation for small models)
+    prompt_files: tuple[tuple[str, str], ...] = ()  # (prompt name, file) replacing a shipped actor prompt
+
+
+@dataclass(frozen=True)
 class Protocol:
     seeds: tuple[int, ...]
     train_rollouts: int
@@ -223,6 +231,9 @@ def validate(config: dict[str, Any], *, check_files: bool = True) -> dict[str, A
     if len(set(proto.seeds)) != len(proto.seeds):
         raise ConfigError(f"config key protocol.seeds: {list(proto.seeds)} repeats a seed (each seed is one run)")
     _check_phases(config)
+    for name, path in actor_config(config).prompt_files:
+        if check_files and not Path(path).is_file():
+            raise ConfigError(f"config key actor.prompts.{name}: file {path} does not exist")
     return config
 
 
@@ -299,6 +310,11 @@ def trajectory_tokens(config: dict[str, Any]) -> int:
 
 def llm_config(config: dict[str, Any]) -> LLMConfig:
     return LLMConfig.from_dict(config["llm"])
+
+
+def actor_config(config: dict[str, Any]) -> ActorConfig:
+    a = config["actor"]
+    return ActorConfig(a["restate_skills"], tuple(sorted((k, v) for k, v in a["prompts"].items() if v)))
 
 
 def protocol(config: dict[str, Any]) -> Protocol:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from skillrepro import config as cfg
+from skillrepro.agent import Prompts
 from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.progress import JOB, PROGRESS_LOGGER
 from skillrepro.skills.sandbox import SandboxPolicy, probe
@@ -62,6 +63,7 @@ class RunSettings:
     method: MethodConfig
     llm: LLMConfig  # with the run's sampling seed
     sandbox: SandboxPolicy  # config key sandbox.require: every sandbox the job starts must have these layers
+    prompts: Prompts  # the actor's (config section actor)
 
 
 def run_settings(snakemake: Any, library_dir: Path) -> RunSettings:
@@ -80,7 +82,8 @@ def run_settings(snakemake: Any, library_dir: Path) -> RunSettings:
         )
     policy = SandboxPolicy(cfg.sandbox_require(c))
     probe(policy)  # logs this machine's layers; a required one that is missing fails the job before any work
-    return RunSettings(cfg.benchmark(c, w.bench), cfg.method(c, w.variant), seeded(cfg.llm_config(c), w.seed), policy)
+    return RunSettings(cfg.benchmark(c, w.bench), cfg.method(c, w.variant), seeded(cfg.llm_config(c), w.seed), policy,
+                       Prompts.configured(cfg.actor_config(c)))
 
 
 # ----------------------------------------------------------------------------------------------------------

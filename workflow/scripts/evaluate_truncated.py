@@ -23,4 +23,4 @@ task_ids = json.loads(Path(snakemake.input.tasks).read_text())
 # Same split and cycle as the final checkpoint: the same sampling draws, only the visible skills differ.
 spec = EpisodeSpec(run_id(w), w.bench, method.method, w.variant, int(w.seed), "test", final.version, final.version)
 run_batch(bench=run.bench, llm=run.llm, library_dir=Path(out.library).parent, task_ids=task_ids, spec=spec,
-          out_dir=Path(out.episodes).parent, wall_s=p.wall_s, method=method, logger=log, sandbox=run.sandbox)
+          out_dir=Path(out.episodes).parent, wall_s=p.wall_s, method=method, logger=log, sandbox=run.sandbox, prompts=run.prompts)

@@ -16,7 +16,7 @@ ctx = InduceContext(
     history_dirs=tuple(Path(b).parent for b in snakemake.input.batches),
     library_root=previous.parent, out_dir=Path(out.library).parent, record_dir=Path(out.llm_calls).parent,
     run_id=run_id(w), bench=run.bench, method=run.method, llm=run.llm, request_budget=p.request_budget,
-    sandbox=run.sandbox, trajectory_tokens=p.trajectory_tokens,
+    sandbox=run.sandbox, trajectory_tokens=p.trajectory_tokens, prompts=run.prompts,
 )
 # on the console: the phase's start, a line a minute while it runs, its end
 with Progress(1, f"sleep phase (v{int(w.k) - 1} -> v{w.k}, at most {p.request_budget} inducer requests)") as progress:

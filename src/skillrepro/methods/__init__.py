@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from skillrepro.agent import Prompts
 from skillrepro.config import DEFAULT_TRAJECTORY_TOKENS, BenchmarkConfig, ConfigError, LLMConfig, MethodConfig
 from skillrepro.skills import Library
 from skillrepro.skills.sandbox import SandboxPolicy
@@ -53,6 +54,7 @@ class InduceContext:
     request_budget: int
     sandbox: SandboxPolicy = SandboxPolicy()  # config key sandbox.require, for every sandbox the phase starts
     trajectory_tokens: int = DEFAULT_TRAJECTORY_TOKENS  # config key budgets.trajectory_tokens
+    prompts: Prompts = Prompts()  # the actor's (config section actor), for a phase that plays episodes (ASI's replays)
 
     @property
     def options(self) -> Any:

@@ -127,7 +127,7 @@ def _replay(ctx: InduceContext, client, candidate: Library, trace: Trace, n: int
                        ctx.cycle, candidate.version + 1)
     outcome = run_batch(bench=ctx.bench, llm=ctx.llm, library_dir=lib_dir, task_ids=[trace.task_id], spec=spec,
                         out_dir=folder, wall_s=opts.replay_wall_s, method=ctx.method, client=client,
-                        sandbox=ctx.sandbox)
+                        sandbox=ctx.sandbox, prompts=ctx.prompts)
     shutil.rmtree(lib_dir, ignore_errors=True)
     # The replay's calls are a sleep-phase cost: they move into the sleep phase's llm_calls table.
     calls = [replace(c, role="replay") for c in read_records(folder / "llm_calls.parquet", LLMCall)]
