@@ -131,6 +131,8 @@ def test_every_policy_is_played_skill_free_on_the_held_out_split(workdir):
     assert t3.set_index("chain").method.to_dict() == {"grp": "SkillScaffold (grp)", "grpo": "GRPO"}
     t1 = pd.read_csv(workdir / "results/tables/scaffold_table1.csv")
     assert set(t1.method) == {"base model", "SkillScaffold (grp)", "GRPO"} and (t1.n_tasks == HELDOUT).all()
+    inj = pd.read_csv(workdir / "results/tables/scaffold_injection.csv")
+    assert inj.benchmark.tolist() == ["babyai"] and inj.chain.tolist() == ["grp"] and inj.n_queries[0] == STEPS
     curve = pd.read_csv(workdir / "results/tables/scaffold_training_curve.csv")
     assert sorted(curve.chain.unique()) == ["grp", "grpo"] and curve.iteration.max() == STEPS - 1
     for fig in ("scaffold_figure1.png", "scaffold_figure7.png"):

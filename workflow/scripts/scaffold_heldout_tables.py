@@ -20,10 +20,10 @@ def policy_of(path: str) -> tuple[str, str, int]:
     return m.group(1), chain, k
 
 
-def chain_of(path: str) -> tuple[str, int]:
-    """(chain, iteration) of a path under results/scaffold/{bench}@{chain}{j}/."""
-    _, chain, j = ss.parse_instance(re.search(r"results/scaffold/([^/]+@[^/]+)/", path).group(1))
-    return chain, j
+def chain_of(path: str) -> tuple[str, int, str]:
+    """(chain, iteration, benchmark) of a path under results/scaffold/{bench}@{chain}{j}/."""
+    bench, chain, j = ss.parse_instance(re.search(r"results/scaffold/([^/]+@[^/]+)/", path).group(1))
+    return chain, j, bench
 
 
 eps = []
@@ -43,7 +43,8 @@ scouts = pd.concat([pd.read_parquet(f).assign(chain=chain_of(f)[0], iteration=ch
 tables["curve"] = ss.training_curve(scouts)
 # A chain that does not inject (table 3's "w/o injection", plain GRPO) selects but plays its Post-Scouts skill-free.
 inject = {c.name: c.inject for c in p.chains}
-sel = [pd.read_parquet(f).assign(chain=chain_of(f)[0]) for f in i.selections]
+# a training iteration's records name its instance (babyai@grp3) as their benchmark
+sel = [pd.read_parquet(f).assign(chain=chain_of(f)[0], benchmark=chain_of(f)[2]) for f in i.selections]
 sel = pd.concat(sel, ignore_index=True) if sel else pd.DataFrame(columns=["benchmark", "chain", "selected"])
 sel = sel.assign(selected=[s if inject[c] else -1 for s, c in zip(sel.selected, sel.chain)])
 tables["injection"] = ss.injection_rates(sel)
