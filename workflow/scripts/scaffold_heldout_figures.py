@@ -47,6 +47,7 @@ for ax, b in zip(axes[0], benches):
         h = pooled[(pooled.benchmark == b) & ((pooled.chain == chain) | (pooled.chain == ""))]  # base: checkpoint 0
         h = h.sort_values("checkpoint")
         ax.plot(h.checkpoint, h.success_pct, color=color, ls="--", marker=".", label=f"{chain} (held-out)")
+    ax.set_ylim(-2, 105)  # a fixed scale: a run where nothing succeeds still reads as 0 %
     ax.set_xlabel("iteration / checkpoint")
     ax.set_ylabel("success (%)")
     ax.set_title(b, fontsize=9)
