@@ -19,6 +19,9 @@ SPEC = EpisodeSpec("babyai/react/seed0", "babyai", "react", "react", 0, "train",
         ("action: `Turn_Left`", "Turn_Left", [], "", 0),
         ("Action: connect('battery anode', obj_b=\"red wire\")", "connect", ["battery anode", "red wire"], "", 0),
         ('Action: {"name": "pick_up", "arguments": {}}', "pick_up", [], "", 0),
+        # native mode's text fallback: a fenced JSON call, and one whose closing brace a stop sequence took
+        ('```json\n{"name": "connect", "arguments": {"a": "x", "b": "y"}}\n```', "connect", ["x", "y"], "", 0),
+        ('{"name": "connect", "arguments": {"a": "x", "b": "y"}', "connect", ["x", "y"], "", 0),
         ("Action: go_forward() then turn_left()", "go_forward", [], "", 1),
         ("I should go_forward because the key is there", "go_forward", [], "", 0),
         ("The red box is far away.", "", [], "no action found", 0),
@@ -253,6 +256,11 @@ def test_restated_skills_follow_every_observation_only_when_asked_and_only_with_
     mine = tmp_path / "reminder.txt"
     mine.write_text("\n(Skills: {skills})")
     assert played(Prompts.configured(ActorConfig(True, (("skill_reminder", str(mine)),))))[0].endswith("(Skills: spin(times: int))")
+    # The stop sequences: the protocol's own unless configured ([] sends none).
+    text, native = Actor(None, "", 1), Actor(None, "", 1, tool_calling="native")
+    assert text.stop(False) == ["\nObservation:"] and native.stop(True) is None
+    assert Actor(None, "", 1, prompts=Prompts.configured(ActorConfig(stop=("}\n{",)))).stop(True) == ["}\n{"]
+    assert Actor(None, "", 1, prompts=Prompts.configured(ActorConfig(stop=()))).stop(False) is None
     mine.write_text("\n(Skills: {skill_list})")
     with pytest.raises(ValueError, match=r"prompt skill_reminder: KeyError 'skill_list'.*\{skills\}"):
         Prompts.configured(ActorConfig(True, (("skill_reminder", str(mine)),)))

@@ -1,15 +1,14 @@
-"""The reference method (the positive control) through the DAG on the real embedded model: the session's
-shared server (tests/conftest.py, `llm_url`), real Snakemake in a copied workflow folder with relative
+"""The reference method (the positive control) through the DAG on the real embedded model: the shipped
+Qwen2.5-Coder-0.5B (the session's SmolLM2-135M never passes the skill its argument), the default run's actor
+settings (native tool calls, the skill reminder), real Snakemake in a copied workflow folder with relative
 paths, the real sandbox.
 
-What it asserts holds whatever the model replies: v0 is the shipped library and no sleep phase changed it,
-the actor was shown its skill (under its own heading, the protocol's example a call of it), every step that
-called the skill has its call stack in skill_calls.parquet, and main.csv reports the final checkpoint's
-episodes. It does not assert that the model called the skill and solved a task: the test model
-(SmolLM2-135M) does not write actions in the protocol, and the shipped Qwen2.5-Coder-0.5B rarely calls a
-listed skill (README, "Results on a laptop"). An episode solved through the skill, on the same tool path
-and sandbox, is tests/test_reference.py's scripted-actor test."""
+It asserts the science: the actor called the skill, the call ran in the sandbox and left its call stack,
+an episode was solved through it, and main.csv reports the final checkpoint's episodes; it would fail if the
+skill path, the success metric or the tables broke. Sampling is seeded; with 5 episodes and the 0.5B model
+solving about 5 of 6 through the skill (README, "Results on a laptop"), all failing is unlikely."""
 import json
+import os
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -21,20 +20,24 @@ from test_workflow import copy_workflow, snakemake
 
 
 @pytest.mark.workflow
-def test_reference_runs_through_the_dag_on_the_real_model(tmp_path, llm_cfg, llm_url):
+def test_reference_solves_tasks_through_its_skill_in_the_dag_on_the_real_model(tmp_path):
     copy_workflow(tmp_path)
     cfg = {
-        "llm": {"backend": "embedded", "model": llm_cfg.model, "max_tokens": 48, "slots": 2,
-                "ctx_per_slot": llm_cfg.ctx_per_slot, "seed": 1, "tool_calling": "text"},
-        "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 1}},
+        "llm": {"backend": "embedded", "model": "qwen2.5-coder-0.5b", "max_tokens": 96, "slots": 1,
+                "ctx_per_slot": 4096, "seed": 1, "tool_calling": "native"},
+        "actor": {"restate_skills": True, "stop": ["}\n{", "},\n{"]},  # the default run's actor settings
+        "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 3}},
         "methods": {"reference": {"method": "reference"}},
-        "protocol": {"seeds": [0], "train_rollouts": 1, "sleep_every": 1, "eval_every": 1, "n_test": 1},
+        "protocol": {"seeds": [0], "train_rollouts": 1, "sleep_every": 1, "eval_every": 1, "n_test": 2},
         "budgets": {"rollout_wall_s": 300},
         "pricing": {},
     }
     (tmp_path / "ref.yaml").write_text(yaml.safe_dump(cfg))
+    # The workflow starts its own server for this model: the session's (another model) is not passed on.
+    env = {k: v for k, v in os.environ.items() if k != "SKILLREPRO_LLM_URL"}
     # The run's library and episode pages come from the same records (checked in tests/test_views.py).
-    snakemake("results/tables/main.csv", *VIEW_TARGETS, "--cores", "2", "--configfile", "ref.yaml", cwd=tmp_path)
+    snakemake("results/tables/main.csv", *VIEW_TARGETS, "--cores", "2", "--configfile", "ref.yaml", cwd=tmp_path,
+              env=env)
 
     run = tmp_path / "results/runs/babyai/reference/seed0"
     # v0 is the shipped library; the sleep phase carried it over unchanged.
@@ -47,20 +50,29 @@ def test_reference_runs_through_the_dag_on_the_real_model(tmp_path, llm_cfg, llm
     steps = pd.concat([pq.read_table(b / "steps.parquet").to_pandas() for b in batches])
     episodes = pd.concat([pq.read_table(b / "episodes.parquet").to_pandas() for b in batches])
     calls = pd.concat([pq.read_table(b / "llm_calls.parquet").to_pandas() for b in batches])
-    assert len(episodes) == 1 + 1 + 1 and (calls.role == "actor").all() and (calls.completion_tokens > 0).all()
-    system = json.loads(calls.prompt.iloc[0])["messages"][0]["content"]
+    assert len(episodes) == 1 + 2 + 2 and (calls.role == "actor").all() and (calls.completion_tokens > 0).all()
+    request = json.loads(calls.prompt.iloc[0])
+    system, opening = request["messages"][0]["content"], request["messages"][1]["content"]
     assert "\nSkills: " in system and "- solve_mission(mission: str): " in system
-    assert 'for example solve_mission("<mission>")' in system
-    # Every valid call of the skill ran in the sandbox and left its call stack, tagged with its step.
+    assert request["tools"][0]["function"]["name"] == "solve_mission"  # skills first, as listed
+    assert opening.startswith("Mission: ") and "solve_mission(mission: str)" in opening.split("\n\n")[-1]
+    # The actor called the skill; every valid call ran in the sandbox and left its call stack, tagged with
+    # its step, and its frames made primitive steps of the environment.
     called = steps[(steps.action == "solve_mission") & steps.valid]
     roots = frames[frames.parent_frame_id == ""]
+    assert len(called) >= 1
     assert sorted(zip(roots.episode_id, roots.step)) == sorted(zip(called.episode_id, called.step))
-    assert set(frames.function) <= {f["name"] for f in v0["functions"]}
+    assert set(frames.function) <= {f["name"] for f in v0["functions"]} and (frames.primitives.map(json.loads).map(len) > 0).any()
+    # An episode was solved through the skill: its step that called it is the one that ended it.
+    solved = episodes[episodes.success]
+    assert len(solved) >= 1 and set(solved.termination) == {"success"}
+    ended_by_skill = called.merge(solved, on="episode_id")
+    assert (ended_by_skill.step == ended_by_skill.n_steps - 1).any()
     main = pd.read_csv(tmp_path / "results/tables/main.csv")
     row = main.set_index("variant").loc["reference"]
     final = episodes[(episodes.split == "test") & (episodes.library_version == 1)]
-    assert row.library_version == 1 and row.n_episodes == len(final) == 1
+    assert row.library_version == 1 and row.n_episodes == len(final) == 2
     assert row.success_mean == pytest.approx(final.success.mean())
     assert row.output_tokens_per_episode_mean == pytest.approx(final.completion_tokens.mean())
     check_pages_of_the_workflow_run(
-        tmp_path, lambda *targets: snakemake(*targets, "--configfile", "ref.yaml", cwd=tmp_path))
+        tmp_path, lambda *targets: snakemake(*targets, "--configfile", "ref.yaml", cwd=tmp_path, env=env))

@@ -174,7 +174,7 @@ def check_pages_of_the_workflow_run(wd: Path, snakemake) -> None:
     assert f"<td>{len(called)}</td>" in row
 
     episodes = pd.concat([pq.read_table(run / f"eval/v{k}/episodes.parquet").to_pandas() for k in (0, 1)])
-    assert len(pages) == len(episodes) == 2  # both test episodes (episodes_per_run = 2)
+    assert len(pages) == 2 and len(episodes) == 4  # episodes_per_run = 2 of the 2 x 2 test episodes
     steps = pd.concat([pq.read_table(run / f"eval/v{k}/steps.parquet").to_pandas() for k in (0, 1)])
     for page in pages:
         html = page.read_text()

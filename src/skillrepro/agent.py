@@ -103,6 +103,9 @@ class Prompts:
     # Added after every observation when there are skills ("{skills}": their signatures); empty, as in the
     # paper, lists the skills in the system prompt only. A small actor rarely calls a skill listed far above.
     skill_reminder: str = ""
+    # Where a reply ends, as stop sequences; None: the protocol's own ("\nObservation:" for text, none for
+    # native). A small model in native mode writes call after call as JSON lines; "}\n{" ends it after one.
+    stop: tuple[str, ...] | None = None
 
     # The placeholders each prompt is formatted with (native_protocol is used as written).
     PLACEHOLDERS = {"system": ("environment", "skills", "tools", "notes", "protocol"), "text_protocol": ("example",),
@@ -111,13 +114,13 @@ class Prompts:
     @classmethod
     def configured(cls, actor: ActorConfig) -> "Prompts":
         """The prompts config section `actor` asks for: the shipped ones, each file in `actor.prompts`
-        instead, and the skill reminder only with `restate_skills`."""
-        texts = {name: Path(path).read_text() for name, path in actor.prompt_files}
+        instead, the skill reminder only with `restate_skills`, and its stop sequences."""
+        texts: dict[str, Any] = {name: Path(path).read_text() for name, path in actor.prompt_files}
         if actor.restate_skills:
             texts.setdefault("skill_reminder", (PROMPTS / "actor_skill_reminder.txt").read_text())
         else:
             texts.pop("skill_reminder", None)
-        prompts = cls(**texts)
+        prompts = cls(**texts, stop=actor.stop)
         prompts.check()
         return prompts
 
@@ -156,13 +159,11 @@ def parse_text_action(text: str, names: list[str]) -> ParsedAction:
     body = (m.group(1) if m else text).replace("`", " ").strip()
     body = re.sub(r"^json\s*(?=\{)", "", body)  # a JSON call in a ```json fence
     if body.startswith("{"):
-        try:
-            obj = json.loads(body[: body.rindex("}") + 1])
+        obj = _json_call(body)
+        if obj is not None:
             args = obj.get("arguments") or obj.get("args") or []
             args = list(args.values()) if isinstance(args, dict) else list(args)
             return ParsedAction(str(obj.get("name", "")), args, reasoning)
-        except (ValueError, AttributeError):
-            pass
     calls = list(_CALL.finditer(body))
     if not m:
         known = {n.lower() for n in names}
@@ -179,6 +180,18 @@ def parse_text_action(text: str, names: list[str]) -> ParsedAction:
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # model text: any parser failure
         return ParsedAction(name, [], reasoning, f"could not read the arguments of {name}{argtext}")
     return ParsedAction(name, args, reasoning, extra=extra)
+
+
+def _json_call(body: str) -> dict[str, Any] | None:
+    """The first JSON object of `body`, also when a stop sequence cut its closing braces; None if there is none."""
+    end = body.rindex("}") + 1 if "}" in body else len(body)
+    for closing in ("", "}", "}}"):
+        try:
+            obj = json.loads(body[:end] + closing)
+        except (ValueError, RecursionError):
+            continue
+        return obj if isinstance(obj, dict) else None
+    return None
 
 
 @dataclass(frozen=True)
@@ -260,6 +273,12 @@ class Actor:
         return self.prompts.system.format(environment=self.environment_text, skills=skill_block,
                                           tools=listing(primitives), notes=notes, protocol=protocol)
 
+    def stop(self, native: bool) -> list[str] | None:
+        """The reply's stop sequences: the configured ones, else the protocol's own."""
+        if self.prompts.stop is not None:
+            return list(self.prompts.stop) or None
+        return None if native or self.formatter is not None else ["\nObservation:"]
+
     @property
     def history(self) -> str:
         """The history policy, as recorded in each Episode: "full" or "window:N"."""
@@ -311,7 +330,7 @@ class Actor:
             sent = messages if fmt is not None else self.window(messages)
             try:
                 reply = self.client.chat(sent, role="actor", session_id=episode_id, tools=schemas,
-                                         stop=["\nObservation:"] if schemas is None and fmt is None else None,
+                                         stop=self.stop(schemas is not None),
                                          seed=zlib.crc32(f"{seed_key}/{step}".encode()))
             except LLMRequestError as e:
                 if not _CONTEXT_FULL.search(str(e)):
