@@ -32,16 +32,11 @@ LAYERS = [
 LAZY = {
     ("skillrepro.studies.kvcache.replay", "skillrepro.benchmarks.alfworld"):
         "optional extra `benchmarks` (alfworld, textworld), for the planner's commands only",
+    ("skillrepro.studies.scaffold", "skillrepro.llm.scorer"): "optional extra `scorer` (torch, transformers)",
+    ("skillrepro.studies.scaffold", "skillrepro.benchmarks.scienceworld"): "optional extra `benchmarks` (scienceworld)",
+    ("skillrepro.studies.scaffold_grpo", "skillrepro.llm.scorer"): "optional extra `scorer` (torch, transformers)",
 }
-# Not yet moved to the top: studies/scaffold*.py is being reworked by another change (issue 20 turns it into
-# a package along its concerns); each of these goes when that lands. No new entry belongs here.
-PENDING = {
-    ("skillrepro.studies.scaffold", target) for target in (
-        "skillrepro.agent", "skillrepro.benchmarks", "skillrepro.benchmarks.scienceworld", "skillrepro.llm.models",
-        "skillrepro.llm.scorer", "skillrepro.llm.servers", "skillrepro.runner", "skillrepro.skills",
-        "skillrepro.skills.sandbox", "skillrepro.store")
-} | {("skillrepro.studies.scaffold_grpo", "skillrepro.llm.models"),
-     ("skillrepro.studies.scaffold_grpo", "skillrepro.llm.scorer")}
+
 
 
 def modules() -> dict[str, Path]:
@@ -159,12 +154,12 @@ def test_no_import_cycle():
 def test_skillrepro_modules_are_imported_at_the_top_but_for_marked_optional_extras():
     found = function_level_imports(modules())
     unlisted = [f"{m}:{line} imports {t} inside a function: move it to the top, or (an optional extra) mark it "
-                f"`# lazy: <why>` and list it in LAZY" for m, t, line, _ in found if (m, t) not in LAZY.keys() | PENDING]
+                f"`# lazy: <why>` and list it in LAZY" for m, t, line, _ in found if (m, t) not in LAZY.keys()]
     unmarked = [f"{m}:{line} imports {t} lazily without a `# lazy: <why>` comment above it"
                 for m, t, line, marked in found if (m, t) in LAZY and not marked]
     present = {(m, t) for m, t, _, _ in found}
     stale = [f"{m} -> {t} is listed but no longer imported in a function: remove it from the list"
-             for m, t in sorted((LAZY.keys() | PENDING) - present)]
+             for m, t in sorted((LAZY.keys()) - present)]
     assert not unlisted + unmarked + stale, "\n".join(unlisted + unmarked + stale)
 
 

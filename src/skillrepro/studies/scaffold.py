@@ -19,6 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from skillrepro import skills
+from skillrepro.agent import Actor, EpisodeSpec, Prompts, primitive_tools, skill_tools
+from skillrepro.benchmarks import call_budget, load_benchmark
+from skillrepro.llm.models import MODELS, resolve
+from skillrepro.llm.servers import URL_ENV, own_server
+from skillrepro.runner import RECORD_TABLES, run_batch
+from skillrepro.skills.sandbox import SandboxPolicy
+from skillrepro.store import read_records, write_table
+from skillrepro.store import schema as record_schema
+
 VARIANTS = ("grp", "anc")
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 
@@ -597,9 +607,8 @@ def build_evidence(benchmark: str, variant: str, scouts: Sequence[Trajectory], m
 def token_counter(llm: Any) -> Callable[[str], int]:
     """Counts tokens as `llm.model`'s tokenizer does (the Generator is the same model): from the GGUF file
     (embedded backend) or the Hugging Face tokenizer (vllm)."""
-    from skillrepro.llm.models import MODELS, resolve
-
     if llm.backend == "embedded":
+        # lazy: the scorer extra (torch, transformers), for the embedded backend's tokenizer only
         from skillrepro.llm.scorer import load_gguf_tokenizer
 
         tok = load_gguf_tokenizer(resolve(llm.model))
@@ -1308,6 +1317,7 @@ def split_pool(bench: Any, cfg: ScaffoldConfig, split: str, key: str) -> list[st
         return None
     if bench.env != "scienceworld":
         raise ValueError(f"config key scaffold.splits.{bench.name}: task pools exist for scienceworld only")
+    # lazy: the benchmarks extra (scienceworld), for ScienceWorld's task pools only
     from skillrepro.benchmarks.scienceworld import TaskRef, partitions
 
     pool = []
@@ -1323,8 +1333,6 @@ def split_tasks(bench: Any, cfg: ScaffoldConfig, split: str, n: int | None, seed
     """`n` tasks of `split` drawn with `seed` (None: the whole pool, in a seeded order)."""
     pool = split_pool(bench, cfg, split, key)
     if pool is None:
-        from skillrepro.benchmarks import load_benchmark
-
         b = load_benchmark(bench)
         if n is None:
             n = b.pool_size(split)
@@ -1443,8 +1451,6 @@ def policy_server(llm: Any, policy: str | None):
     if not policy:
         yield
         return
-    from skillrepro.llm.servers import own_server
-
     with own_server(llm):
         yield
 
@@ -1460,10 +1466,6 @@ def play(*, bench: Any, llm: Any, library_dir: str | Path, plan: Sequence[tuple[
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from skillrepro.agent import EpisodeSpec
-    from skillrepro.runner import RECORD_TABLES, run_batch
-    from skillrepro.store import schema, write_table
-
     out_dir = Path(out_dir)
     groups: dict[tuple[str, str], list[str]] = {}
     for task_id, notes, variant in plan:
@@ -1478,18 +1480,13 @@ def play(*, bench: Any, llm: Any, library_dir: str | Path, plan: Sequence[tuple[
             parts.append(part)
     for name, cls in RECORD_TABLES.items():
         tables = [pq.read_table(p / f"{name}.parquet") for p in parts]
-        table = pa.concat_tables(tables) if tables else pa.Table.from_pylist([], schema=schema(cls))
+        table = pa.concat_tables(tables) if tables else pa.Table.from_pylist([], schema=record_schema(cls))
         write_table(out_dir / f"{name}.parquet", table)
     return out_dir
 
 
 def actor_system_prompt(bench: Any, llm: Any, library_dir: str | Path, task_id: str, notes: str) -> str:
     """The system prompt the actor gets for `task_id` with `notes` (a skill card, or "" for none)."""
-    from skillrepro import skills
-    from skillrepro.agent import Actor, Prompts, primitive_tools, skill_tools
-    from skillrepro.benchmarks import call_budget, load_benchmark
-    from skillrepro.skills.sandbox import SandboxPolicy
-
     benchmark = load_benchmark(bench)
     library = skills.Library.load(library_dir)
     env = benchmark.make(task_id)
@@ -1508,6 +1505,7 @@ def score_contexts(scorer: Any, scouts: Sequence[Trajectory], contexts: dict[int
 
     The skill-free system prompt is rebuilt and must equal the recorded one: if the actor's prompt changed
     since the Scouts ran, candidate contexts would differ from the Scouts' in more than the skill."""
+    # lazy: the scorer extra (torch, transformers)
     from skillrepro.llm.scorer import ScoringError, score_conversations
 
     prompts: dict[tuple[str, str], str] = {}  # building one makes an env: once per task and context
@@ -1540,8 +1538,8 @@ def scorer_backend(cfg: ScaffoldConfig, llm: Any) -> str:
 def load_scorer(cfg: ScaffoldConfig, llm: Any) -> Any:
     """The configured scorer: transformers on the CPU from a GGUF file, or the vLLM server the run uses."""
     backend = scorer_backend(cfg, llm)
+    # lazy: the scorer extra (torch, transformers)
     from skillrepro.llm import scorer as sc
-    from skillrepro.llm.models import MODELS, resolve
 
     if backend == "transformers":
         model = cfg.scorer_model or llm.model
@@ -1554,8 +1552,6 @@ def load_scorer(cfg: ScaffoldConfig, llm: Any) -> Any:
         import os
 
         from transformers import AutoTokenizer
-
-        from skillrepro.llm.servers import URL_ENV
 
         served = cfg.scorer_model or (MODELS[llm.model].hf_id if llm.model in MODELS else llm.model)
         url = llm.base_url or os.environ.get(URL_ENV)
@@ -1597,8 +1593,6 @@ def generate_candidates(client_for: Any, ev: EvidenceRecord, template: Generator
 
 
 def read_rows(path: str | Path, cls: type) -> list[Any]:
-    from skillrepro.store import read_records
-
     return read_records(path, cls)
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from skillrepro.llm.models import MODELS, resolve
 from skillrepro.studies.scaffold import PREFILL, TrainSettings, bootstrap_interval
 
 ROLES = ("executor", "generator")
@@ -156,7 +157,7 @@ def load_policy(model: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from skillrepro.llm.models import MODELS, resolve
+    # lazy: the scorer extra (torch, transformers), with the training stack above
     from skillrepro.llm.scorer import load_gguf_tokenizer
 
     if model in MODELS or model.endswith(".gguf"):
