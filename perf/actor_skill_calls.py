@@ -53,13 +53,11 @@ def main() -> None:
                 opening = env.reset()
                 tools = primitive_tools(env) + skill_tools(library, env, lambda _c: None, SandboxPolicy())
                 actor = Actor(client, benchmark.describe(), 12, tool_calling=calling, prompts=prompts)
-                skills = [t.signature for t in tools if not t.primitive]
-                reminder = prompts.skill_reminder.format(skills="; ".join(skills))
                 messages = [{"role": "system", "content": actor.system_prompt(tools)},
-                            {"role": "user", "content": opening + reminder}]
-                schemas = [t.schema() for t in sorted(tools, key=lambda t: t.primitive)] if calling == "native" else None
+                            {"role": "user", "content": opening + actor.reminder(tools)}]
+                schemas = actor.tool_schemas(tools)
                 reply = client.chat(messages, role="actor", session_id=f"probe/{name}", tools=schemas,
-                                    stop=actor.stop(calling == "native"), seed=i)
+                                    stop=actor.stop(schemas is not None), seed=i)
                 if reply.tool_calls:
                     action = replace(parse_text_action("", []), name=reply.tool_calls[0].name,
                                      args=list(reply.tool_calls[0].arguments.values()))

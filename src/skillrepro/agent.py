@@ -273,6 +273,18 @@ class Actor:
         return self.prompts.system.format(environment=self.environment_text, skills=skill_block,
                                           tools=listing(primitives), notes=notes, protocol=protocol)
 
+    def reminder(self, tools: list[Tool]) -> str:
+        """What follows every observation: the skill reminder with the skills' signatures, if there are skills."""
+        skills = [t.signature for t in tools if not t.primitive]
+        return self.prompts.skill_reminder.format(skills="; ".join(skills)) if skills else ""
+
+    def tool_schemas(self, tools: list[Tool]) -> list[dict[str, Any]] | None:
+        """The native protocol's tool schemas, skills before primitives as the system prompt lists them (a
+        small model favours what comes first); None for the text protocol."""
+        if self.tool_calling != "native":
+            return None
+        return [t.schema() for t in sorted(tools, key=lambda t: t.primitive)]
+
     def stop(self, native: bool) -> list[str] | None:
         """The reply's stop sequences: the configured ones, else the protocol's own."""
         if self.prompts.stop is not None:
@@ -306,16 +318,13 @@ class Actor:
         by_lower = {t.name.lower(): t for t in tools}
         shown = env.reset()  # the observation the next prompt shows
         fmt = self.formatter
-        skills = [t.signature for t in tools if not t.primitive]
-        reminder = self.prompts.skill_reminder.format(skills="; ".join(skills)) if skills else ""
+        reminder = self.reminder(tools)
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": self.system_prompt(tools)},
             {"role": "user", "content": shown + reminder},
         ] if fmt is None else []
         turns: list[PromptTurn] = []
-        # Skills before primitives, as the system prompt lists them: a small model favours what comes first.
-        schemas = ([t.schema() for t in sorted(tools, key=lambda t: t.primitive)]
-                   if self.tool_calling == "native" and fmt is None else None)
+        schemas = self.tool_schemas(tools) if fmt is None else None
         steps: list[Step] = []
         calls: list[LLMCall] = []
         invalid = 0
