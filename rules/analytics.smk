@@ -8,8 +8,11 @@ rule analytics:
         + cross_eval_files(["episodes.parquet"]),
         test_calls=run_files([f"eval/v{k}/llm_calls.parquet" for k in PROTOCOL.checkpoints])
         + cross_eval_files(["llm_calls.parquet"]),
+        test_skill_calls=run_files([f"eval/v{k}/skill_calls.parquet" for k in PROTOCOL.checkpoints])
+        + cross_eval_files(["skill_calls.parquet"]),
         train_episodes=run_files([f"train/batch{i}/episodes.parquet" for i in range(PROTOCOL.n_cycles)]),
         train_calls=run_files([f"train/batch{i}/llm_calls.parquet" for i in range(PROTOCOL.n_cycles)]),
+        train_skill_calls=run_files([f"train/batch{i}/skill_calls.parquet" for i in range(PROTOCOL.n_cycles)]),
         sleep_calls=sleep_files(),
     output:
         episodes="results/analytics/test_episodes.parquet",
@@ -102,6 +105,7 @@ rule table_8:
         checkpoints="results/analytics/checkpoints.parquet",
         episodes=[f for f in TRUNCATION_FILES if f.endswith("episodes.parquet")],
         calls=[f for f in TRUNCATION_FILES if f.endswith("llm_calls.parquet")],
+        skill_calls=[f for f in TRUNCATION_FILES if f.endswith("skill_calls.parquet")],
         libraries=[f.replace("episodes.parquet", "library/manifest.json") for f in TRUNCATION_FILES
                    if f.endswith("episodes.parquet")],
     output:

@@ -11,7 +11,7 @@ TRUNCATION_FILES = [
     f"results/runs/{TRUNCATION['benchmark']}/{TRUNCATION['variant']}/seed{s}/truncated/n{n}/{table}.parquet"
     for s in (TRUNCATION.get("seeds") or PROTOCOL.seeds[:1])
     for n in TRUNCATION.get("sizes", [50, 100, 200, 400, 800])
-    for table in ("episodes", "llm_calls")
+    for table in ("episodes", "llm_calls", "skill_calls")
 ] if TRUNCATION else []
 CROSS_MODEL = (config.get("analysis") or {}).get("cross_model") or {}
 

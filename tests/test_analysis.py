@@ -61,17 +61,51 @@ def test_headline_is_progression_on_crafter_and_cost_counts_actor_calls(tmp_path
     write_batch(tmp_path / "b", eps[1:])
     files = [tmp_path / "a/episodes.parquet", tmp_path / "b/episodes.parquet"]
     calls = [tmp_path / "a/llm_calls.parquet", tmp_path / "b/llm_calls.parquet"]
-    test = analysis.episodes(files, calls, PRICING)
+    test = analysis.episodes(files, calls, [tmp_path / "a/skill_calls.parquet"], PRICING)
     per_seed = analysis.checkpoint_metrics(test, study()).set_index("run_benchmark")
     assert per_seed.loc["crafter", "score"] == 0.25 and per_seed.loc["babyai", "score"] == 1.0
     # 1000 input tokens at $1/M + 50 output tokens at $10/M
     assert per_seed.loc["crafter", "cost"] == pytest.approx((1000 * 1 + 50 * 10) / 1e6)
 
 
+def frame(episode_id: str, frame_id: str, parent: str = "", function: str = "go_to") -> SkillCall:
+    return SkillCall(frame_id, parent, episode_id, 1, function, "{}", "[]", "None", "", 0.01)
+
+
+def test_skill_calls_per_episode_count_the_actors_calls_in_main_csv(tmp_path):
+    """Two seeds at the final checkpoint: seed 0 made 3 and 1 top-level calls (4 nested frames not counted),
+    seed 1 made 0 and 2: per seed 2.0 and 1.0, so main.csv says 1.5 with s.d. 0.707."""
+    s = study()
+    made = {0: [3, 1], 1: [0, 2]}
+    folders = []
+    for seed, counts in made.items():
+        run = f"babyai/react/seed{seed}"
+        eps = [episode(run, "test", 2, f"t{i}", True, 10) for i in range(2)]
+        folder = tmp_path / f"seed{seed}"
+        write_batch(folder, eps)
+        frames = []
+        for e, n in zip(eps, counts):
+            for j in range(n):
+                frames.append(frame(e.episode_id, f"{e.episode_id}:{j}"))
+                frames += [frame(e.episode_id, f"{e.episode_id}:{j}.{c}", f"{e.episode_id}:{j}", "step") for c in (0, 1)]
+        write_records(folder / "skill_calls.parquet", frames, SkillCall)
+        folders.append(folder)
+    test = analysis.episodes([f / "episodes.parquet" for f in folders], [f / "llm_calls.parquet" for f in folders],
+                             [f / "skill_calls.parquet" for f in folders], {})
+    assert sorted(test.skill_calls) == [0, 1, 2, 3]
+    main = tables.main_table(analysis.checkpoint_metrics(test, s), s).iloc[0]
+    assert main.skill_calls_per_episode_mean == pytest.approx(1.5)
+    assert main.skill_calls_per_episode_sd == pytest.approx(0.5 ** 0.5)
+    # without the skill-call records an episode has none: the column never guesses
+    bare = analysis.episodes([folders[0] / "episodes.parquet"], [folders[0] / "llm_calls.parquet"], [], {})
+    assert list(bare.skill_calls) == [0, 0]
+
+
 def test_only_given_files_are_read(tmp_path):
     write_batch(tmp_path / "kept", [episode("babyai/react/seed0", "test", 0, "t1", True, 10)])
     write_batch(tmp_path / "leftover", [episode("babyai/stale/seed0", "test", 0, "t1", True, 10)])
-    test = analysis.episodes([tmp_path / "kept/episodes.parquet"], [tmp_path / "kept/llm_calls.parquet"], {})
+    test = analysis.episodes([tmp_path / "kept/episodes.parquet"], [tmp_path / "kept/llm_calls.parquet"],
+                             [tmp_path / "kept/skill_calls.parquet"], {})
     assert list(test.variant) == ["react"]
 
 
@@ -87,7 +121,7 @@ def test_training_cost_counts_every_call_and_charges_each_sleep_phase_to_the_bat
                   [call(f"x{i}", completion=100) for i in (0, 1)] + [curriculum], LLMCall)
     write_records(run / "induce/v1/llm_calls.parquet", [call("inducer-1", "inducer", 10_000, 1000)], LLMCall)
     files = [run / "train/batch0/llm_calls.parquet", run / "train/batch1/llm_calls.parquet", run / "induce/v1/llm_calls.parquet"]
-    eps = analysis.episodes([run / f"train/batch{k}/episodes.parquet" for k in (0, 1)], files[:2], PRICING)
+    eps = analysis.episodes([run / f"train/batch{k}/episodes.parquet" for k in (0, 1)], files[:2], [], PRICING)
     calls = analysis.batch_calls(files, PRICING)
     assert list(zip(calls.cycle, calls.phase)) == [(0, "train"), (1, "train"), (0, "sleep")]
     cost = analysis.training_cost(eps, calls, s).set_index("cycle")
@@ -105,7 +139,7 @@ def test_main_table_takes_each_runs_final_checkpoint_on_its_own_test_set():
     test = pd.DataFrame([
         dict(run_benchmark="babyai", eval_benchmark="babyai", method="react", variant="react", seed=seed,
              library_version=v, task_id=f"t{i}", episode_id=f"{seed}{v}{i}", success=float(ok), progression=float(ok),
-             output_tokens=tok, llm_calls=2, prompt_tokens=10, cached_tokens=5, n_steps=2, n_invalid_actions=0,
+             output_tokens=tok, llm_calls=2, skill_calls=0, prompt_tokens=10, cached_tokens=5, n_steps=2, n_invalid_actions=0,
              wall_s=1.0, cost=0.0)
         for seed, v, i, ok, tok in [(0, 0, 0, 0, 100), (0, 0, 1, 1, 100), (0, 2, 0, 1, 50), (0, 2, 1, 1, 70),
                                     (1, 0, 0, 0, 90), (1, 2, 0, 0, 40), (1, 2, 1, 1, 60)]
@@ -198,7 +232,8 @@ def test_table8_brackets_the_truncations_with_the_runs_own_checkpoints(tmp_path)
         folder = tmp_path / f"runs/{run}/truncated/n{n}"
         write_batch(folder, [episode(run, "test", 2, f"t{i}", o, 10 * n) for i, o in enumerate(ok)])
         files[str(folder / "episodes.parquet")] = (n, min(n, 3))
-    eps = analysis.episodes(list(files), [f.replace("episodes", "llm_calls") for f in files], {})
+    eps = analysis.episodes(list(files), [f.replace("episodes", "llm_calls") for f in files],
+                            [f.replace("episodes", "skill_calls") for f in files], {})
     trunc = tables.truncation_metrics(eps, files, s)
     per_seed = pd.DataFrame([dict(run_benchmark="babyai", eval_benchmark="babyai", variant="speedrunner", seed=0,
                                   library_version=v, n_episodes=2, score=sc, output_tokens=tok)
@@ -316,7 +351,8 @@ def test_figures_draw_their_data(tmp_path):
                         rows.append(dict(run_benchmark=b, eval_benchmark=e, method=v, variant=v, seed=seed,
                                          library_version=k, train_rollouts=s.offset(b) + 2 * k, n_episodes=2,
                                          score=0.1 * k + 0.05 * seed + (v == "speedrunner") * 0.1, success=0.0,
-                                         progression=0.0, output_tokens=100 - 10 * k, llm_calls=3, cached_ratio=0.5,
+                                         progression=0.0, output_tokens=100 - 10 * k, llm_calls=3, skill_calls=1,
+                                         cached_ratio=0.5,
                                          cost=0.01, invalid_action_rate=0.0))
     per_seed = pd.DataFrame(rows)
     checkpoints = tables.checkpoint_table(per_seed)

@@ -1,4 +1,4 @@
-"""DuckDB over exactly the declared record files: every test episode (with its actor cost), per-seed
+"""DuckDB over exactly the declared record files: every test episode (with its actor cost and skill calls), per-seed
 checkpoint metrics, and the cost of every training cycle (all its calls plus the sleep phase after it)."""
 import pyarrow as pa
 
@@ -8,8 +8,8 @@ from skillrepro.pipeline import setup_logging
 log = setup_logging(snakemake)
 inp, out, p = snakemake.input, snakemake.output, snakemake.params
 study = analysis.Study(**p.study)
-test = analysis.episodes(inp.test_episodes, inp.test_calls, p.pricing)
-train = analysis.episodes(inp.train_episodes, inp.train_calls, p.pricing)
+test = analysis.episodes(inp.test_episodes, inp.test_calls, inp.test_skill_calls, p.pricing)
+train = analysis.episodes(inp.train_episodes, inp.train_calls, inp.train_skill_calls, p.pricing)
 calls = analysis.batch_calls([*inp.train_calls, *inp.sleep_calls], p.pricing)
 per_seed = analysis.checkpoint_metrics(test, study)
 training = analysis.training_cost(train, calls, study)

@@ -13,7 +13,7 @@ from skillrepro.store import write_text
 log = setup_logging(snakemake)
 inp, p = snakemake.input, snakemake.params
 study = analysis.Study(**p.study)
-episodes = analysis.episodes(inp.episodes, inp.calls, p.pricing)
+episodes = analysis.episodes(inp.episodes, inp.calls, inp.skill_calls, p.pricing)
 shown = {e: (int(Path(e).parent.name.removeprefix("n")), json.loads(Path(m).read_text())["meta"]["truncated_to"])
          for e, m in zip(inp.episodes, inp.libraries)}
 trunc = tables.truncation_metrics(episodes, shown, study)

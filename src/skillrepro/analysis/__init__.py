@@ -32,20 +32,24 @@ _COST = """
      + c.completion_tokens * coalesce(p.output, 0)) / 1e6
 """
 
-# Every actor call of an episode is charged to it; episode_id is the actor's session id.
+# Every actor call of an episode is charged to it; episode_id is the actor's session id. An episode's skill
+# calls are the calls its actor made (top-level frames); the calls a skill makes inside it are not counted.
 EPISODES_SQL = f"""
 WITH cost AS (
     SELECT c.session_id, sum({_COST}) AS dollars
     FROM llm_calls c LEFT JOIN pricing p ON c.model = p.model
     WHERE c.role = 'actor'
     GROUP BY c.session_id
+), skills AS (
+    SELECT episode_id, count(*) AS n FROM skill_calls WHERE parent_frame_id = '' GROUP BY episode_id
 )
 SELECT e.run_id, split_part(e.run_id, '/', 1) AS run_benchmark, e.benchmark AS eval_benchmark,
        e.method, e.variant, e.seed, e.split, e.cycle, e.library_version, e.task_id, e.episode_id,
        e.success::DOUBLE AS success, e.progression, e.completion_tokens AS output_tokens,
        e.n_llm_calls AS llm_calls, e.prompt_tokens, e.cached_tokens, e.n_steps, e.n_invalid_actions,
-       e.wall_s, e.termination, coalesce(cost.dollars, 0) AS cost, e.filename AS source
-FROM episodes e LEFT JOIN cost ON cost.session_id = e.episode_id
+       e.wall_s, e.termination, coalesce(cost.dollars, 0) AS cost, coalesce(skills.n, 0) AS skill_calls,
+       e.filename AS source
+FROM episodes e LEFT JOIN cost ON cost.session_id = e.episode_id LEFT JOIN skills ON skills.episode_id = e.episode_id
 ORDER BY e.run_id, e.split, e.cycle, e.benchmark, e.task_id, e.episode_id
 """
 
@@ -55,7 +59,7 @@ FROM llm_calls c LEFT JOIN pricing p ON c.model = p.model
 GROUP BY c.filename
 """
 
-METRICS = ["score", "success", "progression", "output_tokens", "llm_calls", "cached_ratio", "cost",
+METRICS = ["score", "success", "progression", "output_tokens", "llm_calls", "skill_calls", "cached_ratio", "cost",
            "invalid_action_rate"]
 RUN_KEYS = ["run_benchmark", "eval_benchmark", "method", "variant"]
 
@@ -225,9 +229,11 @@ def connect(files: dict[str, Iterable[str | Path]], pricing: dict[str, Any]):
     return con
 
 
-def episodes(episode_files: Iterable[str | Path], call_files: Iterable[str | Path], pricing: dict[str, Any]) -> pd.DataFrame:
-    """One row per episode of the given files, with the dollar cost of its actor calls."""
-    con = connect({"episodes": episode_files, "llm_calls": call_files}, pricing)
+def episodes(episode_files: Iterable[str | Path], call_files: Iterable[str | Path],
+             skill_call_files: Iterable[str | Path], pricing: dict[str, Any]) -> pd.DataFrame:
+    """One row per episode of the given files, with the dollar cost of its actor calls and the number of
+    skill calls its actor made."""
+    con = connect({"episodes": episode_files, "llm_calls": call_files, "skill_calls": skill_call_files}, pricing)
     return con.execute(EPISODES_SQL).df()
 
 
@@ -272,7 +278,8 @@ def checkpoint_metrics(test: pd.DataFrame, study: Study) -> pd.DataFrame:
     g = test.groupby([*RUN_KEYS, "seed", "library_version"], sort=True)
     out = g.agg(n_episodes=("episode_id", "count"), score=("score", "mean"), success=("success", "mean"),
                 progression=("progression", "mean"), output_tokens=("output_tokens", "mean"),
-                llm_calls=("llm_calls", "mean"), cost=("cost", "mean"), wall_s=("wall_s", "mean"))
+                llm_calls=("llm_calls", "mean"), skill_calls=("skill_calls", "mean"), cost=("cost", "mean"),
+                wall_s=("wall_s", "mean"))
     sums = g[["cached_tokens", "prompt_tokens", "n_invalid_actions", "n_steps"]].sum()
     out["cached_ratio"] = sums.cached_tokens / sums.prompt_tokens.where(sums.prompt_tokens > 0)
     out["invalid_action_rate"] = sums.n_invalid_actions / sums.n_steps.where(sums.n_steps > 0)

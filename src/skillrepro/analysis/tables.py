@@ -19,7 +19,9 @@ def main_table(per_seed: pd.DataFrame, study: Study) -> pd.DataFrame:
     fin = own(final(per_seed)).rename(columns={"run_benchmark": "benchmark"})
     table = over_seeds(fin, ["benchmark", "method", "variant", "library_version", "train_rollouts"])
     table.insert(3, "headline", [study.headline(b) for b in table.benchmark])
-    return table.rename(columns={"llm_calls_mean": "llm_calls_per_episode", "cached_ratio_mean": "cached_token_ratio",
+    return table.rename(columns={"llm_calls_mean": "llm_calls_per_episode",
+                                 "skill_calls_mean": "skill_calls_per_episode_mean",
+                                 "skill_calls_sd": "skill_calls_per_episode_sd", "cached_ratio_mean": "cached_token_ratio",
                                  "cost_mean": "cost_per_episode", "output_tokens_mean": "output_tokens_per_episode_mean",
                                  "output_tokens_sd": "output_tokens_per_episode_sd"})
 
