@@ -102,22 +102,19 @@ def test_solving_ends_the_episode_with_success():
 # ---------------------------------------------------------------------------------------------------------
 def _capturing_client(backend: str, monkeypatch, **llm):
     """A real LLMClient whose HTTP call is replaced by one that records the request."""
-    from openai.types.chat import ChatCompletion
-
     from skillrepro.config import LLMConfig
     from skillrepro.llm.client import LLMClient
 
     client = LLMClient(LLMConfig(backend=backend, model="m", **llm), "http://127.0.0.1:9/v1")
     sent: list[dict] = []
 
-    def create(**request):
+    def post(request):
         sent.append(request)
-        return ChatCompletion.model_validate({
-            "id": "x", "object": "chat.completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}})
+        return {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}
 
-    monkeypatch.setattr(client._client.chat.completions, "create", create)
+    monkeypatch.setattr(client, "_post", post)
     return client, sent
 
 

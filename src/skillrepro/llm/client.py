@@ -1,4 +1,8 @@
-"""One OpenAI-compatible client for every backend, with retries and a record of every call."""
+"""One OpenAI-compatible client for every backend, with retries and a record of every call.
+
+It speaks the chat-completions protocol over httpx itself rather than through the `openai` SDK: the SDK's
+import alone costs every job process about 0.6 s of CPU (its thousands of pydantic types), and a job uses
+one endpoint and a few fields of the reply."""
 from __future__ import annotations
 
 import email.utils
@@ -14,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-import openai
+import httpx
 
 from skillrepro.config import LLMConfig
 from skillrepro.llm import servers
@@ -28,6 +32,14 @@ class LLMFatalError(RuntimeError):
 
 class LLMRequestError(RuntimeError):
     """The server rejected this request (for example, the prompt exceeds the context)."""
+
+
+class HTTPStatusError(Exception):
+    """A reply with a status other than 200."""
+
+    def __init__(self, status: int, message: str, headers: Any):
+        super().__init__(f"{status}: {message}")
+        self.status, self.message, self.headers = status, message, headers
 
 
 class BadReply(Exception):
@@ -67,9 +79,23 @@ class LLMClient:
     retry_after_cap_s: float = 600.0  # a server's Retry-After is honoured up to this
 
     def __post_init__(self):
-        # The SDK's own retries are off: ours are counted and recorded.
-        self._client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key, max_retries=0,
-                                     timeout=self.cfg.timeout_s)
+        self._http = httpx.Client(timeout=self.cfg.timeout_s, headers={
+            "Authorization": f"Bearer {self.api_key}", "Content-Type": "application/json"})
+
+    def _post(self, request: dict[str, Any]) -> dict[str, Any]:
+        """POST one chat-completions request; the reply's JSON object. Raises HTTPStatusError for a status
+        other than 200, httpx's errors for the transport, UnicodeDecodeError or ValueError for a bad body."""
+        r = self._http.post(self.base_url + "/chat/completions", content=json.dumps(request).encode())
+        if r.status_code != 200:
+            try:
+                message = str(json.loads(r.content)["error"]["message"])
+            except (ValueError, KeyError, TypeError):
+                message = r.content[:300].decode("utf-8", "replace")
+            raise HTTPStatusError(r.status_code, message, r.headers)
+        body = json.loads(r.content.decode("utf-8"))
+        if not isinstance(body, dict):
+            raise ValueError("the reply is not a JSON object")
+        return body
 
     @classmethod
     def connect(cls, cfg: LLMConfig) -> "LLMClient":
@@ -118,26 +144,28 @@ class LLMClient:
         if effort and self.cfg.backend != "embedded":  # llama.cpp accepts and ignores it: not sent
             request["reasoning_effort"] = effort
         if extra_body:
-            request["extra_body"] = extra_body
+            request.update(extra_body)
         prompt_json = json.dumps({"messages": messages, "tools": tools or []}, ensure_ascii=False)
         started = time.time()
         response, faults = self._with_retries(request)
         latency = time.time() - started
-        choice = response.choices[0]
-        msg = choice.message
+        choice = response["choices"][0]
+        msg = choice["message"]
         calls = []
-        for tc in msg.tool_calls or []:
+        for tc in msg.get("tool_calls") or []:
+            fn = tc.get("function") or {}
             try:
-                args = json.loads(tc.function.arguments or "{}")
+                args = json.loads(fn.get("arguments") or "{}")
             except json.JSONDecodeError:
-                args = {"__unparsed__": tc.function.arguments}
-            calls.append(ToolCall(tc.id or uuid.uuid4().hex[:8], tc.function.name, args if isinstance(args, dict) else {"__unparsed__": args}))
-        usage = response.usage
-        ptd = getattr(usage, "prompt_tokens_details", None)
-        ctd = getattr(usage, "completion_tokens_details", None)
-        text = msg.content or ""
+                args = {"__unparsed__": fn.get("arguments")}
+            calls.append(ToolCall(tc.get("id") or uuid.uuid4().hex[:8], fn.get("name") or "",
+                                  args if isinstance(args, dict) else {"__unparsed__": args}))
+        usage = response.get("usage") or {}
+        ptd = usage.get("prompt_tokens_details") or {}
+        ctd = usage.get("completion_tokens_details") or {}
+        text = msg.get("content") or ""
         response_json = json.dumps({"content": text, "tool_calls": [c.__dict__ for c in calls]}, ensure_ascii=False)
-        usage_missing = usage is None or usage.prompt_tokens is None or usage.completion_tokens is None
+        usage_missing = usage.get("prompt_tokens") is None or usage.get("completion_tokens") is None
         if usage_missing:
             # Never a silent 0 that under-counts cost: count with the server's tokenizer where it has one,
             # and flag the record either way.
@@ -145,7 +173,7 @@ class LLMClient:
             log.warning("reply without usage from %s; counted %d prompt, %d completion tokens with the "
                         "server's tokenizer (0 where it has none)", self.base_url, prompt_tokens, completion_tokens)
         else:
-            prompt_tokens, completion_tokens = usage.prompt_tokens, usage.completion_tokens
+            prompt_tokens, completion_tokens = int(usage["prompt_tokens"]), int(usage["completion_tokens"])
         record = LLMCall(
             call_id=uuid.uuid4().hex,
             session_id=session_id,
@@ -155,12 +183,12 @@ class LLMClient:
             model=self.cfg.model,
             backend=self.cfg.backend,
             prompt_tokens=prompt_tokens,
-            cached_tokens=(ptd.cached_tokens or 0) if ptd else 0,
+            cached_tokens=int(ptd.get("cached_tokens") or 0),
             completion_tokens=completion_tokens,
-            reasoning_tokens=(getattr(ctd, "reasoning_tokens", 0) or 0) if ctd else 0,
+            reasoning_tokens=int(ctd.get("reasoning_tokens") or 0),
             latency_s=latency,
             retries=len(faults),
-            finish_reason=choice.finish_reason or "",
+            finish_reason=choice.get("finish_reason") or "",
             prompt_sha256=hashlib.sha256(prompt_json.encode()).hexdigest(),
             prompt=prompt_json,
             response=response_json,
@@ -171,31 +199,31 @@ class LLMClient:
         self.records.append(record)
         return Reply(text, calls, record.finish_reason, record)
 
-    def _with_retries(self, request: dict[str, Any]) -> tuple[Any, list[str]]:
+    def _with_retries(self, request: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         """The reply and the kind of each fault retried before it ("429", "503", "connection", "timeout",
         "truncated_json", "invalid_utf8", "empty_choices", "null_message")."""
         faults: list[str] = []
         while True:
             wait = None
             try:
-                response = self._client.chat.completions.create(**request)
+                response = self._post(request)
                 _check_reply(response)
                 return response, faults
-            except openai.AuthenticationError as e:
-                raise LLMFatalError(f"401 unauthorized from {self.base_url}: check the key in ${self.cfg.api_key_env}") from e
-            except openai.NotFoundError as e:
-                raise LLMFatalError(f"404 not found from {self.base_url}: wrong base_url or model {self.cfg.model!r}") from e
-            except openai.APIStatusError as e:
-                if e.status_code < 500 and e.status_code not in (408, 409, 429):
-                    raise LLMRequestError(f"{e.status_code} from {self.base_url}: {e.message}") from e
-                kind, wait, error = str(e.status_code), retry_after(e.response.headers), e
-            except openai.APITimeoutError as e:
+            except HTTPStatusError as e:
+                if e.status == 401:
+                    raise LLMFatalError(f"401 unauthorized from {self.base_url}: check the key in ${self.cfg.api_key_env}") from e
+                if e.status == 404:
+                    raise LLMFatalError(f"404 not found from {self.base_url}: wrong base_url or model {self.cfg.model!r}") from e
+                if e.status < 500 and e.status not in (408, 409, 429):
+                    raise LLMRequestError(f"{e.status} from {self.base_url}: {e.message}") from e
+                kind, wait, error = str(e.status), retry_after(e.headers), e
+            except httpx.TimeoutException as e:  # before TransportError: it is one
                 kind, error = "timeout", e
-            except openai.APIConnectionError as e:
+            except httpx.TransportError as e:
                 kind, error = "connection", e
             except UnicodeDecodeError as e:  # before ValueError: it is one
                 kind, error = "invalid_utf8", e
-            except (json.JSONDecodeError, openai.APIResponseValidationError) as e:
+            except ValueError as e:  # the body is not JSON (cut short), or not an object
                 kind, error = "truncated_json", e
             except BadReply as e:
                 kind, error = e.kind, e
@@ -236,15 +264,21 @@ class LLMClient:
         return out
 
 
-def _check_reply(response: Any) -> None:
+def _check_reply(response: dict[str, Any]) -> None:
     """A 200 reply that carries no usable completion is a fault to retry, not a crash further on."""
-    if not getattr(response, "choices", None):
+    choices = response.get("choices")
+    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
         raise BadReply("empty_choices")
-    msg = response.choices[0].message
-    if msg is None:
+    msg = choices[0].get("message")
+    if not isinstance(msg, dict):
         raise BadReply("null_message")
+    calls = msg.get("tool_calls") or []
+    if not isinstance(msg.get("content") or "", str) or not isinstance(calls, list) \
+            or not all(isinstance(tc, dict) and isinstance(tc.get("function") or {}, dict) for tc in calls):
+        raise BadReply("truncated_json")  # valid JSON, but not the shape of a chat completion
     try:  # a lone surrogate parses as JSON but can be neither logged nor stored
-        json.dumps([msg.content, [tc.function.arguments for tc in msg.tool_calls or []]], ensure_ascii=False).encode()
+        json.dumps([msg.get("content"), [(tc.get("function") or {}).get("arguments") for tc in calls]],
+                   ensure_ascii=False).encode()
     except UnicodeEncodeError:
         raise BadReply("invalid_utf8") from None
 
