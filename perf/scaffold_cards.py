@@ -21,7 +21,10 @@ import time
 from skillrepro.config import LLMConfig
 from skillrepro.llm import servers
 from skillrepro.llm.client import LLMClient
-from skillrepro.studies import scaffold as ss
+from skillrepro.studies.scaffold.cards import (CardFormat, GeneratorRequest, GeneratorTemplate, generate_candidates,
+                                               generator_request)
+from skillrepro.studies.scaffold.records import EvidenceRecord, read_rows
+from skillrepro.studies.scaffold.rollouts import phase_seed
 
 
 def main() -> None:
@@ -36,23 +39,23 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     cfg = LLMConfig(model=a.model, temperature=0.7, seed=0, slots=1, ctx_per_slot=8192, threads=a.threads)
-    fmt = ss.CardFormat()
-    evidence = [ev for path in a.evidence for ev in ss.read_rows(path, ss.EvidenceRecord) if not ev.skip]
+    fmt = CardFormat()
+    evidence = [ev for path in a.evidence for ev in read_rows(path, EvidenceRecord) if not ev.skip]
     server = None if os.environ.get(servers.URL_ENV) else servers.start(cfg, workdir="/tmp")
     url = os.environ.get(servers.URL_ENV) or server.url
     try:
         rows = []
         for mode in a.modes:
             if mode == "baseline":
-                template = ss.GeneratorTemplate.load(a.env, a.baseline_template)
-                request = ss.GeneratorRequest("", {})
+                template = GeneratorTemplate.load(a.env, a.baseline_template)
+                request = GeneratorRequest("", {})
             else:
-                template = ss.GeneratorTemplate.load(a.env)
-                request = ss.generator_request(fmt, mode, cfg.backend, a.max_tokens)
-            clients = {j: LLMClient(ss.phase_seed(cfg, "generate", j), url) for j in range(a.m)}
+                template = GeneratorTemplate.load(a.env)
+                request = generator_request(fmt, mode, cfg.backend, a.max_tokens)
+            clients = {j: LLMClient(phase_seed(cfg, "generate", j), url) for j in range(a.m)}
             started, cands = time.perf_counter(), []
             for ev in evidence:
-                new = ss.generate_candidates(clients.__getitem__, ev, template, fmt, a.m, a.max_tokens, request)[0]
+                new = generate_candidates(clients.__getitem__, ev, template, fmt, a.m, a.max_tokens, request)[0]
                 print(f"  {mode} task {ev.task_id}: valid {[c.valid for c in new]} "
                       f"problems {[c.problems for c in new if not c.valid]}", flush=True)
                 cands += new

@@ -12,9 +12,10 @@ from snakemake.utils import validate as _scaffold_validate
 
 from skillrepro import check as _scaffold_check
 from skillrepro import config as _scaffold_cfg
-from skillrepro.studies.scaffold import (BASELINE, HeldoutConfig, ScaffoldConfig, executor_llm, heldout_policies,
-                                         parse_instance, training_iteration)
-from skillrepro.studies.scaffold_grpo import policy_llm
+from skillrepro.studies.scaffold.grpo import policy_llm
+from skillrepro.studies.scaffold.heldout import heldout_policies
+from skillrepro.studies.scaffold.settings import (BASELINE, HeldoutConfig, ScaffoldConfig, executor_llm, parse_instance,
+                                                  training_iteration)
 
 config.setdefault("scaffold", {})
 _scaffold_validate(config["scaffold"], str(_scaffold_cfg.ROOT / "schemas" / "scaffold.schema.yaml"), set_default=True)

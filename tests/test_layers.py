@@ -32,9 +32,11 @@ LAYERS = [
 LAZY = {
     ("skillrepro.studies.kvcache.replay", "skillrepro.benchmarks.alfworld"):
         "optional extra `benchmarks` (alfworld, textworld), for the planner's commands only",
-    ("skillrepro.studies.scaffold", "skillrepro.llm.scorer"): "optional extra `scorer` (torch, transformers)",
-    ("skillrepro.studies.scaffold", "skillrepro.benchmarks.scienceworld"): "optional extra `benchmarks` (scienceworld)",
-    ("skillrepro.studies.scaffold_grpo", "skillrepro.llm.scorer"): "optional extra `scorer` (torch, transformers)",
+    ("skillrepro.studies.scaffold.evidence", "skillrepro.llm.scorer"): "optional extra `scorer` (torch, transformers)",
+    ("skillrepro.studies.scaffold.scoring", "skillrepro.llm.scorer"): "optional extra `scorer` (torch, transformers)",
+    ("skillrepro.studies.scaffold.rollouts", "skillrepro.benchmarks.scienceworld"):
+        "optional extra `benchmarks` (scienceworld)",
+    ("skillrepro.studies.scaffold.grpo", "skillrepro.llm.scorer"): "optional extra `scorer` (torch, transformers)",
 }
 
 

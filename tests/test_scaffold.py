@@ -11,13 +11,16 @@ import re
 import pandas as pd
 import pytest
 
-from skillrepro.studies.scaffold import (
-    Ablation, ScaffoldConfig, executor_llm, pilot_competence, pilot_rollout_estimates, rollout_outcomes,
-    sample_queries, select_with,
-    CandidateRecord, CardFormat, GeneratorTemplate, Trajectory, TrajectoryStep, build_evidence, card_grammar,
-    check_card, decision_rules, exploration_view, generate_candidates, generator_request, group_kind,
-    section_word_bounds, select, selection_for_query, utilities_for_query, utility, utility_quintiles,
-)
+from skillrepro.studies.scaffold.cards import (CardFormat, GeneratorTemplate, card_grammar, check_card,
+                                               generate_candidates, generator_request, section_word_bounds)
+from skillrepro.studies.scaffold.evidence import build_evidence
+from skillrepro.studies.scaffold.records import CandidateRecord, Trajectory, TrajectoryStep
+from skillrepro.studies.scaffold.rollouts import sample_queries
+from skillrepro.studies.scaffold.selection import (group_kind, select, select_with, selection_for_query,
+                                                   utilities_for_query, utility)
+from skillrepro.studies.scaffold.settings import Ablation, ScaffoldConfig, executor_llm
+from skillrepro.studies.scaffold.validation import (decision_rules, exploration_view, pilot_competence,
+                                                    pilot_rollout_estimates, rollout_outcomes, utility_quintiles)
 
 # ---------------------------------------------------------------- utility, every branch of eq. 8 and 9
 
@@ -185,7 +188,7 @@ def test_anchor_evidence_is_first_success_in_sampling_order_or_skips():
 
 
 def test_long_attempts_are_elided_in_the_middle():
-    from skillrepro.studies.scaffold import render_attempt
+    from skillrepro.studies.scaffold.evidence import render_attempt
 
     steps = tuple(TrajectoryStep(f"t{i}", "go_forward", "[]", "x" * 50) for i in range(40))
     t = Trajectory("e", "1", False, 0, traj(0, False).messages, steps)
@@ -424,7 +427,7 @@ def test_sectioned_cards_fit_the_token_limit_and_close_when_cut():
 
 
 def test_close_cut_drops_only_a_trailing_separator():
-    from skillrepro.studies.scaffold import close_cut
+    from skillrepro.studies.scaffold.cards import close_cut
 
     assert close_cut("turn left, ") == close_cut("turn left\\n- ") == close_cut("turn left\\") == "turn left"
     assert close_cut("turn lef") == "turn lef" and close_cut("turn left.") == "turn left." and close_cut("a-") == "a"
@@ -632,7 +635,7 @@ def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
 
 
 def test_training_instances_name_their_chain_and_iteration():
-    from skillrepro.studies.scaffold import ScaffoldConfig, parse_instance, training_iteration
+    from skillrepro.studies.scaffold.settings import ScaffoldConfig, parse_instance, training_iteration
 
     assert parse_instance("babyai") == ("babyai", None, 0)
     assert parse_instance("sciworld_electricity@grp12") == ("sciworld_electricity", "grp", 12)

@@ -6,9 +6,8 @@ import random
 
 import pytest
 
-from skillrepro.studies.scaffold_data import (
-    ID_DOMAINS, OOD_DOMAINS, informative_tasks, load_tau2_tasks, load_webshop_goals, webshop_domain, webshop_splits,
-)
+from skillrepro.studies.scaffold.data import (ID_DOMAINS, OOD_DOMAINS, informative_tasks, load_tau2_tasks,
+                                              load_webshop_goals, webshop_domain, webshop_splits)
 
 KINDS = ["long sleeve button down shirt", "wireless bluetooth headphones", "running shoes", "moisturizer cream",
          "leather wallet", "throw pillow covers", "dog treats"]

@@ -9,6 +9,13 @@ import math
 import pandas as pd
 import pytest
 
+from skillrepro.config import BenchmarkConfig
+from skillrepro.studies.scaffold.cards import PREFILL, check_card, server_token_counter
+from skillrepro.studies.scaffold.records import CandidateRecord, load_trajectories
+from skillrepro.studies.scaffold.scoring import load_scorer, score_contexts
+from skillrepro.studies.scaffold.selection import selection_for_query, utilities_for_query, utility
+from skillrepro.studies.scaffold.settings import ScaffoldConfig
+
 N, M, L, K, Q = 2, 2, 1, 1, 2
 GEN_TOKENS = 160  # the Generator's limit: below what a card of the default format's word limit needs
 
@@ -39,8 +46,6 @@ def workdir(tmp_path_factory, run_scaffold):
 
 
 def test_every_record_is_produced(workdir, llm_url):
-    from skillrepro.studies import scaffold as ss
-
     s = workdir / "results" / "scaffold" / "babyai"
     queries = json.loads((s / "queries.json").read_text())
     assert len(queries) == Q
@@ -63,9 +68,9 @@ def test_every_record_is_produced(workdir, llm_url):
         # Constrained decoding: the cards' structure holds by construction, and every card closes within
         # generator_max_tokens (a long "word" no longer cuts it before its closing brace).
         assert cands.raw.str.endswith('"}').all(), cands.raw.tolist()
-        count = ss.server_token_counter(llm_url, "embedded", gen_calls.model.iloc[0]) if n_gen else None
+        count = server_token_counter(llm_url, "embedded", gen_calls.model.iloc[0]) if n_gen else None
         for raw in cands.raw:  # the whole reply after the pre-fill, in the serving model's tokens
-            assert count(raw[len(ss.PREFILL):]) <= GEN_TOKENS, raw
+            assert count(raw[len(PREFILL):]) <= GEN_TOKENS, raw
         assert n_gen == 0 or cands.valid.mean() >= 0.5, cands.problems.tolist()
         scores = pd.read_parquet(s / v / "scores.parquet")
         assert len(scores) == N * int(cands.valid.sum()) if len(cands) else len(scores) == 0
@@ -87,35 +92,32 @@ def test_every_record_is_produced(workdir, llm_url):
 
 
 def test_scoring_chain_on_real_scouts_with_a_valid_card(workdir, llm_cfg):
-    from skillrepro.config import BenchmarkConfig
-    from skillrepro.studies import scaffold as ss
-
     s = workdir / "results" / "scaffold" / "babyai"
-    scouts = ss.load_trajectories(s / f"scouts/s{i}" for i in range(N))
+    scouts = load_trajectories(s / f"scouts/s{i}" for i in range(N))
     task = scouts[0].task_id
     group = [t for t in scouts if t.task_id == task]
     assert len(group) == N and [t.order for t in group] == list(range(N))
     # The recorded conversation ends with the actor's last reply.
     assert group[0].messages[-1]["role"] == "assistant" and group[0].messages[0]["role"] == "system"
-    card = ss.check_card(CARD)
+    card = check_card(CARD)
     assert card.valid, card.problems
-    cfg = ss.ScaffoldConfig(benchmarks=("babyai",))
-    scorer = ss.load_scorer(cfg, llm_cfg)
+    cfg = ScaffoldConfig(benchmarks=("babyai",))
+    scorer = load_scorer(cfg, llm_cfg)
     bench = BenchmarkConfig("babyai", "babyai", 3)
-    recs = ss.score_contexts(scorer, group, {-1: "", 0: card.card}, bench=bench, llm=llm_cfg,
-                             library_dir=s / "library/v0", benchmark="babyai", variant="grp")
+    recs = score_contexts(scorer, group, {-1: "", 0: card.card}, bench=bench, llm=llm_cfg,
+                          library_dir=s / "library/v0", benchmark="babyai", variant="grp")
     l_none = {r.episode_id: r.mean_logprob for r in recs if r.candidate == -1}
     l_cand = {(0, r.episode_id): r.mean_logprob for r in recs if r.candidate == 0}
     # The stored skill-free scores are the same numbers (computed once, reused).
     stored = pd.read_parquet(s / "scores_free.parquet").set_index("episode_id").mean_logprob
     for ep, v in l_none.items():
         assert v == pytest.approx(stored[ep], abs=1e-4)
-    cand = ss.CandidateRecord("babyai", "grp", task, 0, CARD, card.card, card.name, card.n_words, True, "", "")
-    (u,) = ss.utilities_for_query("babyai", "grp", group, [cand], l_none, l_cand)
+    cand = CandidateRecord("babyai", "grp", task, 0, CARD, card.card, card.name, card.n_words, True, "", "")
+    (u,) = utilities_for_query("babyai", "grp", group, [cand], l_none, l_cand)
     assert math.isfinite(u.utility) and u.eligible
     d = {ep: l_cand[(0, ep)] - l_none[ep] for ep in l_none}
     succ = [d[t.episode_id] for t in group if t.success]
     fail = [d[t.episode_id] for t in group if not t.success]
-    assert u.utility == pytest.approx(ss.utility(succ, fail))
-    sel = ss.selection_for_query("babyai", "grp", group, [cand], [u], 0.0)
+    assert u.utility == pytest.approx(utility(succ, fail))
+    sel = selection_for_query("babyai", "grp", group, [cand], [u], 0.0)
     assert (sel.selected == 0) == (u.utility > 0)

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from skillrepro.studies.scaffold_grpo import (
-    QueryGroup, Sample, TrainSettings, assign_advantages, conversation_sample, generator_group_complete,
-    generator_rewards, group_normalized, query_advantages,
-)
+from skillrepro.studies.scaffold.grpo import (QueryGroup, Sample, assign_advantages, conversation_sample,
+                                              generator_group_complete, generator_rewards, group_normalized,
+                                              query_advantages)
+from skillrepro.studies.scaffold.settings import TrainSettings
 
 
 def test_eq_11_generator_rewards():
@@ -62,7 +62,7 @@ def tiny():
     import torch
 
     from skillrepro.llm.scorer import ChatSequencer
-    from skillrepro.studies.scaffold_grpo import load_policy
+    from skillrepro.studies.scaffold.grpo import load_policy
 
     torch.manual_seed(0)
     model, tok = load_policy("smollm2-135m")
@@ -70,7 +70,7 @@ def tiny():
 
 
 def _groups(seq):
-    from skillrepro.studies.scaffold import PREFILL
+    from skillrepro.studies.scaffold.cards import PREFILL
 
     execs, gens = [], []
     for i, ok in enumerate([True, False, True, False]):
@@ -109,7 +109,7 @@ def test_cpu_smoke_run_updates_the_policy_and_micro_batches_accumulate(tiny, tmp
 
     import torch
 
-    from skillrepro.studies.scaffold_grpo import make_trainer
+    from skillrepro.studies.scaffold.grpo import make_trainer
 
     model, tok, seq = tiny
     samples = assign_advantages(_groups(seq), 2, 0.1)
@@ -138,7 +138,7 @@ def test_cpu_smoke_run_updates_the_policy_and_micro_batches_accumulate(tiny, tmp
 def test_internalization_cohort_and_bootstrap():
     import pandas as pd
 
-    from skillrepro.studies.scaffold_grpo import benefit_cohort, internalization
+    from skillrepro.studies.scaffold.cohort import benefit_cohort, internalization
 
     sel = pd.DataFrame({"task_id": ["a", "b", "c", "d"], "selected": [0, 2, -1, 1], "n_success": [0, 2, 0, 1],
                         "n_scouts": [4, 4, 4, 4]})
@@ -165,8 +165,9 @@ def test_groups_from_the_scaffold_records(tiny):
 
     import pandas as pd
 
-    from skillrepro.studies.scaffold import PREFILL, CandidateRecord, Trajectory, UtilityRecord
-    from skillrepro.studies.scaffold_grpo import groups_from_records
+    from skillrepro.studies.scaffold.cards import PREFILL
+    from skillrepro.studies.scaffold.records import CandidateRecord, Trajectory, UtilityRecord
+    from skillrepro.studies.scaffold.grpo import groups_from_records
 
     _, tok, seq = tiny
 
@@ -196,7 +197,7 @@ def test_groups_from_the_scaffold_records(tiny):
     ("warmup", 3, "scaffold.training.warmup: not a training setting"),
 ])
 def test_table5_keys_not_honoured_are_refused_by_name(key, value, match):
-    from skillrepro.studies.scaffold import check_training
+    from skillrepro.studies.scaffold.settings import check_training
 
     paper = {"steps": 10, "optimizer": "adam", "query_batch_size": 16, "global_batch_size": 128,
              "executor_entropy_coef": 0.0, "max_sequence_tokens": 32768, "micro_batch_size": 2}
@@ -206,7 +207,7 @@ def test_table5_keys_not_honoured_are_refused_by_name(key, value, match):
 
 
 def test_micro_batches_and_kept_optimizer_states(tmp_path):
-    from skillrepro.studies.scaffold_grpo import OPTIMIZER_STATE, prunable_optimizer_states
+    from skillrepro.studies.scaffold.grpo import OPTIMIZER_STATE, prunable_optimizer_states
 
     assert TrainSettings(queries_per_step=16).accumulation(12) == (192, 1)
     assert TrainSettings(queries_per_step=16, micro_batch_size=2).accumulation(12) == (2, 96)
@@ -218,7 +219,7 @@ def test_micro_batches_and_kept_optimizer_states(tmp_path):
 
 
 def test_config_refuses_a_training_key_before_any_work():
-    from skillrepro.studies.scaffold import ScaffoldConfig
+    from skillrepro.studies.scaffold.settings import ScaffoldConfig
 
     cfg = {"benchmarks": {"babyai": {"env": "babyai"}}, "llm": {"backend": "embedded"},
            "scaffold": {"n_scouts": 4, "n_post": 4, "training": {"query_batch_size": 2, "global_batch_size": 12}}}

@@ -7,13 +7,20 @@ import itertools
 import pandas as pd
 import pytest
 
-from skillrepro.studies import scaffold as ss
+from skillrepro.studies.scaffold.heldout import (heldout_policies, heldout_table, heldout_variant, injection_rates,
+                                                 parse_heldout_variant, table_by_category, table_by_split,
+                                                 table_pass_at_k, table_variants, task_category, training_curve)
+from skillrepro.studies.scaffold.records import CandidateRecord, Trajectory, UtilityRecord
+from skillrepro.studies.scaffold.rollouts import split_tasks
+from skillrepro.studies.scaffold.selection import paired_utilities, selection_for_query
+from skillrepro.studies.scaffold.settings import BASELINE, HeldoutConfig, ScaffoldConfig, parse_instance
+from skillrepro.studies.scaffold.statistics import pass_at_k
 
 
-def _cfg(scaffold: dict, benchmarks=None) -> ss.ScaffoldConfig:
+def _cfg(scaffold: dict, benchmarks=None) -> ScaffoldConfig:
     benchmarks = benchmarks or {"babyai": {"env": "babyai", "llm_call_budget": 3}}
-    return ss.ScaffoldConfig.from_config({"llm": {"backend": "embedded"}, "benchmarks": benchmarks,
-                                          "scaffold": scaffold})
+    return ScaffoldConfig.from_config({"llm": {"backend": "embedded"}, "benchmarks": benchmarks,
+                                       "scaffold": scaffold})
 
 
 def test_pass_at_k_is_the_unbiased_estimate():
@@ -21,26 +28,26 @@ def test_pass_at_k_is_the_unbiased_estimate():
     for n, c, k in [(8, 0, 1), (8, 1, 4), (8, 3, 8), (5, 2, 2), (4, 4, 1)]:
         outcomes = [1] * c + [0] * (n - c)
         subsets = list(itertools.combinations(outcomes, k))
-        assert ss.pass_at_k(n, c, k) == pytest.approx(sum(any(s) for s in subsets) / len(subsets))
-    assert ss.pass_at_k(8, 2, 1) == pytest.approx(0.25)  # Pass@1 is the success rate
+        assert pass_at_k(n, c, k) == pytest.approx(sum(any(s) for s in subsets) / len(subsets))
+    assert pass_at_k(8, 2, 1) == pytest.approx(0.25)  # Pass@1 is the success rate
     with pytest.raises(ValueError, match="pass@4 from 2 rollouts"):
-        ss.pass_at_k(2, 1, 4)
+        pass_at_k(2, 1, 4)
 
 
 def test_chains_add_plain_grpo_unless_switched_off():
     cfg = _cfg({"variants": ["grp", "anc"]})
-    assert [c.name for c in cfg.chains] == ["grp", "anc", ss.BASELINE]
+    assert [c.name for c in cfg.chains] == ["grp", "anc", BASELINE]
     assert [c.method for c in cfg.chains] == ["SkillScaffold (grp)", "SkillScaffold (anc)", "GRPO"]
-    plain = cfg.chain(ss.BASELINE)
+    plain = cfg.chain(BASELINE)
     assert plain.of is None and not plain.generator_learning and not plain.inject
     ablated = _cfg({"training": {"generator_learning": False, "baseline": False}})
     assert [c.method for c in ablated.chains] == ["SkillScaffold (grp) w/o Generator learning"]
 
 
 def test_heldout_checkpoints_include_the_last():
-    assert ss.HeldoutConfig(every=10).checkpoints(25) == [0, 10, 20, 25]
-    assert ss.HeldoutConfig().checkpoints(2) == [0, 1, 2]
-    pols = ss.heldout_policies(_cfg({}).chains, [0, 2])
+    assert HeldoutConfig(every=10).checkpoints(25) == [0, 10, 20, 25]
+    assert HeldoutConfig().checkpoints(2) == [0, 1, 2]
+    pols = heldout_policies(_cfg({}).chains, [0, 2])
     assert pols == [("base", "", 0), ("grp/ckpt2", "grp", 2), ("grpo/ckpt2", "grpo", 2)]
 
 
@@ -67,18 +74,18 @@ def test_heldout_tasks_come_from_the_test_split_only():
 
     bench = BenchmarkConfig("babyai", "babyai", 3)
     cfg = _cfg({})
-    test = ss.split_tasks(bench, cfg, "test", None, 42, key="k")  # None: the whole pool
+    test = split_tasks(bench, cfg, "test", None, 42, key="k")  # None: the whole pool
     b = load_benchmark(bench)
     assert sorted(test) == sorted(b.sample_tasks("test", 30, 42)) and not set(test) & set(b.sample_tasks("train", 200, 42))
     with pytest.raises(Exception, match="30 test tasks"):
-        ss.split_tasks(bench, cfg, "test", 31, 42, key="k")
+        split_tasks(bench, cfg, "test", 31, 42, key="k")
 
 
 def test_task_categories():
-    assert ss.task_category("alfworld", "gen:heat:123") == "heat"
-    assert ss.task_category("alfworld", "official:valid_unseen/pick_two_obj_and_place-X-None-Y-1/trial_T1") == "pick_two"
-    assert ss.task_category("scienceworld", "test-conductivity:12") == "test-conductivity"
-    assert ss.task_category("babyai", "17") == "all"
+    assert task_category("alfworld", "gen:heat:123") == "heat"
+    assert task_category("alfworld", "official:valid_unseen/pick_two_obj_and_place-X-None-Y-1/trial_T1") == "pick_two"
+    assert task_category("scienceworld", "test-conductivity:12") == "test-conductivity"
+    assert task_category("babyai", "17") == "all"
 
 
 def _episodes():
@@ -88,7 +95,7 @@ def _episodes():
         for r in range(2):
             for task, split in (("gen:heat:1", "test"), ("gen:cool:2", "test"), ("gen:heat:3", "other")):
                 name = {"gen:heat:1": "a", "gen:cool:2": "b", "gen:heat:3": "c"}[task]
-                rows.append({"benchmark": "alf", "split": "test", "task_id": task, "variant": ss.heldout_variant(split, r),
+                rows.append({"benchmark": "alf", "split": "test", "task_id": task, "variant": heldout_variant(split, r),
                              "success": bool(wins[name]) and not (name == "a" and r == 1), "chain": chain,
                              "checkpoint": k, "method": "GRPO" if chain else "base model"})
     return pd.DataFrame(rows)
@@ -96,20 +103,20 @@ def _episodes():
 
 def test_heldout_tables_by_hand():
     chains = _cfg({}).chains
-    t = ss.heldout_table(_episodes(), {"alf": "alfworld"}, chains)
+    t = heldout_table(_episodes(), {"alf": "alfworld"}, chains)
     row = lambda split, cat, chain: t[(t.split == split) & (t.category == cat) & (t.chain == chain)].iloc[0]  # noqa: E731
     # grp: task a wins once in 2, b twice, c twice; base: c twice only
     assert row("test", "all", "grp").success_pct == pytest.approx(75) and row("test", "all", "grp").n_episodes == 4
     assert row("test", "heat", "grp").success_pct == pytest.approx(50)
     assert row("all", "all", "grp").success_pct == pytest.approx(100 * 5 / 6)  # pooled over the splits
     assert row("all", "all", "").success_pct == pytest.approx(100 * 2 / 6) and row("all", "all", "").method == "base model"
-    t1 = ss.table_by_category(t).set_index(["split", "method"])
+    t1 = table_by_category(t).set_index(["split", "method"])
     assert t1.loc[("test", "SkillScaffold (grp)"), "cool"] == 100 and t1.loc[("test", "SkillScaffold (grp)"), "avg"] == 75
-    t2 = ss.table_by_split(t).set_index("method")
+    t2 = table_by_split(t).set_index("method")
     assert list(t2.columns[-3:]) == ["other", "test", "avg"] and t2.loc["base model", "other"] == 100
-    t3 = ss.table_variants(t, chains)
+    t3 = table_variants(t, chains)
     assert t3.chain.tolist() == ["grp"] and t3.success_pct.iloc[0] == pytest.approx(100 * 5 / 6)
-    t6 = ss.table_pass_at_k(_episodes(), ks=(1, 2, 4)).set_index(["split", "chain", "k"])
+    t6 = table_pass_at_k(_episodes(), ks=(1, 2, 4)).set_index(["split", "chain", "k"])
     assert set(t6.index.get_level_values("k")) == {1, 2}  # 2 rollouts per task: no Pass@4
     assert t6.loc[("test", "grp", 2), "pass_at_k_pct"] == 100 and t6.loc[("test", "grp", 1), "pass_at_k_pct"] == 75
     assert t6.loc[("macro", "grp", 1), "pass_at_k_pct"] == pytest.approx((75 + 100) / 2)
@@ -117,13 +124,13 @@ def test_heldout_tables_by_hand():
 
 def test_training_curve_and_injection_rates():
     scouts = pd.DataFrame({"benchmark": "b", "chain": "grp", "iteration": [0, 0, 1, 1], "success": [0, 0, 1, 1]})
-    c = ss.training_curve(scouts, smoothing=0.5)
+    c = training_curve(scouts, smoothing=0.5)
     assert c.success_pct.tolist() == [0, 100] and c.smoothed_pct.tolist() == [0, 50]
     sel = pd.DataFrame({"benchmark": "b", "chain": ["grp"] * 4, "selected": [-1, 2, -1, -1]})
-    assert ss.injection_rates(sel).injection_pct.tolist() == [25]
-    assert ss.parse_heldout_variant(pd.Series(["heldout/test_id/r3"])).iloc[0].tolist() == ["test_id", 3]
+    assert injection_rates(sel).injection_pct.tolist() == [25]
+    assert parse_heldout_variant(pd.Series(["heldout/test_id/r3"])).iloc[0].tolist() == ["test_id", 3]
     with pytest.raises(ValueError, match="unexpected variant"):
-        ss.parse_heldout_variant(pd.Series(["scout"]))
+        parse_heldout_variant(pd.Series(["scout"]))
 
 
 def test_trained_ablations_are_chains_of_their_own():
@@ -135,7 +142,7 @@ def test_trained_ablations_are_chains_of_their_own():
     assert (nogen.of, nogen.selection, nogen.generator_learning, nogen.inject) == ("grp", "random", False, True)
     assert nogen.method == "SkillScaffold (grp) random selection w/o Generator learning"
     assert cfg.selection_variants == ("grp", "grp-shuffled")  # a training-only ablation is not validated
-    assert ss.parse_instance("babyai@grp-nogen_random12") == ("babyai", "grp-nogen_random", 12)
+    assert parse_instance("babyai@grp-nogen_random12") == ("babyai", "grp-nogen_random", 12)
     for bad, match in (({"training": {"ablations": ["nope"]}}, "'nope' is not in scaffold.ablations"),
                        ({"ablations": {"grp-k2": {"of": "grp"}}, "training": {"ablations": ["grp-k2"]}}, "end in a digit")):
         with pytest.raises(ValueError, match=f"scaffold.training.ablations: .*{match}"):
@@ -143,13 +150,13 @@ def test_trained_ablations_are_chains_of_their_own():
 
 
 def test_shuffled_chain_rewards_its_generator_with_the_utilities_it_selected_by():
-    cards = [ss.CandidateRecord("b", "grp", "q", j, "", "", "", 0, True, "", "") for j in range(4)]
-    utils = [ss.UtilityRecord("b", "grp", "q", j, "mixed", 1, 1, u, True, True) for j, u in enumerate([0.1, 0.2, 0.3, 0.4])]
-    same = ss.paired_utilities("b@grp-shuffled0", "grp-shuffled", cards, utils, 0.0, "utility", True)
+    cards = [CandidateRecord("b", "grp", "q", j, "", "", "", 0, True, "", "") for j in range(4)]
+    utils = [UtilityRecord("b", "grp", "q", j, "mixed", 1, 1, u, True, True) for j, u in enumerate([0.1, 0.2, 0.3, 0.4])]
+    same = paired_utilities("b@grp-shuffled0", "grp-shuffled", cards, utils, 0.0, "utility", True)
     assert [u.utility for u in same] == [0.1, 0.2, 0.3, 0.4]
-    paired = ss.paired_utilities("b@grp-shuffled0", "grp-shuffled", cards, utils, 0.0, "shuffled", True)
+    paired = paired_utilities("b@grp-shuffled0", "grp-shuffled", cards, utils, 0.0, "shuffled", True)
     assert sorted(u.utility for u in paired) == [0.1, 0.2, 0.3, 0.4] and [u.utility for u in paired] != [0.1, 0.2, 0.3, 0.4]
     # the card the selection injected is the one paired with the largest utility
-    scouts = [ss.Trajectory("e0", "q", True, 0, (), ()), ss.Trajectory("e1", "q", False, 1, (), ())]
-    sel = ss.selection_for_query("b@grp-shuffled0", "grp-shuffled", scouts, cards, utils, 0.0, "shuffled")
+    scouts = [Trajectory("e0", "q", True, 0, (), ()), Trajectory("e1", "q", False, 1, (), ())]
+    sel = selection_for_query("b@grp-shuffled0", "grp-shuffled", scouts, cards, utils, 0.0, "shuffled")
     assert max(paired, key=lambda u: u.utility).candidate == sel.selected

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from skillrepro.studies.scaffold import competence_levels, pilot_competence, rollout_outcomes, split_probes
-from skillrepro.studies.scaffold_grpo import benefits, chain_cohort, internalization, recovery
+from skillrepro.studies.scaffold.validation import competence_levels, pilot_competence, rollout_outcomes, split_probes
+from skillrepro.studies.scaffold.cohort import benefits, chain_cohort, internalization, recovery
 
 RUNS = 200
 

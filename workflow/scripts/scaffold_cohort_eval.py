@@ -11,8 +11,9 @@ import pyarrow.parquet as pq
 
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_table
-from skillrepro.studies import scaffold as ss
-from skillrepro.studies import scaffold_grpo as sg
+from skillrepro.studies.scaffold.cohort import chain_cohort
+from skillrepro.studies.scaffold.rollouts import phase_seed, play
+from skillrepro.studies.scaffold.settings import parse_instance
 
 log = setup_logging(snakemake)
 i, p, w = snakemake.input, snakemake.params, snakemake.wildcards
@@ -23,15 +24,15 @@ for f in i.selections:
 for f in i.post:
     by_iter.setdefault(iteration(f), ([], []))[1].append(f)
 read = lambda files: pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)  # noqa: E731
-members = sg.chain_cohort({j: (read(s), read(po)) for j, (s, po) in by_iter.items()})
+members = chain_cohort({j: (read(s), read(po)) for j, (s, po) in by_iter.items()})
 cohort = sorted({t for _, t in members})
 log.info("cohort of %d members (%d queries): %s", len(members), len(cohort), members)
 ckpt = getattr(w, "k", None)
 out = Path(snakemake.output.episodes).parent
-parts = [ss.play(bench=p.bench, llm=ss.phase_seed(p.llm, "cohort", r), library_dir=Path(i.library).parent,
-                 plan=[(t, "", "cohort/free") for t in cohort],
-                 run_id=f"scaffold/{w.sbench}/{w.svariant}/" + (f"ckpt{ckpt}" if ckpt else "cohort_early"),
-                 cycle=int(ckpt) if ckpt else ss.parse_instance(w.sbench)[2], out_dir=out / f"rollout{r}", wall_s=p.wall_s, logger=log,
-                 policy=p.policy)
+parts = [play(bench=p.bench, llm=phase_seed(p.llm, "cohort", r), library_dir=Path(i.library).parent,
+              plan=[(t, "", "cohort/free") for t in cohort],
+              run_id=f"scaffold/{w.sbench}/{w.svariant}/" + (f"ckpt{ckpt}" if ckpt else "cohort_early"),
+              cycle=int(ckpt) if ckpt else parse_instance(w.sbench)[2], out_dir=out / f"rollout{r}", wall_s=p.wall_s, logger=log,
+              policy=p.policy)
          for r in range(p.rollouts)]
 write_table(snakemake.output.episodes, pa.concat_tables([pq.read_table(d / "episodes.parquet") for d in parts]))

@@ -2,12 +2,12 @@
 import json
 from pathlib import Path
 
-from skillrepro.studies import scaffold as ss
+from skillrepro.studies.scaffold.rollouts import episode_variant, phase_seed, play
 from skillrepro.pipeline import setup_logging
 
 log = setup_logging(snakemake)
 w, p = snakemake.wildcards, snakemake.params
-plan = [(t, "", ss.episode_variant("", "eval_free")) for t in json.loads(Path(snakemake.input.queries).read_text())]
-ss.play(bench=p.bench, llm=ss.phase_seed(p.llm, "eval", int(w.i)), library_dir=Path(snakemake.input.library).parent,
-        plan=plan, run_id=f"scaffold/{w.sbench}", cycle=2, out_dir=Path(snakemake.output.episodes).parent,
-        wall_s=p.wall_s, logger=log, policy=p.policy)
+plan = [(t, "", episode_variant("", "eval_free")) for t in json.loads(Path(snakemake.input.queries).read_text())]
+play(bench=p.bench, llm=phase_seed(p.llm, "eval", int(w.i)), library_dir=Path(snakemake.input.library).parent,
+     plan=plan, run_id=f"scaffold/{w.sbench}", cycle=2, out_dir=Path(snakemake.output.episodes).parent,
+     wall_s=p.wall_s, logger=log, policy=p.policy)

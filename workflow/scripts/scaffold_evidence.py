@@ -1,22 +1,23 @@
 """SkillScaffold: the Generator's evidence per query (grp: every Scout with its outcome; anc: the first success)."""
 from pathlib import Path
 
-from skillrepro.studies import scaffold as ss
+from skillrepro.studies.scaffold.evidence import build_evidence, token_counter
+from skillrepro.studies.scaffold.records import EvidenceRecord, load_trajectories
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_records
 
 log = setup_logging(snakemake)
 w, p = snakemake.wildcards, snakemake.params
-scouts = ss.load_trajectories(Path(f).parent for f in snakemake.input.scouts)
+scouts = load_trajectories(Path(f).parent for f in snakemake.input.scouts)
 by_task = {}
 for t in scouts:
     by_task.setdefault(t.task_id, []).append(t)
 # scaffold.evidence_max_tokens: a budget in the Generator's tokens; else evidence_max_chars characters
 tokens = p.scaffold.evidence_max_tokens
-count = ss.token_counter(p.llm) if tokens else None
-records = [ss.build_evidence(w.sbench, w.svariant, ts, tokens or p.scaffold.evidence_max_chars, count)
+count = token_counter(p.llm) if tokens else None
+records = [build_evidence(w.sbench, w.svariant, ts, tokens or p.scaffold.evidence_max_chars, count)
            for ts in by_task.values()]
-write_records(snakemake.output[0], records, ss.EvidenceRecord)
+write_records(snakemake.output[0], records, EvidenceRecord)
 for r in records:
     log.info("task=%s kind=%s successes=%d/%d skip=%s evidence=%d %s, %d turns omitted", r.task_id, r.kind,
              r.n_success, r.n_scouts, r.skip, r.evidence_size, r.budget_unit, r.n_turns_omitted)

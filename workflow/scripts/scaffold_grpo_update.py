@@ -8,42 +8,45 @@ import pandas as pd
 from skillrepro.llm.models import MODELS, resolve
 from skillrepro.llm.scorer import ChatSequencer
 from skillrepro.pipeline import setup_logging
-from skillrepro.studies import scaffold as ss
-from skillrepro.studies import scaffold_grpo as sg
+from skillrepro.studies.scaffold.grpo import (OPTIMIZER_STATE, assign_advantages, groups_from_records, load_policy,
+                                              make_trainer, prunable_optimizer_states, save_checkpoint)
+from skillrepro.studies.scaffold.records import CandidateRecord, UtilityRecord, load_trajectories, read_rows
+from skillrepro.studies.scaffold.selection import paired_utilities
+from skillrepro.studies.scaffold.settings import TrainSettings
 
 log = setup_logging(snakemake)
 i, p, w = snakemake.input, snakemake.params, snakemake.wildcards
 out = Path(snakemake.output[0])
-settings = sg.TrainSettings.from_config(p.training)
+settings = TrainSettings.from_config(p.training)
 previous = Path(i.policy) if i.policy else None
-model, tok = sg.load_policy(str(previous) if previous else p.base_model)
+model, tok = load_policy(str(previous) if previous else p.base_model)
 # a policy that starts from GGUF is served by llama.cpp: every checkpoint is written back in that layout
 base_gguf = resolve(p.base_model) if p.base_model in MODELS or p.base_model.endswith(".gguf") else None
 chain = p.chain
 # plain GRPO (no cards): the Executor's group alone
-cards = ss.read_rows(i.candidates, ss.CandidateRecord) if i.candidates else []
-utilities = ss.read_rows(i.utilities, ss.UtilityRecord) if i.utilities else []
+cards = read_rows(i.candidates, CandidateRecord) if i.candidates else []
+utilities = read_rows(i.utilities, UtilityRecord) if i.utilities else []
 # the Generator is rewarded by the utilities its chain's selection paired with its cards (table 3's shuffled
 # ablation breaks that pairing for selection and rewards alike)
-utilities = ss.paired_utilities(f"{w.sbench}@{w.svariant}{int(w.k) - 1}", w.svariant, cards, utilities, p.threshold,
-                                chain.selection, chain.gate)
-groups = sg.groups_from_records(
+utilities = paired_utilities(f"{w.sbench}@{w.svariant}{int(w.k) - 1}", w.svariant, cards, utilities, p.threshold,
+                             chain.selection, chain.gate)
+groups = groups_from_records(
     ChatSequencer(tok), chain.of or "grp", p.m,
-    ss.load_trajectories(Path(f).parent for f in i.scouts), ss.load_trajectories(Path(f).parent for f in i.post),
+    load_trajectories(Path(f).parent for f in i.scouts), load_trajectories(Path(f).parent for f in i.post),
     cards, utilities,
     pd.read_parquet(i.generator_calls) if i.generator_calls else pd.DataFrame(columns=["call_id", "prompt"]))
-samples = sg.assign_advantages(groups, p.m, settings.lambda_gen, settings.generator_learning)
+samples = assign_advantages(groups, p.m, settings.lambda_gen, settings.generator_learning)
 log.info("update %s from %s: %d queries, %d samples; Generator groups trained: %d", w.k, previous or p.base_model,
          len(groups), len(samples), sum(g.trainable_generator for g in groups))
-trainer = sg.make_trainer(model, tok, samples, p.group_size, settings, out.parent / f".trl{w.k}", steps=1,
-                          use_cpu=p.use_cpu, optimizer_state=previous / sg.OPTIMIZER_STATE if previous else None)
+trainer = make_trainer(model, tok, samples, p.group_size, settings, out.parent / f".trl{w.k}", steps=1,
+                       use_cpu=p.use_cpu, optimizer_state=previous / OPTIMIZER_STATE if previous else None)
 trainer.train()
 log.info("TRL log: %s", trainer.state.log_history)
-sg.save_checkpoint(model, tok, trainer.optimizer, out, {"settings": repr(settings), "update": int(w.k),
-                                                        "from": str(previous or p.base_model),
-                                                        "queries": [g.query for g in groups]}, base_gguf=base_gguf)
+save_checkpoint(model, tok, trainer.optimizer, out, {"settings": repr(settings), "update": int(w.k),
+                                                     "from": str(previous or p.base_model),
+                                                     "queries": [g.query for g in groups]}, base_gguf=base_gguf)
 keep = p.training.get("keep_optimizer_states")
 if keep:  # only the last `keep` checkpoints keep their Adam state (update k reads checkpoint k-1's)
-    for old in sg.prunable_optimizer_states(out.parent, int(w.k), int(keep)):
+    for old in prunable_optimizer_states(out.parent, int(w.k), int(keep)):
         log.info("keep_optimizer_states=%s: removing %s", keep, old)
         old.unlink()

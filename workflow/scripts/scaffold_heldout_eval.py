@@ -8,19 +8,20 @@ import pyarrow.parquet as pq
 
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_table
-from skillrepro.studies import scaffold as ss
+from skillrepro.studies.scaffold.heldout import heldout_variant
+from skillrepro.studies.scaffold.rollouts import phase_seed, play, policy_server
 
 log = setup_logging(snakemake)
 i, p, w = snakemake.input, snakemake.params, snakemake.wildcards
 tasks = json.loads(Path(i.tasks).read_text())
 out = Path(snakemake.output.episodes).parent
 parts = []
-with ss.policy_server(p.llm, p.policy):  # one server for every rollout of a checkpoint
+with policy_server(p.llm, p.policy):  # one server for every rollout of a checkpoint
     for r in range(p.rollouts):
-        plan = [(t, "", ss.heldout_variant(split, r)) for split, ts in tasks.items() for t in ts]
-        parts.append(ss.play(bench=p.bench, llm=ss.phase_seed(p.llm, "heldout", r), library_dir=Path(i.library).parent,
-                             plan=plan, run_id=f"scaffold/{w.hbench}/heldout/{w.hpolicy}", cycle=r,
-                             out_dir=out / f"rollout{r}", wall_s=p.wall_s, logger=log, split="test"))
+        plan = [(t, "", heldout_variant(split, r)) for split, ts in tasks.items() for t in ts]
+        parts.append(play(bench=p.bench, llm=phase_seed(p.llm, "heldout", r), library_dir=Path(i.library).parent,
+                          plan=plan, run_id=f"scaffold/{w.hbench}/heldout/{w.hpolicy}", cycle=r,
+                          out_dir=out / f"rollout{r}", wall_s=p.wall_s, logger=log, split="test"))
 table = pa.concat_tables([pq.read_table(d / "episodes.parquet") for d in parts])
 write_table(snakemake.output.episodes, table)
 log.info("%s: %d held-out episodes, %d successes", w.hpolicy, table.num_rows,

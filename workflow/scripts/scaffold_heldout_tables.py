@@ -6,7 +6,9 @@ import pandas as pd
 
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
-from skillrepro.studies import scaffold as ss
+from skillrepro.studies.scaffold.heldout import (heldout_table, injection_rates, table_by_category, table_by_split,
+                                                 table_pass_at_k, table_variants, training_curve)
+from skillrepro.studies.scaffold.settings import parse_instance
 
 log = setup_logging(snakemake)
 i, p = snakemake.input, snakemake.params
@@ -22,7 +24,7 @@ def policy_of(path: str) -> tuple[str, str, int]:
 
 def chain_of(path: str) -> tuple[str, int, str]:
     """(chain, iteration, benchmark) of a path under results/scaffold/{bench}@{chain}{j}/."""
-    bench, chain, j = ss.parse_instance(re.search(r"results/scaffold/([^/]+@[^/]+)/", path).group(1))
+    bench, chain, j = parse_instance(re.search(r"results/scaffold/([^/]+@[^/]+)/", path).group(1))
     return chain, j, bench
 
 
@@ -35,19 +37,19 @@ for f in i.episodes:
     eps.append(e.assign(chain=chain, checkpoint=k, method=label.get(chain, "base model")))
 episodes = pd.concat(eps, ignore_index=True)
 # The base model is checkpoint 0 of every chain: its rows stand at checkpoint 0 of each chain's curve too.
-table = ss.heldout_table(episodes, p.envs, p.chains)
-tables = {"heldout": table, "table1": ss.table_by_category(table), "table2": ss.table_by_split(table),
-          "table3": ss.table_variants(table, p.chains), "table6": ss.table_pass_at_k(episodes)}
+table = heldout_table(episodes, p.envs, p.chains)
+tables = {"heldout": table, "table1": table_by_category(table), "table2": table_by_split(table),
+          "table3": table_variants(table, p.chains), "table6": table_pass_at_k(episodes)}
 scouts = pd.concat([pd.read_parquet(f).assign(chain=chain_of(f)[0], iteration=chain_of(f)[1]) for f in i.scouts],
                    ignore_index=True)
-tables["curve"] = ss.training_curve(scouts)
+tables["curve"] = training_curve(scouts)
 # A chain that does not inject (table 3's "w/o injection", plain GRPO) selects but plays its Post-Scouts skill-free.
 inject = {c.name: c.inject for c in p.chains}
 # a training iteration's records name its instance (babyai@grp3) as their benchmark
 sel = [pd.read_parquet(f).assign(chain=chain_of(f)[0], benchmark=chain_of(f)[2]) for f in i.selections]
 sel = pd.concat(sel, ignore_index=True) if sel else pd.DataFrame(columns=["benchmark", "chain", "selected"])
 sel = sel.assign(selected=[s if inject[c] else -1 for s, c in zip(sel.selected, sel.chain)])
-tables["injection"] = ss.injection_rates(sel)
+tables["injection"] = injection_rates(sel)
 for name, t in tables.items():
     write_text(snakemake.output[name], t.to_csv(index=False))
     log.info("%s:\n%s", name, t.to_string())

@@ -8,7 +8,7 @@ import pandas as pd
 
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
-from skillrepro.studies import scaffold_grpo as sg
+from skillrepro.studies.scaffold.cohort import chain_cohort, internalization
 
 log = setup_logging(snakemake)
 i = snakemake.input
@@ -35,11 +35,11 @@ selections, post, scouts = by_chain(i.selections), by_chain(i.post), by_chain(i.
 early, later = by_chain(i.early), by_chain(i.later)
 rows = []
 for chain in sorted(selections):
-    members = sg.chain_cohort({j: (read(selections[chain][j]), read(post[chain][j])) for j in selections[chain]})
+    members = chain_cohort({j: (read(selections[chain][j]), read(post[chain][j])) for j in selections[chain]})
     early_eps = pd.concat([read(fs).assign(iteration=j) for j, fs in early[chain].items()], ignore_index=True)
     chosen_on = pd.concat([read(fs) for d in (scouts, post) for fs in d[chain].values()]).episode_id.tolist()
     for k in sorted(later.get(chain, {})):
-        r = sg.internalization(early_eps, read(later[chain][k]), members, chosen_on=chosen_on,
+        r = internalization(early_eps, read(later[chain][k]), members, chosen_on=chosen_on,
                               interval=snakemake.params.interval)
         rows.append({"benchmark": chain[0], "variant": chain[1], "checkpoint": k, "n": r.n_queries,
                      "recovery_pp": r.recovery_pp, "ci_low": r.ci_low, "ci_high": r.ci_high})

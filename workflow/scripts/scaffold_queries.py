@@ -2,13 +2,13 @@
 import json
 
 from skillrepro.pipeline import setup_logging
-from skillrepro.studies import scaffold as ss
+from skillrepro.studies.scaffold.rollouts import sample_queries
 from skillrepro.skills import Library
 from skillrepro.store import write_text
 
 log = setup_logging(snakemake)
 p = snakemake.params
-tasks = ss.sample_queries(p.bench, p.scaffold, p.task_seed)
+tasks = sample_queries(p.bench, p.scaffold, p.task_seed)
 Library(version=0, meta={"method": "skillscaffold"}).write(snakemake.output.library.removesuffix("/manifest.json"))
 write_text(snakemake.output.queries, json.dumps(tasks))
 log.info("%d %s queries: %s", len(tasks), p.scaffold.split, tasks)

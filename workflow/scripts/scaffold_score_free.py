@@ -1,17 +1,19 @@
 """SkillScaffold: l(empty; tau) for every Scout, computed once and shared by every variant and candidate."""
 from pathlib import Path
 
-from skillrepro.studies import scaffold as ss
+from skillrepro.studies.scaffold.records import ScoreRecord, load_trajectories
+from skillrepro.studies.scaffold.rollouts import policy_server
+from skillrepro.studies.scaffold.scoring import load_scorer, score_contexts, scorer_backend
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_records
 
 log = setup_logging(snakemake)
 w, p = snakemake.wildcards, snakemake.params
-scouts = ss.load_trajectories(Path(f).parent for f in snakemake.input.scouts)
-with ss.policy_server(p.llm, p.policy if ss.scorer_backend(p.scaffold, p.llm) == "vllm" else ""):
-    scorer = ss.load_scorer(p.scaffold, p.llm)
-    records = ss.score_contexts(scorer, scouts, {-1: ""}, bench=p.bench, llm=p.llm,
-                                library_dir=Path(snakemake.input.library).parent, benchmark=w.sbench, variant="")
-write_records(snakemake.output[0], records, ss.ScoreRecord)
+scouts = load_trajectories(Path(f).parent for f in snakemake.input.scouts)
+with policy_server(p.llm, p.policy if scorer_backend(p.scaffold, p.llm) == "vllm" else ""):
+    scorer = load_scorer(p.scaffold, p.llm)
+    records = score_contexts(scorer, scouts, {-1: ""}, bench=p.bench, llm=p.llm,
+                             library_dir=Path(snakemake.input.library).parent, benchmark=w.sbench, variant="")
+write_records(snakemake.output[0], records, ScoreRecord)
 log.info("%d Scouts scored skill-free with %s (%s), %d actor tokens", len(records), scorer.name, scorer.model,
          sum(r.n_tokens for r in records))

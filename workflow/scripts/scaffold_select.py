@@ -1,22 +1,24 @@
 """SkillScaffold: positive-gated selection per query (eq. 10): the best eligible card if its utility > threshold."""
 from pathlib import Path
 
-from skillrepro.studies import scaffold as ss
+from skillrepro.studies.scaffold.records import (CandidateRecord, SelectionRecord, UtilityRecord, load_trajectories,
+                                                 read_rows)
+from skillrepro.studies.scaffold.selection import selection_for_query
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_records
 
 log = setup_logging(snakemake)
 w, p = snakemake.wildcards, snakemake.params
-scouts = ss.load_trajectories(Path(f).parent for f in snakemake.input.scouts)
-cands = ss.read_rows(snakemake.input.candidates, ss.CandidateRecord)
-utils = ss.read_rows(snakemake.input.utilities, ss.UtilityRecord)
+scouts = load_trajectories(Path(f).parent for f in snakemake.input.scouts)
+cands = read_rows(snakemake.input.candidates, CandidateRecord)
+utils = read_rows(snakemake.input.utilities, UtilityRecord)
 ablation = p.scaffold.ablation(w.svariant)  # the paper's rule unless svariant names an ablation
 records = []
 for task_id in sorted({t.task_id for t in scouts}):
-    records.append(ss.selection_for_query(w.sbench, w.svariant, [t for t in scouts if t.task_id == task_id],
-                                          [c for c in cands if c.task_id == task_id],
-                                          [u for u in utils if u.task_id == task_id], p.threshold,
-                                          ablation.selection, ablation.gate))
-write_records(snakemake.output[0], records, ss.SelectionRecord)
+    records.append(selection_for_query(w.sbench, w.svariant, [t for t in scouts if t.task_id == task_id],
+                                       [c for c in cands if c.task_id == task_id],
+                                       [u for u in utils if u.task_id == task_id], p.threshold,
+                                       ablation.selection, ablation.gate))
+write_records(snakemake.output[0], records, SelectionRecord)
 for r in records:
     log.info("task=%s kind=%s selected=%d U=%.4f eligible=%d", r.task_id, r.kind, r.selected, r.utility, r.n_eligible)

@@ -6,7 +6,7 @@ import pandas as pd
 
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
-from skillrepro.studies.scaffold_data import load_webshop_goals, webshop_splits
+from skillrepro.studies.scaffold.data import load_webshop_goals, webshop_splits
 
 log = setup_logging(snakemake)
 goals = load_webshop_goals(Path(snakemake.input.human).parent)

@@ -1,0 +1,409 @@
+"""Skill cards (seed 002, section 4.2, appendix D): the format and its check, constrained decoding (a valid
+structure by construction; the words stay the model's), the Generator's prompt templates and its requests."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from skillrepro.studies.scaffold.records import CandidateRecord, EvidenceRecord
+
+
+PROMPTS = Path(__file__).resolve().parents[2] / "prompts"
+
+
+@dataclass(frozen=True)
+class CardFormat:
+    """What a valid card looks like: a `# Skill: <name>` title, then exactly these `##` headings in order,
+    each with some text, and a word count within limits. Configurable so a user's own template can
+    ask for other headings (the paper's WebShop and tau2 cards have different ones)."""
+
+    headings: tuple[str, ...] = (
+        "When to apply",
+        "Success-preserving strategy",
+        "Failure patterns to suppress",
+        "Procedure",
+        "Decision rules",
+        "Verification and recovery",
+        "Stop conditions",
+    )
+    max_words: int = 400
+    min_words: int = 20
+
+
+@dataclass(frozen=True)
+class CardCheck:
+    card: str  # the extracted card (text between <skill> tags, or from '# Skill:' on); "" if none found
+    name: str
+    n_words: int
+    problems: tuple[str, ...]
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+
+_TITLE = re.compile(r"^#\s*Skill\s*:\s*(.*)$", re.IGNORECASE)
+
+
+_HEADING = re.compile(r"^(#{1,6})\s*(.*?)\s*#*\s*$")
+
+
+def extract_card(text: str) -> str:
+    """The card inside a Generator reply. A reply that is a JSON object (the paper's serialization
+    contract) gives its "skill" string, or "" unless it is exactly one object with one string key "skill".
+    Otherwise: between <skill> and </skill> if present, else from the first '# Skill:' line on.
+    Reasoning before it (a <think> block, a preface) is dropped."""
+    text = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL | re.IGNORECASE)
+    if text.lstrip().startswith("{"):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError:
+            return ""
+        if not (isinstance(obj, dict) and list(obj) == ["skill"] and isinstance(obj["skill"], str)):
+            return ""
+        text = obj["skill"]
+    m = re.search(r"<skill>(.*?)(?:</skill>|$)", text, flags=re.DOTALL | re.IGNORECASE)
+    if m:
+        text = m.group(1)
+    m = re.search(r"^#\s*Skill\s*:", text, flags=re.MULTILINE | re.IGNORECASE)
+    return text[m.start():].strip() if m else ""
+
+
+def check_card(text: str, fmt: CardFormat = CardFormat()) -> CardCheck:
+    """Extract the card from a Generator reply and list every way it breaks `fmt` (none: valid)."""
+    card = extract_card(text)
+    if not card:
+        if text.lstrip().startswith("{"):
+            return CardCheck("", "", 0, ('not one JSON object with exactly one string key "skill"',))
+        return CardCheck("", "", 0, ("no card: expected a line starting with '# Skill:'",))
+    lines = card.splitlines()
+    problems: list[str] = []
+    name = _TITLE.match(lines[0].strip()).group(1).strip()
+    if not name:
+        problems.append("the '# Skill:' title has no name")
+    found: list[tuple[str, int]] = []  # (heading, line index)
+    for i, line in enumerate(lines[1:], start=1):
+        m = _HEADING.match(line.strip())
+        if m:
+            level, title = len(m.group(1)), m.group(2).strip().rstrip(":")
+            if level <= 2:
+                found.append((title, i))
+    titles = [t for t, _ in found]
+    want = [h.lower() for h in fmt.headings]
+    if [t.lower() for t in titles] != want:
+        missing = [h for h in fmt.headings if h.lower() not in [t.lower() for t in titles]]
+        extra = [t for t in titles if t.lower() not in want]
+        if missing:
+            problems.append("missing heading(s): " + ", ".join(missing))
+        if extra:
+            problems.append("unexpected heading(s): " + ", ".join(extra))
+        if not missing and not extra:
+            problems.append("headings out of order or repeated: " + ", ".join(titles))
+    else:
+        bounds = [i for _, i in found] + [len(lines)]
+        for (title, start), end in zip(found, bounds[1:]):
+            if not "\n".join(lines[start + 1:end]).strip():
+                problems.append(f"section '{title}' is empty")
+    n_words = len(re.findall(r"[A-Za-z0-9][\w'-]*", card))
+    if n_words > fmt.max_words:
+        problems.append(f"{n_words} words, more than the limit of {fmt.max_words}")
+    if n_words < fmt.min_words:
+        problems.append(f"{n_words} words, fewer than the minimum of {fmt.min_words}")
+    return CardCheck(card, name, n_words, tuple(problems))
+
+
+# The paper pre-fills the Generator's reply with this and asks for one JSON object (appendix D).
+PREFILL = '{"skill":"# Skill: '
+
+
+DECODINGS = ("auto", "grammar", "grammar_single", "json_schema", "none")
+
+
+_WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
+
+
+def _gbnf_literal(text: str) -> str:
+    """`text` as it appears inside a JSON string, as a GBNF string literal."""
+    inner = json.dumps(text)[1:-1]  # JSON-escaped: a newline becomes the two characters \ n
+    return '"' + inner.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def section_word_bounds(fmt: CardFormat, max_tokens: int | None = None) -> tuple[int, int]:
+    """(lo, hi) words per section such that any card the grammar allows has min_words..max_words words
+    (as check_card counts them: title word, name, heading words and section words) and, when
+    `max_tokens` is given, fits in it (about 2 tokens per word and separator, 12 per heading line), so
+    the reply is never cut off before its closing brace."""
+    k = len(fmt.headings)
+    fixed = 2 + sum(len(_WORD.findall(h)) for h in fmt.headings)  # "Skill", the kebab name, headings
+    hi = (fmt.max_words - fixed) // k
+    if max_tokens is not None:
+        hi = min(hi, (max_tokens - 16 - 12 * k) // (2 * k))
+    lo = max(1, -(-(fmt.min_words - fixed) // k))
+    if hi < lo:
+        raise ValueError(f"card format: {k} sections need {lo}..{hi} words each, impossible with max_words "
+                         f"{fmt.max_words}, min_words {fmt.min_words}" + (f" and {max_tokens} generator tokens"
+                                                                         if max_tokens else ""))
+    return lo, hi
+
+
+_NAME_RULE = 'name ::= [a-z] [a-z0-9]{0,15} ("-" [a-z0-9] [a-z0-9]{0,15}){0,5}'
+
+
+def _body_rules(lo: int, hi: int) -> list[str]:
+    return [
+        f'body ::= "- "? word (sep word){{{lo - 1},{hi - 1}}} "."?',
+        "word ::= [A-Za-z0-9] [A-Za-z0-9'-]{0,19}",
+        # A separator holds no letter or digit, so each `word` is exactly one word for check_card.
+        'sep ::= " " | ", " | ". " | "; " | ": " | " (" | ") " | "), " | "/" | "\\\\n- "',
+    ]
+
+
+def heading_literal(heading: str) -> str:
+    """A heading line as it appears inside the reply's JSON string (newlines escaped)."""
+    return json.dumps("\n## " + heading + "\n")[1:-1]
+
+
+def card_grammar(fmt: CardFormat, max_tokens: int | None = None) -> str:
+    """GBNF (llama.cpp; vLLM's xgrammar reads the same syntax) for the Generator's reply after PREFILL:
+    a kebab-case name, then every heading of `fmt` in order, each followed by lo..hi words (see
+    `section_word_bounds`), then the closing `"}`. Section text cannot contain '#', a quote or a
+    backslash other than a newline escape, so no extra heading can appear and the JSON stays valid.
+    One request under this grammar can still be cut by its token limit before the closing brace (a word
+    costs one to twenty tokens); `sectioned` decoding (`part_grammars`) bounds the reply in tokens instead."""
+    lo, hi = section_word_bounds(fmt, max_tokens)
+    parts = " ".join(f"{_gbnf_literal(chr(10) + '## ' + h + chr(10))} body" for h in fmt.headings)
+    return "\n".join([f'root ::= name {parts} "\\"}}"', _NAME_RULE] + _body_rules(lo, hi))
+
+
+def part_grammars(fmt: CardFormat, max_tokens: int | None = None) -> tuple[str, str]:
+    """(name grammar, section-body grammar) of sectioned decoding: the same rules as `card_grammar`, one part of
+    the card per request, the headings and the closing brace written between the requests."""
+    lo, hi = section_word_bounds(fmt, max_tokens)
+    return "\n".join(["root ::= name", _NAME_RULE]), "\n".join(["root ::= body"] + _body_rules(lo, hi))
+
+
+# What a body or a name cut by its token limit may end with that the grammar does not let it end with: a
+# separator, or part of one (a cut can fall inside the two characters of an escaped newline).
+_CUT_TAIL = re.compile(r"(?:\\n- |\\n-|\\n|\\|[ ,;:(/)-]|\.(?= ))+$")
+
+
+def close_cut(text: str) -> str:
+    """A body (or name) cut by the token limit, made a complete one: its trailing separator dropped. A word cut in
+    the middle is still a word (any prefix of one is), so nothing the policy wrote besides the separator goes."""
+    return _CUT_TAIL.sub("", text)
+
+
+def card_json_schema(fmt: CardFormat) -> dict[str, Any]:
+    """JSON schema of the reply for servers without grammars (OpenAI-style structured outputs): one
+    object with one string key "skill" whose headings come in order; the word bounds are not expressible
+    here and are left to validation."""
+    pattern = "^# Skill: [a-z0-9]+(-[a-z0-9]+)*" + "".join(
+        "\\n## " + re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", h) + "\\n[^#]+" for h in fmt.headings) + "$"
+    return {"type": "object", "additionalProperties": False, "required": ["skill"],
+            "properties": {"skill": {"type": "string", "pattern": pattern}}}
+
+
+@dataclass(frozen=True)
+class GeneratorRequest:
+    """What to send with the Generator's messages: an assistant pre-fill (the reply continues it) and
+    the request fields the backend needs for it and for constrained decoding. `parts` (sectioned decoding):
+    the name and section-body grammars, one request each, under `grammar_field`; `headings` are written
+    between them."""
+
+    prefill: str
+    extra_body: dict[str, Any]
+    parts: tuple[str, str] | None = None
+    grammar_field: str = "grammar"
+    headings: tuple[str, ...] = ()
+
+    def reply_text(self, continuation: str, prefill: str | None = None) -> str:
+        """The whole reply. llama.cpp returns the pre-fill with the continuation, vLLM without it."""
+        prefill = self.prefill if prefill is None else prefill
+        return continuation if continuation.startswith(prefill) else prefill + continuation
+
+    def with_grammar(self, grammar: str) -> dict[str, Any]:
+        return {**self.extra_body, self.grammar_field: {"grammar": grammar} if self.grammar_field == "structured_outputs"
+                else grammar}
+
+
+def generator_request(fmt: CardFormat, decoding: str, backend: str, max_tokens: int | None) -> GeneratorRequest:
+    """`grammar`: pre-fill PREFILL and decode the card in parts, the name and then each section's body under
+    `part_grammars` (llama.cpp's `grammar`, vLLM's `structured_outputs.grammar`), each request limited to the
+    tokens the card has left, the headings and the closing `"}` written in between: the reply fits
+    `max_tokens` and always closes (`sectioned_reply`). `grammar_single`: one request under `card_grammar`,
+    bounded in words only (a long reply is cut before its closing brace). `json_schema`: `response_format`
+    with `card_json_schema`, no pre-fill (a schema covers the whole reply). `none`: pre-fill only, free
+    decoding. `auto`: grammar, or json_schema on the openai backend (API servers do not continue a pre-filled
+    reply)."""
+    if decoding not in DECODINGS:
+        raise ValueError(f"config key scaffold.generator_decoding: {decoding!r}; allowed: {', '.join(DECODINGS)}")
+    if decoding == "auto":
+        decoding = "json_schema" if backend == "openai" else "grammar"
+    if decoding == "json_schema":
+        return GeneratorRequest("", {"response_format": {"type": "json_schema", "json_schema": {
+            "name": "skill_card", "strict": True, "schema": card_json_schema(fmt)}}})
+    if backend == "openai":
+        raise ValueError(f"config key scaffold.generator_decoding: {decoding!r} pre-fills the assistant reply, "
+                         "which OpenAI-style APIs do not continue; use json_schema for llm.backend openai")
+    extra: dict[str, Any] = {}
+    if backend == "vllm":  # vLLM continues a final assistant message only when asked to
+        extra.update(continue_final_message=True, add_generation_prompt=False)
+    field_name = "structured_outputs" if backend == "vllm" else "grammar"
+    if decoding == "grammar":
+        return GeneratorRequest(PREFILL, extra, part_grammars(fmt, max_tokens), field_name, tuple(fmt.headings))
+    req = GeneratorRequest(PREFILL, extra, grammar_field=field_name)
+    if decoding == "grammar_single":
+        return GeneratorRequest(PREFILL, req.with_grammar(card_grammar(fmt, max_tokens)), grammar_field=field_name)
+    return req
+
+
+# Sectioned decoding: the tokens a section body is sure to get (so it holds a word), and the most a name may take.
+SECTION_MIN_TOKENS = 4
+
+
+NAME_MAX_TOKENS = 16
+
+
+def _part_budgets(fmt: CardFormat, max_tokens: int, literal_tokens: Sequence[int]) -> tuple[int, int]:
+    """(tokens the model may write in all, of which at most this many for the name): `max_tokens` less the
+    headings and the closing brace written between the requests, and a token per seam where re-tokenising
+    could merge two pieces."""
+    k = len(fmt.headings)
+    free = max_tokens - sum(literal_tokens) - 2 - (2 * k + 2)
+    if free < SECTION_MIN_TOKENS * (k + 1):
+        raise ValueError(f"config key scaffold.generator_max_tokens: {max_tokens} tokens leave {free} for the model's "
+                         f"own text after the {k} headings; a card needs at least {SECTION_MIN_TOKENS * (k + 1)}")
+    return free, min(NAME_MAX_TOKENS, free - SECTION_MIN_TOKENS * k)
+
+
+def server_token_counter(base_url: str, backend: str, model: str) -> Callable[[str], int]:
+    """Counts tokens as the server that plays the Generator does (its /tokenize: llama.cpp and vLLM both have
+    one), remembering texts it has counted (the headings repeat for every card)."""
+    import urllib.request
+
+    root = base_url.rstrip("/").removesuffix("/v1")
+    seen: dict[str, int] = {}
+
+    def count(text: str) -> int:
+        if text not in seen:
+            body = ({"content": text, "add_special": False} if backend == "embedded"
+                    else {"model": model, "prompt": text, "add_special_tokens": False})
+            req = urllib.request.Request(root + "/tokenize", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                seen[text] = len(json.loads(r.read())["tokens"])
+        return seen[text]
+
+    return count
+
+
+def sectioned_reply(client: Any, messages: Sequence[dict[str, Any]], request: GeneratorRequest, max_tokens: int,
+                    count: Callable[[str], int], session_id: str) -> tuple[str, list[Any]]:
+    """One card by sectioned decoding (see `generator_request`): (the whole reply, every request's LLM record).
+
+    Each request continues the reply so far (the pre-fill grows) and may write what the card has left less
+    SECTION_MIN_TOKENS for every later section, so the model's tokens plus the headings stay within
+    `max_tokens`. A part cut by its limit loses only a trailing separator (`close_cut`)."""
+    name_grammar, body_grammar = request.parts
+    literals = [heading_literal(h) for h in request.headings]
+    free, name_max = _part_budgets(CardFormat(request.headings), max_tokens, [count(x) for x in literals])
+    text, records = request.prefill, []
+
+    def part(grammar: str, limit: int) -> int:
+        nonlocal text
+        reply = client.chat(list(messages[:-1]) + [{"role": "assistant", "content": text}], role="generator",
+                            session_id=session_id, max_tokens=limit, extra_body=request.with_grammar(grammar))
+        records.append(reply.record)
+        piece = request.reply_text(reply.text, text)[len(text):]
+        text += close_cut(piece) if reply.finish_reason == "length" else piece
+        return int(getattr(reply.record, "completion_tokens", 0) or count(piece))
+
+    free -= part(name_grammar, name_max)
+    for i, lit in enumerate(literals):
+        text += lit
+        later = len(literals) - i - 1
+        free -= part(body_grammar, max(1, free - SECTION_MIN_TOKENS * later))
+    return text + '"}', records
+
+
+GROUP_GUIDANCE = {
+    "all_success": "Every attempt succeeded: extract the reusable decisions that made them work.",
+    "all_failure": "Every attempt failed: diagnose the recurring errors and give conditional corrections, "
+                   "without presenting an unobserved complete solution as verified.",
+    "mixed": "Some attempts succeeded and some failed: contrast the decisions that separate them.",
+    "anchor": "This attempt succeeded: extract the single most reusable decision mechanism it shows.",
+}
+
+
+@dataclass(frozen=True)
+class GeneratorTemplate:
+    """A generator prompt file: a system part and a user part separated by a line '=== user ==='.
+    Placeholders: {task}, {attempts}, {n_attempts}, {guidance}, {headings}, {max_words}."""
+
+    system: str
+    user: str
+    path: str
+
+    @classmethod
+    def load(cls, benchmark_env: str, path: str | Path | None = None) -> "GeneratorTemplate":
+        p = Path(path) if path else PROMPTS / f"scaffold_{benchmark_env}.txt"
+        if not p.is_file():
+            raise FileNotFoundError(f"generator template {p} does not exist (config key scaffold.generator_prompt)")
+        text = p.read_text()
+        if "=== user ===" not in text:
+            raise ValueError(f"generator template {p}: no '=== user ===' line between the system and user parts")
+        system, user = text.split("=== user ===", 1)
+        for key in ("{task}", "{attempts}"):
+            if key not in user:
+                raise ValueError(f"generator template {p}: the user part lacks the placeholder {key}")
+        return cls(system.strip(), user.strip(), str(p))
+
+    def messages(self, ev: EvidenceRecord, fmt: CardFormat) -> list[dict[str, str]]:
+        values = {
+            "task": ev.task,
+            "attempts": ev.evidence,
+            "n_attempts": str(1 if ev.variant == "anc" else ev.n_scouts),
+            "guidance": GROUP_GUIDANCE["anchor" if ev.variant == "anc" else ev.kind],
+            "headings": "\n".join(["# Skill: <short-kebab-case-name>"] + [f"## {h}" for h in fmt.headings]),
+            "max_words": str(fmt.max_words),
+        }
+
+        # Only known placeholders are replaced, so braces elsewhere in a user's template stay as written.
+        def fill(s: str) -> str:
+            return re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), s)
+
+        return [{"role": "system", "content": fill(self.system)}, {"role": "user", "content": fill(self.user)}]
+
+
+def generate_candidates(client_for: Any, ev: EvidenceRecord, template: GeneratorTemplate, fmt: CardFormat,
+                        n: int, max_tokens: int, request: GeneratorRequest = GeneratorRequest("", {}),
+                        count: Callable[[str], int] | None = None) -> tuple[list[CandidateRecord], list[Any]]:
+    """M independently sampled cards for one query; `client_for(j)` gives the LLM client for sample j.
+    `request` adds the pre-fill and constrained decoding (`generator_request`); sectioned decoding counts the
+    headings' tokens with `count` (default: `server_token_counter` of sample 0's server). A card's call_id is its
+    first request's."""
+    if ev.skip:
+        return [], []
+    messages = template.messages(ev, fmt)
+    if request.prefill:
+        messages.append({"role": "assistant", "content": request.prefill})
+    cands, calls = [], []
+    if request.parts and count is None:
+        c = client_for(0)
+        count = server_token_counter(c.base_url, c.cfg.backend, c.cfg.model)
+    for j in range(n):
+        session = f"scaffold/{ev.benchmark}/{ev.variant}/{ev.task_id}/gen{j}"
+        if request.parts:
+            text, records = sectioned_reply(client_for(j), messages, request, max_tokens, count, session)
+        else:
+            reply = client_for(j).chat(messages, role="generator", session_id=session, max_tokens=max_tokens,
+                                       extra_body=request.extra_body or None)
+            text, records = request.reply_text(reply.text), [reply.record]
+        chk = check_card(text, fmt)
+        cands.append(CandidateRecord(ev.benchmark, ev.variant, ev.task_id, j, text, chk.card, chk.name,
+                                     chk.n_words, chk.valid, "; ".join(chk.problems), records[0].call_id))
+        calls += records
+    return cands, calls

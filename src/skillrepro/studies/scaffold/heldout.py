@@ -1,0 +1,183 @@
+"""Held-out evaluation (seed 002, appendix A.1): every policy played skill-free on the held-out splits, and tables 1,
+2, 3 and 6 and figures 1 and 7 from those episodes and the training iterations' records."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from skillrepro.studies.scaffold.settings import Chain
+from skillrepro.studies.scaffold.statistics import pass_at_k
+
+
+# ALFRED's task type (an official game's folder name starts with it) -> the benchmark's short name, which its
+# generated games carry in their ids (gen:<short name>:<seed>); table 1's Pick, Look, Clean, Heat, Cool, Pick2.
+ALFRED_TYPES = {"pick_and_place_simple": "pick_and_place", "look_at_obj_in_light": "look_at_obj_in_light",
+                "pick_clean_then_place_in_recep": "clean", "pick_heat_then_place_in_recep": "heat",
+                "pick_cool_then_place_in_recep": "cool", "pick_two_obj_and_place": "pick_two"}
+
+
+def task_category(env: str, task_id: str) -> str:
+    """The task category table 1 breaks success down by: ALFWorld's task type (pick, heat, ..., from the id),
+    ScienceWorld's task name; "all" where a benchmark has none (BabyAI)."""
+    task_id = str(task_id)
+    if env == "alfworld":
+        if task_id.startswith("gen:"):
+            return task_id.split(":")[1]
+        long_type = task_id.split("/")[1].split("-")[0] if task_id.count("/") >= 2 else ""
+        return ALFRED_TYPES.get(long_type, "other")
+    if env == "scienceworld":
+        return task_id.rpartition(":")[0] or "all"
+    return "all"
+
+
+HELDOUT_COLUMNS = ["benchmark", "split", "category", "chain", "method", "checkpoint", "n_tasks", "n_episodes",
+                   "success_pct"]
+
+
+def heldout_variant(split: str, rollout: int) -> str:
+    """Episode.variant of a held-out episode: heldout/{split}/r{rollout}."""
+    return f"heldout/{split}/r{rollout}"
+
+
+def parse_heldout_variant(variant: Any) -> Any:
+    """(split, rollout) columns of a Series of held-out Episode.variant values."""
+    parsed = variant.str.extract(r"^heldout/(?P<split>[\w-]+)/r(?P<rollout>\d+)$")
+    if parsed.split.isna().any():
+        raise ValueError(f"held-out episodes with an unexpected variant: {sorted(variant[parsed.split.isna()].unique())}")
+    return parsed.assign(rollout=parsed.rollout.astype(int))
+
+
+def _with_split(episodes: Any) -> Any:
+    """Held-out episodes with their held-out split and rollout index (from Episode.variant; Episode.split is just
+    "test" for every one of them)."""
+    return episodes.drop(columns=["split"], errors="ignore").reset_index(drop=True).join(
+        parse_heldout_variant(episodes.variant.reset_index(drop=True)))
+
+
+def heldout_policies(chains: Sequence[Chain], checkpoints: Sequence[int]) -> list[tuple[str, str, int]]:
+    """(policy folder, chain, checkpoint) of every evaluated policy: `base` (llm.model, checkpoint 0 of every
+    chain, played once) and `{chain}/ckpt{k}`."""
+    return [("base", "", 0)] + [(f"{c.name}/ckpt{k}", c.name, k) for c in chains for k in checkpoints if k > 0]
+
+
+def heldout_table(episodes: Any, env_of: dict[str, str], chains: Sequence[Chain]) -> Any:
+    """Success per benchmark x split x category x policy, long form. `episodes`: held-out Episode rows with
+    `chain` ("" for the base model) and `checkpoint`. Category `all` pools a split's episodes, split `all` a
+    benchmark's held-out episodes (the paper's ScienceWorld Avg. is the pooled 230 + 155 episodes: 77.1 from
+    96.2 and 48.8). The base model's row stands for checkpoint 0 of every chain."""
+    import pandas as pd
+
+    e = _with_split(episodes)
+    e = e.assign(category=[task_category(env_of[b], t) for b, t in zip(e.benchmark, e.task_id)],
+                 success=e.success.astype(float))
+    label = {c.name: c.method for c in chains}
+    rows = []
+
+    def add(g: Any, b: str, split: str, cat: str) -> None:
+        for (chain, k), h in g.groupby(["chain", "checkpoint"]):
+            rows.append({"benchmark": b, "split": split, "category": cat, "chain": chain,
+                         "method": label.get(chain, "base model"), "checkpoint": int(k),
+                         "n_tasks": h.task_id.nunique(), "n_episodes": len(h), "success_pct": 100 * h.success.mean()})
+
+    for b, g in e.groupby("benchmark"):
+        add(g, b, "all", "all")
+        for split, h in g.groupby("split"):
+            add(h, b, split, "all")
+            if h.category.nunique() > 1:
+                for cat, c in h.groupby("category"):
+                    add(c, b, split, cat)
+    return pd.DataFrame(rows, columns=HELDOUT_COLUMNS)
+
+
+def final_rows(table: Any) -> Any:
+    """The rows of each chain's last evaluated checkpoint, and the base model's."""
+    last = table.groupby("chain").checkpoint.transform("max")
+    return table[table.checkpoint == last]
+
+
+def table_by_category(table: Any) -> Any:
+    """Tables 1 (WebShop, ALFWorld): success per task category and overall, one row per benchmark x split x
+    method at the final checkpoints; category columns are the benchmark's own (NaN elsewhere)."""
+    t = final_rows(table[table.split != "all"])
+    wide = t.pivot_table(index=["benchmark", "split", "method", "checkpoint"], columns="category",
+                         values="success_pct").reset_index()
+    n = t[t.category == "all"].set_index(["benchmark", "split", "method"]).n_tasks
+    wide["n_tasks"] = [n.get((b, s, m)) for b, s, m in zip(wide.benchmark, wide.split, wide.method)]
+    cats = sorted(c for c in wide.columns if c not in ("benchmark", "split", "method", "checkpoint", "all", "n_tasks"))
+    wide = wide.rename(columns={"all": "avg"})
+    return wide[["benchmark", "split", "method", "checkpoint", "n_tasks"] + cats + ["avg"]]
+
+
+def table_by_split(table: Any) -> Any:
+    """Table 2 (ScienceWorld ID / OOD): success per held-out split and pooled (avg), final checkpoints."""
+    t = final_rows(table[table.category == "all"])
+    wide = t.pivot_table(index=["benchmark", "method", "checkpoint"], columns="split", values="success_pct").reset_index()
+    splits = sorted(c for c in wide.columns if c not in ("benchmark", "method", "checkpoint", "all"))
+    return wide.rename(columns={"all": "avg"})[["benchmark", "method", "checkpoint"] + splits + ["avg"]]
+
+
+def table_variants(table: Any, chains: Sequence[Chain]) -> Any:
+    """Table 3's metric: each trained chain's pooled held-out success at its last checkpoint, per benchmark,
+    beside the chain's settings (which ablation it is)."""
+    import pandas as pd
+
+    t = final_rows(table[(table.split == "all") & (table.chain != "")])
+    by = {c.name: c for c in chains}
+    rows = [{"benchmark": r.benchmark, "chain": r.chain, "method": r.method, "utility_variant": by[r.chain].of or "",
+             "selection": by[r.chain].selection if by[r.chain].of else "", "gate": by[r.chain].gate,
+             "generator_learning": by[r.chain].generator_learning, "inject": by[r.chain].inject,
+             "checkpoint": r.checkpoint, "n_episodes": r.n_episodes, "success_pct": r.success_pct}
+            for r in t.itertuples()]
+    return pd.DataFrame(rows, columns=["benchmark", "chain", "method", "utility_variant", "selection", "gate",
+                                       "generator_learning", "inject", "checkpoint", "n_episodes", "success_pct"])
+
+
+def table_pass_at_k(episodes: Any, ks: Sequence[int] = (1, 4, 8)) -> Any:
+    """Table 6: Pass@k (%) per benchmark x split x policy, the mean over tasks of `pass_at_k` from the task's
+    held-out rollouts, for every k up to the rollouts per task; split `macro` averages the splits (the paper's
+    tau2 Average columns are macro averages over its domains)."""
+    import pandas as pd
+
+    e = _with_split(episodes)
+    per = e.groupby(["benchmark", "split", "chain", "method", "checkpoint", "task_id"]).success.agg(["size", "sum"])
+    rows = []
+    for (b, split, chain, method, ckpt), g in per.groupby(level=[0, 1, 2, 3, 4]):
+        for k in ks:
+            if k <= g["size"].min():
+                rows.append({"benchmark": b, "split": split, "chain": chain, "method": method, "checkpoint": int(ckpt),
+                             "k": k, "n_tasks": len(g),
+                             "pass_at_k_pct": 100 * float(sum(pass_at_k(n, c, k) for n, c in zip(g["size"], g["sum"])) / len(g))})
+    out = pd.DataFrame(rows, columns=["benchmark", "split", "chain", "method", "checkpoint", "k", "n_tasks", "pass_at_k_pct"])
+    macro = (out.groupby(["benchmark", "chain", "method", "checkpoint", "k"])
+             .agg(n_tasks=("n_tasks", "sum"), pass_at_k_pct=("pass_at_k_pct", "mean")).reset_index().assign(split="macro"))
+    return pd.concat([out, macro[out.columns]], ignore_index=True)
+
+
+def training_curve(scouts: Any, smoothing: float = 0.6) -> Any:
+    """Figure 7's training success-rate curves: per chain and iteration, the success rate of the iteration's
+    skill-free Scouts (the one training rollout every chain, plain GRPO included, plays the same way), raw and
+    smoothed by an exponential moving average (`smoothing`: the weight of the past). `scouts`: Scout episodes
+    with benchmark, chain, iteration, success."""
+    import pandas as pd
+
+    rows = []
+    for (b, chain), g in scouts.groupby(["benchmark", "chain"]):
+        ema = None
+        for j, h in g.groupby("iteration"):
+            raw = float(h.success.astype(float).mean())
+            ema = raw if ema is None else smoothing * ema + (1 - smoothing) * raw
+            rows.append({"benchmark": b, "chain": chain, "iteration": int(j), "n_episodes": len(h),
+                         "success_pct": 100 * raw, "smoothed_pct": 100 * ema})
+    return pd.DataFrame(rows, columns=["benchmark", "chain", "iteration", "n_episodes", "success_pct", "smoothed_pct"])
+
+
+def injection_rates(selections: Any) -> Any:
+    """Figure 1's "injecting skills for only a small fraction of training queries": per benchmark and chain, the
+    share of training queries (all iterations) whose Post-Scouts got a skill. `selections`: SelectionRecord rows
+    with `chain`."""
+    import pandas as pd
+
+    cols = ["benchmark", "chain", "n_queries", "injection_pct"]
+    if not len(selections):
+        return pd.DataFrame(columns=cols)
+    g = selections.assign(injected=selections.selected >= 0).groupby(["benchmark", "chain"]).injected
+    return pd.DataFrame({"n_queries": g.size(), "injection_pct": 100 * g.mean()}).reset_index()[cols]

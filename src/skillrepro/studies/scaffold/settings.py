@@ -1,0 +1,317 @@
+"""The `scaffold:` config section (checked by schemas/scaffold.schema.yaml) as typed settings: the study's sizes, the
+card format, the ablations, the GRPO training chains and table 5's training keys, the held-out evaluation. Every
+value the workflow cannot honour is refused here, before any work, with a ConfigError naming its key."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from skillrepro.studies.scaffold.cards import CardFormat, GeneratorRequest, generator_request
+from skillrepro.studies.scaffold.selection import VARIANTS
+from skillrepro.studies.scaffold.statistics import INTERVALS
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """A selection ablation of table 3 on top of utility variant `of`."""
+
+    of: str = "grp"
+    selection: str = "utility"  # utility | random | shuffled (see select_with)
+    gate: bool = True  # False: inject the best card even when its utility is not positive
+    # Trained as a chain (scaffold.training.ablations): table 3's "no Generator loss + random selection"
+    generator_learning: bool = True
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Table 5's settings that one update reads (config `scaffold.training`; `check_training` refuses the
+    values it cannot honour)."""
+
+    learning_rate: float = 1e-6
+    adam_betas: tuple[float, float] = (0.9, 0.98)
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    kl_coef: float = 0.0
+    lambda_gen: float = 0.1
+    generator_entropy_coef: float = 0.002
+    executor_entropy_coef: float = 0.0
+    generator_learning: bool = True
+    queries_per_step: int = 1  # TRL groups (queries) per optimizer step
+    micro_batch_size: int | None = None  # sequences per forward/backward (gradient accumulation); None: a step's all
+    max_sequence_tokens: int | None = None  # longest sample (prompt + completion) an update accepts
+
+    @classmethod
+    def from_config(cls, training: dict[str, Any]) -> "TrainSettings":
+        keys = {f for f in cls.__dataclass_fields__}
+        t = {k: v for k, v in training.items() if k in keys}
+        if "adam_betas" in t:
+            t["adam_betas"] = tuple(t["adam_betas"])
+        if "query_batch_size" in training:
+            t["queries_per_step"] = int(training["query_batch_size"])
+        return cls(**t)
+
+    def accumulation(self, group_size: int) -> tuple[int, int]:
+        """(sequences per micro-batch, micro-batches per optimizer step) for groups of `group_size`."""
+        per_step = group_size * self.queries_per_step
+        micro = self.micro_batch_size or per_step
+        if per_step % micro:
+            raise ValueError(f"config key scaffold.training.micro_batch_size: {micro} does not divide the "
+                             f"{per_step} sequences of an optimizer step (query_batch_size x (N + L + M))")
+        return micro, per_step // micro
+
+
+# Keys of `scaffold.training` the workflow reads (the rules: model, steps, query_batch_size, inject,
+# cohort_iterations, keep_optimizer_states; an update: TrainSettings) or checks (`check_training`).
+TRAINING_KEYS = ("model", "steps", "optimizer", "learning_rate", "adam_betas", "query_batch_size",
+                 "global_batch_size", "clip_low", "clip_high", "kl_coef", "executor_entropy_coef",
+                 "max_sequence_tokens", "micro_batch_size", "lambda_gen", "generator_entropy_coef",
+                 "generator_learning", "inject", "cohort_iterations", "keep_optimizer_states", "baseline",
+                 "ablations")
+
+
+def check_training(training: dict[str, Any], n_scouts: int, n_post: int, n_candidates: int) -> None:
+    """Refuse, before any work starts, every `scaffold.training` value the update cannot honour, naming its key.
+
+    optimizer: only adam (the update's AdamW with weight decay 0 is Adam; no weight decay is configurable).
+    global_batch_size: the Executor trajectories of one optimizer step, query_batch_size x (N + L) (table 5's
+    128 = 16 x (4 + 4)); the update takes one step per iteration, so any other value is refused.
+    cohort_iterations: at most steps. micro_batch_size must divide a step's query_batch_size x (N + L + M)."""
+    t = dict(training or {})
+    unknown = sorted(set(t) - set(TRAINING_KEYS))
+    if unknown:
+        raise ValueError(f"config key scaffold.training.{unknown[0]}: not a training setting this workflow reads")
+    if t.get("optimizer", "adam") != "adam":
+        raise ValueError(f"config key scaffold.training.optimizer: {t['optimizer']!r} is not implemented; the update "
+                         "uses Adam (torch AdamW with weight decay 0, table 5)")
+    qbs = int(t.get("query_batch_size", 1))
+    if "global_batch_size" in t and int(t["global_batch_size"]) != qbs * (n_scouts + n_post):
+        raise ValueError(f"config key scaffold.training.global_batch_size: {t['global_batch_size']} is not "
+                         f"implemented; an update takes one optimizer step over an iteration's query_batch_size x "
+                         f"(N + L) = {qbs} x {n_scouts + n_post} = {qbs * (n_scouts + n_post)} Executor trajectories")
+    steps = int(t.get("steps", 1))
+    if int(t.get("cohort_iterations", 1)) > steps:
+        raise ValueError(f"config key scaffold.training.cohort_iterations: {t['cohort_iterations']} exceeds steps "
+                         f"({steps}); the later checkpoints must come after every cohort iteration")
+    TrainSettings.from_config(t).accumulation(n_scouts + n_post + n_candidates)
+
+
+@dataclass(frozen=True)
+class HeldoutConfig:
+    """Held-out evaluation (appendix A.1): every policy played skill-free on each benchmark's held-out pools.
+
+    `splits`: benchmark -> held-out split -> number of tasks (None: the whole pool, as the paper evaluates);
+    a benchmark not listed is evaluated on its own `test` split. A split is `test` (the benchmark's sampler:
+    ALFWorld's valid_unseen with the official data) or a pool named in `scaffold.splits` (ScienceWorld's
+    test_id / test_ood). `rollouts`: skill-free rollouts per task and policy (table 6's Pass@k needs k).
+    `every`: the checkpoints evaluated, 0, every, 2 x every, ... and always the last."""
+
+    splits: dict[str, dict[str, int | None]] = field(default_factory=dict)
+    rollouts: int = 1
+    every: int = 1
+
+    def of(self, benchmark: str) -> dict[str, int | None]:
+        return self.splits.get(benchmark) or {"test": None}
+
+    def checkpoints(self, steps: int) -> list[int]:
+        return sorted({k for k in range(0, steps + 1, self.every)} | {steps})
+
+
+# The plain-GRPO training chain (table 1's GRPO row, the in-house baseline): the same query batches, Scouts and
+# Post-Scouts as a SkillScaffold chain, with no Generator and no injection, so the Executor group is N + L
+# skill-free trajectories.
+BASELINE = "grpo"
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A GRPO training chain: `of` the utility variant whose cards it generates and scores (None: plain GRPO, no
+    skill pathway at all); `generator_learning` / `inject` as in table 3's training ablations."""
+
+    name: str
+    of: str | None
+    generator_learning: bool = True
+    inject: bool = True
+    selection: str = "utility"  # a trained selection ablation (Ablation)
+    gate: bool = True
+
+    @property
+    def method(self) -> str:
+        """The row label of the held-out tables."""
+        if self.of is None:
+            return "GRPO"
+        label = f"SkillScaffold ({self.of})"
+        if self.selection != "utility":
+            label += f" {self.selection} selection"
+        if not self.gate:
+            label += " w/o gate"
+        if not self.generator_learning:
+            label += " w/o Generator learning"
+        if not self.inject:
+            label += " w/o injection"
+        return label
+
+
+@dataclass(frozen=True)
+class ScaffoldConfig:
+    benchmarks: tuple[str, ...]  # benchmark instance names from `benchmarks:`
+    variants: tuple[str, ...] = ("grp",)
+    n_queries: int = 2
+    split: str = "train"
+    n_scouts: int = 4  # N
+    n_candidates: int = 4  # M
+    n_post: int = 4  # L
+    n_eval: int = 2  # downstream evaluation rollouts per condition (validation only)
+    n_probes: int = 4  # figure 3(b): skill-free probe rollouts per query, separate from the n_eval baseline
+    bootstrap_interval: str = "expanded"  # expanded | percentile (bootstrap_interval)
+    threshold: float = 0.0
+    evidence_max_chars: int = 6000
+    evidence_max_tokens: int | None = None  # the budget in the Generator's tokens instead (evidence_max_chars unused)
+    generator_max_tokens: int = 600
+    generator_decoding: str = "auto"  # auto | grammar | json_schema | none (see generator_request)
+    generator_prompts: dict[str, str] = field(default_factory=dict)  # benchmark env -> template file
+    card: CardFormat = CardFormat()
+    scorer_backend: str = "auto"  # auto | transformers | vllm
+    scorer_model: str | None = None  # GGUF path or shipped name (transformers); served model id (vllm)
+    scorer_batch_tokens: int = 8192
+    # Selection ablations (table 3): name -> Ablation; each reuses its base variant's cards and utilities.
+    ablations: dict[str, "Ablation"] = field(default_factory=dict)
+    # ScienceWorld query pools per benchmark and split (appendix A.1): split -> ["task@partition", ...].
+    splits: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    executor: dict[str, dict[str, Any]] = field(default_factory=dict)  # benchmark -> {max_tokens, temperature}
+    training: dict[str, Any] = field(default_factory=dict)  # table 5's RL settings, read by the GRPO stage
+    webshop_data: str | None = None  # WebShop's data folder: the category split of appendix A.1
+    heldout: HeldoutConfig = HeldoutConfig()  # the held-out evaluation of every policy (tables 1-3, 6)
+
+    @property
+    def selection_variants(self) -> tuple[str, ...]:
+        """Every variant the validation experiment selects and runs Post-Scouts for: the utility variants, then the
+        ablations (but those without Generator learning, which differ only in training)."""
+        return self.variants + tuple(n for n, a in self.ablations.items() if a.generator_learning)
+
+    def ablation(self, variant: str) -> "Ablation":
+        return self.ablations.get(variant) or Ablation(of=variant)
+
+    @property
+    def chains(self) -> tuple[Chain, ...]:
+        """The GRPO training chains: one per utility variant (with table 3's training switches), then plain GRPO
+        unless `training.baseline` is false."""
+        t = self.training
+        learn, inject = bool(t.get("generator_learning", True)), bool(t.get("inject", True))
+        out = tuple(Chain(v, v, learn, inject) for v in self.variants)
+        # table 3's selection ablations trained (`training.ablations`), each on its utility variant's cards
+        out += tuple(Chain(n, a.of, learn and a.generator_learning, inject, a.selection, a.gate)
+                     for n, a in ((n, self.ablations[n]) for n in t.get("ablations", ())))
+        return out + ((Chain(BASELINE, None, False, False),) if t.get("baseline", True) else ())
+
+    def chain(self, name: str) -> Chain:
+        return next(c for c in self.chains if c.name == name)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "ScaffoldConfig":
+        s = dict(config.get("scaffold") or {})
+        card = s.pop("card", {}) or {}
+        scorer = s.pop("scorer", {}) or {}
+        names = s.pop("benchmarks", None) or list(config.get("benchmarks", {}))
+        unknown = [b for b in names if b not in config.get("benchmarks", {})]
+        if unknown:
+            raise ValueError(f"config key scaffold.benchmarks: {', '.join(unknown)} not in benchmarks "
+                             f"({', '.join(config.get('benchmarks', {}))})")
+        bad = [v for v in s.get("variants", ["grp"]) if v not in VARIANTS]
+        if bad:
+            raise ValueError(f"config key scaffold.variants: {bad} not allowed; allowed: {', '.join(VARIANTS)}")
+        ablations = {name: Ablation(**a) for name, a in (s.pop("ablations", {}) or {}).items()}
+        for name, a in ablations.items():
+            if name in VARIANTS or a.of not in s.get("variants", ["grp"]):
+                raise ValueError(f"config key scaffold.ablations.{name}: the name must differ from grp/anc and "
+                                 f"'of' ({a.of}) must be one of scaffold.variants")
+        heldout = s.pop("heldout", {}) or {}
+        s["heldout"] = HeldoutConfig({b: dict(d) for b, d in (heldout.get("splits") or {}).items()},
+                                     int(heldout.get("rollouts", 1)), int(heldout.get("every", 1)))
+        for name in (s.get("training") or {}).get("ablations", ()):
+            if name not in ablations:
+                raise ValueError(f"config key scaffold.training.ablations: {name!r} is not in scaffold.ablations")
+            if name[-1].isdigit() or name == BASELINE:  # an instance is <benchmark>@<chain><iteration>
+                raise ValueError(f"config key scaffold.training.ablations: a trained ablation's name may not end in a "
+                                 f"digit or be {BASELINE!r} ({name!r})")
+        splits = {b: {k: tuple(v) for k, v in d.items()} for b, d in (s.pop("splits", {}) or {}).items()}
+        for b in list(splits) + list(s.get("executor", {}) or {}):
+            if b not in names:
+                raise ValueError(f"config key scaffold.splits/executor: {b!r} is not one of scaffold.benchmarks")
+        s["splits"] = splits
+        fmt = CardFormat(tuple(card.get("headings", CardFormat.headings)), card.get("max_words", 400),
+                         card.get("min_words", 20))
+        out = cls(benchmarks=tuple(names), variants=tuple(s.pop("variants", ("grp",))), card=fmt,
+                  scorer_backend=scorer.get("backend", "auto"), scorer_model=scorer.get("model"),
+                  scorer_batch_tokens=scorer.get("batch_tokens", 8192),
+                  generator_prompts=dict(s.pop("generator_prompts", {}) or {}), ablations=ablations, **s)
+        out.generator_request((config.get("llm") or {}).get("backend", "embedded"))  # fails early if impossible
+        if out.bootstrap_interval not in INTERVALS:
+            raise ValueError(f"config key scaffold.bootstrap_interval: {out.bootstrap_interval!r}; allowed: "
+                             f"{', '.join(INTERVALS)}")
+        check_training(out.training, out.n_scouts, out.n_post, out.n_candidates)
+        check_heldout(out, config)
+        if out.evidence_max_tokens and (config.get("llm") or {}).get("backend") == "openai":
+            raise ValueError("config key scaffold.evidence_max_tokens: no tokenizer for llm.backend openai; "
+                             "use scaffold.evidence_max_chars")
+        return out
+
+    def generator_request(self, backend: str) -> "GeneratorRequest":
+        return generator_request(self.card, self.generator_decoding, backend, self.generator_max_tokens)
+
+
+def check_heldout(cfg: ScaffoldConfig, config: dict[str, Any]) -> None:
+    """Refuse, before any work starts, a held-out split that is not held out: the training split itself, an
+    unknown split, or a ScienceWorld pool sharing a task@partition with the training pool."""
+    h = cfg.heldout
+    if h.rollouts < 1 or h.every < 1:
+        raise ValueError("config key scaffold.heldout.rollouts/every: must be at least 1")
+    for b, splits in h.splits.items():
+        if b not in cfg.benchmarks:
+            raise ValueError(f"config key scaffold.heldout.splits.{b}: not one of scaffold.benchmarks")
+        if not splits:
+            raise ValueError(f"config key scaffold.heldout.splits.{b}: no split")
+    for b in cfg.benchmarks:
+        train = set(cfg.splits.get(b, {}).get(cfg.split, ()))
+        for split, n in h.of(b).items():
+            key = f"scaffold.heldout.splits.{b}.{split}"
+            if split == cfg.split or split == "train":
+                raise ValueError(f"config key {key}: the training split is not held out")
+            if split != "test" and split not in cfg.splits.get(b, {}):
+                raise ValueError(f"config key {key}: neither test nor a split in scaffold.splits.{b}")
+            shared = train & set(cfg.splits.get(b, {}).get(split, ()))
+            if shared:
+                raise ValueError(f"config key {key}: {sorted(shared)} is also in the training pool "
+                                 f"scaffold.splits.{b}.{cfg.split}")
+            if n is not None and int(n) < 1:
+                raise ValueError(f"config key {key}: {n} tasks")
+
+
+def parse_instance(name: str) -> tuple[str, str | None, int]:
+    """(benchmark, training-chain variant or None, iteration) of a scaffold instance: `babyai` (the validation
+    experiment) or `babyai@grp3` (iteration 3 of grp's GRPO chain)."""
+    bench, _, chain = name.partition("@")
+    if not chain:
+        return bench, None, 0
+    m = re.fullmatch(r"([a-z][a-z0-9_-]*[a-z_-])(\d+)", chain) or re.fullmatch(r"([a-z])(\d+)", chain)
+    if not m:
+        raise ValueError(f"scaffold instance {name!r}: expected <benchmark>@<variant><iteration>")
+    return bench, m.group(1), int(m.group(2))
+
+
+def training_iteration(cfg: ScaffoldConfig, chain: str | None, k: int) -> ScaffoldConfig:
+    """The settings of iteration k of a GRPO chain: a batch of `training.query_batch_size` queries, scored by
+    its own checkpoint (a configured scorer model is llm.model's, so it serves iteration 0 only)."""
+    from dataclasses import replace
+
+    if chain is None:
+        return cfg
+    return replace(cfg, n_queries=int(cfg.training.get("query_batch_size", cfg.n_queries)),
+                   scorer_model=cfg.scorer_model if k == 0 else None)
+
+
+def executor_llm(llm: Any, cfg: ScaffoldConfig, benchmark: str) -> Any:
+    """The actor's LLM settings on `benchmark` (table 5 has tokens per turn per benchmark)."""
+    from dataclasses import replace
+
+    return replace(llm, **cfg.executor.get(benchmark, {}))

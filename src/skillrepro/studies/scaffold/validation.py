@@ -1,0 +1,227 @@
+"""The validation experiment (seed 002, section 5.4, figure 5), the exploration view (figure 6) and the pilot
+diagnostics (section 3, figures 2-3), from the downstream rollouts that evaluate every candidate."""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from skillrepro.studies.scaffold.statistics import bootstrap_interval
+
+
+RULES = ("skill_free", "random_injection", "forced_top1", "gated_top1")
+
+
+def decision_rules(utils: "Any", evals: "Any", threshold: float = 0.0) -> "Any":
+    """Success rate of the four decision rules on the same query-candidate sets.
+
+    `utils`: one row per (benchmark, variant, task_id, candidate) with utility, eligible.
+    `evals`: downstream evaluation success rates per (benchmark, variant, task_id, candidate), candidate -1 =
+    skill-free. Random injection is its expectation: the mean over a query's eligible candidates.
+    Queries without any evaluated eligible candidate are left out of every rule so all rules share one set.
+    """
+    import pandas as pd
+
+    rows = []
+    keys = ["benchmark", "variant", "task_id"]
+    merged = utils[utils.eligible].merge(evals, on=keys + ["candidate"], how="inner")
+    base = evals[evals.candidate == -1].set_index(keys)["success_rate"]
+    for (b, v, t), g in merged.groupby(keys):
+        if (b, v, t) not in base.index:
+            continue
+        free = float(base.loc[(b, v, t)])
+        top = g.sort_values(["utility", "candidate"], ascending=[False, True]).iloc[0]
+        rows.append({"benchmark": b, "variant": v, "task_id": t,
+                     "skill_free": free,
+                     "random_injection": float(g.success_rate.mean()),
+                     "forced_top1": float(top.success_rate),
+                     "gated_top1": float(top.success_rate) if top.utility > threshold else free})
+    per_query = pd.DataFrame(rows, columns=keys + list(RULES))
+    out = []
+    for (b, v), g in per_query.groupby(["benchmark", "variant"]):
+        for r in RULES:
+            out.append({"benchmark": b, "variant": v, "rule": r, "success_rate": float(g[r].mean()),
+                        "n_queries": len(g)})
+    return pd.DataFrame(out, columns=["benchmark", "variant", "rule", "success_rate", "n_queries"])
+
+
+def utility_quintiles(utils: "Any", evals: "Any", n_bins: int = 5) -> "Any":
+    """Mean measured gain over skill-free execution per utility quintile of the query-candidate pairs.
+
+    Bins are equal-count by rank (so ties in utility never leave a bin empty); with fewer pairs than bins,
+    there are as many bins as pairs."""
+    import pandas as pd
+
+    keys = ["benchmark", "variant", "task_id"]
+    base = evals[evals.candidate == -1][keys + ["success_rate"]].rename(columns={"success_rate": "free"})
+    pairs = utils[utils.eligible].merge(evals, on=keys + ["candidate"]).merge(base, on=keys)
+    pairs["gain"] = pairs.success_rate - pairs.free
+    out = []
+    for (b, v), g in pairs.groupby(["benchmark", "variant"]):
+        g = g.sort_values(["utility", "task_id", "candidate"]).reset_index(drop=True)
+        k = min(n_bins, len(g))
+        g["quintile"] = [1 + (i * k) // len(g) for i in range(len(g))]
+        for q, h in g.groupby("quintile"):
+            out.append({"benchmark": b, "variant": v, "quintile": int(q), "n_pairs": len(h),
+                        "utility_min": float(h.utility.min()), "utility_max": float(h.utility.max()),
+                        "utility_mean": float(h.utility.mean()), "mean_gain": float(h.gain.mean())})
+    return pd.DataFrame(out, columns=["benchmark", "variant", "quintile", "n_pairs", "utility_min", "utility_max",
+                                      "utility_mean", "mean_gain"])
+
+
+def exploration_view(selections: "Any", post: "Any") -> "Any":
+    """Figure 6: Scout vs Post-Scout success and injection rate per Scout-group kind.
+
+    `selections`: SelectionRecord rows. `post`: Post-Scout episodes with benchmark, variant, task_id, success."""
+    import pandas as pd
+
+    keys = ["benchmark", "variant", "task_id"]
+    p = post.groupby(keys).success.mean().rename("post_success").reset_index()
+    s = selections.assign(scout_success=selections.n_success / selections.n_scouts,
+                          injected=selections.selected >= 0).merge(p, on=keys, how="left")
+    out = []
+    for (b, v, k), g in s.groupby(["benchmark", "variant", "kind"]):
+        out.append({"benchmark": b, "variant": v, "group": k, "n_queries": len(g),
+                    "scout_success": float(g.scout_success.mean()),
+                    "post_scout_success": float(g.post_success.mean()),
+                    "injection_rate": float(g.injected.mean())})
+    return pd.DataFrame(out, columns=["benchmark", "variant", "group", "n_queries", "scout_success",
+                                      "post_scout_success", "injection_rate"])
+
+
+def rollout_outcomes(free: Any, cand: Any, variants: Sequence[str]) -> Any:
+    """One row per downstream rollout: benchmark, variant, task_id, candidate (-1: skill-free), k (the
+    rollout's index within its condition), success. `free`/`cand` are evaluation episodes with a `k` column."""
+    import pandas as pd
+
+    cols = ["benchmark", "variant", "task_id", "candidate", "k", "success"]
+    rows = [free.assign(variant=v, candidate=-1)[cols] for v in variants]
+    if len(cand):
+        parsed = cand.variant.str.extract(r"^(?P<v>[\w-]+)/eval/c(?P<c>\d+)$")
+        rows.append(cand.assign(variant=parsed.v, candidate=parsed.c.astype(int))[cols])
+    out = pd.concat(rows, ignore_index=True)
+    return out.assign(success=out.success.astype(float)).sort_values(cols[:5], ignore_index=True)
+
+
+def pilot_rollout_estimates(outcomes: Any, ks: Sequence[int] | None = None) -> Any:
+    """Figure 2: rollout-based utility U_DR (eq. 4) at budget K per condition. Sign disagreement: two
+    estimates from disjoint rollouts (indices 0..K-1 and K..2K-1) both non-zero with opposite signs, over
+    all candidate-query pairs. Non-tied: a query's candidates do not all get the same estimate (first K
+    rollouts). Cost: (M+1)K extra rollouts per query, against none for the likelihood utility."""
+    import pandas as pd
+
+    keys = ["benchmark", "variant", "task_id"]
+    n_roll = int(outcomes.groupby(keys + ["candidate"]).k.nunique().min()) if len(outcomes) else 0
+    ks = [k for k in (ks or [1, 2, 4, 8, 16]) if k <= n_roll]
+    rows = []
+    for (b, v), g in outcomes.groupby(["benchmark", "variant"]):
+        for K in ks:
+            def est(lo: int, hi: int) -> Any:
+                m = g[(g.k >= lo) & (g.k < hi)].groupby(keys + ["candidate"]).success.mean().unstack("candidate")
+                return m.drop(columns=-1).sub(m[-1], axis=0)  # U_DR per query x candidate
+
+            first = est(0, K)
+            n_m = first.notna().sum(axis=1)
+            tied = first.nunique(axis=1) <= 1
+            dis, pairs = math.nan, 0
+            if 2 * K <= n_roll:
+                second = est(K, 2 * K)
+                both = first.notna() & second.notna()
+                pairs = int(both.values.sum())
+                opposite = (first * second < 0) & both
+                dis = float(opposite.values.sum()) / pairs if pairs else math.nan
+            rows.append({"benchmark": b, "variant": v, "K": K, "n_queries": len(first), "n_pairs_split": pairs,
+                         "sign_disagreement": dis, "non_tied_fraction": float((~tied).mean()),
+                         "extra_rollouts_per_query": float(((n_m + 1) * K).mean())})
+    return pd.DataFrame(rows, columns=["benchmark", "variant", "K", "n_queries", "n_pairs_split", "sign_disagreement",
+                                       "non_tied_fraction", "extra_rollouts_per_query"])
+
+
+COMPETENCE_COLUMNS = ["benchmark", "variant", "probe_successes", "n_probes", "n_queries", "mean_effect",
+                      "mean_effect_ci_low", "mean_effect_ci_high", "best_effect", "queries_with_mixed_signs"]
+
+
+def split_probes(free: Any, n_eval: int) -> tuple[Any, Any]:
+    """(baseline, probes) of the skill-free evaluation rollouts: rollouts k < n_eval are the skill-free baseline
+    every candidate is compared with, k >= n_eval the competence probes of figure 3(b) (evaluation-only, never
+    part of the baseline)."""
+    return free[free.k < n_eval], free[free.k >= n_eval]
+
+
+def pilot_competence(outcomes: Any, probes: Any, n_probes: int = 4, n_boot: int = 2000, seed: int = 0,
+                     interval: str = "expanded") -> Any:
+    """Figure 3: per query, candidate effects U_DR (each candidate's success rate minus the skill-free
+    baseline's, `outcomes` as from `rollout_outcomes`) against skill-free competence: the number of
+    successful probes among `n_probes` independent skill-free probe rollouts of the same policy (`probes`:
+    benchmark, task_id, k, success; section 3: "four independent skill-free probe rollouts", never part
+    of the baseline, which would tie a query's competence level to its baseline and bias every effect).
+    Reports per competence level the mean effect with a 95 % query-level bootstrap interval, the best
+    effect, and how many queries hold both a positive and a negative candidate (figure 3a). Queries with
+    fewer than `n_probes` probes are left out."""
+    import pandas as pd
+
+    keys = ["benchmark", "variant", "task_id"]
+    free = outcomes[outcomes.candidate == -1]
+    same = free[["benchmark", "task_id", "k"]].drop_duplicates().merge(probes[["benchmark", "task_id", "k"]])
+    if len(same):
+        raise ValueError(f"probe rollouts {same.head(3).values.tolist()} are also skill-free baseline rollouts: "
+                         "competence probes must be independent of the baseline")
+    p = probes.sort_values("k").groupby(["benchmark", "task_id"]).head(n_probes)
+    p = p.groupby(["benchmark", "task_id"]).success.agg(["sum", "size"]).reset_index()
+    p = p[p["size"] >= n_probes].rename(columns={"sum": "probe_successes"})
+    base = free.groupby(keys).success.mean().rename("free").reset_index()
+    cand = outcomes[outcomes.candidate >= 0].groupby(keys + ["candidate"]).success.mean().reset_index()
+    per = (cand.merge(base, on=keys).merge(p[["benchmark", "task_id", "probe_successes"]], on=["benchmark", "task_id"])
+           .pivot_table(index=keys + ["free", "probe_successes"], columns="candidate", values="success")
+           .reset_index())
+    rows = []
+    for (b, v), g in per.groupby(["benchmark", "variant"]):
+        cands = g.drop(columns=keys + ["free", "probe_successes"]).to_numpy(float)
+        for r in competence_levels(g.probe_successes.to_numpy(int), g.free.to_numpy(float), cands, n_boot, seed,
+                                   interval):
+            rows.append({"benchmark": b, "variant": v, "n_probes": n_probes, **r})
+    return pd.DataFrame(rows, columns=COMPETENCE_COLUMNS)
+
+
+def competence_levels(probe_successes: Any, free_rate: Any, cand_rate: Any, n_boot: int = 2000, seed: int = 0,
+                      interval: str = "expanded") -> list[dict[str, Any]]:
+    """Figure 3(b) from per-query arrays: probe successes (Q,), skill-free baseline success rate (Q,) and
+    candidate success rates (Q, M; NaN where a candidate was not evaluated). One row per competence level."""
+    import numpy as np
+
+    levels = np.asarray(probe_successes, int)
+    effects = np.asarray(cand_rate, float) - np.asarray(free_rate, float)[:, None]
+    has = ~np.isnan(effects).all(axis=1)
+    rows = []
+    for level in sorted(set(levels[has].tolist())):
+        e = effects[has & (levels == level)]
+        mean = np.nanmean(e, axis=1)
+        lo, hi = bootstrap_interval(mean, n_boot, seed, interval)
+        rows.append({"probe_successes": int(level), "n_queries": len(e), "mean_effect": float(mean.mean()),
+                     "mean_effect_ci_low": lo, "mean_effect_ci_high": hi,
+                     "best_effect": float(np.nanmax(e, axis=1).mean()),
+                     "queries_with_mixed_signs": int(((e > 0).any(axis=1) & (e < 0).any(axis=1)).sum())})
+    return rows
+
+
+def eval_table(free: Any, cand: Any, variants: Sequence[str]) -> Any:
+    """Downstream success rates per (benchmark, variant, task_id, candidate) from evaluation episodes.
+
+    `free`: skill-free evaluation episodes (shared by the variants, candidate -1); `cand`: candidate
+    episodes whose Episode.variant is '{variant}/eval/c{j}'."""
+    import pandas as pd
+
+    cols = ["benchmark", "variant", "task_id", "candidate", "success_rate", "n_rollouts"]
+    rows = []
+    for (b, t), g in free.groupby(["benchmark", "task_id"]):
+        for v in variants:
+            rows.append({"benchmark": b, "variant": v, "task_id": t, "candidate": -1,
+                         "success_rate": float(g.success.mean()), "n_rollouts": len(g)})
+    if len(cand):
+        parsed = cand.variant.str.extract(r"^(?P<v>[\w-]+)/eval/c(?P<c>\d+)$")
+        if parsed.v.isna().any():
+            raise ValueError(f"evaluation episodes with an unexpected variant: {sorted(cand.variant[parsed.v.isna()].unique())}")
+        cand = cand.assign(v=parsed.v, c=parsed.c.astype(int))
+        for (b, v, t, c), g in cand.groupby(["benchmark", "v", "task_id", "c"]):
+            rows.append({"benchmark": b, "variant": v, "task_id": t, "candidate": int(c),
+                         "success_rate": float(g.success.mean()), "n_rollouts": len(g)})
+    return pd.DataFrame(rows, columns=cols)
