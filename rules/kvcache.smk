@@ -45,6 +45,7 @@ rule kvcache_all:
         "results/tables/kvcache_segments.csv",
         expand("results/tables/kvcache/{kvmodel}/breaks.csv", kvmodel=_KV_LLMS),
         expand("results/tables/kvcache/{kvmodel}/locations.csv", kvmodel=_KV_LLMS),
+        expand("results/tables/kvcache/{kvmodel}/versions.csv", kvmodel=_KV_LLMS),
         "results/tables/kvcache_models.csv",
         "results/figures/kvcache_models.png",
         # the non-prefix reuse experiment, when kvcache.blend.model names a model
@@ -211,6 +212,28 @@ rule kvcache_breaks:
         "../envs/skillrepro.yaml"
     script:
         "../workflow/scripts/kvcache_breaks.py"
+
+
+rule kvcache_versions:
+    input:
+        _kv_model_runs(f"{_KV_RUN}/requests.jsonl"),
+    output:
+        report("results/tables/kvcache/{kvmodel}/versions.csv", caption="../report/kvcache_versions_table.rst", category="KV cache", subcategory="{kvmodel}"),
+    wildcard_constraints:
+        kvmodel=_KV_CONSTRAINTS["kvmodel"],
+    params:
+        kv=KV,
+        settings=_kv_settings,
+        runs=lambda w: [(f, s, os.path.join(_KV_RUN.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s), "requests.jsonl"))
+                        for f in KV.formats for s in KV.seeds],
+    log:
+        "logs/kvcache/{kvmodel}/versions.log",
+    benchmark:
+        "results/timings/kvcache/{kvmodel}/versions.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/kvcache_versions.py"
 
 
 rule kvcache_locations:

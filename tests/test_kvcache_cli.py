@@ -25,7 +25,11 @@ def test_simulate_token_ids(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary == {"engine": "vllm", "vllm_version": "0.11.0", "requests": 2, "prompt_tokens": 130,
                        "cached_tokens": 48, "reuse_ratio": round(48 / 130, 6), "recomputed_tokens": 82,
-                       "preemptions": 0, "prefix_cache_queries": 130, "prefix_cache_hits": 48}
+                       "preemptions": 0, "prefix_cache_queries": 130, "prefix_cache_hits": 48,
+                       "preempted_queries": 0, "preempted_hits": 0}
+    rc = main(["kvcache", "simulate", "--requests", str(f), "--capacity-tokens", "4096", "--vllm-version", "0.33.0",
+               "--out", str(tmp_path / "out33")])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["vllm_version"] == "0.33.0"
     t = pq.read_table(tmp_path / "out" / "per_request.parquet").to_pylist()
     assert [(r["episode"], r["step"], r["prompt_tokens"], r["cached_tokens"]) for r in t] == [("0", 0, 50, 0),
                                                                                             ("0", 1, 80, 48)]

@@ -296,3 +296,74 @@ def test_fast_forward_is_exact(seed):
     slow, r2 = traced(cfg, reqs, fast_forward=False)
     assert r1 == r2 and fast.trace == slow.trace
     assert (fast.queries, fast.hits, fast.steps) == (slow.queries, slow.hits, slow.steps)
+
+
+# -- vLLM 0.33.0's differences (sim.py's docstring), each against 0.11.0 on the same requests
+
+
+def test_033_frees_hashless_blocks_to_the_head_so_an_older_cached_block_survives():
+    # block size 4, 3 usable blocks; one request at a time. x caches its 1 full block (b1); y holds a full
+    # block and a partial one. 0.11.0 appends y's freed blocks behind b1, so z's one block evicts x's b1;
+    # 0.33.0 puts y's partial block at the head and z takes it, so x's prompt hits again (replies cut at
+    # max_tokens: no async extra token, which would take a block of its own)
+    reqs = [Request(e, t, toks(a, n), stopped_at_max_tokens=True)
+            for e, t, a, n in (("x", 0, 0, 4), ("y", 0, 100, 6), ("z", 0, 200, 4), ("x", 1, 0, 5))]
+    old = seq(CacheConfig(capacity_tokens=16, block_size=4), *reqs)[1]
+    new = seq(CacheConfig(capacity_tokens=16, block_size=4, vllm_version="0.33.0"), *reqs)[1]
+    assert old[3].cached_tokens == 0 and new[3].cached_tokens == 4
+
+
+def test_033_admits_a_request_only_when_its_whole_prompt_fits():
+    # block size 4, 4 usable blocks, 16 tokens a step: p prefills 12 tokens (3 blocks); 4 tokens of budget
+    # and 1 block are left. 0.11.0 admits q with a 4-token chunk; 0.33.0 (scheduler_reserve_full_isl)
+    # needs q's 3 blocks free and admits it only once p has finished
+    reqs = [Request(e, 0, toks(a, 12), completion_tokens=1, stopped_at_max_tokens=True) for e, a in (("p", 0), ("q", 100))]
+    old, _ = traced(CacheConfig(capacity_tokens=20, block_size=4, max_batched_tokens=16), reqs)
+    new, _ = traced(CacheConfig(capacity_tokens=20, block_size=4, max_batched_tokens=16, vllm_version="0.33.0"), reqs)
+    assert old.trace[0] == [("p", 0, 12), ("q", 0, 4)]
+    assert new.trace[0] == [("p", 0, 12)]
+    assert ("q", 0, 12) in new.trace[1]
+
+
+def test_033_counts_prefix_lookups_at_admission_and_preempted_ones_apart():
+    # the preemption case above: 0.11.0 counts c's blocked lookups in every step it waits; 0.33.0 counts
+    # each request's admission once, and c's re-admission as a preempted query
+    reqs = [Request("a", 0, toks(0, 16), completion_tokens=4), Request("b", 0, toks(1000, 24), completion_tokens=4),
+            Request("c", 0, toks(2000, 24), completion_tokens=4), Request("d", 0, toks(3000, 8), completion_tokens=4)]
+    cfg = dict(capacity_tokens=6 * 16, max_num_seqs=3)
+    old, old_res = traced(CacheConfig(**cfg), reqs)
+    new, new_res = traced(CacheConfig(**cfg, vllm_version="0.33.0"), reqs)
+    assert sum(r.preemptions for r in new_res) == 1
+    assert new.queries == 16 + 24 + 24 + 8  # every first admission once
+    assert new.preempted_queries == 25  # c again, with the token it had sampled
+    assert old.queries > new.queries + new.preempted_queries  # 0.11.0 also counted the blocked lookups
+    assert old.preempted_queries == 0
+
+
+def test_033_async_scheduling_holds_a_stopped_request_one_step_longer():
+    # a 16-token prompt and 2 reply tokens: 0.11.0 frees its blocks in the step that samples the last token;
+    # under 0.33.0's async scheduling the stop is read after the next step is scheduled, so the request is
+    # scheduled for one more token (its 18th) first; a reply cut at max_tokens is not
+    r = Request("a", 0, toks(0, 16), completion_tokens=2)
+    old, old_res = traced(CacheConfig(capacity_tokens=4096), [r])
+    new, res = traced(CacheConfig(capacity_tokens=4096, vllm_version="0.33.0"), [r])
+    assert old.trace == [[("a", 0, 16)], [("a", 0, 1)]]
+    assert new.trace == [[("a", 0, 16)], [("a", 0, 1)], [("a", 0, 1)]]
+    # the extra token is not work the request needed: the prompt, as under 0.11.0
+    assert res[0].recomputed_tokens == old_res[0].recomputed_tokens == 16
+    cut = Request("a", 0, toks(0, 16), completion_tokens=2, stopped_at_max_tokens=True)
+    assert traced(CacheConfig(capacity_tokens=4096, vllm_version="0.33.0"), [cut])[0].trace == old.trace
+
+
+def test_033_keeps_reuse_with_room_for_everything():
+    # with no cache pressure the versions give the same cached tokens (hashing of full blocks is unchanged)
+    reqs = [Request(e, t, np.concatenate([toks(0, 40), toks(1000 * i + 50 * t, 30)]), completion_tokens=5)
+            for t in range(3) for i, e in enumerate("abc")]
+    old, _ = simulate(reqs, CacheConfig(capacity_tokens=4096))
+    new, _ = simulate(reqs, CacheConfig(capacity_tokens=4096, vllm_version="0.33.0"))
+    assert old.cached_tokens == new.cached_tokens > 0 and old.preemptions == new.preemptions == 0
+
+
+def test_unknown_vllm_version_is_refused():
+    with pytest.raises(ValueError, match="vllm_version must be one of 0.11.0, 0.33.0"):
+        CacheConfig(capacity_tokens=64, vllm_version="0.20.0")

@@ -14,7 +14,7 @@ log = setup_logging(snakemake)
 w, kv = snakemake.wildcards, snakemake.params.kv
 stream = study.read_stream(snakemake.input.requests)
 rows, steps = study.simulate_settings(stream, kv.settings(), kv.block_size, kv.max_num_seqs, kv.max_num_batched_tokens,
-                                     kv.group_size, kv.draw_pool, kv.task_seed)
+                                     kv.group_size, kv.draw_pool, kv.task_seed, kv.vllm_version)
 tables = {
     "summary": rows,
     "steps": steps,

@@ -125,6 +125,7 @@ class StreamRequest:
     completion_tokens: int
     server_cached_tokens: int
     response_token_ids: list[int] = field(default_factory=list)
+    finish_reason: str = ""  # the server's ("length": cut at max_tokens); empty in replays and older streams
 
 
 @dataclass
@@ -162,7 +163,8 @@ def run_format(*, formatter: AlfWorldFormatter, benchmark, task_ids: list[str], 
             response = _reply_content(call.response) if reply_ids else ""
             stream.append(StreamRequest(rec.episode.episode_id, step, rec.episode.task_id, category, call.started_at,
                                         list(call.prompt_token_ids), call.completion_tokens, call.cached_tokens,
-                                        reply_ids(response) if reply_ids and response else []))
+                                        reply_ids(response) if reply_ids and response else [],
+                                        call.finish_reason or ""))
     stream.sort(key=lambda r: r.started_at)
     return FormatRun([rec for _, rec in played], stream)
 

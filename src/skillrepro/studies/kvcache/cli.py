@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--max-num-batched-tokens", "--max-batched-tokens", dest="max_batched_tokens", type=int, default=8192,
                    help="vLLM's --max-num-batched-tokens: tokens per scheduler step (0.11.0, H100-class: 8192); "
                         "--max-batched-tokens is the old spelling")
+    s.add_argument("--vllm-version", choices=sim.VLLM_VERSIONS, default=sim.VLLM_VERSION,
+                   help="whose scheduler and block pool to follow: 0.11.0 (default, the seminar's pin) or 0.33.0 "
+                        "(what `pip install vllm` gives; differences in sim.py's docstring and the README)")
     s.add_argument("--vocab-size", type=int,
                    help="token ids must lie below it (default: the tokenizer's vocabulary, else 2**63)")
     s.add_argument("--out", required=True, help="folder for per_request.parquet")
@@ -65,12 +68,12 @@ def _simulate(a: argparse.Namespace) -> int:
         else:
             cfg = sim.CacheConfig(capacity_tokens=a.capacity_tokens, block_size=a.block_size, policy=a.policy,
                                   schedule=a.schedule, max_num_seqs=a.max_num_seqs,
-                                  max_batched_tokens=a.max_batched_tokens)
+                                  max_batched_tokens=a.max_batched_tokens, vllm_version=a.vllm_version)
             summary, results = sim.simulate(reqs, cfg)
     except (ValueError, OSError) as e:
         print(f"skillrepro kvcache simulate: error: {e}", file=sys.stderr)
         return 2
     write_table(Path(a.out) / "per_request.parquet", sim.results_table(results))
-    engine = {"engine": "llamacpp"} if a.engine == "llamacpp" else {"engine": "vllm", "vllm_version": sim.VLLM_VERSION}
+    engine = {"engine": "llamacpp"} if a.engine == "llamacpp" else {"engine": "vllm", "vllm_version": a.vllm_version}
     print(json.dumps({**engine, **dataclasses.asdict(summary)}))
     return 0

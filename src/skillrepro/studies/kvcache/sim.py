@@ -1,7 +1,10 @@
 """A prefix-cache simulator that follows vLLM V1's scheduler and block manager, and a llama.cpp slot model.
 
-Pinned to vLLM 0.11.0 (`VLLM_VERSION`); each rule below is what that version's `v1/core` does (block_pool,
-kv_cache_manager, single_type_kv_cache_manager, kv_cache_utils, sched/scheduler), re-implemented here:
+Follows vLLM 0.11.0 by default (`VLLM_VERSION`, the seminar's and SkillRL's pin); `CacheConfig.vllm_version`
+"0.33.0" (what `pip install vllm` gives in December 2026) switches on the four differences of 0.33.0's
+`v1/core` that can change a number here, listed after the 0.11.0 rules. Each rule below is what 0.11.0's
+`v1/core` does (block_pool, kv_cache_manager, single_type_kv_cache_manager, kv_cache_utils, sched/scheduler),
+re-implemented here:
 - the pool has `capacity_tokens // block_size` blocks, `capacity_tokens` being the "GPU KV cache size" vLLM
   logs; block 0 is the reserved null block, so one block fewer is usable;
 - a block's hash chains its parent's hash and its own token ids; only full blocks are cached; a lookup stops
@@ -24,8 +27,29 @@ kv_cache_manager, single_type_kv_cache_manager, kv_cache_utils, sched/scheduler)
 - a request that cannot fit even alone (p + c - 1 tokens > usable blocks) is rejected before anything runs,
   as vLLM's server rejects it (its max_model_len never exceeds the KV cache).
 
-Defaults are 0.11.0's for `vllm serve` on a GPU with >= 70 GiB that is not an A100 (the seminar's H100):
-max_num_batched_tokens 8192 and max_num_seqs 1024.
+0.33.0 (read from its sdist's v1/core, block_pool.free_blocks, kv_cache_manager.allocate_slots and
+record_prefix_cache_stats, sched/scheduler.schedule, config/scheduler.py and config/vllm.py) differs in:
+- freeing: a freed block without a hash (a request's partial last block; 0.33.0's `free_blocks` calls them
+  "never match APC") goes to the head of the free queue, to be handed out first; hashed blocks join the
+  tail as before (0.11.0 appends every freed block to the tail);
+- admission (`scheduler_reserve_full_isl`, on by default): a waiting request is admitted only if the free
+  queue holds blocks for its whole sequence (less its hit), not just for this step's chunk;
+- counters: `prefix_cache_queries` / `prefix_cache_hits` are recorded when a request is admitted (a blocked
+  head looked up again each step is not counted) and leave out requests that were preempted before (0.33.0
+  counts those apart, as preempted queries and hits, kept here in `preempted_queries` / `preempted_hits`);
+- async scheduling (on by default; 0.11.0: off): step t+1 is scheduled before step t's output is read, so a
+  request that stops (EOS or a stop string) is scheduled for one more token, which can take a new block, and
+  frees its blocks one step later; a request that stops at max_tokens is not (0.33.0 skips it). Replies are
+  taken to stop on their own (`Request.stopped_at_max_tokens` False).
+What 0.33.0 also changed and changes no number here: block hashing (sha256 by default; only equality
+matters), sub-block ("partial") hits, which only hybrid/Mamba models use (a single full-attention group
+asserts hash block size = block size), the watermark (default 0), the per-request cached_tokens (still the
+hit at the first scheduling) and the H100-class defaults (still 8192 / 1024). Decode blocks are cached one
+step later under async scheduling, which no lookup here can see: a step's next prompts arrive after every
+reply of the step.
+
+Defaults are 0.11.0's (and 0.33.0's) for `vllm serve` on a GPU with >= 70 GiB that is not an A100 (the
+seminar's H100): max_num_batched_tokens 8192 and max_num_seqs 1024.
 
 The simulator's own choices: requests of one `step` arrive together and run until all finish before the
 next step's requests arrive (an agent's next prompt needs the reply); steps in which nothing but
@@ -96,6 +120,7 @@ class Request:
     token_ids: np.ndarray
     completion_tokens: int = 0
     response_token_ids: np.ndarray | None = None
+    stopped_at_max_tokens: bool = False  # 0.33.0's async scheduler schedules no extra token for such a reply
 
     def __post_init__(self):
         self.token_ids = np.asarray(self.token_ids, dtype=np.int64)
@@ -132,19 +157,25 @@ class Summary:
     reuse_ratio: float
     recomputed_tokens: int
     preemptions: int
-    # vLLM's own counters (vllm:prefix_cache_queries / _hits): every lookup, re-admissions included
+    # vLLM's own counters (vllm:prefix_cache_queries / _hits): 0.11.0 counts every lookup, re-admissions
+    # included; 0.33.0 counts admissions of never-preempted requests, the others in preempted_*
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
+    preempted_queries: int = 0
+    preempted_hits: int = 0
 
     @classmethod
-    def of(cls, results: Sequence[RequestResult], queries: int = 0, hits: int = 0) -> "Summary":
+    def of(cls, results: Sequence[RequestResult], queries: int = 0, hits: int = 0, preempted_queries: int = 0,
+           preempted_hits: int = 0) -> "Summary":
         p = sum(r.prompt_tokens for r in results)
         c = sum(r.cached_tokens for r in results)
         return cls(len(results), p, c, round(c / p, 6) if p else 0.0,
-                   sum(r.recomputed_tokens for r in results), sum(r.preemptions for r in results), queries, hits)
+                   sum(r.recomputed_tokens for r in results), sum(r.preemptions for r in results), queries, hits,
+                   preempted_queries, preempted_hits)
 
 
-VLLM_VERSION = "0.11.0"
+VLLM_VERSION = "0.11.0"  # the default: the seminar's and SkillRL's pin
+VLLM_VERSIONS = ("0.11.0", "0.33.0")
 # 0.11.0's defaults for `vllm serve` on a >= 70 GiB GPU that is not an A100 (engine/arg_utils.py)
 DEFAULT_MAX_NUM_SEQS = 1024
 DEFAULT_MAX_BATCHED_TOKENS = 8192
@@ -158,8 +189,11 @@ class CacheConfig:
     schedule: str = "lockstep"  # lockstep: requests of one step run together; sequential: one at a time
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS  # tokens per scheduler step, prefill and decode
+    vllm_version: str = VLLM_VERSION  # whose scheduler and block pool (module docstring: what differs)
 
     def __post_init__(self):
+        if self.vllm_version not in VLLM_VERSIONS:
+            raise ValueError(f"vllm_version must be one of {', '.join(VLLM_VERSIONS)}, got {self.vllm_version!r}")
         if self.block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {self.block_size}")
         if self.capacity_tokens < 2 * self.block_size:
@@ -178,13 +212,19 @@ class CacheConfig:
     def usable_blocks(self) -> int:
         return self.capacity_tokens // self.block_size - 1
 
+    @property
+    def newer(self) -> bool:
+        """0.33.0's rules (free order, full-sequence admission, admission-time counters, async scheduling)."""
+        return self.vllm_version != "0.11.0"
+
 
 class BlockPool:
     """vLLM's block pool: block 0 reserved (null), ref counts, hash -> {block} (duplicates kept, the first
     one answers a lookup), and an LRU free queue (head handed out first)."""
 
-    def __init__(self, num_blocks: int):
+    def __init__(self, num_blocks: int, hashless_first: bool = False):
         self.num_blocks = num_blocks
+        self.hashless_first = hashless_first  # 0.33.0: freed blocks without a hash go to the head
         self.ref = [0] * num_blocks
         self.hash_of: list[int | None] = [None] * num_blocks
         self.cached: dict[int, dict[int, None]] = {}
@@ -238,10 +278,18 @@ class BlockPool:
 
     def release(self, blocks: Sequence[int]) -> None:
         ref, free = self.ref, self.free
+        first = []
         for b in reversed(blocks):  # last block first: it is evicted first
             ref[b] -= 1
             if ref[b] == 0:
-                free[b] = None
+                # (a full reply block is hash-less here only when the stream lacks the reply's ids)
+                if self.hashless_first and self.hash_of[b] is None:
+                    first.append(b)
+                else:
+                    free[b] = None
+        for b in reversed(first):  # 0.33.0's prepend_n keeps their order at the head
+            free[b] = None
+            free.move_to_end(b, last=False)
 
     def reset(self) -> None:
         """vLLM's reset_prefix_cache: drop every hash (only valid while no block is in use)."""
@@ -253,7 +301,7 @@ class BlockPool:
 
 class _State:
     __slots__ = ("req", "hashes", "blocks", "num_tokens", "computed", "generated", "max_out", "cached",
-                 "computed_total", "preemptions", "new")
+                 "computed_total", "preemptions", "new", "ending")
 
     def __init__(self, req: Request, block_size: int):
         self.req = req
@@ -268,6 +316,7 @@ class _State:
         self.computed_total = 0
         self.preemptions = 0
         self.new = 0  # tokens scheduled in the current step
+        self.ending = False  # async scheduling: finished, its stop not yet read by the scheduler
 
     def result(self) -> RequestResult:
         r = self.req
@@ -285,9 +334,11 @@ class PrefixCacheSim:
 
     def __init__(self, cfg: CacheConfig, *, fast_forward: bool = True, trace: bool = False):
         self.cfg = cfg
-        self.pool = BlockPool(cfg.capacity_tokens // cfg.block_size)
+        self.pool = BlockPool(cfg.capacity_tokens // cfg.block_size, hashless_first=cfg.newer)
         self.queries = 0
         self.hits = 0
+        self.preempted_queries = 0
+        self.preempted_hits = 0
         self.steps = 0
         self.fast_forward = fast_forward
         # with trace: one entry per scheduler step, [(episode, step, tokens scheduled)] in schedule order
@@ -317,7 +368,7 @@ class PrefixCacheSim:
         return results
 
     def summary(self, results: Sequence[RequestResult]) -> Summary:
-        return Summary.of(results, self.queries, self.hits)
+        return Summary.of(results, self.queries, self.hits, self.preempted_queries, self.preempted_hits)
 
     # -- one batch: all requests arrive together; scheduler steps until every one has finished
     def _run_batch(self, states: list[_State]) -> None:
@@ -344,7 +395,10 @@ class PrefixCacheSim:
         computed = len(hit) * bs
         new = min(s.num_tokens - computed, budget)
         fresh = _ceil_div(computed + new, bs) - len(hit)
-        return new, fresh, fresh + sum(1 for b in hit if ref[b] == 0)
+        evictable = sum(1 for b in hit if ref[b] == 0)
+        if self.cfg.newer:  # scheduler_reserve_full_isl: the whole sequence must fit, not only this chunk
+            return new, fresh, _ceil_div(s.num_tokens, bs) - len(hit) + evictable
+        return new, fresh, fresh + evictable
 
     def _step(self, running: list[_State], waiting: deque) -> list[_State]:
         bs, pool, cfg = self.cfg.block_size, self.pool, self.cfg
@@ -356,6 +410,8 @@ class PrefixCacheSim:
             s = running[i]
             c = s.computed
             new = s.num_tokens - c  # the rest of a (re)prefill, or 1 when decoding
+            if s.ending:  # async: the finished request's stop is unread, so its last token is scheduled too
+                new = 1
             if new > budget:
                 new = budget
             end = c + new
@@ -371,8 +427,8 @@ class PrefixCacheSim:
                 if victim is s:
                     break
                 s.blocks += pool.allocate(need)
-            if end // bs > c // bs and c // bs < len(s.hashes):  # blocks became full: cache them
-                pool.register(s.blocks, s.hashes, c // bs, end // bs)
+            if end // bs > c // bs and c // bs < len(s.hashes) and not s.ending:  # blocks became full: cache
+                pool.register(s.blocks, s.hashes, c // bs, end // bs)  # (async caps at the tokens it knows)
             s.new = new
             budget -= new
             scheduled.append(s)
@@ -382,11 +438,19 @@ class PrefixCacheSim:
         while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             s = waiting[0]
             hit = self._lookup(s)
-            self.queries += s.num_tokens
-            self.hits += len(hit) * bs
+            if not cfg.newer:  # 0.11.0 counts every lookup
+                self.queries += s.num_tokens
+                self.hits += len(hit) * bs
             new, fresh, need = self._admission_need(s, hit, budget)
             if need > len(pool.free):
                 break
+            if cfg.newer:  # 0.33.0 counts at admission, preempted requests apart
+                if s.preemptions:
+                    self.preempted_queries += s.num_tokens
+                    self.preempted_hits += len(hit) * bs
+                else:
+                    self.queries += s.num_tokens
+                    self.hits += len(hit) * bs
             pool.touch(hit)
             s.blocks = hit + pool.allocate(fresh)
             s.computed = len(hit) * bs
@@ -405,22 +469,35 @@ class PrefixCacheSim:
         s.blocks = []
         s.computed = 0
         s.preemptions += 1
-        waiting.appendleft(s)
+        if not s.ending:  # a finished request whose stop was unread is done when the stop is read
+            waiting.appendleft(s)
 
     def _update(self, running: list[_State], scheduled: list[_State]) -> None:
         finished = False
+        late = self.cfg.newer  # async scheduling reads a step's output after scheduling the next step
+        if late:  # the stops read now: what finished in the previous step frees its blocks
+            for s in running:
+                if s.ending:
+                    self.pool.release(s.blocks)
+                    s.blocks = []
+                    finished = True
         for s in scheduled:
+            if s.ending:
+                continue  # its extra token is not counted as work a request needed
             s.computed += s.new
             s.computed_total += s.new
             if s.computed == s.num_tokens:  # the step's logits sample one token
                 s.generated += 1
                 s.num_tokens += 1
                 if s.generated >= s.max_out:
+                    if late and not s.req.stopped_at_max_tokens:
+                        s.ending = True  # released after the next step is scheduled
+                        continue
                     self.pool.release(s.blocks)
                     s.blocks = []
                     finished = True
         if finished:
-            running[:] = [s for s in running if s.generated < s.max_out]
+            running[:] = [s for s in running if s.generated < s.max_out or (s.ending and s.blocks)]
 
     def _fast_forward(self, running: list[_State], waiting: deque) -> None:
         """Skip the steps in which every running request decodes inside its last block without filling it
@@ -446,8 +523,9 @@ class PrefixCacheSim:
             hit = self._lookup(head)
             if self._admission_need(head, hit, budget)[2] <= len(self.pool.free):
                 return  # it would be admitted now
-            self.queries += k * head.num_tokens
-            self.hits += k * len(hit) * bs
+            if not cfg.newer:  # 0.11.0 counts the blocked head's lookup in every skipped step
+                self.queries += k * head.num_tokens
+                self.hits += k * len(hit) * bs
         for s in running:
             s.computed += k
             s.computed_total += k

@@ -98,7 +98,8 @@ def _request(r: StreamRequest, step: int) -> sim.Request:
     if not r.token_ids:
         raise ValueError(f"episode {r.episode!r} step {r.step}: no prompt token ids recorded")
     resp = np.asarray(r.response_token_ids, dtype=np.int64) if r.response_token_ids else None
-    return sim.Request(r.episode, step, np.asarray(r.token_ids, dtype=np.int64), r.completion_tokens, resp)
+    return sim.Request(r.episode, step, np.asarray(r.token_ids, dtype=np.int64), r.completion_tokens, resp,
+                       stopped_at_max_tokens=r.finish_reason == "length")
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,8 @@ class SimRow:
     preemptions: int
     prefix_cache_queries: int
     prefix_cache_hits: int
+    preempted_queries: int  # 0.33.0 counts lookups of preempted requests apart (0 under 0.11.0)
+    preempted_hits: int
 
 
 @dataclass
@@ -138,13 +141,14 @@ def simulate_settings(stream: Sequence[StreamRequest], settings: Iterable[Settin
                       max_num_seqs: int = sim.DEFAULT_MAX_NUM_SEQS,
                       max_batched_tokens: int = sim.DEFAULT_MAX_BATCHED_TOKENS,
                       group_size: int = 1, draw_pool: int | None = None,
-                      draw_seed: int = 0) -> tuple[list[SimRow], list[StepRow]]:
+                      draw_seed: int = 0, vllm_version: str = sim.VLLM_VERSION) -> tuple[list[SimRow], list[StepRow]]:
     rows, steps = [], []
     for s in settings:
         n = min(s.concurrency, len(_episodes_in_order(stream)) * group_size)
         reqs = lockstep_requests(stream, n, group_size, draw_pool, draw_seed)
         cfg = sim.CacheConfig(capacity_tokens=s.capacity_tokens, block_size=block_size, policy=s.policy,
-                              max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens)
+                              max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
+                              vllm_version=vllm_version)
         try:
             summary, results = sim.simulate(reqs, cfg)
         except ValueError as e:
@@ -163,6 +167,28 @@ def simulate_settings(stream: Sequence[StreamRequest], settings: Iterable[Settin
             a[2] += res.cached_tokens
         steps += [StepRow(s.policy, s.capacity_tokens, s.concurrency, k, *v) for k, v in sorted(agg.items())]
     return rows, steps
+
+
+def version_comparison(stream: Sequence[StreamRequest], kv: "KVConfig") -> list[dict]:
+    """Every simulated setting of one run under each vLLM version the simulator follows, side by side: what
+    moves when a user runs `pip install vllm` (0.33.0) instead of the seminar's 0.11.0."""
+    by_version = {}
+    for v in sim.VLLM_VERSIONS:
+        rows, _ = simulate_settings(stream, kv.settings(), kv.block_size, kv.max_num_seqs, kv.max_num_batched_tokens,
+                                    kv.group_size, kv.draw_pool, kv.task_seed, v)
+        by_version[v] = rows
+    old, new = (by_version[v] for v in sim.VLLM_VERSIONS)
+    out = []
+    for a, b in zip(old, new):
+        row = dict(policy=a.policy, capacity_tokens=a.capacity_tokens, concurrency=a.concurrency, requests=a.requests,
+                   prompt_tokens=a.prompt_tokens)
+        for key in ("reuse_ratio", "cached_tokens", "preemptions", "recomputed_tokens", "prefix_cache_queries",
+                    "prefix_cache_hits"):
+            row[f"{key}_0.11.0"], row[f"{key}_0.33.0"] = getattr(a, key), getattr(b, key)
+        row["reuse_ratio_difference"] = b.reuse_ratio - a.reuse_ratio
+        row["preemptions_difference"] = b.preemptions - a.preemptions
+        out.append(row)
+    return out
 
 
 @dataclass
@@ -330,6 +356,7 @@ class KVConfig:
     blend: tuple[tuple[str, object], ...] = ()  # the `blend:` settings as sorted (key, value) pairs
     group_size: int = 1  # GRPO-style: each game this many times in its lockstep batch (lockstep_requests)
     draw_pool: int | None = None  # each episode slot draws its game from this many, with replacement
+    vllm_version: str = sim.VLLM_VERSION  # whose scheduler the simulator follows (sim.VLLM_VERSIONS)
 
     @classmethod
     def from_config(cls, config: dict) -> "KVConfig":
