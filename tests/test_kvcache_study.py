@@ -245,3 +245,32 @@ def test_schema_lists_every_format():
 
     props = yaml.safe_load((ROOT / "schemas/kvcache.schema.yaml").read_text())["properties"]["formats"]
     assert tuple(props["items"]["enum"]) == tuple(props["default"]) == F.FORMATS
+
+
+def test_gpu_preset_lists_the_seminars_models_and_refuses_placeholders():
+    import yaml
+    from snakemake.utils import validate
+
+    from skillrepro.config import ROOT
+
+    config = yaml.safe_load((ROOT / "configs/kvcache-gpu.yaml").read_text())
+    kv = config["kvcache"]
+    assert [m["name"] for m in kv["models"]] == ["base", "skillrl-sft", "skillrl-rl"]
+    kv["bank"] = None  # past the bank's own placeholder
+    validate(kv, str(ROOT / "schemas" / "kvcache.schema.yaml"), set_default=True)
+    with pytest.raises(ValueError, match=r"kvcache.models\[skillrl-sft\].llm.model is still the preset's "
+                                         r"placeholder .*SFT checkpoint.*folder"):
+        study.KVConfig.from_config(config)
+    for m, path in zip(kv["models"][1:], ("/ckpt/sft", "/ckpt/rl")):
+        m["llm"]["model"] = path
+    llms = study.KVConfig.from_config(config).model_llms(config)
+    assert {n: c.model for n, c in llms.items()} == {"base": "Qwen/Qwen2.5-7B-Instruct", "skillrl-sft": "/ckpt/sft",
+                                                   "skillrl-rl": "/ckpt/rl"}
+
+
+def test_games_note_says_official_or_generated():
+    official = study.games_note(["official:valid_unseen/pick_and_place-x/trial_1"] * 2, "test", "/data/alfworld")
+    assert official.startswith("KV-cache study plays 2 official ALFWorld games of split test (valid_unseen) "
+                               "from /data/alfworld")
+    generated = study.games_note(["gen:pick_and_place:1000"], "test", None)
+    assert "1 generated ALFWorld games" in generated and "options.data_path (or ALFWORLD_DATA)" in generated

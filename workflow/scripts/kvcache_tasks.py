@@ -1,15 +1,21 @@
-"""The games every (format, seed) run plays: n_games ids of the configured split."""
+"""The games every (format, seed) run plays: n_games ids of the configured split. The study's first job, so it
+says which games (official ALFWorld or generated) in its log and on the console."""
 import json
+import logging
 
+from skillrepro.progress import PROGRESS_LOGGER
 from skillrepro.studies.kvcache import formats as F
+from skillrepro.studies.kvcache import study
 from skillrepro.studies.kvcache.actor import format_benchmark
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
 
 log = setup_logging(snakemake)
 kv = snakemake.params.kv
-ids = format_benchmark(snakemake.params.bench).sample_tasks(kv.split, kv.n_games, kv.task_seed)
+bench = format_benchmark(snakemake.params.bench)
+ids = bench.sample_tasks(kv.split, kv.n_games, kv.task_seed)
 bank = F.bank_summary(F.load_bank(kv.bank))
-log.info("skill bank %s", bank)
-write_text(snakemake.output[0], json.dumps({"split": kv.split, "tasks": ids, "bank": bank}, indent=1))
+games = study.games_note(ids, kv.split, getattr(bench, "data_path", None))
+logging.getLogger(PROGRESS_LOGGER).info("%s; skill bank %s", games, bank)  # console and log
+write_text(snakemake.output[0], json.dumps({"split": kv.split, "tasks": ids, "bank": bank, "games": games}, indent=1))
 log.info("%d %s games: %s", len(ids), kv.split, ", ".join(ids))

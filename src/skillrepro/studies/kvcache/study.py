@@ -319,6 +319,10 @@ PLACEHOLDER_HINTS = {
     "bank": "set it to SkillRL's ALFWorld skill bank, memory_data/alfworld/claude_style_skills.json of "
             "github.com/aiming-lab/SkillRL (55 entries), or to null for the shipped default bank (34 entries, "
             "our wording; README, Deviations)",
+    # kvcache.models[<name>].llm.model in the GPU preset: the seminar's three models (seed 001, 2-0)
+    "model": "set it to the model's folder (a Hugging Face checkpoint vllm serve can load) or its Hugging Face id; "
+             "the seminar's models are Qwen2.5-7B-Instruct (the base model) and SkillRL's SFT and RL checkpoints "
+             "of it (github.com/aiming-lab/SkillRL)",
 }
 
 
@@ -382,6 +386,11 @@ class KVConfig:
             raise ValueError(f"kvcache.models: names must be unique, got {', '.join(names)}")
         if models and kv.get("replay"):
             raise ValueError("kvcache.models: a replay (kvcache.replay) has no model; leave one of them out")
+        for m in models:  # the GPU preset's models stop the study until each names a real checkpoint
+            for key, value in (m.get("llm") or {}).items():
+                if is_placeholder(value):
+                    raise ValueError(f"kvcache.models[{m['name']}].llm.{key} is still the preset's placeholder "
+                                     f"{value!r}: " + PLACEHOLDER_HINTS.get(key, "set it"))
         kv["blend"] = tuple(sorted((kv.get("blend") or {}).items()))
         # frozen and hashable, and a plain value in Snakemake's params: the overrides as sorted JSON
         kv["models"] = tuple((m["name"], json.dumps(m.get("llm") or {}, sort_keys=True)) for m in models)
@@ -444,6 +453,18 @@ class KVConfig:
 
     def settings(self) -> list[Setting]:
         return [Setting(p, c, n) for p in self.policies for c in self.capacity_tokens for n in self.concurrency]
+
+
+def games_note(task_ids: Sequence[str], split: str, data_path: str | None) -> str:
+    """Which games the study plays, said at its start: official ALFWorld games (ids `official:<folder>/...`)
+    from `data_path`, or generated ones and how to get the official games instead."""
+    if task_ids and all(t.startswith("official:") for t in task_ids):
+        folders = sorted({t.split(":", 1)[1].split("/", 1)[0] for t in task_ids})
+        return (f"KV-cache study plays {len(task_ids)} official ALFWorld games of split {split} "
+                f"({', '.join(folders)}) from {data_path}")
+    return (f"KV-cache study plays {len(task_ids)} generated ALFWorld games of split {split}, not the official "
+            "ones: set benchmarks.<name>.options.data_path (or ALFWORLD_DATA) to the folder alfworld-download "
+            "fills to play those")
 
 
 def model_name(model: str) -> str:
