@@ -65,6 +65,8 @@ rule induce:
         settings=settings(*RUN_SETTINGS),
         request_budget=config["budgets"]["inducer_requests"],
         trajectory_tokens=cfg.trajectory_tokens(config),
+        # config section inducer: only the sleep phases read it
+        inducer=settings("inducer"),
     wildcard_constraints:
         k=r"[1-9]\d*",  # v0 comes from init_library
     resources:

@@ -175,21 +175,36 @@ def test_bad_options_are_task_errors():
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_sample_tasks_from_scienceworld_partitions(family):
-    bench = ScienceWorldBenchmark(family=family)
+@pytest.mark.parametrize("draw", ["union", "stratified"])
+def test_sample_tasks_from_scienceworld_partitions(family, draw):
+    bench = ScienceWorldBenchmark(family=family, **({} if draw == "union" else {"draw": draw}))
     train, test = bench.sample_tasks("train", 200, 42), bench.sample_tasks("test", 30, 42)
     assert len(set(train)) == 200 and len(set(test)) == 30
     assert train == bench.sample_tasks("train", 200, 42) and train != bench.sample_tasks("train", 200, 7)
     assert not set(train) & set(test)
     for split, ids in (("train", train), ("test", test)):
-        tasks = set()
+        per_task = {}
         for task_id in ids:
             name, var = sw.parse_task_id(task_id)
             assert var in partitions(name)[split], task_id
-            tasks.add(name)
-        assert tasks == set(FAMILIES[family])  # stratified: every task of the family is drawn
+            per_task[name] = per_task.get(name, 0) + 1
+        if draw == "stratified":
+            assert set(per_task) == set(FAMILIES[family])  # every task of the family is drawn
     with pytest.raises(TaskError, match="only"):
         bench.sample_tasks("test", 10_000, 42)
+
+
+def test_the_papers_draw_follows_the_partition_sizes():
+    """B.1: 200 train pairs from electricity's pooled partition (10 + 10 + 450 + 300 variations): a task comes
+    up in proportion to its partition, where the stratified draw gives each an equal share."""
+    count = lambda ids: {t: sum(sw.parse_task_id(i)[0] == t for i in ids) for t in FAMILIES["electricity"]}  # noqa: E731
+    union = count(ScienceWorldBenchmark().sample_tasks("train", 200, 42))
+    stratified = count(ScienceWorldBenchmark(draw="stratified").sample_tasks("train", 200, 42))
+    assert union["test-conductivity"] > union["test-conductivity-of-unknown-substances"] > 60
+    assert union["power-component"] + union["power-component-renewable-vs-nonrenewable-energy"] <= 12
+    assert stratified["power-component"] == 10 and stratified["test-conductivity"] >= 50
+    with pytest.raises(TaskError, match="option draw"):
+        ScienceWorldBenchmark(draw="uniform")
 
 
 def test_parse_command_maps_every_gold_form():

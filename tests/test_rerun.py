@@ -150,8 +150,9 @@ def test_sleep_every_reruns_the_training_chain_but_not_the_v0_evaluation(finishe
     }
 
 
-def test_the_inducer_budget_reruns_the_sleep_phases_and_what_follows_them(finished):
-    jobs = changed(finished, set_("budgets.inducer_requests", 5))
+@pytest.mark.parametrize("path, value", [("budgets.inducer_requests", 5), ("inducer.last_request_nudge", False)])
+def test_the_inducer_budget_reruns_the_sleep_phases_and_what_follows_them(finished, path, value):
+    jobs = changed(finished, set_(path, value))
     assert jobs == {
         "induce": {f"{r}/{k}" for r in RUNS for k in (1, 2)},
         "rollout": {f"{r}/1" for r in RUNS},

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from skillrepro.agent import EpisodeSpec
-from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
+from skillrepro.config import BenchmarkConfig, InducerLimits, LLMConfig, MethodConfig
 from skillrepro.methods import InduceContext, get_method
 from skillrepro.methods.speedrunner import parse_action
 from skillrepro.llm.client import Reply
@@ -55,12 +55,13 @@ def recorded(tmp_path_factory):
     return run
 
 
-def ctx_for(run: Path, llm: LLMConfig | None = None, budget: int = 8, **options) -> InduceContext:
+def ctx_for(run: Path, llm: LLMConfig | None = None, budget: int = 8, limits: InducerLimits = InducerLimits(),
+            **options) -> InduceContext:
     lib_root = run / "library"
     return InduceContext(library=Library.load(lib_root / "v0"), cycle=0, history_dirs=(run / "batches" / "c0",),
                          library_root=lib_root, out_dir=lib_root / "v1", record_dir=run / "induce" / "v1", run_id="r1", bench=BENCH,
                          method=MethodConfig("sr", "speedrunner", options), llm=llm or LLMConfig(ctx_per_slot=8192),
-                         request_budget=budget)
+                         request_budget=budget, limits=limits)
 
 
 def tree_hash(folder: Path) -> str:
@@ -219,6 +220,37 @@ def test_last_request_is_prefilled_when_nothing_was_saved(recorded):
     assert {f.name: f.public for f in lib.functions} == {"turn_around": True, "step_ahead": True}
     log = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     assert "did not parse and were dropped" in log[-1]["observation"]  # the half function cut by the token limit
+
+
+def test_the_inducer_limits_are_settings(recorded):
+    """Config section inducer reaches the session: reply tokens, the library in the first message, each tool
+    output, read_library, the history trim and the last-request nudge (off here); its defaults are today's."""
+    from skillrepro.check import check_config
+    from skillrepro.config import inducer_limits, load_yaml
+
+    assert inducer_limits(check_config(load_yaml(Path(__file__).parent / "data/tiny.yaml"), check_files=False)) == \
+        InducerLimits(256, None, 3000, 3000, 6000, True)
+
+    class Sized(Fake):
+        def chat(self, messages, *, max_tokens=None, **kw):
+            self.asked = [*getattr(self, "asked", []), max_tokens]
+            return super().chat(messages, max_tokens=max_tokens, **kw)
+
+    fake = Sized(["Action: read_library()", "Action: execute_code\n```python\nprint('x' * 5000)\n```",
+                  "nothing useful " * 400, "still nothing"])
+    limits = InducerLimits(min_reply_tokens=300, history_tokens=700, library_chars=40, tool_output_chars=150,
+                           read_library_chars=60, last_request_nudge=False)
+    lib = get_method("speedrunner").induce(ctx_for(recorded, budget=4, limits=limits), client=fake)
+    assert fake.asked == [300] * 4 and lib.meta["limits"]["tool_output_chars"] == 150
+    first = fake.seen[0][1]["content"]
+    assert "# public\ndef turn_around():" in first and "return turn_left()" not in first  # cut to 40 characters
+    log = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
+    assert len(log[0]["observation"]) == 60 and len(log[1]["observation"]) == 150
+    # 700 tokens x 3 characters: the first message gets half; the later turns are kept while all fits
+    size = lambda ms: sum(len(m["content"] or "") for m in ms)  # noqa: E731
+    assert len(first) <= 1050 and all(not sent[2:] or size(sent) <= 2100 for sent in fake.seen)
+    assert len(fake.seen[3]) < 2 + 6  # request 4 would carry 3 turns untrimmed; the 6000-character reply is gone
+    assert not any("last request" in (m["content"] or "") for sent in fake.seen for m in sent)
 
 
 BOMBS = {

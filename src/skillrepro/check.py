@@ -81,7 +81,8 @@ def settings_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, benc
     `reads` names parts: "llm" (without the operational keys); "actor" (with its prompt files' contents);
     "benchmark" (env and options), "call_budget"
     and "method" of the job's `bench` and `variant` (a method's options with their defaults filled in, so
-    writing a default out is no change); or "section.key" for one value (e.g. "protocol.n_test").
+    writing a default out is no change); "section.key" for one value (e.g. "protocol.n_test"), or a section's
+    name for the whole section (e.g. "inducer", with the schema's defaults filled in).
     """
     chosen: dict[str, Any] = {}
     for part in reads:
@@ -107,5 +108,5 @@ def settings_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, benc
                                                                  actor_config(config).prompt_files}}
         else:
             section, _, key = part.partition(".")
-            chosen[part] = config[section][key]
+            chosen[part] = config[section][key] if key else config[section]
     return fingerprint(chosen)

@@ -22,7 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "schemas" / "config.schema.yaml"
 
 
-MIN_REPLY_TOKENS = 256  # a sleep-phase reply (a rewrite, a function) needs room, whatever the actor's max_tokens
 DEFAULT_TRAJECTORY_TOKENS = 1500  # budgets.trajectory_tokens when null, context permitting
 
 
@@ -71,6 +70,26 @@ class ActorConfig:
     restate_skills: bool = False  # the skill reminder after every observation (a deviation for small models)
     prompt_files: tuple[tuple[str, str], ...] = ()  # (prompt name, file) replacing a shipped actor prompt
     stop: tuple[str, ...] | None = None  # the reply's stop sequences; None: the protocol's own
+
+
+@dataclass(frozen=True)
+class InducerLimits:
+    """Config section `inducer`: the sleep phase's limits, this project's (the paper states none)."""
+
+    min_reply_tokens: int = 256  # a sleep-phase reply (a rewrite, a function) needs room, whatever llm.max_tokens
+    history_tokens: int | None = None  # SpeedRunner's conversation; None: what llm.ctx_per_slot leaves after a reply
+    library_chars: int = 3000  # the library source in the inducer's first message
+    tool_output_chars: int = 3000  # each execute_code result shown
+    read_library_chars: int = 6000  # a read_library result
+    last_request_nudge: bool = True  # the reminder (and text-protocol prefill) before a write-less session's last request
+
+    def reply_tokens(self, llm: "LLMConfig") -> int:
+        return max(llm.max_tokens, self.min_reply_tokens)
+
+    def history_chars(self, llm: "LLMConfig") -> int:
+        """Characters of conversation one sleep-phase request may carry (3 characters per token, to be safe)."""
+        tokens = self.history_tokens if self.history_tokens is not None else llm.ctx_per_slot - self.reply_tokens(llm)
+        return max(2000, tokens * 3)
 
 
 @dataclass(frozen=True)
@@ -214,9 +233,14 @@ def validate(config: dict[str, Any], *, check_files: bool = True) -> dict[str, A
     llm = LLMConfig.from_dict(config["llm"])
     _check_llm(llm, config["pricing"], check_files)
     asked = config["budgets"]["trajectory_tokens"]
-    if asked is not None and asked > _trajectory_room(llm):
+    room = _trajectory_room(llm, inducer_limits(config))
+    if asked is not None and asked > room:
         raise ConfigError(f"config key budgets.trajectory_tokens: {asked} tokens of episodes do not fit a sleep-phase "
-                          f"prompt with llm.ctx_per_slot {llm.ctx_per_slot}; at most {_trajectory_room(llm)}")
+                          f"prompt with llm.ctx_per_slot {llm.ctx_per_slot}; at most {room}")
+    limits = inducer_limits(config)
+    if limits.reply_tokens(llm) >= llm.ctx_per_slot:
+        raise ConfigError(f"config key inducer.min_reply_tokens: {limits.min_reply_tokens} reply tokens leave no "
+                          f"room for a prompt in llm.ctx_per_slot {llm.ctx_per_slot}")
     proto = protocol(config)
     if proto.train_rollouts % proto.sleep_every:
         raise ConfigError(
@@ -299,14 +323,20 @@ def _check_llm(llm: LLMConfig, pricing: dict[str, Any], check_files: bool) -> No
                               "provider's dollars per million tokens there")
 
 
-def _trajectory_room(llm: LLMConfig) -> int:
-    return (llm.ctx_per_slot - MIN_REPLY_TOKENS) // 2  # half the context: the prompt's other parts need the rest
+def _trajectory_room(llm: LLMConfig, limits: InducerLimits) -> int:
+    # half the context: the prompt's other parts need the rest
+    return (llm.ctx_per_slot - limits.min_reply_tokens) // 2
 
 
 def trajectory_tokens(config: dict[str, Any]) -> int:
     """Config key budgets.trajectory_tokens, with its default resolved (see the schema)."""
     asked = config["budgets"]["trajectory_tokens"]
-    return asked if asked is not None else min(DEFAULT_TRAJECTORY_TOKENS, _trajectory_room(llm_config(config)))
+    room = _trajectory_room(llm_config(config), inducer_limits(config))
+    return asked if asked is not None else min(DEFAULT_TRAJECTORY_TOKENS, room)
+
+
+def inducer_limits(config: dict[str, Any]) -> InducerLimits:
+    return InducerLimits(**config["inducer"])
 
 
 def llm_config(config: dict[str, Any]) -> LLMConfig:

@@ -1,6 +1,7 @@
 """Sleep phase k: the variant's method turns library v{k-1} and the training history into v{k}."""
 from pathlib import Path
 
+from skillrepro import config as cfg
 from skillrepro.methods import InduceContext, get_method
 from skillrepro.pipeline import run_id, run_settings, setup_logging
 from skillrepro.progress import Progress
@@ -17,6 +18,7 @@ ctx = InduceContext(
     library_root=previous.parent, out_dir=Path(out.library).parent, record_dir=Path(out.llm_calls).parent,
     run_id=run_id(w), bench=run.bench, method=run.method, llm=run.llm, request_budget=p.request_budget,
     sandbox=run.sandbox, trajectory_tokens=p.trajectory_tokens, prompts=run.prompts,
+    limits=cfg.inducer_limits(snakemake.config),
 )
 # on the console: the phase's start, a line a minute while it runs, its end
 with Progress(1, f"sleep phase (v{int(w.k) - 1} -> v{w.k}, at most {p.request_budget} inducer requests)") as progress:

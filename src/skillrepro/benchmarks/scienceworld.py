@@ -479,11 +479,16 @@ class ScienceWorldBenchmark(Benchmark):
     one_episode_per_process = True  # the process's one JVM holds one episode's world at a time
     PROMPTS = ("paper",)  # prompts/env_scienceworld_paper.txt: the interface, no strategy (B.3: no hints)
 
+    DRAWS = ("union", "stratified")
+
     def __init__(self, family: str = "electricity", room_each_step: bool = True, prompt: str = "paper",
-                 simplifications: str = "", **unknown: Any):
+                 simplifications: str = "", draw: str = "union", **unknown: Any):
         if unknown:
             raise TaskError(f"scienceworld: unknown option(s) {sorted(unknown)}; known: family, room_each_step, "
-                            "prompt, simplifications")
+                            "prompt, simplifications, draw")
+        if draw not in self.DRAWS:
+            raise TaskError(f"scienceworld: option draw: {draw!r} is not one of {', '.join(self.DRAWS)} (union: "
+                            "the paper's draw from the family's pooled partition; stratified: an equal share per task)")
         if family not in FAMILIES:
             raise TaskError(f"scienceworld: unknown family {family!r}; known: {', '.join(FAMILIES)}")
         bad = [x for x in simplifications.split(",") if x and x not in SIMPLIFICATIONS]
@@ -494,6 +499,7 @@ class ScienceWorldBenchmark(Benchmark):
             raise TaskError("scienceworld: option simplifications: noElectricalAction removes the actions the "
                             "electricity tasks need")
         self.simplifications = simplifications
+        self.draw = draw
         self.family = family
         self.tasks = FAMILIES[family]
         self.room_each_step = bool(room_each_step)
@@ -503,22 +509,26 @@ class ScienceWorldBenchmark(Benchmark):
         return self.prompt
 
     def sample_tasks(self, split: str, n: int, seed: int) -> list[str]:
-        """`n` (task, variation) pairs from ScienceWorld's own `split` partition of this family.
+        """`n` (task, variation) pairs from ScienceWorld's own `split` partition of this family
+        (get_variations_train/dev/test, disjoint by construction).
 
-        Stratified by task name: each task gets an equal share (a task whose partition is too small gives all
-        it has and the rest goes to the others). Drawing from the union instead would leave the two
-        power-component tasks (10 train variations each) almost absent next to test-conductivity (450).
+        Option `draw`: `union` (default, appendix B.1) draws `n` pairs uniformly from the family's pairs
+        pooled over its tasks, so a task appears in proportion to its partition (electricity's two
+        power-component tasks have 10 train variations each against test-conductivity's 450: about 2 of 200).
+        `stratified` (this project's earlier draw, not the paper's) gives each task an equal share (a task whose
+        partition is too small gives all it has and the rest goes to the others).
         """
         check_split(split)
         rng = random.Random(seed)
-        pools = {}
-        for task in self.tasks:
-            pool = list(partitions(task)[split])
-            rng.shuffle(pool)
-            pools[task] = pool
+        pools = {task: list(partitions(task)[split]) for task in self.tasks}
         total = sum(len(p) for p in pools.values())
         if n > total:
             raise TaskError(f"scienceworld family {self.family!r} has only {total} {split} variations; asked for {n}")
+        if self.draw == "union":
+            pooled = [TaskRef(t, v).task_id for t in self.tasks for v in pools[t]]
+            return rng.sample(pooled, n)
+        for pool in pools.values():
+            rng.shuffle(pool)
         quota = {t: 0 for t in self.tasks}
         left = n
         while left:

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from skillrepro.agent import Prompts
-from skillrepro.config import DEFAULT_TRAJECTORY_TOKENS, BenchmarkConfig, ConfigError, LLMConfig, MethodConfig
+from skillrepro.config import (DEFAULT_TRAJECTORY_TOKENS, BenchmarkConfig, ConfigError, InducerLimits, LLMConfig,
+                               MethodConfig)
 from skillrepro.skills import Library
 from skillrepro.skills.sandbox import SandboxPolicy
 
@@ -55,6 +56,7 @@ class InduceContext:
     sandbox: SandboxPolicy = SandboxPolicy()  # config key sandbox.require, for every sandbox the phase starts
     trajectory_tokens: int = DEFAULT_TRAJECTORY_TOKENS  # config key budgets.trajectory_tokens
     prompts: Prompts = Prompts()  # the actor's (config section actor), for a phase that plays episodes (ASI's replays)
+    limits: InducerLimits = InducerLimits()  # config section inducer
 
     @property
     def options(self) -> Any:

@@ -74,7 +74,7 @@ def _induce(ctx: InduceContext, client, replay: bool) -> Library:
     opts: Options = ctx.options
     bench = load_benchmark(ctx.bench)
     primitives = {p.name for p in bench.primitives()}
-    max_tokens, _ = budget(ctx.llm)
+    max_tokens, _ = budget(ctx.llm, ctx.limits)
     template = prompt_text(opts.prompt_file, "asi_inducer.txt")
     session_id = f"{ctx.run_id}/induce/v{ctx.library.version + 1}"
     # Online: the sleep phase after batch k learns from batch k's episodes (earlier ones had their turn).

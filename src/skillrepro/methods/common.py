@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillrepro.config import MIN_REPLY_TOKENS
+from skillrepro.config import InducerLimits
 from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
 from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession
 from skillrepro.store import LLMCall, write_records, write_text
@@ -150,10 +150,9 @@ def _opening(prompt_json: str) -> str:
         return ""
 
 
-def budget(llm) -> tuple[int, int]:
-    """(reply tokens, prompt characters) for one sleep-phase call: ~3 characters per token, to be safe."""
-    max_tokens = max(llm.max_tokens, MIN_REPLY_TOKENS)
-    return max_tokens, max(2000, (llm.ctx_per_slot - max_tokens) * 3)
+def budget(llm, limits: InducerLimits) -> tuple[int, int]:
+    """(reply tokens, prompt characters) for one sleep-phase call (config section inducer)."""
+    return limits.reply_tokens(llm), limits.history_chars(llm)
 
 
 def prompt_text(option: str | None, default: str) -> str:

@@ -42,7 +42,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
             return induce(ctx, c)
     opts: Options = ctx.options
     bench = load_benchmark(ctx.bench)
-    max_tokens, _ = budget(ctx.llm)
+    max_tokens, _ = budget(ctx.llm, ctx.limits)
     traces = read_traces(ctx.history_dirs[-opts.recent_batches:])
     system = prompt_text(opts.prompt_file, "opo_optimizer.txt").format(
         environment=bench.describe(), primitives="\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives()),

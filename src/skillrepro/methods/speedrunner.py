@@ -24,12 +24,12 @@ import ast
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from skillrepro.methods import InduceContext, register
-from skillrepro.config import MIN_REPLY_TOKENS
+from skillrepro.config import InducerLimits
 from skillrepro.methods.common import (CODE_FENCE, PREFIX_TRIES, SMOKE_LIMITS, client_for, load_check,
                                       longest_parsing_prefix, read_traces, render_traces)
 from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
@@ -41,11 +41,13 @@ from skillrepro.llm.client import LLMRequestError
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 HISTORY_TABLES = ("episodes", "steps", "llm_calls", "skill_calls")
 LAST_CHANCE_PREFILL = "Action: write_function(public=True)\n```python\ndef "
-OBS_CHARS = 3000  # tool output shown to the model per request
-# The interpreter loads the run's history into DuckDB when it starts: on a busy laptop that can take more
-# than a skill worker's 30 s.
-INTERPRETER_LIMITS = SandboxLimits(call_wall_s=60, call_cpu_s=30, memory_bytes=4 << 30, output_chars=OBS_CHARS,
-                                   start_wall_s=180, scratch_bytes=512 << 20)
+
+
+def interpreter_limits(limits: InducerLimits) -> SandboxLimits:
+    """The interpreter's sandbox. It loads the run's history into DuckDB when it starts: on a busy laptop that
+    can take more than a skill worker's 30 s. Its output capture is what the inducer is shown of a result."""
+    return SandboxLimits(call_wall_s=60, call_cpu_s=30, memory_bytes=4 << 30, output_chars=limits.tool_output_chars,
+                         start_wall_s=180, scratch_bytes=512 << 20)
 
 HELPER_API = """In execute_code these names are predefined (a notebook: your variables persist between calls):
   sql(query, limit=50) -> list of row dicts     show(query, limit=20)   prints a compact table
@@ -291,7 +293,7 @@ def delete_function(sess: Session, name: str) -> str:
     return f"Deleted {name}. Library: {', '.join(sess.functions) or '(empty)'}."
 
 
-def render_exec(out) -> str:
+def render_exec(out, max_chars: int) -> str:
     parts = []
     if out.output:
         more = out.output_total - len(out.output)
@@ -302,7 +304,7 @@ def render_exec(out) -> str:
         parts.append(f"Error:\n{out.exception}")
     if out.killed:
         parts.append(f"Error: stopped, {out.killed}.")
-    return ("\n".join(parts) or "(no output)")[:OBS_CHARS]
+    return ("\n".join(parts) or "(no output)")[:max_chars]
 
 
 # ------------------------------------------------------------------------------------------ the session
@@ -355,11 +357,11 @@ def induce(ctx: InduceContext, client=None) -> Library:
         environment=bench.describe(),
         primitives="\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives()),
         access_rule=access_rule, tools=protocol)
-    max_tokens = max(ctx.llm.max_tokens, MIN_REPLY_TOKENS)
-    ctx_chars = max(2000, (ctx.llm.ctx_per_slot - max_tokens) * 3)  # ~3 characters per token, to be safe
+    limits = ctx.limits
+    max_tokens, ctx_chars = limits.reply_tokens(ctx.llm), limits.history_chars(ctx.llm)
     facts = "\n".join(json.dumps(r, default=str) for r in summary) or "(no episodes yet)"
     task_msg = [f"Training so far (per cycle):\n{facts}",
-                f"Current library (version {ctx.library.version}):\n{sess.library_text()[:3000]}"]
+                f"Current library (version {ctx.library.version}):\n{sess.library_text()[:limits.library_chars]}"]
     sandbox, shown = None, None
     if interpreter:
         empty = {t: [(f.name, str(f.type)) for f in schema(cls)] for t, cls in _tables().items()}
@@ -367,7 +369,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
         tables += ", openings(task_id, opening: the task's first observation, with its mission)"
         task_msg.append(HELPER_API.format(tables=tables))
         sandbox = SandboxSession(
-            site_packages=True, limits=INTERPRETER_LIMITS, policy=ctx.sandbox,
+            site_packages=True, limits=interpreter_limits(limits), policy=ctx.sandbox,
             db={"tables": files, "empty_schemas": {t: _duck_types(c) for t, c in empty.items()},
                 # resets only: each task's first observation, nothing is stepped
                 "inline": {"openings": [{"task_id": t, "opening": o} for t, o in _openings(bench, task_ids)]},
@@ -394,7 +396,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
         for req in range(ctx.request_budget):
             left = ctx.request_budget - req
             prefill = ""
-            if left == 1 and sess.writes_ok == 0:
+            if left == 1 and sess.writes_ok == 0 and limits.last_request_nudge:
                 # A last reminder: a session that never writes leaves the library unchanged. In the text
                 # protocol the reply is also started for the model (servers continue a trailing assistant
                 # message), which is what gets a 135M model to write a function at all.
@@ -421,7 +423,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
                     text = prefill + text
                 action = parse_action(text, interpreter)
             t0 = time.time()
-            observation = _apply(action, sess, sandbox, interpreter, bench, task_ids, opts.replay_check)
+            observation = _apply(action, sess, sandbox, interpreter, bench, task_ids, opts.replay_check, limits)
             sess.transcript.append({"request": req, "prefill": prefill, "reply": reply.text, "tool": action.name, "code": action.code,
                                     "public": action.public, "target": action.target, "observation": observation,
                                     "tool_s": round(time.time() - t0, 3), "prompt_tokens": reply.record.prompt_tokens,
@@ -442,11 +444,12 @@ def induce(ctx: InduceContext, client=None) -> Library:
         "method": "speedrunner", "variant": ctx.method.variant, "cycle": ctx.cycle, "session_id": session_id,
         "requests": len(records), "writes_accepted": sess.writes_ok, "finished": sess.finished,
         "prompt": style, "access": "all_public" if all_public else "split", "interpreter": interpreter,
-        "replay_check": opts.replay_check, "trajectory_tokens": ctx.trajectory_tokens,
+        "replay_check": opts.replay_check, "trajectory_tokens": ctx.trajectory_tokens, "limits": asdict(limits),
         "trajectory_tokens_shown": shown})
 
 
-def _apply(action: Action, sess: Session, sandbox, interpreter: bool, bench, task_ids, replay: bool) -> str:
+def _apply(action: Action, sess: Session, sandbox, interpreter: bool, bench, task_ids, replay: bool,
+           limits: InducerLimits) -> str:
     if action.problem:
         return (f"Error: {action.problem}. Reply with 'Action: <tool>' and, for execute_code or "
                 f"write_function, one ```python block.")
@@ -455,9 +458,9 @@ def _apply(action: Action, sess: Session, sandbox, interpreter: bool, bench, tas
             return "Error: execute_code is not available in this session."
         if not action.code.strip():
             return "Error: no code block found after Action: execute_code."
-        return render_exec(sandbox.exec_code(action.code))
+        return render_exec(sandbox.exec_code(action.code), limits.tool_output_chars)
     if action.name == "read_library":
-        return sess.library_text()[:OBS_CHARS * 2]
+        return sess.library_text()[:limits.read_library_chars]
     if action.name == "write_function":
         return write_function(sess, action.code, action.public, bench, task_ids, replay)
     if action.name == "delete_function":

@@ -31,14 +31,15 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from skillrepro.methods import InduceContext, TaskChoice, TaskContext, register
-from skillrepro.methods.common import (Trace, append_functions, budget, check_prompt_file, client_for, prompt_text,
-                                        read_traces, render_traces, reply_code, save_records)
+from skillrepro.methods.common import (TOKEN_CHARS, Trace, append_functions, budget, check_prompt_file, client_for,
+                                       prompt_text, read_traces, render_traces, reply_code, save_records)
 from skillrepro.skills import Library
 from skillrepro.skills.library import SkillFunction
 from skillrepro.store import LLMCall, read_records
 from skillrepro.benchmarks import load_benchmark
 
 FALLBACK_GOAL = "Unlock an achievement you have not unlocked yet."
+CURRICULUM_REPLY_TOKENS = 128  # a goal is one short line
 
 
 @dataclass(frozen=True)
@@ -167,10 +168,12 @@ def next_task(ctx: TaskContext) -> TaskChoice:
         "Propose the next goal."])
     bench = load_benchmark(ctx.bench)
     system = prompt_text(opts.curriculum_prompt_file, "voyager_curriculum.txt").format(environment=bench.describe())
-    max_tokens, chars = budget(ctx.llm)
+    # A goal is one short line: the curriculum is a rollout job's call, not a sleep phase's (config section
+    # inducer is not read here), and its prompt is cut to what the context leaves after its reply.
+    chars = max(2000, (ctx.llm.ctx_per_slot - CURRICULUM_REPLY_TOKENS) * TOKEN_CHARS)
     reply = ctx.client.chat([{"role": "system", "content": system}, {"role": "user", "content": user[-chars:]}],
                             role="curriculum", session_id=curriculum_session(ctx.run_id, ctx.cycle, task_id),
-                            max_tokens=min(max_tokens, 128), seed=ctx.index)
+                            max_tokens=CURRICULUM_REPLY_TOKENS, seed=ctx.index)
     goal = parse_goal(reply.text) or FALLBACK_GOAL
     return TaskChoice(task_id, goal, tuple(retrieve(ctx.library, goal, opts.top_k, opts.retrieval)), (reply.record,))
 
@@ -201,7 +204,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
     bench = load_benchmark(ctx.bench)
     primitives = {p.name for p in bench.primitives()}
     prim_text = "\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives())
-    max_tokens, _ = budget(ctx.llm)
+    max_tokens, _ = budget(ctx.llm, ctx.limits)
     goals = _goals(ctx.history_dirs[-1:])
     library = ctx.library
     meta = dict(ctx.library.meta)
