@@ -2,7 +2,7 @@
 # vs non-renewable variant, test-conductivity and test-conductivity-of-unknown-substances) and classification
 # family (T4: find-living-thing, find-non-living-thing, find-plant, find-animal): the `reference` method's
 # positive control. It calls only the benchmark's primitives (go, open, look_around, look_at, pick_up,
-# put_down, move, connect, activate, deactivate, focus_on, wait, disambiguate, submit_answer) and reads only the
+# put_down, move, connect, activate, deactivate, focus_on, wait, disambiguate, inventory, submit_answer) and reads only the
 # text they return. Public: solve_task; the functions whose names start with an underscore are private
 # helpers. A library is its top-level functions only (no module-level code): each helper keeps its own
 # constants.
@@ -315,6 +315,16 @@ def _category_test(category):
     return thing
 
 
+def _carried(w):
+    """The names of what the inventory holds now."""
+    import re
+
+    text = str(inventory())
+    listing = text.split("\n\n")[0]
+    return [re.sub(r"^(?:an?|the) ", "", line.strip()).split(" (")[0] for line in listing.splitlines()[1:]
+            if line.strip()]
+
+
 def _find_category(w, task):
     """Find a thing of the task's category, focus on it, carry it to the named box and put it in."""
     import re
@@ -332,9 +342,16 @@ def _find_category(w, task):
     carry, _, focus = found[1].partition("|")
     w.act("focus_on", focus or carry)
     if w.room != box_room:
+        had = _carried(w)
         w.act("pick_up", carry)
         if not w.go_to(box_room):
             return f"Could not reach the {box_room}."
+        if not w.act("move", carry, box).startswith("You move"):
+            # What is carried may have a new name by now (an egg hatches on the way): take it from the inventory.
+            new = [c for c in _carried(w) if c not in had]
+            if len(new) == 1:
+                w.act("move", new[0], box)
+        return "done: moved to the " + box
     w.act("move", carry, box)
     return "done: moved to the " + box
 
