@@ -123,6 +123,25 @@ rule table_8:
         "../workflow/scripts/table_8.py"
 
 
+rule table_7:
+    input:
+        lambda w: [f"{cross_model_folder(m, 'table 7')}/{name}" for m in table7_models()
+                   for name in ("checkpoints.csv", "stats.csv")],
+    output:
+        report("results/tables/table7.csv", caption=f"{CAPTIONS}/table7.rst", category="Tables"),
+    params:
+        study=STUDY,
+        models=lambda w: table7_models(),
+    log:
+        "logs/table_7.log",
+    benchmark:
+        "results/timings/table_7.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/table_7.py"
+
+
 rule retention:
     input:
         "results/analytics/checkpoints.parquet",

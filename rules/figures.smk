@@ -141,6 +141,36 @@ rule figure_11:
         "../workflow/scripts/figure_11.py"
 
 
+# Figures 9 and 10 (appendix G.2): figure 2's curves for the model analysis.cross_model_figures names, from
+# its own finished run; no empty state (a run that does not exist fails, see rules/study.smk).
+rule figure_9_10:
+    input:
+        lambda w: cross_model_folder(CROSS_FIGURES[int(w.n)], f"figure {w.n}") + "/checkpoints.csv",
+    output:
+        report("results/figures/figure{n}.png", caption=f"{CAPTIONS}/figure9_10.rst", category="Figures"),
+    wildcard_constraints:
+        n="9|10",
+    params:
+        study=STUDY,
+        model=lambda w: CROSS_FIGURES[int(w.n)],
+    log:
+        "logs/figures/figure{n}.log",
+    benchmark:
+        "results/timings/figures/figure{n}.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/figure_9_10.py"
+
+
+# Figures 9, 10 and table 7, asked for whatever the config declares: fails naming the runs that are missing.
+rule cross_model:
+    input:
+        "results/figures/figure9.png",
+        "results/figures/figure10.png",
+        "results/tables/table7.csv",
+
+
 PAPER_TARGETS = [
     "results/tables/main.csv",
     "results/tables/checkpoints.csv",
@@ -151,4 +181,5 @@ PAPER_TARGETS = [
     "results/tables/retention.csv",
     "results/tables/figure5.csv",
     *[f"results/figures/figure{n}.png" for n in (2, 3, 4, 5, 6, 7, 11, 12)],
+    *CROSS_MODEL_TARGETS,
 ]

@@ -1,6 +1,6 @@
 # What the results rules share: the study the config declares (plain values for params), the protocol
 # variants' runs, and the declared record files the tables read (never a glob of results/).
-from skillrepro.analysis import Study, study_params
+from skillrepro.analysis import Study, cross_model_labels, cross_model_tables, study_params
 
 STUDY = study_params(config, CONFIG_NAME)
 ANALYSIS_STUDY = Study(**STUDY)
@@ -14,6 +14,36 @@ TRUNCATION_FILES = [
     for table in ("episodes", "llm_calls", "skill_calls")
 ] if TRUNCATION else []
 CROSS_MODEL = (config.get("analysis") or {}).get("cross_model") or {}
+# Appendix G.2: figure number -> the model whose runs it shows (analysis.cross_model_figures).
+CROSS_FIGURES = {int(k.removeprefix("figure")): v for k, v in config["analysis"]["cross_model_figures"].items()}
+
+
+def cross_model_folder(label, what):
+    """The results/tables folder of `label`'s finished run (this run's own, or analysis.cross_model's entry);
+    asked for a figure or table whose run does not exist, the DAG fails here, before any job, saying why."""
+    return cross_model_tables(label, LLM.model, CROSS_MODEL, what)
+
+
+def table7_models():
+    """The models table 7 compares: this run's own and analysis.cross_model's, once a cross-model run is
+    among them (one of the models figures 9 and 10 show)."""
+    labels = cross_model_labels(LLM.model, CROSS_MODEL)
+    if not set(labels) & set(CROSS_FIGURES.values()):
+        raise ValueError(
+            f"table 7 compares the cross-model runs of appendix G.2 ({', '.join(CROSS_FIGURES.values())}, "
+            f"analysis.cross_model_figures), but this config's model is {LLM.model} and analysis.cross_model lists "
+            f"{', '.join(CROSS_MODEL) or 'no run'}: run configs/cross-model-*.yaml in their own directories and list "
+            f"their results/tables/main.csv under analysis.cross_model")
+    return labels
+
+
+def _declared(label):
+    return label == LLM.model or label in CROSS_MODEL
+
+
+# In `all` only where their runs are declared; asked for otherwise (target cross_model), they fail.
+CROSS_MODEL_TARGETS = [f"results/figures/figure{n}.png" for n, label in CROSS_FIGURES.items() if _declared(label)] + (
+    ["results/tables/table7.csv"] if any(map(_declared, CROSS_FIGURES.values())) else [])
 
 
 def cross_eval_files(names):

@@ -374,6 +374,105 @@ def test_figures_draw_their_data(tmp_path):
         assert (tmp_path / f"{name}.png").stat().st_size > 2 * empty.stat().st_size, name
 
 
+# ------------------------------------------------------------------------------ cross-model (appendix G.2)
+def cross_model_run(score_gain: float, tokens: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A finished run's checkpoints.csv and stats.csv, scripted: react flat at 0.5 (two seeds, 0.4 and 0.6),
+    speedrunner from 0.5 to 0.5 + score_gain, its output tokens from 200 to `tokens` and LLM calls 10 to 5."""
+    rows = []
+    for v in ("react", "speedrunner"):
+        for seed in (0, 1):
+            for k in (0, 1, 2):
+                sr = v == "speedrunner"
+                rows.append(dict(run_benchmark="babyai", eval_benchmark="babyai", method=v, variant=v, seed=seed,
+                                 library_version=k, train_rollouts=2 * k, n_episodes=2,
+                                 score=0.4 + 0.2 * seed + (sr * score_gain * k / 2), success=0.0, progression=0.0,
+                                 output_tokens=200 + (tokens - 200) * k / 2 if sr else 200, llm_calls=10 - 2.5 * k * sr,
+                                 skill_calls=sr * k, cached_ratio=0.5, cost=0.0, invalid_action_rate=0.0))
+    stats = pd.DataFrame([{"benchmark": "babyai", "speedrunner": "speedrunner", "baseline": "react", "metric": m,
+                           "n": 4, "mean_speedrunner": 0, "mean_baseline": 0, "mean_difference": 0, "statistic": 1,
+                           "p_value": p} for m, p in (("success", 0.03), ("output_tokens", 0.001))])
+    return tables.checkpoint_table(pd.DataFrame(rows)), stats
+
+
+def test_table7_and_figures_9_and_10_show_each_models_run(tmp_path):
+    s = study()
+    runs = {"gemini-3-flash": cross_model_run(0.4, 50), "qwen3.5-27b": cross_model_run(-0.2, 100)}
+    t = tables.table7(runs, s).set_index(["model", "variant"])
+    assert list(t.index) == [("gemini-3-flash", "react"), ("gemini-3-flash", "speedrunner"),
+                             ("qwen3.5-27b", "react"), ("qwen3.5-27b", "speedrunner")]
+    g = t.loc[("gemini-3-flash", "speedrunner")]
+    assert (g.first_version, g.final_version, g.n_seeds, g.metric) == (0, 2, 2, "success")
+    assert g.score_first_mean == pytest.approx(0.5) and g.score_final_mean == pytest.approx(0.9)
+    assert g.score_change_points == pytest.approx(40) and g.score_final_sd == pytest.approx(0.02 ** 0.5)
+    assert g.output_tokens_change_pct == pytest.approx(-75) and g.llm_calls_change_pct == pytest.approx(-50)
+    assert t.loc[("qwen3.5-27b", "speedrunner")].score_change_points == pytest.approx(-20)
+    react = t.loc[("gemini-3-flash", "react")]
+    assert (react.speedrunner, react.p_score_vs_speedrunner, react.p_output_tokens_vs_speedrunner) == (
+        "speedrunner", 0.03, 0.001)
+    assert pd.isna(g.p_score_vs_speedrunner)  # SpeedRunner is not tested against itself
+    empty = tmp_path / "empty.png"
+    figures.empty_figure(empty, "x", "y", "z")
+    for n, (model, (checkpoints, _)) in zip((9, 10), runs.items()):
+        figures.cross_model_figure(checkpoints, model, n, s, tmp_path / f"f{n}.png", "its checkpoints.csv")
+        assert (tmp_path / f"f{n}.png").stat().st_size > 2 * empty.stat().st_size
+    # a run with no checkpoint of the main comparison is an error, not an empty figure
+    with pytest.raises(ValueError, match="figure 9: x.csv holds no test checkpoint"):
+        figures.cross_model_figure(runs["qwen3.5-27b"][0].iloc[0:0], "qwen3.5-27b", 9, s, tmp_path / "no.png", "x.csv")
+    assert not (tmp_path / "no.png").exists()
+
+
+def test_cross_model_outputs_build_from_finished_runs_and_fail_without_them(tmp_path):
+    from test_workflow import copy_workflow
+
+    copy_workflow(tmp_path)
+    cfg = yaml.safe_load((ROOT / "tests/data/tiny.yaml").read_text())
+    env = os.environ | {"SKILLREPRO_LLM_URL": "http://127.0.0.1:9/v1"}
+
+    def smk(*targets: str) -> subprocess.CompletedProcess:
+        (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+        return subprocess.run([sys.executable, "-m", "snakemake", *targets, "--cores", "1", "--configfile", "cfg.yaml",
+                               "--allowed-rules", "figure_9_10", "table_7", "cross_model"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True)
+
+    refused = smk("cross_model", "-n")
+    assert refused.returncode != 0 and "figure 9 shows the runs of gemini-3-flash, but this config's model is " \
+        "smollm2-135m and analysis.cross_model lists no run" in refused.stdout + refused.stderr
+    cfg["analysis"] = {"cross_model": {}}
+    for label, gain, own in (("gemini-3-flash", 0.4, False), ("qwen3.5-27b", -0.2, False), ("smollm2-135m", 0.0, True)):
+        folder = tmp_path / ("results/tables" if own else f"cross/{label}/results/tables")
+        folder.mkdir(parents=True, exist_ok=True)
+        checkpoints, stats = cross_model_run(gain, 100)
+        checkpoints.to_csv(folder / "checkpoints.csv", index=False)
+        stats.to_csv(folder / "stats.csv", index=False)
+        if not own:
+            (folder / "main.csv").write_text("benchmark,variant\n")  # figure 11's; figures 9, 10 and table 7 read beside it
+            cfg["analysis"]["cross_model"][label] = f"cross/{label}/results/tables/main.csv"
+    made = smk("results/tables/table7.csv", "results/figures/figure10.png")
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    t = pd.read_csv(tmp_path / "results/tables/table7.csv")
+    assert list(dict.fromkeys(t.model)) == ["smollm2-135m", "gemini-3-flash", "qwen3.5-27b"]
+    assert list(t[t.variant == "speedrunner"].score_change_points.round(6)) == [0.0, 40.0, -20.0]
+    assert (tmp_path / "results/figures/figure10.png").stat().st_size > 10_000
+
+
+def test_a_cross_model_run_is_found_or_named(tmp_path):
+    from skillrepro.analysis import cross_model_tables
+
+    assert cross_model_tables("m", "m", {}, "figure 9") == "results/tables"  # this run's own
+    folder = tmp_path / "other/results/tables"
+    folder.mkdir(parents=True)
+    for name in ("main.csv", "checkpoints.csv"):
+        (folder / name).write_text("x\n")
+    listed = {"qwen3.5-27b": str(folder / "main.csv")}
+    with pytest.raises(ValueError, match="stats.csv does not exist: finish that run"):
+        cross_model_tables("qwen3.5-27b", "m", listed, "table 7")
+    with pytest.raises(ValueError, match="figure 10 shows the runs of gemini-3-flash, but this config's model is m "
+                                         "and analysis.cross_model lists qwen3.5-27b"):
+        cross_model_tables("gemini-3-flash", "m", listed, "figure 10")
+    (folder / "stats.csv").write_text("x\n")
+    assert cross_model_tables("qwen3.5-27b", "m", listed, "table 7") == str(folder)
+
+
 # ------------------------------------------------------------------------------ config and DAG
 def config_with(**changes) -> dict:
     cfg = yaml.safe_load((ROOT / "tests/data/tiny.yaml").read_text())

@@ -208,6 +208,46 @@ def study_params(config: dict[str, Any], config_name: str) -> dict[str, Any]:
     }
 
 
+# ------------------------------------------------------------------------------------------ other models' runs
+def cross_model_tables(label: str, own_model: str, cross_model: dict[str, str], what: str) -> str:
+    """The results/tables folder of model `label`'s finished run, for `what` (a figure or table of appendix
+    G.2): this run's own when its model is `label`, else the folder of its main.csv in analysis.cross_model
+    (which must hold checkpoints.csv and stats.csv). A ValueError says which run is missing and how to make it."""
+    if label == own_model:
+        return "results/tables"
+    if label not in cross_model:
+        raise ValueError(
+            f"{what} shows the runs of {label}, but this config's model is {own_model} and analysis.cross_model "
+            f"lists {', '.join(cross_model) or 'no run'}: run the main comparison with {label} in its own "
+            f"directory (configs/cross-model-{label}.yaml, if the project has that preset) and list its "
+            f"results/tables/main.csv under analysis.cross_model.{label}")
+    folder = Path(cross_model[label]).parent
+    for name in ("main.csv", "checkpoints.csv", "stats.csv"):
+        if not (folder / name).is_file():
+            raise ValueError(f"{what}: analysis.cross_model.{label} names {cross_model[label]}, but {folder / name} "
+                             f"does not exist: finish that run (its target `all`) first")
+    return str(folder)
+
+
+def cross_model_groups(checkpoints: pd.DataFrame, study: Study) -> dict[str, list[str]]:
+    """Benchmark -> the variants another model's run shows in its curves (figures 9, 10): this config's main
+    comparison where this config declares the benchmark, every variant the run has where it does not."""
+    data = own(checkpoints)
+    order = [*study.benchmarks, *sorted(set(data.run_benchmark) - set(study.benchmarks))]
+    out = {}
+    for b in order:
+        have = list(dict.fromkeys(data[data.run_benchmark == b].variant))
+        chosen = [v for v in study.main_on(b) if v in have] if b in study.benchmarks else have
+        if chosen:
+            out[b] = chosen
+    return out
+
+
+def cross_model_labels(own_model: str, cross_model: dict[str, str]) -> list[str]:
+    """Every model whose runs this config can show: its own first, then analysis.cross_model's in order."""
+    return list(dict.fromkeys([own_model, *cross_model]))
+
+
 def _headline(env: str) -> str:
     """The Episode column the benchmark's tables and figures report (Benchmark.headline)."""
     return benchmark_class(env).headline

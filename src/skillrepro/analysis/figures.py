@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from skillrepro.analysis import COMPARISONS, Study, over_seeds, own
+from skillrepro.analysis import COMPARISONS, Study, cross_model_groups, over_seeds, own
 from skillrepro.store import atomic_path
 
 # ------------------------------------------------------------------------------------------ figures
@@ -104,6 +104,19 @@ def comparison_figure(checkpoints: pd.DataFrame, figure: str, study: Study, out:
     """Learning-curve figure `figure` as COMPARISONS declares it (its variants, title and empty-state note)."""
     c = COMPARISONS[figure]
     curves(checkpoints, study.groups(figure), study, out, title=c.title, needs=c.needs)
+
+
+def cross_model_figure(checkpoints: pd.DataFrame, model: str, number: int, study: Study, out: str | Path,
+                       source: str) -> None:
+    """Figure 9 or 10: figure 2's learning curves for another model's run (`checkpoints`, its checkpoints.csv
+    at `source`). A run without test checkpoints of a main comparison fails: these figures have no empty state."""
+    groups = cross_model_groups(checkpoints, study)
+    if not groups:
+        raise ValueError(f"figure {number}: {source} holds no test checkpoint of a main-comparison variant of "
+                         f"{model}: finish that run first")
+    curves(checkpoints, groups, study, out, needs="",
+           title=f"Figure {number}: main comparison with {model} (success or progression, and output tokens, "
+                 f"over training)")
 
 
 def cost_curves(training: pd.DataFrame, study: Study, out: str | Path, model: str | None = None) -> None:

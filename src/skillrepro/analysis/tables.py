@@ -6,7 +6,7 @@ import re
 
 import pandas as pd
 
-from skillrepro.analysis import RUN_KEYS, Study, final, over_seeds, own, with_score
+from skillrepro.analysis import RUN_KEYS, Study, cross_model_groups, final, over_seeds, own, with_score
 from skillrepro.skills.callgraph import graph_of
 
 # %Combat (figure 5's overlay): a library function is combat-aware when its source names a combat target
@@ -33,6 +33,52 @@ def checkpoint_table(per_seed: pd.DataFrame) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------ tables
+TABLE7_COLUMNS = ["model", "benchmark", "method", "variant", "metric", "n_seeds", "first_version", "final_version",
+                  "score_first_mean", "score_first_sd", "score_final_mean", "score_final_sd", "score_change_points",
+                  "output_tokens_first", "output_tokens_final", "output_tokens_change_pct", "llm_calls_first",
+                  "llm_calls_final", "llm_calls_change_pct", "speedrunner", "p_score_vs_speedrunner",
+                  "p_output_tokens_vs_speedrunner"]
+
+
+def table7(runs: dict[str, tuple[pd.DataFrame, pd.DataFrame]], study: Study) -> pd.DataFrame:
+    """Table 7 (appendix G.2): per model, benchmark and main-comparison variant, the headline metric (mean and
+    s.d. over seeds), output tokens and LLM calls per episode at the first (v0) and final checkpoint on the
+    run's own test set, and the two-sided paired t-test of the model's SpeedRunner against the variant at the
+    final checkpoint (its stats.csv), on the headline metric and on output tokens. `runs`: model -> (its
+    checkpoints.csv, its stats.csv), in the order the table lists them. Variants: this config's main
+    comparison where it declares the benchmark, every variant of the run otherwise (as figures 9 and 10)."""
+    rows = []
+    for model, (checkpoints, stats) in runs.items():
+        data = own(checkpoints)
+        for bench, variants in cross_model_groups(checkpoints, study).items():
+            d = data[data.run_benchmark == bench]
+            ours = next((v for v in variants if (d[d.variant == v].method == "speedrunner").any()), None)
+            metric = study.headline(bench) if bench in study.benchmarks else "score"
+            for variant in variants:
+                v = d[d.variant == variant].sort_values("library_version")
+                first, last = v.iloc[0], v.iloc[-1]
+                p = {}
+                for m, key in ((metric, "score"), ("output_tokens", "output_tokens")):
+                    hit = stats[(stats.benchmark == bench) & (stats.speedrunner == ours) & (stats.baseline == variant)
+                                & (stats.metric == m)] if ours and variant != ours else stats.iloc[0:0]
+                    p[key] = float(hit.p_value.iloc[0]) if len(hit) else float("nan")
+                rows.append({
+                    "model": model, "benchmark": bench, "method": first.method, "variant": variant, "metric": metric,
+                    "n_seeds": int(last.n_seeds), "first_version": int(first.library_version),
+                    "final_version": int(last.library_version),
+                    "score_first_mean": first.score_mean, "score_first_sd": first.score_sd,
+                    "score_final_mean": last.score_mean, "score_final_sd": last.score_sd,
+                    "score_change_points": 100 * (last.score_mean - first.score_mean),
+                    "output_tokens_first": first.output_tokens_mean, "output_tokens_final": last.output_tokens_mean,
+                    "output_tokens_change_pct": _pct(first.output_tokens_mean, last.output_tokens_mean),
+                    "llm_calls_first": first.llm_calls_mean, "llm_calls_final": last.llm_calls_mean,
+                    "llm_calls_change_pct": _pct(first.llm_calls_mean, last.llm_calls_mean),
+                    "speedrunner": ours or "", "p_score_vs_speedrunner": p["score"],
+                    "p_output_tokens_vs_speedrunner": p["output_tokens"],
+                })
+    return pd.DataFrame(rows, columns=TABLE7_COLUMNS)
+
+
 def table1(callgraph: pd.DataFrame) -> pd.DataFrame:
     """Call-graph max depth and density of the final libraries: mean and s.d. over seeds."""
     keys = ["benchmark", "method", "variant"]
