@@ -69,7 +69,7 @@ rule evaluate_truncated:
         llm_calls="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/llm_calls.parquet",
         skill_calls="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/skill_calls.parquet",
     wildcard_constraints:
-        n=r"\d+",
+        n=r"\d+|all",
     params:
         settings=settings(*RUN_SETTINGS),
         options=(TRUNCATION or {}).get("options", {}),

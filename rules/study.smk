@@ -10,7 +10,8 @@ TRUNCATION = (config.get("analysis") or {}).get("truncation")
 TRUNCATION_FILES = [
     f"results/runs/{TRUNCATION['benchmark']}/{TRUNCATION['variant']}/seed{s}/truncated/n{n}/{table}.parquet"
     for s in (TRUNCATION.get("seeds") or PROTOCOL.seeds[:1])
-    for n in TRUNCATION.get("sizes", [50, 100, 200, 400, 800])
+    # "all": the full library, evaluated as the truncations are (table 8's full-library row)
+    for n in [*TRUNCATION.get("sizes", [50, 100, 200, 400, 800]), "all"]
     for table in ("episodes", "llm_calls", "skill_calls")
 ] if TRUNCATION else []
 CROSS_MODEL = (config.get("analysis") or {}).get("cross_model") or {}

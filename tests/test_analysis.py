@@ -228,19 +228,20 @@ def test_table8_brackets_the_truncations_with_the_runs_own_checkpoints(tmp_path)
     s = study()
     run = "babyai/speedrunner/seed0"
     files = {}
-    for n, ok in ((1, [True, False]), (50, [False, False])):
+    for n, ok in ((1, [True, False]), (50, [False, False]), ("all", [True, True])):
         folder = tmp_path / f"runs/{run}/truncated/n{n}"
-        write_batch(folder, [episode(run, "test", 2, f"t{i}", o, 10 * n) for i, o in enumerate(ok)])
-        files[str(folder / "episodes.parquet")] = (n, min(n, 3))
+        write_batch(folder, [episode(run, "test", 2, f"t{i}", o, 10) for i, o in enumerate(ok)])
+        files[str(folder / "episodes.parquet")] = (n, 3 if n == "all" else min(n, 3))
     eps = analysis.episodes(list(files), [f.replace("episodes", "llm_calls") for f in files],
                             [f.replace("episodes", "skill_calls") for f in files], {})
     trunc = tables.truncation_metrics(eps, files, s)
     per_seed = pd.DataFrame([dict(run_benchmark="babyai", eval_benchmark="babyai", variant="speedrunner", seed=0,
                                   library_version=v, n_episodes=2, score=sc, output_tokens=tok)
-                             for v, sc, tok in ((0, 0.0, 90.0), (2, 1.0, 30.0))])
+                             for v, sc, tok in ((0, 0.0, 90.0), (2, 0.25, 30.0))])
     t = tables.table8(trunc, per_seed, s)
-    assert list(t.n_requested) == [1, 50, "0 (no skills)", "all (final)"]
-    assert list(t.n_shown) == [1, 3, "0 (no skills)", "all (final)"] and list(t.score) == [0.5, 0.0, 0.0, 1.0]
+    # the full library is the n=all re-evaluation (options as the truncations'), not the v2 checkpoint's 0.25
+    assert list(t.n_requested) == [1, 50, "all (final)", "0 (no skills)"]
+    assert list(t.n_shown) == [1, 3, 3, 0] and list(t.score) == [0.5, 0.0, 1.0, 0.0]
 
 
 def test_figure_groups_follow_methods_and_options():
@@ -512,7 +513,8 @@ def test_phase_chain_and_truncation_are_in_the_dag(tmp_path):
             "    output: results/runs/t4/speedrunner/seed0/library/v0/manifest.json") in out
     for target in ("results/runs/babyai/react/seed0/eval_on/t4/v2/episodes.parquet",
                    "results/runs/t4/react/seed0/eval_on/babyai/v2/episodes.parquet",
-                   "results/runs/babyai/speedrunner/seed0/truncated/n50/episodes.parquet"):
+                   "results/runs/babyai/speedrunner/seed0/truncated/n50/episodes.parquet",
+                   "results/runs/babyai/speedrunner/seed0/truncated/nall/episodes.parquet"):
         assert target in out
     assert "results/runs/t4/react/seed0/library/v0/manifest.json" in out and "rule init_library" in out
 

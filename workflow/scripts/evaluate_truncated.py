@@ -1,11 +1,12 @@
 """Appendix F: a final library re-evaluated on the test set with only its last N skills shown to the actor
-(N clipped to the library's size); the others stay callable from the visible ones."""
+(N clipped to the library's size; n "all": every visible skill, table 8's full-library row, evaluated under the
+same options as the truncated rows); the others stay callable from the visible ones."""
 import json
 from dataclasses import replace
 from pathlib import Path
 
 from skillrepro.agent import EpisodeSpec
-from skillrepro.analysis import truncate
+from skillrepro.analysis.tables import truncate
 from skillrepro.pipeline import run_id, run_settings, setup_logging
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library
@@ -16,7 +17,7 @@ final_dir = Path(snakemake.input.library).parent
 run = run_settings(snakemake, final_dir)
 method = replace(run.method, options={**run.method.options, **p.options})
 final = Library.load(final_dir)
-shown = truncate(final, int(w.n))
+shown = truncate(final, len(final.public()) if w.n == "all" else int(w.n))
 shown.write(Path(out.library).parent)
 log.info("v%d: showing %d of %d visible skills", final.version, shown.meta["truncated_to"], shown.meta["visible_before"])
 task_ids = json.loads(Path(snakemake.input.tasks).read_text())

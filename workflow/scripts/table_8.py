@@ -14,7 +14,13 @@ log = setup_logging(snakemake)
 inp, p = snakemake.input, snakemake.params
 study = analysis.Study(**p.study)
 episodes = analysis.episodes(inp.episodes, inp.calls, inp.skill_calls, p.pricing)
-shown = {e: (int(Path(e).parent.name.removeprefix("n")), json.loads(Path(m).read_text())["meta"]["truncated_to"])
+def requested(episodes: str) -> int | str:
+    """N of a truncated evaluation's folder (truncated/n{N}/), or "all"."""
+    n = Path(episodes).parent.name.removeprefix("n")
+    return n if n == "all" else int(n)
+
+
+shown = {e: (requested(e), json.loads(Path(m).read_text())["meta"]["truncated_to"])
          for e, m in zip(inp.episodes, inp.libraries)}
 trunc = tables.truncation_metrics(episodes, shown, study)
 table = tables.table8(trunc, pd.read_parquet(inp.checkpoints), study)

@@ -176,24 +176,27 @@ def truncate(library, n: int):
 
 
 def table8(trunc: pd.DataFrame, per_seed: pd.DataFrame, study: Study) -> pd.DataFrame:
-    """Table 8: mean headline metric of a final library re-evaluated with only the last N skills shown,
-    bracketed by N=0 (the library-free v0 checkpoint) and the full library (the final checkpoint)."""
+    """Table 8: mean headline metric of a final library re-evaluated with only the last N skills shown, then
+    the full library re-evaluated the same way (N "all": every visible skill, under the same options), and
+    N=0 (the library-free v0 checkpoint of the same run)."""
     cols = ["benchmark", "variant", "seed", "n_requested", "n_shown", "n_episodes", "metric", "score", "output_tokens"]
     rows = []
-    for r in trunc.itertuples():
-        rows.append({"benchmark": r.run_benchmark, "variant": r.variant, "seed": r.seed, "n_requested": r.n_requested,
+    # the truncations by N, then the full library
+    for r in sorted(trunc.itertuples(), key=lambda r: (r.run_benchmark, r.variant, r.seed, r.n_requested == "all",
+                                                       0 if r.n_requested == "all" else int(r.n_requested))):
+        rows.append({"benchmark": r.run_benchmark, "variant": r.variant, "seed": r.seed,
+                     "n_requested": "all (final)" if r.n_requested == "all" else r.n_requested,
                      "n_shown": r.n_shown, "n_episodes": r.n_episodes, "metric": study.headline(r.run_benchmark),
                      "score": r.score, "output_tokens": r.output_tokens})
     own_ = own(per_seed)
     for (bench, variant, seed) in sorted({(r["benchmark"], r["variant"], r["seed"]) for r in rows}):
         run = own_[(own_.run_benchmark == bench) & (own_.variant == variant) & (own_.seed == seed)]
-        for label, ck in (("0 (no skills)", run[run.library_version == 0]),
-                          ("all (final)", run[run.library_version == run.library_version.max()])):
-            if len(ck):
-                c = ck.iloc[0]
-                rows.append({"benchmark": bench, "variant": variant, "seed": seed, "n_requested": label,
-                             "n_shown": label, "n_episodes": c.n_episodes, "metric": study.headline(bench),
-                             "score": c.score, "output_tokens": c.output_tokens})
+        ck = run[run.library_version == 0]
+        if len(ck):
+            c = ck.iloc[0]
+            rows.append({"benchmark": bench, "variant": variant, "seed": seed, "n_requested": "0 (no skills)",
+                         "n_shown": 0, "n_episodes": c.n_episodes, "metric": study.headline(bench),
+                         "score": c.score, "output_tokens": c.output_tokens})
     return pd.DataFrame(rows, columns=cols)
 
 
