@@ -19,7 +19,8 @@ from skillrepro.check import check_config
 from skillrepro.benchmarks.babyai import _ACTIONS, BabyAIEnv
 from skillrepro.llm.client import Reply
 from skillrepro.methods import InduceContext, TaskContext, get_method, registry
-from skillrepro.methods.voyager import parse_goal, retrieve
+from skillrepro.methods.common import Frame, Trace
+from skillrepro.methods.voyager import parse_goal, progress, retrieve
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
 from skillrepro.store import LLMCall, read_records
@@ -315,6 +316,17 @@ def test_voyager_curriculum_reads_the_library_progress(voyager_run, tmp_path):
     text = fake.seen[0][2][1]["content"]
     assert "Completed goals: Collect wood" in text and "Failed goals: Make iron" in text
     assert choice.llm_calls[0].role == "curriculum"
+
+
+def test_voyager_curriculum_counts_achievements_unlocked_inside_skill_calls():
+    """D.2/D.3: a primitive returns None and the world is read with get_current_observation(); an achievement
+    unlocked in a skill is announced to the skill (its own look, or what it returns), not to the actor."""
+    inside = Trace("e1", "7", 0, False, 0.1, "start", [("collect_wood", [], "done: wood 1"), ("noop", [], "None")],
+                   {0: [Frame(0, "collect_wood", "[[], {}]", "done: wood 1", [
+                       ["do", [], "None"], ["get_current_observation", [], "You see a tree.\nNew achievement: Collect Wood!"]]),
+                        Frame(1, "_place", "[[], {}]", "New achievement: Place Table!", [])]})
+    by_actor = Trace("e2", "8", 0, False, 0.1, "start", [("get_current_observation", [], "New achievement: Collect Drink!")])
+    assert progress([inside, by_actor], 0) == "Achievements unlocked so far: Collect Drink, Collect Wood, Place Table."
 
 
 # ------------------------------------------------------------------------------------------ README

@@ -144,9 +144,22 @@ def _goals(dirs, cycle: int | None = None) -> dict[str, str]:
     return out
 
 
+_ACHIEVEMENT = re.compile(r"New achievement: ([^!\n]+)!")
+
+
+def unlocked(trace: Trace) -> set[str]:
+    """Achievements an episode announced: in the actor's observations and inside its skill calls (a skill's
+    own primitives, e.g. its get_current_observation(), and what it returned), where the announcement comes
+    when an achievement is unlocked during a call."""
+    texts = [obs for _, _, obs in trace.steps]
+    texts += [str(text) for frames in trace.frames.values() for f in frames
+              for text in (f.outcome, *(p[2] for p in f.primitives if len(p) > 2))]
+    return {m.strip() for text in texts for m in _ACHIEVEMENT.findall(text or "")}
+
+
 def progress(traces: list[Trace], recent: int) -> str:
-    unlocked = sorted({m for t in traces for _, _, obs in t.steps for m in re.findall(r"New achievement: ([^!\n]+)!", obs)})
-    lines = [f"Achievements unlocked so far: {', '.join(unlocked) if unlocked else 'none'}."]
+    unlocked_so_far = sorted(set().union(*map(unlocked, traces)))
+    lines = [f"Achievements unlocked so far: {', '.join(unlocked_so_far) if unlocked_so_far else 'none'}."]
     for t in traces[-recent:] if recent else []:
         final = t.steps[-1][2] if t.steps else t.opening
         lines.append(f"End of a recent episode ({len(t.steps)} steps, progression {t.progression:.2f}):\n{final[:800]}")
