@@ -20,7 +20,7 @@ from skillrepro.benchmarks.babyai import _ACTIONS, BabyAIEnv
 from skillrepro.llm.client import Reply
 from skillrepro.methods import InduceContext, TaskContext, get_method, registry
 from skillrepro.methods.common import Frame, Trace
-from skillrepro.methods.voyager import parse_goal, progress, retrieve
+from skillrepro.methods.voyager import FALLBACK_GOAL, parse_goals, progress, retrieve
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
 from skillrepro.store import LLMCall, read_records
@@ -249,9 +249,13 @@ def test_retrieval_ranks_the_skill_that_fits_the_goal():
     assert sorted(retrieve(lib, "anything", 5, "embedding")) == sorted(f.name for f in lib.functions)
 
 
-def test_parse_goal_reads_the_task_line():
-    assert parse_goal("Reasoning: wood first.\nTask: Collect 3 wood.") == "Collect 3 wood."
-    assert parse_goal("**Task**: Make a wood pickaxe") == "Make a wood pickaxe"
+def test_parse_goals_reads_the_task_lines_in_order():
+    assert parse_goals("Reasoning: wood first.\nTask: Collect 3 wood.", 5) == ["Collect 3 wood."]
+    assert parse_goals("**Task**: Make a wood pickaxe", 5) == ["Make a wood pickaxe"]
+    reply = "Reasoning: r.\nTask: Collect wood\nTask 2: Place a table\n3. Task: Make a wood pickaxe\nTask: Collect wood"
+    assert parse_goals(reply, 5) == ["Collect wood", "Place a table", "Make a wood pickaxe"]
+    assert parse_goals(reply, 2) == ["Collect wood", "Place a table"]  # max_goals
+    assert parse_goals("Reasoning: nothing", 5) == [FALLBACK_GOAL]
 
 
 @pytest.fixture(scope="module")
@@ -260,8 +264,8 @@ def voyager_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("voyager")
     Library(0, parse_functions(SKILLS), meta={"completed_goals": ["Drink water"]}).write(root / "library" / "v0")
     tasks = load_benchmark(CRAFTER).sample_tasks("train", 2, 42)
-    fake = RoleFake(curriculum=["Reasoning: trees are near.\nTask: Collect wood", "Task: Place a table"],
-                    actor=["Action: noop()"])
+    fake = RoleFake(curriculum=["Reasoning: trees are near.\nTask: Collect wood\nTask: Drink water",
+                                "Task: Place a table"], actor=["Action: noop()"])
     method = MethodConfig("voyager", "voyager", {"top_k": 1, "retrieval": "tfidf"})
     spec = EpisodeSpec("crafter/voyager/seed0", "crafter", "voyager", "voyager", 0, "train", 0, 0)
     run_batch(bench=CRAFTER, llm=LLMConfig(), library_dir=root / "library" / "v0", task_ids=tasks, spec=spec,
@@ -275,12 +279,14 @@ def test_voyager_curriculum_goal_and_retrieved_skills_reach_the_actor(voyager_ru
     curriculum = fake.seen[0][2][1]["content"]
     assert "Completed goals: Drink water" in curriculum and "Achievements unlocked so far" in curriculum
     second = next(m for r, _, m in fake.seen if r == "curriculum" and m is not fake.seen[0][2])
-    assert "not yet judged: Collect wood" in second[1]["content"]  # this batch's earlier goal
+    assert "not yet judged: Collect wood; Drink water" in second[1]["content"]  # this batch's earlier goals
+    assert "up to 5 concrete tasks" in fake.seen[0][2][0]["content"]  # max_goals reaches the prompt
     actors = [m for r, _, m in fake.seen if r == "actor"]
     first_system = actors[0][0]["content"]
-    assert "Goal for this episode: Collect wood" in first_system
-    # Only the top-1 skill for the goal is listed to the actor.
-    assert "collect_wood" in first_system and "drink_water" not in first_system
+    assert "Goal for this episode: Collect wood; then Drink water" in first_system
+    # Only the top-1 skill for each goal is listed to the actor.
+    assert "collect_wood" in first_system and "drink_water" in first_system
+    assert "place_crafting_table" not in first_system
     # The curriculum calls are in the batch's llm_calls table, next to the episodes they chose.
     calls = calls_at(voyager_run["root"] / "train" / "batch0")
     cur = [c for c in calls if c.role == "curriculum"]
@@ -290,20 +296,22 @@ def test_voyager_curriculum_goal_and_retrieved_skills_reach_the_actor(voyager_ru
 def test_voyager_sleep_phase_verifies_and_appends_skills(voyager_run):
     root = voyager_run["root"]
     writer = '```python\ndef collect_wood():\n    """Face a tree and hit it for wood."""\n    return do()\n```'
-    fake = RoleFake(critic=["Reasoning: wood in inventory.\nSuccess: yes\nCritique: none",
-                            "Reasoning: no table.\nSuccess: no\nCritique: collect wood first"],
-                    skill_writer=[writer])
+    drinker = '```python\ndef drink_at_lake():\n    """Walk to water and drink."""\n    return do()\n```'
+    yes = "Reasoning: done.\nSuccess: yes\nCritique: none"
+    fake = RoleFake(critic=[yes, yes, "Reasoning: no table.\nSuccess: no\nCritique: collect wood first"],
+                    skill_writer=[writer, drinker])
     ctx = ctx_for(root, "voyager", "voyager", {"retrieval": "tfidf"}, bench=CRAFTER, tag="_v")
     v1 = get_method("voyager").induce(ctx, fake)
-    assert fake.roles() == ["critic", "skill_writer", "critic"]
-    assert "Goal: Collect wood" in fake.seen[0][2][1]["content"]
+    # the first episode had two goals: each judged, each reached one a skill (several skills per episode)
+    assert fake.roles() == ["critic", "skill_writer", "critic", "skill_writer", "critic"]
+    assert "Goal: Collect wood" in fake.seen[0][2][1]["content"] and "Goal: Drink water" in fake.seen[2][2][1]["content"]
     # Append-only with a taken name: a numbered variant beside the untouched original (no consolidation).
-    assert [f.name for f in v1.functions] == [f.name for f in ctx.library.functions] + ["collect_wood_2"]
+    assert [f.name for f in v1.functions] == [f.name for f in ctx.library.functions] + ["collect_wood_2", "drink_at_lake"]
     assert v1.functions[:3] == ctx.library.functions
     assert v1.meta["descriptions"]["collect_wood_2"] == "Face a tree and hit it for wood."
-    assert v1.meta["completed_goals"] == ["Drink water", "Collect wood"]
+    assert v1.meta["completed_goals"] == ["Drink water", "Collect wood", "Drink water"]
     assert v1.meta["failed_goals"] == ["Place a table"]
-    assert [c.role for c in calls_at(ctx.record_dir)] == ["critic", "skill_writer", "critic"]
+    assert [c.role for c in calls_at(ctx.record_dir)] == ["critic", "skill_writer", "critic", "skill_writer", "critic"]
 
 
 def test_voyager_curriculum_reads_the_library_progress(voyager_run, tmp_path):

@@ -1,14 +1,17 @@
 """Voyager (Wang et al. 2023) as SpeedRunner runs it on Crafter (section 4.1, appendix F).
 
 - Automatic curriculum (`next_task`, during the rollout job): before each training episode one LLM call
-  (role "curriculum") proposes the next exploration goal from the progress so far: the achievements
-  unlocked, the latest episodes' final status and inventory, the goals completed and failed. The goal is
-  shown to the actor with the task, and the top-k skills retrieved for it are the ones listed to it. The
-  call is stored with that episode's llm_calls, so it lands in the batch's table.
-- Self-verification and skill writing (`induce`, the sleep phase after the batch): for each episode of the
-  batch a critic call (role "critic") judges from the trajectory whether its goal was reached; on success a
-  skill-writing call (role "skill_writer") appends one function with a docstring description. Append-only,
-  no consolidation: a name already taken gets a numbered suffix. Voyager's original runs the critic right
+  (role "curriculum") proposes the next exploration goals, in order (at most option `max_goals`), from the
+  progress so far: the achievements unlocked (those a skill unlocked too), the latest episodes' final
+  status and inventory, the goals completed and failed. The goals are shown to the actor with the task, and
+  the top-k skills retrieved for each are the ones listed to it. The call is stored with that episode's
+  llm_calls, so it lands in the batch's table. Voyager proposes its tasks one after another in one world; a
+  Crafter episode is that world, so one episode pursues several of them (the paper's Voyager library holds
+  909 skills after 200 rollouts).
+- Self-verification and skill writing (`induce`, the sleep phase after the batch): for each goal of each
+  episode of the batch a critic call (role "critic") judges from the trajectory whether it was reached; on
+  success a skill-writing call (role "skill_writer") appends one function with a docstring description, so
+  an episode can add several. Append-only, no consolidation: a name already taken gets a numbered suffix. Voyager's original runs the critic right
   after each episode and retries the same goal from the same state; the online protocol forbids the retry
   (no state survives a rollout), so judging the batch in its sleep phase loses nothing but latency: the
   curriculum sees this batch's goals as "attempted, not yet judged".
@@ -39,7 +42,7 @@ from skillrepro.store import LLMCall, read_records
 from skillrepro.benchmarks import load_benchmark
 
 FALLBACK_GOAL = "Unlock an achievement you have not unlocked yet."
-CURRICULUM_REPLY_TOKENS = 128  # a goal is one short line
+CURRICULUM_REPLY_TOKENS = 256  # a sentence of reasoning and a short line per goal
 
 
 @dataclass(frozen=True)
@@ -48,14 +51,15 @@ class Options:
     retrieval: Literal["embedding", "tfidf"] = "embedding"
     eval_goal: str = "Survive and unlock as many achievements as possible."  # retrieval query of test episodes
     recent_episodes: int = 3  # latest episodes whose final observation the curriculum reads
+    max_goals: int = 5  # goals the curriculum may propose for one episode (1: one goal per episode)
     curriculum_prompt_file: str | None = None  # replace prompts/voyager_curriculum.txt, _critic.txt, _skill.txt
     critic_prompt_file: str | None = None
     skill_prompt_file: str | None = None
     any_benchmark: bool = False  # run on benchmarks other than Crafter (not in the paper)
 
     def check(self) -> None:
-        if self.top_k < 1 or self.recent_episodes < 0:
-            raise ValueError("top_k must be >= 1 and recent_episodes >= 0")
+        if self.top_k < 1 or self.recent_episodes < 0 or self.max_goals < 1:
+            raise ValueError("top_k and max_goals must be >= 1 and recent_episodes >= 0")
         for name in ("curriculum_prompt_file", "critic_prompt_file", "skill_prompt_file"):
             check_prompt_file(name, getattr(self, name))
 
@@ -124,23 +128,27 @@ def curriculum_session(run_id: str, cycle: int, task_id: str) -> str:
     return f"{run_id}/train/c{cycle}/{task_id}/curriculum"
 
 
-def parse_goal(reply: str) -> str:
-    m = re.search(r"^\s*\**task\**\s*:\s*(.+)$", reply, re.IGNORECASE | re.MULTILINE)
-    goal = m.group(1) if m else next((ln for ln in reply.splitlines() if ln.strip()
-                                      and not ln.strip().lower().startswith("reasoning")), "")
-    return goal.strip().strip("*`\"' ")[:200]
+def parse_goals(reply: str, limit: int) -> list[str]:
+    """The reply's goals in order, its "Task:" lines (at most `limit`); without one, its first line that is
+    not reasoning; [FALLBACK_GOAL] when nothing is left."""
+    found = re.findall(r"^\s*(?:\d+[.)]\s*)?\**task\**\s*\d*\s*:\s*(.+)$", reply, re.IGNORECASE | re.MULTILINE)
+    if not found:
+        found = [next((ln for ln in reply.splitlines() if ln.strip()
+                       and not ln.strip().lower().startswith("reasoning")), "")]
+    goals = [g.strip().strip("*`\"' ")[:200] for g in found]
+    return list(dict.fromkeys(g for g in goals if g))[:limit] or [FALLBACK_GOAL]
 
 
-def _goals(dirs, cycle: int | None = None) -> dict[str, str]:
-    """Curriculum goals recorded in `dirs` (batch or episode folders): session id -> goal."""
+def _goals(dirs, limit: int, cycle: int | None = None) -> dict[str, list[str]]:
+    """Curriculum goals recorded in `dirs` (batch or episode folders): session id -> that episode's goals."""
     out = {}
     for d in dirs:
         if not (d / "llm_calls.parquet").is_file():
             continue
         for c in read_records(d / "llm_calls.parquet", LLMCall):
             if c.role == "curriculum" and (cycle is None or f"/train/c{cycle}/" in c.session_id):
-                # The same reading as next_task's, fallback included: the goal the actor was given.
-                out[c.session_id] = parse_goal(json.loads(c.response).get("content", "")) or FALLBACK_GOAL
+                # The same reading as next_task's, fallback included: the goals the actor was given.
+                out[c.session_id] = parse_goals(json.loads(c.response).get("content", ""), limit)
     return out
 
 
@@ -171,24 +179,27 @@ def next_task(ctx: TaskContext) -> TaskChoice:
     task_id = ctx.planned[ctx.index]
     meta = ctx.library.meta
     traces = read_traces(ctx.history_dirs)
-    pending = list(_goals(ctx.history_dirs, ctx.cycle).values())
+    pending = [g for goals in _goals(ctx.history_dirs, opts.max_goals, ctx.cycle).values() for g in goals]
     user = "\n\n".join([
         progress(traces, opts.recent_episodes),
         "Completed goals: " + ("; ".join(meta.get("completed_goals", [])) or "none"),
         "Failed goals: " + ("; ".join(meta.get("failed_goals", [])) or "none"),
         "Attempted in this batch, not yet judged: " + ("; ".join(pending) or "none"),
         "Skills the agent has: " + (", ".join(f.name for f in ctx.library.public()) or "none"),
-        "Propose the next goal."])
+        f"Propose the next goal{'s' if opts.max_goals > 1 else ''}."])
     bench = load_benchmark(ctx.bench)
-    system = prompt_text(opts.curriculum_prompt_file, "voyager_curriculum.txt").format(environment=bench.describe())
+    system = prompt_text(opts.curriculum_prompt_file, "voyager_curriculum.txt").format(
+        environment=bench.describe(), max_goals=opts.max_goals)
     # A goal is one short line: the curriculum is a rollout job's call, not a sleep phase's (config section
     # inducer is not read here), and its prompt is cut to what the context leaves after its reply.
     chars = max(2000, (ctx.llm.ctx_per_slot - CURRICULUM_REPLY_TOKENS) * TOKEN_CHARS)
     reply = ctx.client.chat([{"role": "system", "content": system}, {"role": "user", "content": user[-chars:]}],
                             role="curriculum", session_id=curriculum_session(ctx.run_id, ctx.cycle, task_id),
                             max_tokens=CURRICULUM_REPLY_TOKENS, seed=ctx.index)
-    goal = parse_goal(reply.text) or FALLBACK_GOAL
-    return TaskChoice(task_id, goal, tuple(retrieve(ctx.library, goal, opts.top_k, opts.retrieval)), (reply.record,))
+    goals = parse_goals(reply.text, opts.max_goals)
+    # each goal's top-k skills, in goal order
+    shown = dict.fromkeys(n for g in goals for n in retrieve(ctx.library, g, opts.top_k, opts.retrieval))
+    return TaskChoice(task_id, "; then ".join(goals), tuple(shown), (reply.record,))
 
 
 # ------------------------------------------------------------------------------------------ sleep phase
@@ -218,7 +229,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
     primitives = {p.name for p in bench.primitives()}
     prim_text = "\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives())
     max_tokens, _ = budget(ctx.llm, ctx.limits)
-    goals = _goals(ctx.history_dirs[-1:])
+    goals = _goals(ctx.history_dirs[-1:], opts.max_goals)
     library = ctx.library
     meta = dict(ctx.library.meta)
     completed, failed = list(meta.get("completed_goals", [])), list(meta.get("failed_goals", []))
@@ -227,39 +238,43 @@ def induce(ctx: InduceContext, client=None) -> Library:
     transcript: list[dict] = []
     session_id = f"{ctx.run_id}/induce/v{ctx.library.version + 1}"
     critic_sys = prompt_text(opts.critic_prompt_file, "voyager_critic.txt").format(environment=bench.describe())
-    for n, trace in enumerate(read_traces(ctx.history_dirs[-1:])):
-        goal = goals.get(trace.episode_id.rsplit("/", 1)[0] + "/curriculum", "")
-        if not goal:
+    n = 0  # calls so far, for their seeds
+    for trace in read_traces(ctx.history_dirs[-1:]):
+        episode_goals = goals.get(trace.episode_id.rsplit("/", 1)[0] + "/curriculum", [])
+        if not episode_goals:
             transcript.append({"episode_id": trace.episode_id, "skipped": "no curriculum goal recorded"})
             continue
         episode, shown = render_traces([trace], ctx.trajectory_tokens)
-        reply = client.chat([{"role": "system", "content": critic_sys},
-                             {"role": "user", "content": f"Goal: {goal}\n\n{episode}"}],
-                            role="critic", session_id=session_id, max_tokens=min(max_tokens, 256), seed=2 * n)
-        calls.append(reply.record)
-        ok, critique = parse_verdict(reply.text)
-        entry = {"episode_id": trace.episode_id, "goal": goal, "critic": reply.text, "success": ok,
-                 "trajectory_tokens": ctx.trajectory_tokens, "trajectory_tokens_shown": shown}
-        if ok:
-            completed.append(goal)
-            skill_sys = prompt_text(opts.skill_prompt_file, "voyager_skill.txt").format(
-                environment=bench.describe(), primitives=prim_text,
-                existing=("\n".join(f"- {f.signature}" for f in library.functions) or "(none yet)")[:2000])
-            written = client.chat([{"role": "system", "content": skill_sys},
-                                   {"role": "user", "content": f"Goal: {goal}\n\n{episode}"}],
-                                  role="skill_writer", session_id=session_id, max_tokens=max_tokens, seed=2 * n + 1)
-            calls.append(written.record)
-            code = _renamed(reply_code(written.text), {f.name for f in library.functions} | primitives)
-            added, refused = append_functions(library, code, primitives, ctx.sandbox)
-            added = added[:1]  # one skill per achieved goal
-            for f in added:
-                descriptions[f.name] = f.doc or goal
-            library = replace(library, functions=library.functions + tuple(added))
-            entry |= {"skill_reply": written.text, "added": [f.name for f in added], "refused": refused}
-        else:
-            failed.append(goal)
-            entry["critique"] = critique
-        transcript.append(entry)
+        for goal in episode_goals:  # each goal judged on the whole episode; a skill for each one reached
+            reply = client.chat([{"role": "system", "content": critic_sys},
+                                 {"role": "user", "content": f"Goal: {goal}\n\n{episode}"}],
+                                role="critic", session_id=session_id, max_tokens=min(max_tokens, 256), seed=n)
+            n += 1
+            calls.append(reply.record)
+            ok, critique = parse_verdict(reply.text)
+            entry = {"episode_id": trace.episode_id, "goal": goal, "critic": reply.text, "success": ok,
+                     "trajectory_tokens": ctx.trajectory_tokens, "trajectory_tokens_shown": shown}
+            if ok:
+                completed.append(goal)
+                skill_sys = prompt_text(opts.skill_prompt_file, "voyager_skill.txt").format(
+                    environment=bench.describe(), primitives=prim_text,
+                    existing=("\n".join(f"- {f.signature}" for f in library.functions) or "(none yet)")[:2000])
+                written = client.chat([{"role": "system", "content": skill_sys},
+                                       {"role": "user", "content": f"Goal: {goal}\n\n{episode}"}],
+                                      role="skill_writer", session_id=session_id, max_tokens=max_tokens, seed=n)
+                n += 1
+                calls.append(written.record)
+                code = _renamed(reply_code(written.text), {f.name for f in library.functions} | primitives)
+                added, refused = append_functions(library, code, primitives, ctx.sandbox)
+                added = added[:1]  # one skill per achieved goal
+                for f in added:
+                    descriptions[f.name] = f.doc or goal
+                library = replace(library, functions=library.functions + tuple(added))
+                entry |= {"skill_reply": written.text, "added": [f.name for f in added], "refused": refused}
+            else:
+                failed.append(goal)
+                entry["critique"] = critique
+            transcript.append(entry)
     save_records(ctx.record_dir, calls, transcript)
     meta = {"method": "voyager", "variant": ctx.method.variant, "cycle": ctx.cycle, "session_id": session_id,
             "completed_goals": completed, "failed_goals": failed, "descriptions": descriptions,
