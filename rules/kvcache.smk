@@ -25,7 +25,7 @@ _KV_BACKEND = "replay" if KV.replay else _KV_LLM.backend
 _KV_RUN = "results/kvcache/{kvmodel}/runs/{kvfmt}/seed{kvseed}"
 _KV_SIM = "results/kvcache/{kvmodel}/sim/{kvfmt}/seed{kvseed}"
 _KV_CONSTRAINTS = dict(kvmodel="|".join(_KV_LLMS), kvfmt="|".join(KV.formats), kvseed=r"\d+")
-_KV_TABLE_NAMES = ("reuse", "steps", "load", "success", "server", "overload", "counters")
+_KV_TABLE_NAMES = ("headline", "reuse", "steps", "load", "success", "server", "overload", "counters")
 _KV_FIGURE_NAMES = ("reuse", "prefix", "load", "reuse_steps", "recomputed", "preemptions", "success", "server")
 
 
@@ -43,9 +43,12 @@ rule kvcache_all:
         expand("results/figures/kvcache/{kvmodel}/{name}.png", kvmodel=_KV_LLMS, name=_KV_FIGURE_NAMES),
         "results/tables/kvcache_prefix.csv",
         "results/tables/kvcache_segments.csv",
+        "results/tables/kvcache_share.csv",
         expand("results/tables/kvcache/{kvmodel}/breaks.csv", kvmodel=_KV_LLMS),
         expand("results/tables/kvcache/{kvmodel}/locations.csv", kvmodel=_KV_LLMS),
         expand("results/tables/kvcache/{kvmodel}/versions.csv", kvmodel=_KV_LLMS),
+        # harness vs actor prompts: a replay has no actor prompts to compare
+        [] if KV.replay else expand("results/tables/kvcache/{kvmodel}/prompt_check.csv", kvmodel=_KV_LLMS),
         "results/tables/kvcache_models.csv",
         "results/figures/kvcache_models.png",
         # the non-prefix reuse experiment, when kvcache.blend.model names a model
@@ -191,6 +194,26 @@ rule kvcache_segments:
         "../workflow/scripts/kvcache_segments.py"
 
 
+rule kvcache_share:
+    input:
+        tasks="results/kvcache/tasks.json",
+        **({"trajectories": "results/kvcache/trajectories.json"} if KV.replay else {}),
+    output:
+        report("results/tables/kvcache_share.csv", caption="../report/kvcache_share_table.rst", category="KV cache"),
+    params:
+        bench=_KV_BENCH,
+        kv=KV,
+        settings=_kv_settings,
+    log:
+        "logs/kvcache/share.log",
+    benchmark:
+        "results/timings/kvcache/share.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/kvcache_share.py"
+
+
 rule kvcache_breaks:
     input:
         _kv_model_runs(f"{_KV_RUN}/requests.jsonl"),
@@ -234,6 +257,31 @@ rule kvcache_versions:
         "../envs/skillrepro.yaml"
     script:
         "../workflow/scripts/kvcache_versions.py"
+
+
+rule kvcache_prompt_check:
+    input:
+        tasks="results/kvcache/tasks.json",
+        calls=_kv_model_runs(f"{_KV_RUN}/llm_calls.parquet"),
+        episodes=_kv_model_runs(f"{_KV_RUN}/episodes.parquet"),
+        steps=_kv_model_runs(f"{_KV_RUN}/steps.parquet"),  # the commands the harness replays
+    output:
+        report("results/tables/kvcache/{kvmodel}/prompt_check.csv", caption="../report/kvcache_prompt_check_table.rst", category="KV cache", subcategory="{kvmodel}"),
+    wildcard_constraints:
+        kvmodel=_KV_CONSTRAINTS["kvmodel"],
+    params:
+        bench=_KV_BENCH,
+        kv=KV,
+        settings=_kv_settings,
+        runs=lambda w: [(f, s, _KV_RUN.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s)) for f in KV.formats for s in KV.seeds],
+    log:
+        "logs/kvcache/{kvmodel}/prompt_check.log",
+    benchmark:
+        "results/timings/kvcache/{kvmodel}/prompt_check.tsv"
+    conda:
+        "../envs/skillrepro.yaml"
+    script:
+        "../workflow/scripts/kvcache_prompt_check.py"
 
 
 rule kvcache_locations:

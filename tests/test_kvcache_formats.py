@@ -211,3 +211,26 @@ def test_prompt_segments_cover_the_prompt_in_order():
         # token merging across a boundary moves one token to the later segment
         assert abs(seg["history_1"] - len(TOK.encode(F.history_items(hist[:2])[0]))) <= 1 and seg["history_1"] > 30
         assert abs(seg["general"] - len(TOK.encode(F.general_section(BANK)))) <= 1
+
+
+def test_share_of_prompt_counts_the_shared_prefix_against_the_whole_and_the_fixed_part():
+    from skillrepro.studies.kvcache.replay import read_trajectories, views_at
+
+    v = views_at(read_trajectories(Path(__file__).parent / "data" / "kvcache_trajectories.json"), 2)[0]
+    # the same game as another same-category episode with another task sentence of that category
+    other = F.EpisodeView("b", v.task.replace(v.task.split()[-1], "shelf."), v.history, v.observation, v.admissible)
+    assert other.category == v.category and other.task != v.task
+    bank = F.load_bank()
+    (first,) = F.share_of_prompt("skillrl_skills_first", bank, [v, other], TOK.encode)
+    (orig,) = F.share_of_prompt("skillrl", bank, [v, other], TOK.encode)
+    segs = F.prompt_segments("skillrl_skills_first", bank, v, TOK.encode)
+    step = sum(t for n, _, t in segs if n in ("observation", "actions") or n.startswith("history_"))
+    prompt = sum(t for _, _, t in segs)
+    assert (first.prompt_tokens, first.step_tokens) == (prompt, step) and step > 0
+    assert first.share_of_prompt == first.shared_tokens / prompt
+    assert first.share_of_fixed_part == first.shared_tokens / (prompt - step) > first.share_of_prompt
+    # skills first: the skills are shared, up to the task sentence; the original order parts at the task
+    assert first.shared_tokens > 500 > 60 > orig.shared_tokens
+    # a pair of different categories is not a pair of this analysis
+    far = F.EpisodeView("c", "heat some egg and put it in garbagecan.", v.history, v.observation, v.admissible)
+    assert far.category != v.category and F.share_of_prompt("skillrl", bank, [v, far], TOK.encode) == []

@@ -274,3 +274,55 @@ def test_games_note_says_official_or_generated():
                                "from /data/alfworld")
     generated = study.games_note(["gen:pick_and_place:1000"], "test", None)
     assert "1 generated ALFWorld games" in generated and "options.data_path (or ALFWORLD_DATA)" in generated
+
+
+def test_every_kvcache_caption_says_simulator_only_in_replay_mode():
+    import types
+
+    import jinja2
+
+    from skillrepro.config import ROOT
+
+    env = jinja2.Environment()
+    captions = sorted(p for p in (ROOT / "report").glob("kvcache_*.rst") if not p.name.startswith("kvcache_blend"))
+    assert len(captions) >= 20
+    for path in captions:
+        for replay, expect in (("planner", True), (None, False)):
+            sm = types.SimpleNamespace(config={"llm": {"model": "m", "backend": "vllm"},
+                                               "kvcache": {"replay": replay, "formats": ["skillrl"], "seeds": [0],
+                                                           "n_games": 2}},
+                                       params=types.SimpleNamespace(backend="replay" if replay else "vllm"),
+                                       wildcards=types.SimpleNamespace(kvmodel="m"))
+            text = env.from_string(path.read_text()).render(snakemake=sm)
+            assert ("Simulator only" in text) is expect, path.name
+
+
+def test_harness_prompts_equal_the_actors_and_a_planted_difference_is_found(alfworld, tmp_path):
+    # the actor's path (runner, formatter hook, the game engine) against the harness's (the run's commands
+    # replayed in the engine, prompts built from what it showed): seed 001 2-0's check, on a scripted run
+    import dataclasses
+
+    from skillrepro.store import write_records
+    from skillrepro.store import Episode, Step
+    from skillrepro.studies.kvcache import replay as R
+
+    bench, tasks = alfworld
+    env = bench.make(tasks[0])
+    env.reset()
+    target = next(a for a in env.admissible_actions if a.startswith("go to "))
+    env.release()
+    # a reply without an action in the middle: the actor shows the problem and leaves the game as it was
+    replies = [f"<think>go</think><action>{target}</action>", "no tags at all", "<action>look</action>"]
+    for fmt in ("skillrl", "evoskill"):  # evoskill quotes earlier replies: the harness takes the run's
+        run = run_format(formatter=AlfWorldFormatter(fmt), benchmark=bench, task_ids=tasks[:1],
+                         client=ScriptedClient(replies), spec=SPEC, call_budget=3)
+        write_records(tmp_path / "episodes.parquet", [r.episode for r in run.records], Episode)
+        write_records(tmp_path / "steps.parquet", [s for r in run.records for s in r.steps], Step)
+        trs = R.record_trajectories(str(tmp_path), bench, tasks[:1], 3, lambda c: f"<action>{c}</action>")
+        calls = [c for r in run.records for c in r.llm_calls]
+        of_task = {r.episode.episode_id: r.episode.task_id for r in run.records}
+        row = R.prompt_check(calls, of_task, trs, fmt)
+        assert (row.prompts, row.compared, row.equal, row.first_difference) == (3, 3, 3, ""), fmt
+        planted = dataclasses.replace(calls[2], prompt=calls[2].prompt.replace("Invalid action", "Invalid move", 1))
+        bad = R.prompt_check(calls[:2] + [planted], of_task, trs, fmt)
+        assert bad.equal == 2 and bad.first_difference.startswith(f"{calls[2].session_id} step 2 char "), fmt

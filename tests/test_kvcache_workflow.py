@@ -40,6 +40,13 @@ def test_kvcache_study_end_to_end(tmp_path):
     assert set(pd.read_csv(tmp_path / "results/tables/kvcache_models.csv").model) == {"smollm2-135m"}
     log = (tmp_path / "logs/kvcache/smollm2-135m/run_skillrl_seed0.log").read_text()
     assert "prompt tokens, server cached" in log
+    # measured first: the headline is the server's reported cached tokens, the simulator's prediction beside
+    head = pd.read_csv(t / "headline.csv").set_index("format")
+    srv = server.groupby("format")[["server_cached_tokens", "sim_llamacpp_cached_tokens", "prompt_tokens"]].sum()
+    assert (head.source == "measured: the server's cached tokens").all()
+    assert head.reuse_ratio.to_dict() == pytest.approx((srv.server_cached_tokens / srv.prompt_tokens).to_dict())
+    assert head.difference.to_dict() == pytest.approx(
+        ((srv.server_cached_tokens - srv.sim_llamacpp_cached_tokens) / srv.prompt_tokens).to_dict())
 
 
 @pytest.mark.workflow
@@ -88,6 +95,14 @@ def test_kvcache_study_replayed_without_a_model(tmp_path):
     loc = pd.read_csv(t / "locations.csv").set_index("format")
     assert (loc["mode"] == "replay").all() and loc.new_locations_mean.nunique() == 1  # the same replayed games
     assert 0 < loc.loc["skillrl", "new_locations_mean"] <= loc.loc["skillrl", "go_to_commands_mean"]
+    # simulator-only mode says so in the headline table (the captions: test_kvcache_study)
+    head = pd.read_csv(t / "headline.csv").set_index("format")
+    assert head.source.str.startswith("simulated only").all() and head.measured_reuse_ratio.isna().all()
+    assert head.reuse_ratio.to_dict() == reuse.xs(("retain", 65536), level=(1, 2)).reuse_ratio.to_dict()
+    # the vLLM a user installs: every setting under 0.11.0 and 0.33.0; with room for everything they agree
+    ver = pd.read_csv(t / "versions.csv")
+    roomy = ver[ver.capacity_tokens == 65536]
+    assert len(ver) == len(reuse) and (roomy["reuse_ratio_0.11.0"] == roomy["reuse_ratio_0.33.0"]).all()
 
 
 def test_several_models_get_their_own_paths_and_servers(tmp_path):

@@ -1,4 +1,4 @@
-"""A model's tables (reuse, steps, load, success, server, overload, counters) from every run's simulations and episodes."""
+"""A model's tables (headline, reuse, steps, load, success, server, overload, counters) from every run's simulations and episodes."""
 import pandas as pd
 
 from skillrepro.studies.kvcache import study
@@ -15,9 +15,11 @@ def cat(paths):
 
 tables = study.tables(summary=cat(inp.summary), steps=cat(inp.steps), load=cat(inp.load), server=cat(inp.server),
                       episodes=cat(inp.episodes), backend=snakemake.params.backend,
-                      capacities=snakemake.params.kv.capacity_tokens, counters=cat(inp.counters))
+                      capacities=snakemake.params.kv.capacity_tokens, counters=cat(inp.counters),
+                      policies=snakemake.params.kv.policies)
 for name, df in tables.items():
     write_text(snakemake.output[name], df.assign(model=snakemake.wildcards.kvmodel).to_csv(index=False))
+log.info("headline (measured first):\n%s", tables["headline"].to_string(index=False))
 log.info("reuse:\n%s", tables["reuse"].to_string(index=False))
 log.info("first step over capacity:\n%s", tables["overload"].to_string(index=False))
 log.info("server vs simulated:\n%s", tables["server"].to_string(index=False))

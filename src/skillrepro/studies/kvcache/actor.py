@@ -26,6 +26,9 @@ from skillrepro.studies.kvcache import formats as F
 from skillrepro.studies.kvcache import vllm_metrics
 
 _ACTION = re.compile(r"<action>(.*?)(?:</action>|$)", re.IGNORECASE | re.DOTALL)
+NO_ACTION = "no action found; put one admissible action in <action> </action> tags"
+# what the runner (agent.Actor) shows after a reply without an action: the game is not stepped
+NO_ACTION_OBSERVATION = f"Invalid action: {NO_ACTION}"
 
 
 class AlfWorldFormatter:
@@ -57,7 +60,7 @@ class AlfWorldFormatter:
         reasoning = reply[: m.start()] if m else reply
         command = " ".join(m.group(1).split()).lower() if m else ""
         if not command:
-            return ParsedAction("", [], reasoning, "no action found; put one admissible action in <action> </action> tags")
+            return ParsedAction("", [], reasoning, NO_ACTION)
         # The game itself answers a command it does not admit ("Nothing happens."), as in ALFWorld.
         return ParsedAction("act", [command], reasoning)
 
@@ -160,7 +163,7 @@ def run_format(*, formatter: AlfWorldFormatter, benchmark, task_ids: list[str], 
     stream = []
     for category, rec in played:
         for step, call in enumerate(rec.llm_calls):
-            response = _reply_content(call.response) if reply_ids else ""
+            response = reply_content(call.response) if reply_ids else ""
             stream.append(StreamRequest(rec.episode.episode_id, step, rec.episode.task_id, category, call.started_at,
                                         list(call.prompt_token_ids), call.completion_tokens, call.cached_tokens,
                                         reply_ids(response) if reply_ids and response else [],
@@ -187,7 +190,7 @@ class _Serialized:
         return locked
 
 
-def _reply_content(response: str) -> str:
+def reply_content(response: str) -> str:
     """The reply text of an LLMCall.response (the client stores {"content", "tool_calls"} as JSON)."""
     try:
         return str(json.loads(response).get("content") or "")

@@ -1,7 +1,7 @@
 """The seminar's figures (seed 001, 2-1..2-3) from the study's tables; each function writes one PNG.
 
 `FIGURES` maps an output name of the `kvcache_figures` rule to its function(tables, kv, path), where
-`tables` holds the CSVs as DataFrames (reuse, prefix, steps, load, success, server, overload).
+`tables` holds the CSVs as DataFrames (headline, reuse, prefix, steps, load, success, server, overload).
 """
 from __future__ import annotations
 
@@ -34,14 +34,23 @@ def _grouped_bars(ax, labels, series: dict, ylabel: str) -> None:
 
 
 def reuse(tables, kv, path) -> None:
-    """Reuse ratio per format, retain vs flush (2-1)."""
-    t = _largest(tables["reuse"], kv)
-    fmts = list(dict.fromkeys(t.format))
+    """Reuse ratio per format (2-1), measured first: on a served run the server's reuse, the simulator's
+    prediction for the same requests beside it, then every simulated policy; a replay's bars are all simulated
+    and the title says so."""
+    h = tables["headline"]
+    fmts = list(h.format)
+    series = {}
+    measured = h.measured_reuse_ratio.notna().any()
+    if measured:
+        series["measured (server)"] = list(h.measured_reuse_ratio)
+        series["simulated, same requests"] = list(h.predicted_reuse_ratio)
+    for p in kv.policies:
+        series[f"simulated {p}, {max(kv.concurrency)} in lockstep"] = list(h[f"simulated_{p}_reuse_ratio"])
     fig, ax = plt.subplots(figsize=(8, 4))
-    _grouped_bars(ax, fmts, {p: [t[(t.format == f) & (t.policy == p)].reuse_ratio.sum() for f in fmts]
-                             for p in kv.policies}, "reuse ratio (cached / prompt tokens)")
+    _grouped_bars(ax, fmts, series, "reuse ratio (cached / prompt tokens)")
     ax.set_ylim(0, 1)
-    ax.set_title(f"Prefix-cache reuse, capacity {max(kv.capacity_tokens):,} tokens, {max(kv.concurrency)} in lockstep")
+    where = "measured by the server, simulator beside" if measured else "SIMULATED ONLY (replay, no server)"
+    ax.set_title(f"Prefix-cache reuse: {where}; capacity {max(kv.capacity_tokens):,} tokens", fontsize=10)
     _save(fig, path)
 
 

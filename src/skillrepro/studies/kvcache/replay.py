@@ -12,6 +12,7 @@ same commands, so their differences are the prompts' alone.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import asdict, dataclass
@@ -20,7 +21,8 @@ from typing import Callable
 
 from skillrepro.store import Episode, LLMCall, Step, read_records, write_records, write_text
 from skillrepro.studies.kvcache import formats as F
-from skillrepro.studies.kvcache.actor import AlfWorldFormatter, StreamRequest, write_counters, write_stream
+from skillrepro.studies.kvcache.actor import (NO_ACTION_OBSERVATION, AlfWorldFormatter, StreamRequest, reply_content,
+                                             write_counters, write_stream)
 from skillrepro.studies.kvcache.tokenizers import get_tokenizer
 
 PLANNER = "planner"
@@ -75,7 +77,7 @@ def commands_from_run(run_dir: str | Path) -> dict[str, list[str]]:
         if task is None or first.setdefault(task, s.episode_id) != s.episode_id:
             continue
         args = json.loads(s.arguments or "[]")
-        # a step whose reply had no action is replayed as a command the game does not admit
+        # a step whose reply had no action: "" (replayed as the actor plays it: the problem shown, no game step)
         out.setdefault(task, []).append(str(args[0]) if s.action == "act" and args else "")
     return out
 
@@ -99,8 +101,13 @@ def record_trajectories(source: str, benchmark, task_ids: list[str], call_budget
             observation = env.reset()
             turns, rewards = [], []
             for command in commands[task_id][:call_budget]:
+                if not command:  # a reply without an action: as the actor, show the problem, leave the game
+                    turns.append(F.Turn(observation, "(none)", list(env.admissible_actions), reply(command)))
+                    observation = NO_ACTION_OBSERVATION
+                    rewards.append(0.0)
+                    continue
                 turns.append(F.Turn(observation, command, list(env.admissible_actions), reply(command)))
-                result = env.step("act", [command or "(none)"])
+                result = env.step("act", [command])
                 observation = result.observation
                 rewards.append(result.reward)
                 if env.done:
@@ -160,17 +167,75 @@ def replay_stream(fmt: str, trajectories: list[Trajectory], encode: Callable[[st
                   episode_prefix: str = "") -> list[StreamRequest]:
     """Every request format `fmt` sends while the trajectories are played, episode after episode (as a
     one-slot server would receive them; `started_at` is the request's index)."""
-    bank = bank or F.load_bank()
     stream = []
-    for tr in trajectories:
-        category = F.detect_category(tr.task)
-        for t, turn in enumerate(tr.turns):
-            messages = F.build_messages(fmt, bank, tr.task, None, tr.turns[:t], turn.observation, turn.admissible,
-                                        templates=templates)
-            reply_ids = encode(turn.reply)
-            stream.append(StreamRequest(f"{episode_prefix}{tr.task_id}", t, tr.task_id, category, float(len(stream)),
-                                        encode(F.render_chatml(messages)), len(reply_ids), 0, reply_ids))
+    for tr, t, messages in harness_messages(fmt, trajectories, bank, templates):
+        reply_ids = encode(tr.turns[t].reply)
+        stream.append(StreamRequest(f"{episode_prefix}{tr.task_id}", t, tr.task_id, F.detect_category(tr.task),
+                                    float(len(stream)), encode(F.render_chatml(messages)), len(reply_ids), 0,
+                                    reply_ids))
     return stream
+
+
+def harness_messages(fmt: str, trajectories: list[Trajectory], bank: F.SkillBank | None = None,
+                     templates: F.Templates | None = None):
+    """(trajectory, step, messages) of every request format `fmt` sends while the trajectories are played:
+    the harness's prompts, built from what the game showed without running the actor (seed 001, 2-0)."""
+    bank = bank or F.load_bank()
+    for tr in trajectories:
+        for t, turn in enumerate(tr.turns):
+            yield tr, t, F.build_messages(fmt, bank, tr.task, None, tr.turns[:t], turn.observation, turn.admissible,
+                                          templates=templates)
+
+
+@dataclass
+class PromptCheckRow:
+    """One run's prompts as the actor sent them against the harness's rebuild of them (seed 001, 2-0: the
+    seminar's harness equalled SkillRL's official path on 1,259 prompts, character for character)."""
+
+    prompts: int  # actor requests of the run
+    compared: int  # those the harness rebuilt (same episode and step)
+    equal: int  # character for character
+    first_difference: str  # "<episode> step <t> char <i>: actor '...' / harness '...'" ("" when all equal)
+
+
+def prompt_check(actor_calls: list[LLMCall], episode_task: dict[str, str], trajectories: list[Trajectory], fmt: str,
+                 bank: F.SkillBank | None = None, templates: F.Templates | None = None) -> PromptCheckRow:
+    """Compare every actor request of a run (its messages as sent, `LLMCall.prompt`) with the prompt the
+    harness builds for the same game and step from the run's commands replayed in the game engine. Formats
+    that quote earlier replies get the run's own replies (the harness has no model)."""
+    calls: dict[str, list[LLMCall]] = {}
+    for c in sorted(actor_calls, key=lambda c: c.started_at):
+        calls.setdefault(c.session_id, []).append(c)
+    trs = {tr.task_id: tr for tr in trajectories}
+    compared = equal = 0
+    first = ""
+    for episode, cs in calls.items():
+        tr = trs.get(episode_task.get(episode, ""))
+        rebuilt = {}
+        if tr is not None:
+            replies = [reply_content(c.response) for c in cs]
+            turns = [dataclasses.replace(turn, reply=replies[t]) if t < len(replies) else turn
+                     for t, turn in enumerate(tr.turns)]
+            tr = dataclasses.replace(tr, turns=turns)
+            rebuilt = {t: m for _, t, m in harness_messages(fmt, [tr], bank, templates)}
+        for step, call in enumerate(cs):
+            if step not in rebuilt:
+                continue
+            compared += 1
+            sent = _render(json.loads(call.prompt)["messages"])
+            built = _render(rebuilt[step])
+            if sent == built:
+                equal += 1
+            elif not first:
+                i = next((k for k, (a, b) in enumerate(zip(sent, built)) if a != b), min(len(sent), len(built)))
+                first = (f"{episode} step {step} char {i}: actor {sent[max(0, i - 20):i + 40]!r} / "
+                         f"harness {built[max(0, i - 20):i + 40]!r}")
+    return PromptCheckRow(sum(len(cs) for cs in calls.values()), compared, equal, first)
+
+
+def _render(messages: list[dict]) -> str:
+    """The text the model reads: Qwen2.5's chat template over the messages' roles and contents."""
+    return F.render_chatml([{"role": m["role"], "content": m.get("content") or ""} for m in messages])
 
 
 def replay_records(fmt: str, seed: int, bench_name: str, split: str, trajectories: list[Trajectory],

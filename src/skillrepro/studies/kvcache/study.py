@@ -503,8 +503,51 @@ def overload(load, capacities: Sequence[int]):
     return out
 
 
+# backends whose server reports each request's cached tokens (vLLM's and OpenAI's usage.prompt_tokens_details,
+# llama.cpp's timings): their runs are measured; "replay" has no server and is simulated only
+MEASURED_BACKENDS = ("vllm", "embedded", "openai")
+
+
+def headline(reuse, server, counters, backend: str, policies: Sequence[str]):
+    """The study's headline, measured first (seed 001, 2-0: reuse is what the server reports per request): per
+    format, the server's cached tokens over its prompt tokens and, on vLLM, its /metrics prefix-cache hit rate;
+    beside them the simulator's prediction for the same requests in arrival order (`server` table: llama.cpp's
+    slot model on the embedded backend, vLLM's block cache elsewhere) and the difference, then the simulated
+    lockstep setting of every policy (largest capacity and concurrency). A replay has no server: its headline
+    is the simulator's, and `source` says so."""
+    import pandas as pd
+
+    measured = backend in MEASURED_BACKENDS
+    sim_col = "sim_llamacpp_cached_tokens" if backend == "embedded" else "sim_vllm_cached_tokens"
+    g = server.groupby("format", sort=False)[["prompt_tokens", "server_cached_tokens", sim_col]].sum()
+    out = pd.DataFrame({"format": g.index, "backend": backend,
+                        "source": "measured: the server's cached tokens" if measured
+                        else "simulated only: no server served these requests (kvcache.replay)"})
+    out["prompt_tokens"] = g.prompt_tokens.values
+    predicted = g[sim_col].values / g.prompt_tokens.clip(lower=1).values
+    nan = float("nan")
+    out["measured_reuse_ratio"] = g.server_cached_tokens.values / g.prompt_tokens.clip(lower=1).values if measured else nan
+    out["predicted_reuse_ratio"] = predicted
+    out["difference"] = out.measured_reuse_ratio - out.predicted_reuse_ratio
+    rate = pd.Series(nan, index=g.index)
+    if counters is not None and len(counters):
+        c = counters.copy()
+        for col in ("server_prefix_cache_queries", "server_prefix_cache_hits"):
+            c[col] = pd.to_numeric(c[col], errors="coerce")
+        cg = c.groupby("format", sort=False)[["server_prefix_cache_queries", "server_prefix_cache_hits"]].sum(min_count=1)
+        rate = (cg.server_prefix_cache_hits / cg.server_prefix_cache_queries.where(cg.server_prefix_cache_queries > 0)
+                ).reindex(g.index)
+    out["server_prefix_cache_hit_rate"] = rate.values
+    head = reuse[(reuse.capacity_tokens == reuse.capacity_tokens.max()) & (reuse.concurrency == reuse.concurrency.max())]
+    for pol in policies:
+        r = head[head.policy == pol].set_index("format").reuse_ratio
+        out[f"simulated_{pol}_reuse_ratio"] = out.format.map(r).values
+    out.insert(3, "reuse_ratio", out.measured_reuse_ratio if measured else out[f"simulated_{policies[0]}_reuse_ratio"])
+    return out
+
+
 def tables(*, summary, steps, load, server, episodes, backend: str, capacities: Sequence[int] = (),
-           counters=None) -> dict:
+           counters=None, policies: Sequence[str] = ("retain", "flush")) -> dict:
     """The study's CSV tables (pandas DataFrames) from every run's simulation outputs and episodes."""
 
     setting = ["format", "policy", "capacity_tokens", "concurrency"]
@@ -553,6 +596,7 @@ def tables(*, summary, steps, load, server, episodes, backend: str, capacities: 
             c.server_prefix_cache_queries > 0)
         c["sim_prefix_cache_hit_rate"] = c.sim_prefix_cache_hits / c.sim_prefix_cache_queries.clip(lower=1)
         out["counters"] = c
+    out["headline"] = headline(reuse, server, counters, backend, policies)
     return out
 
 
