@@ -280,8 +280,9 @@ def test_prefix_cache_counters_count_every_lookup():
     assert s.prefix_cache_queries == 40 + 17 * 9 and s.prefix_cache_hits == 0
 
 
+@pytest.mark.parametrize("version", ["0.11.0", "0.33.0"])
 @pytest.mark.parametrize("seed", range(6))
-def test_fast_forward_is_exact(seed):
+def test_fast_forward_is_exact(seed, version):
     rng = np.random.default_rng(seed)
     shared = rng.integers(0, 50_000, 200)
     reqs = []
@@ -291,11 +292,12 @@ def test_fast_forward_is_exact(seed):
             reqs.append(Request(str(e), t, np.concatenate([shared[: int(rng.integers(0, 200))], tail]),
                                 completion_tokens=int(rng.integers(0, 90))))
     cfg = CacheConfig(capacity_tokens=int(rng.choice([640, 1024, 4096])), max_batched_tokens=int(rng.choice([64, 512])),
-                      max_num_seqs=int(rng.choice([2, 1024])))
+                      max_num_seqs=int(rng.choice([2, 1024])), vllm_version=version)
     fast, r1 = traced(cfg, reqs, fast_forward=True)
     slow, r2 = traced(cfg, reqs, fast_forward=False)
     assert r1 == r2 and fast.trace == slow.trace
     assert (fast.queries, fast.hits, fast.steps) == (slow.queries, slow.hits, slow.steps)
+    assert (fast.preempted_queries, fast.preempted_hits) == (slow.preempted_queries, slow.preempted_hits)
 
 
 # -- vLLM 0.33.0's differences (sim.py's docstring), each against 0.11.0 on the same requests

@@ -103,6 +103,10 @@ def test_kvcache_study_replayed_without_a_model(tmp_path):
     ver = pd.read_csv(t / "versions.csv")
     roomy = ver[ver.capacity_tokens == 65536]
     assert len(ver) == len(reuse) and (roomy["reuse_ratio_0.11.0"] == roomy["reuse_ratio_0.33.0"]).all()
+    # the 87 % table: the two recorded games are of different categories, so no pair, said as such
+    share = pd.read_csv(tmp_path / "results/tables/kvcache_share.csv")
+    assert list(share.format) == ["skillrl", "evoskill", "noskill"] and (share.pairs == 0).all()
+    assert (share.seminar_claim == 0.87).all() and share.share_of_prompt_mean.isna().all()
 
 
 def test_several_models_get_their_own_paths_and_servers(tmp_path):

@@ -28,12 +28,14 @@ else:
 bank, tpl, encode = F.load_bank(kv.bank), F.Templates(kv.templates_dir), get_tokenizer(kv.prefix_tokenizer).encode
 pairs = pd.DataFrame([dataclasses.asdict(r) for fmt in kv.formats for r in F.share_of_prompt(fmt, bank, views, encode, tpl)],
                      columns=list(F.ShareRow.__dataclass_fields__))
-if pairs.empty:
-    raise ValueError(f"kvcache.n_games: the {len(views)} games have no two of the same category; the share needs one such pair")
 table = pairs.groupby("format", sort=False).agg(
     pairs=("shared_tokens", "size"), shared_tokens_mean=("shared_tokens", "mean"),
     prompt_tokens_mean=("prompt_tokens", "mean"), step_tokens_mean=("step_tokens", "mean"),
-    share_of_prompt_mean=("share_of_prompt", "mean"), share_of_fixed_part_mean=("share_of_fixed_part", "mean")).reset_index()
+    share_of_prompt_mean=("share_of_prompt", "mean"), share_of_fixed_part_mean=("share_of_fixed_part", "mean"))
+# a format whose games hold no two of one category has no pair: its row says 0 pairs, its shares are empty
+table = table.reindex(list(kv.formats)).fillna({"pairs": 0}).astype({"pairs": int}).rename_axis("format").reset_index()
+if pairs.empty:
+    log.warning("the %d games have no two of the same category: no pair to compare (raise kvcache.n_games)", len(views))
 table = table.assign(step=kv.prefix_step, tokenizer=kv.prefix_tokenizer, bank=F.bank_summary(bank), **SEMINAR)
 write_text(snakemake.output[0], table.to_csv(index=False))
 log.info("shared share of the prompt:\n%s", table.to_string(index=False))
