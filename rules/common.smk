@@ -5,6 +5,7 @@ from skillrepro import check
 from skillrepro import config as cfg
 from skillrepro import pipeline
 from skillrepro.benchmarks import load_benchmark
+from skillrepro.llm import models
 
 LLM = cfg.llm_config(config)
 PROTOCOL = cfg.protocol(config)
@@ -144,6 +145,8 @@ def start_llm_server():
         return
     if not any(job.resources.get("llm", 0) for job in workflow.dag.needrun_jobs()):
         return  # no job of this invocation asks for the model (e.g. the KV-cache study's replay mode)
+    if LLM.backend == "embedded":  # a first run fetches the model here, with its progress on the console
+        models.resolve(LLM.model, report=logger.info)
     _server = servers.start(LLM, workdir=".")
     os.environ[servers.URL_ENV] = _server.url
     logger.info(f"LLM server ({LLM.backend}, {LLM.model}) at {_server.url}")

