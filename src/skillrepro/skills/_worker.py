@@ -16,6 +16,7 @@ Each layer reports `[active, description]` under its name; the parent decides wh
 from __future__ import annotations
 
 import ast
+import gc
 import json
 import linecache
 import os
@@ -346,7 +347,7 @@ def _threads() -> list[str]:
 def _thread_report(report: dict, landlock_probe: str) -> None:
     """Replace the seccomp and Landlock reports by what the kernel shows for every thread: the Seccomp mode
     of each /proc/self/task/*/status (2 = filter), and whether `landlock_probe` (a folder outside the read
-    allow-list) can be listed, from the main thread and from a fresh thread."""
+    allow-list) can be listed, from the main thread and, where the process has other threads, from a fresh one."""
     modes = {}
     for tid in _threads():
         try:  # os-level reads: a skill child pays this per call, and the text layer costs page faults
@@ -376,24 +377,28 @@ def _thread_report(report: dict, landlock_probe: str) -> None:
 
         seen: list = []
         probe(seen)
-        # A fresh thread through _thread: the zygote does not import threading, whose fork handler costs
-        # every child some hundred page faults.
-        import _thread
+        # From a fresh thread too where the process has others (the inducer's DuckDB threads). A skill
+        # child has one thread here, restricted above, and every thread it starts inherits its domain: the
+        # second probe would only cost each skill call a thread start.
+        if len(modes) > 1:
+            # through _thread: the zygote does not import threading, whose fork handler costs every child
+            # some hundred page faults
+            import _thread
 
-        done = _thread.allocate_lock()
-        done.acquire()
-
-        def on_thread() -> None:
-            try:
-                probe(seen)
-            finally:
-                done.release()
-
-        try:
-            _thread.start_new_thread(on_thread, ())
+            done = _thread.allocate_lock()
             done.acquire()
-        except RuntimeError:
-            seen.append(True)  # no thread can start (RLIMIT_NPROC): none can escape either
+
+            def on_thread() -> None:
+                try:
+                    probe(seen)
+                finally:
+                    done.release()
+
+            try:
+                _thread.start_new_thread(on_thread, ())
+                done.acquire()
+            except RuntimeError:
+                seen.append(True)  # no thread can start (RLIMIT_NPROC): none can escape either
         if not all(seen):
             report["landlock"] = [False, f"reading {landlock_probe} outside the allow-list succeeded"]
 
@@ -827,6 +832,9 @@ def main() -> None:
     _LANDLOCK = _landlock_plan(init["scratch"], init.get("read_paths"))
     libc.syscall, libc.prctl  # noqa: B018  (ctypes makes a function object at the first lookup: once, here)
     init["zygote_report"] = report
+    # Everything the zygote holds is shared copy-on-write with its children; frozen, no collection in a
+    # child walks (and so copies) those pages.
+    gc.freeze()
     children: dict[int, tuple[int, int]] = {}  # pidfd -> (the parent's id of the child, pid)
     waiting: list[tuple[int, list[int]]] = []  # fork requests made while a child was alive
     while True:
