@@ -326,3 +326,29 @@ def test_harness_prompts_equal_the_actors_and_a_planted_difference_is_found(alfw
         planted = dataclasses.replace(calls[2], prompt=calls[2].prompt.replace("Invalid action", "Invalid move", 1))
         bad = R.prompt_check(calls[:2] + [planted], of_task, trs, fmt)
         assert bad.equal == 2 and bad.first_difference.startswith(f"{calls[2].session_id} step 2 char "), fmt
+
+
+def test_headline_is_the_servers_numbers_with_the_simulators_beside():
+    import pandas as pd
+
+    server = pd.DataFrame(dict(format=["a", "a", "b"], seed=[0, 1, 0], prompt_tokens=[100, 100, 50],
+                               server_cached_tokens=[60, 40, 10], sim_vllm_cached_tokens=[50, 50, 20],
+                               sim_llamacpp_cached_tokens=[0, 0, 0]))
+    reuse = pd.DataFrame(dict(format=["a", "a", "b", "b", "a"], policy=["retain", "flush", "retain", "flush", "retain"],
+                              capacity_tokens=[1000, 1000, 1000, 1000, 10], concurrency=[4] * 5,
+                              reuse_ratio=[0.7, 0.2, 0.3, 0.1, 0.01]))
+    # vLLM's /metrics deltas per run: one run of b had none (an older server)
+    counters = pd.DataFrame(dict(format=["a", "a", "b"], server_prefix_cache_queries=[200, 200, ""],
+                                 server_prefix_cache_hits=[100, 60, ""]))
+    h = study.headline(reuse, server, counters, "vllm", ("retain", "flush")).set_index("format")
+    assert h.source.str.startswith("measured").all()
+    assert h.loc["a", "reuse_ratio"] == h.loc["a", "measured_reuse_ratio"] == 0.5
+    assert h.loc["a", "predicted_reuse_ratio"] == 0.5 and h.loc["a", "difference"] == 0
+    assert h.loc["b", "difference"] == pytest.approx(0.2 - 0.4)
+    assert h.loc["a", "server_prefix_cache_hit_rate"] == 160 / 400 and pd.isna(h.loc["b", "server_prefix_cache_hit_rate"])
+    assert (h.loc["a", "simulated_retain_reuse_ratio"], h.loc["a", "simulated_flush_reuse_ratio"]) == (0.7, 0.2)
+    # a replay: nothing measured, the headline is the simulator's and says so
+    r = study.headline(reuse, server.assign(server_cached_tokens=0), None, "replay", ("retain", "flush"))
+    r = r.set_index("format")
+    assert r.source.str.startswith("simulated only").all() and r.measured_reuse_ratio.isna().all()
+    assert r.reuse_ratio.to_dict() == {"a": 0.7, "b": 0.3} and r.difference.isna().all()
