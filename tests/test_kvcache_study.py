@@ -272,8 +272,8 @@ def test_games_note_says_official_or_generated():
     official = study.games_note(["official:valid_unseen/pick_and_place-x/trial_1"] * 2, "test", "/data/alfworld")
     assert official.startswith("KV-cache study plays 2 official ALFWorld games of split test (valid_unseen) "
                                "from /data/alfworld")
-    generated = study.games_note(["gen:pick_and_place:1000"], "test", None)
-    assert "1 generated ALFWorld games" in generated and "options.data_path (or ALFWORLD_DATA)" in generated
+    generated = study.games_note(["gen:pick_and_place:1000"], "test", None, "alfworld")
+    assert "1 generated ALFWorld games" in generated and "benchmarks.alfworld.options.data_path (or" in generated
 
 
 def test_every_kvcache_caption_says_simulator_only_in_replay_mode():

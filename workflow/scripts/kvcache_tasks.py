@@ -15,7 +15,7 @@ kv = snakemake.params.kv
 bench = format_benchmark(snakemake.params.bench)
 ids = bench.sample_tasks(kv.split, kv.n_games, kv.task_seed)
 bank = F.bank_summary(F.load_bank(kv.bank))
-games = study.games_note(ids, kv.split, getattr(bench, "data_path", None))
+games = study.games_note(ids, kv.split, getattr(bench, "data_path", None), kv.benchmark)
 logging.getLogger(PROGRESS_LOGGER).info("%s; skill bank %s", games, bank)  # console and log
 write_text(snakemake.output[0], json.dumps({"split": kv.split, "tasks": ids, "bank": bank, "games": games}, indent=1))
 log.info("%d %s games: %s", len(ids), kv.split, ", ".join(ids))

@@ -455,7 +455,7 @@ class KVConfig:
         return [Setting(p, c, n) for p in self.policies for c in self.capacity_tokens for n in self.concurrency]
 
 
-def games_note(task_ids: Sequence[str], split: str, data_path: str | None) -> str:
+def games_note(task_ids: Sequence[str], split: str, data_path: str | None, benchmark: str = "alfworld") -> str:
     """Which games the study plays, said at its start: official ALFWorld games (ids `official:<folder>/...`)
     from `data_path`, or generated ones and how to get the official games instead."""
     if task_ids and all(t.startswith("official:") for t in task_ids):
@@ -463,8 +463,8 @@ def games_note(task_ids: Sequence[str], split: str, data_path: str | None) -> st
         return (f"KV-cache study plays {len(task_ids)} official ALFWorld games of split {split} "
                 f"({', '.join(folders)}) from {data_path}")
     return (f"KV-cache study plays {len(task_ids)} generated ALFWorld games of split {split}, not the official "
-            "ones: set benchmarks.<name>.options.data_path (or ALFWORLD_DATA) to the folder alfworld-download "
-            "fills to play those")
+            f"ones: set benchmarks.{benchmark}.options.data_path (or ALFWORLD_DATA) to the folder "
+            "alfworld-download fills to play those")
 
 
 def model_name(model: str) -> str:
