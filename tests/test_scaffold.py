@@ -607,8 +607,9 @@ def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
     root = Path(__file__).resolve().parents[1]
     cfg = yaml.safe_load((root / "configs/scaffold-paper.yaml").read_text())
     cfg["benchmarks"]["alfworld"]["options"]["data_path"] = None
-    assert cfg["scaffold"]["training"]["steps"] == 100
-    cfg["scaffold"]["training"]["steps"] = 2  # the DAG of 100 iterations is 50 times this one
+    assert cfg["scaffold"]["training"]["steps"] == {"alfworld": 100, "sciworld": 160}  # table 5
+    # the DAG of 100 and 160 iterations is 52 times this one; the benchmarks' own numbers of steps stay apart
+    cfg["scaffold"]["training"]["steps"] = {"alfworld": 2, "sciworld": 3}
     assert cfg["scaffold"]["training"]["cohort_iterations"] == 4
     cfg["scaffold"]["training"]["cohort_iterations"] = 1  # at most steps
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -617,14 +618,15 @@ def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=600, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = dict(re.findall(r"^(scaffold_\w+)\s+(\d+)$", proc.stdout, flags=re.M))
-    variants = 2 * 2 * 2  # benchmarks x utility variants x iterations, each with one selection and one update
+    iterations = 2 + 3  # per chain, over the two benchmarks
+    variants = 2 * iterations  # utility variants x iterations, each with one selection and one update
     # table 3's four trained ablations: chains of their own, each generating, scoring and selecting its own cards
-    ablations = 2 * 4 * 2
+    ablations = 4 * iterations
     chains = variants + ablations
-    plain = 2 * 2  # plain GRPO's iterations (benchmarks x iterations): Scouts, Post-Scouts, an update, no cards
+    plain = iterations  # plain GRPO's iterations: Scouts, Post-Scouts, an update, no cards
     assert counts["scaffold_select"] == str(10 + chains) and counts["scaffold_generate"] == str(4 + chains)
     assert counts["scaffold_grpo_update"] == str(chains + plain) and counts["scaffold_cohort_eval"] == str(variants)
-    assert counts["scaffold_cohort_early"] == str(variants // 2)  # iteration 0's fresh early rollouts per chain
+    assert counts["scaffold_cohort_early"] == str(2 * 2)  # iteration 0's fresh early rollouts per chain
     # figure 3(b): 4 probe rollouts per benchmark after its 8 skill-free baseline rollouts
     assert counts["scaffold_eval_free"] == str(2 * (8 + 4))
     assert counts["scaffold_post_scout"] == str(10 * 4 + (chains + plain) * 4)

@@ -9,7 +9,8 @@ import pytest
 
 from skillrepro.studies.scaffold.heldout import (heldout_policies, heldout_table, heldout_variant, injection_rates,
                                                  parse_heldout_variant, table_by_category, table_by_split,
-                                                 table_pass_at_k, table_variants, task_category, training_curve)
+                                                 table_pass_at_k, table_variants, task_category, training_curve,
+                                                 training_exploration)
 from skillrepro.studies.scaffold.records import CandidateRecord, Trajectory, UtilityRecord
 from skillrepro.studies.scaffold.rollouts import split_tasks
 from skillrepro.studies.scaffold.selection import paired_utilities, selection_for_query
@@ -160,3 +161,23 @@ def test_shuffled_chain_rewards_its_generator_with_the_utilities_it_selected_by(
     scouts = [Trajectory("e0", "q", True, 0, (), ()), Trajectory("e1", "q", False, 1, (), ())]
     sel = selection_for_query("b@grp-shuffled0", "grp-shuffled", scouts, cards, utils, 0.0, "shuffled")
     assert max(paired, key=lambda u: u.utility).candidate == sel.selected
+
+
+def test_training_exploration_by_hand():
+    """Figures 6 and 8-12 during training: per iteration and Scout-group kind, Scout vs Post-Scout success, the
+    injection rate (none where the chain does not inject) and the positive-utility rate."""
+    sel = pd.DataFrame({
+        "benchmark": ["alf"] * 4, "chain": ["grp", "grp", "grp", "noinj"], "iteration": [0, 0, 1, 0],
+        "task_id": ["a", "b", "a", "a"], "kind": ["all_failure", "mixed", "all_failure", "all_failure"],
+        "n_success": [0, 2, 0, 0], "n_scouts": [4, 4, 4, 4], "selected": [1, -1, 0, 2],
+        "best_utility": [0.3, -0.1, 0.2, 0.5], "inject": [True, True, True, False]})
+    post = pd.DataFrame({"benchmark": ["alf"] * 6, "chain": ["grp"] * 5 + ["noinj"], "iteration": [0, 0, 0, 0, 1, 0],
+                         "task_id": ["a", "a", "b", "b", "a", "a"], "success": [True, False, True, True, False, False]})
+    t = training_exploration(sel, post, threshold=0.0).set_index(["chain", "iteration", "group"])
+    row = t.loc[("grp", 0, "all")]
+    assert row.n_queries == 2 and row.scout_success == pytest.approx(0.25)
+    assert row.post_scout_success == pytest.approx(0.75) and row.injection_rate == 0.5 and row.positive_rate == 0.5
+    assert t.loc[("grp", 0, "all_failure")].post_scout_success == 0.5
+    assert t.loc[("grp", 0, "mixed")].injection_rate == 0 and ("grp", 0, "all_success") not in t.index
+    assert t.loc[("noinj", 0, "all")].injection_rate == 0 and t.loc[("noinj", 0, "all")].positive_rate == 1
+    assert sorted(training_exploration(sel.iloc[:0], post).columns) == sorted(t.reset_index().columns)

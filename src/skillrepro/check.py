@@ -15,6 +15,7 @@ from skillrepro.config import (OPERATIONAL_LLM_KEYS, ConfigError, actor_config, 
                                protocol, validate)
 from skillrepro.llm.models import MODELS
 from skillrepro.methods import check_benchmarks, get_method, registry
+from skillrepro.studies.scaffold.settings import ScaffoldConfig
 
 
 def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[str, Any]:
@@ -22,6 +23,8 @@ def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[st
     name, each variant's method and options and the benchmarks it runs on, the truncation analysis's
     options, and the task pools. Returns it with the schema's defaults; nothing is started or written."""
     config = validate(config, check_files=check_files)
+    if config.get("scaffold"):  # SkillScaffold's section: its own schema and cross-checks, the same errors
+        ScaffoldConfig.from_config(config)
     llm = config["llm"]
     if llm["backend"] == "embedded" and llm["model"] not in MODELS and not llm["model"].endswith(".gguf"):
         raise ConfigError(f"config key llm.model: {llm['model']!r} is neither a shipped model "

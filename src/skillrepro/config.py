@@ -159,12 +159,12 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         return yaml.safe_load(f) or {}
 
 
-def _where(error: jsonschema.ValidationError) -> str:
-    return ".".join(str(p) for p in error.absolute_path) or "(top level)"
+def _where(error: jsonschema.ValidationError, section: str = "") -> str:
+    return ".".join([section] * bool(section) + [str(p) for p in error.absolute_path]) or "(top level)"
 
 
-def _describe(error: jsonschema.ValidationError) -> str:
-    key = _where(error)
+def _describe(error: jsonschema.ValidationError, section: str = "") -> str:
+    key = _where(error, section)
     v = error.validator
     if v == "enum":
         return f"config key {key}: {error.instance!r} is not allowed; allowed values: {', '.join(map(str, error.validator_value))}"
@@ -260,6 +260,22 @@ def validate(config: dict[str, Any], *, check_files: bool = True) -> dict[str, A
         if check_files and not Path(path).is_file():
             raise ConfigError(f"config key actor.prompts.{name}: file {path} does not exist")
     return config
+
+
+def validate_section(config: dict[str, Any], section: str) -> dict[str, Any]:
+    """A study's config section (`{}` when absent) checked against its own schema, schemas/<section>.schema.yaml,
+    with the main schema's messages (the key named as `<section>.<key>`, a ConfigError); returned as a copy with
+    the schema's defaults."""
+    value = copy.deepcopy(config.get(section) or {})
+    path = ROOT / "schemas" / f"{section}.schema.yaml"
+    schema = yaml.safe_load(path.read_text())
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise ConfigError(_describe(errors[0], section))
+    from snakemake.utils import validate
+
+    validate(value, str(path), set_default=True)
+    return value
 
 
 def _check_phases(config: dict[str, Any]) -> None:

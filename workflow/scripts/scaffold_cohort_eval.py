@@ -9,13 +9,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import scaffold_job, setup_logging
 from skillrepro.store import write_table
 from skillrepro.studies.scaffold.cohort import chain_cohort
 from skillrepro.studies.scaffold.rollouts import phase_seed, play
 from skillrepro.studies.scaffold.settings import parse_instance
 
 log = setup_logging(snakemake)
+job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
 i, p, w = snakemake.input, snakemake.params, snakemake.wildcards
 iteration = lambda f: int(re.search(r"@[a-z]+(\d+)/", f).group(1))  # noqa: E731
 by_iter: dict[int, tuple[list[str], list[str]]] = {}
@@ -29,10 +30,10 @@ cohort = sorted({t for _, t in members})
 log.info("cohort of %d members (%d queries): %s", len(members), len(cohort), members)
 ckpt = getattr(w, "k", None)
 out = Path(snakemake.output.episodes).parent
-parts = [play(bench=p.bench, llm=phase_seed(p.llm, "cohort", r), library_dir=Path(i.library).parent,
+parts = [play(bench=job.bench, llm=phase_seed(job.llm, "cohort", r), library_dir=Path(i.library).parent,
               plan=[(t, "", "cohort/free") for t in cohort],
               run_id=f"scaffold/{w.sbench}/{w.svariant}/" + (f"ckpt{ckpt}" if ckpt else "cohort_early"),
               cycle=int(ckpt) if ckpt else parse_instance(w.sbench)[2], out_dir=out / f"rollout{r}", wall_s=p.wall_s, logger=log,
-              policy=p.policy)
+              policy=job.policy)
          for r in range(p.rollouts)]
 write_table(snakemake.output.episodes, pa.concat_tables([pq.read_table(d / "episodes.parquet") for d in parts]))

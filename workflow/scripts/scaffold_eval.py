@@ -3,13 +3,14 @@ from pathlib import Path
 
 from skillrepro.studies.scaffold.records import CandidateRecord, read_rows
 from skillrepro.studies.scaffold.rollouts import episode_variant, phase_seed, play
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import scaffold_job, setup_logging
 
 log = setup_logging(snakemake)
+job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
 w, p = snakemake.wildcards, snakemake.params
 plan = [(c.task_id, c.card, episode_variant(w.svariant, "eval", c.candidate))
         for c in read_rows(snakemake.input.candidates, CandidateRecord) if c.valid]
-play(bench=p.bench, llm=phase_seed(p.llm, "eval", int(w.i)), library_dir=Path(snakemake.input.library).parent,
+play(bench=job.bench, llm=phase_seed(job.llm, "eval", int(w.i)), library_dir=Path(snakemake.input.library).parent,
      plan=plan, run_id=f"scaffold/{w.sbench}/{w.svariant}", cycle=2,
-     out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s, logger=log, policy=p.policy)
+     out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s, logger=log, policy=job.policy)
 log.info("%d query-candidate pairs evaluated", len(plan))

@@ -3,19 +3,20 @@ from pathlib import Path
 
 from skillrepro.studies.scaffold.evidence import build_evidence, token_counter
 from skillrepro.studies.scaffold.records import EvidenceRecord, load_trajectories
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import scaffold_job, setup_logging
 from skillrepro.store import write_records
 
 log = setup_logging(snakemake)
+job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
 w, p = snakemake.wildcards, snakemake.params
 scouts = load_trajectories(Path(f).parent for f in snakemake.input.scouts)
 by_task = {}
 for t in scouts:
     by_task.setdefault(t.task_id, []).append(t)
 # scaffold.evidence_max_tokens: a budget in the Generator's tokens; else evidence_max_chars characters
-tokens = p.scaffold.evidence_max_tokens
-count = token_counter(p.llm) if tokens else None
-records = [build_evidence(w.sbench, w.svariant, ts, tokens or p.scaffold.evidence_max_chars, count)
+tokens = job.scaffold.evidence_max_tokens
+count = token_counter(job.generator_llm) if tokens else None
+records = [build_evidence(w.sbench, w.svariant, ts, tokens or job.scaffold.evidence_max_chars, count)
            for ts in by_task.values()]
 write_records(snakemake.output[0], records, EvidenceRecord)
 for r in records:

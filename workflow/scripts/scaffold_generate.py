@@ -3,17 +3,18 @@ from skillrepro.studies.scaffold.cards import GeneratorTemplate, generate_candid
 from skillrepro.studies.scaffold.records import CandidateRecord, EvidenceRecord, read_rows
 from skillrepro.studies.scaffold.rollouts import phase_seed, policy_server
 from skillrepro.llm.client import LLMClient
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import scaffold_job, setup_logging
 from skillrepro.store import LLMCall, write_records
 
 log = setup_logging(snakemake)
+job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
 w, p = snakemake.wildcards, snakemake.params
-cfg = p.scaffold
-template = GeneratorTemplate.load(p.bench.env, cfg.generator_prompts.get(p.bench.env))
-request = cfg.generator_request(p.llm.backend)
+cfg = job.scaffold
+template = GeneratorTemplate.load(job.bench.env, cfg.generator_prompts.get(job.bench.env))
+request = cfg.generator_request(job.generator_llm.backend)
 cands, calls = [], []
-with policy_server(p.llm, p.policy):
-    clients = {j: LLMClient.connect(phase_seed(p.llm, "generate", j)) for j in range(cfg.n_candidates)}
+with policy_server(job.generator_llm, job.policy):
+    clients = {j: LLMClient.connect(phase_seed(job.generator_llm, "generate", j)) for j in range(cfg.n_candidates)}
     for ev in read_rows(snakemake.input.evidence, EvidenceRecord):
         c, k = generate_candidates(clients.__getitem__, ev, template, cfg.card, cfg.n_candidates,
                                    cfg.generator_max_tokens, request)

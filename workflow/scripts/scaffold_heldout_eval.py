@@ -6,20 +6,21 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import scaffold_job, setup_logging
 from skillrepro.store import write_table
 from skillrepro.studies.scaffold.heldout import heldout_variant
 from skillrepro.studies.scaffold.rollouts import phase_seed, play, policy_server
 
 log = setup_logging(snakemake)
+job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
 i, p, w = snakemake.input, snakemake.params, snakemake.wildcards
 tasks = json.loads(Path(i.tasks).read_text())
 out = Path(snakemake.output.episodes).parent
 parts = []
-with policy_server(p.llm, p.policy):  # one server for every rollout of a checkpoint
+with policy_server(job.llm, job.policy):  # one server for every rollout of a checkpoint
     for r in range(p.rollouts):
         plan = [(t, "", heldout_variant(split, r)) for split, ts in tasks.items() for t in ts]
-        parts.append(play(bench=p.bench, llm=phase_seed(p.llm, "heldout", r), library_dir=Path(i.library).parent,
+        parts.append(play(bench=job.bench, llm=phase_seed(job.llm, "heldout", r), library_dir=Path(i.library).parent,
                           plan=plan, run_id=f"scaffold/{w.hbench}/heldout/{w.hpolicy}", cycle=r,
                           out_dir=out / f"rollout{r}", wall_s=p.wall_s, logger=log, split="test"))
 table = pa.concat_tables([pq.read_table(d / "episodes.parquet") for d in parts])

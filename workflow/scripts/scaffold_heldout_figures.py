@@ -1,6 +1,8 @@
 """SkillScaffold figure 1 (empirical summary: held-out skill-free success of the base model, plain GRPO and each
 SkillScaffold chain, with the share of training queries that got a skill) and figure 7 (training success-rate
-curves: each iteration's skill-free Scouts, raw and smoothed, beside held-out success per checkpoint)."""
+curves: each iteration's skill-free Scouts, raw and smoothed, beside held-out success per checkpoint); figure 6 (and
+9-12 on the other benchmarks) during training: Scout vs Post-Scout success and the injection and positive-utility
+rates per Scout-group kind and iteration; figure 8: the training-time injection rate per iteration."""
 import matplotlib
 
 matplotlib.use("Agg")
@@ -54,4 +56,45 @@ for ax, b in zip(axes[0], benches):
     ax.legend(fontsize=6)
 fig.tight_layout()
 fig.savefig(o.figure7, dpi=130)
+
+# Figures 6 and 9-12: one column per benchmark x SkillScaffold chain; top: Scout (dashed) and Post-Scout (solid)
+# success per Scout-group kind, bottom: injection (solid) and positive-utility (dotted) rates.
+ex = pd.read_csv(i.exploration, keep_default_na=False)
+cols = sorted({(b, c) for b, c in zip(ex.benchmark, ex.chain)})
+fig, axes = plt.subplots(2, max(1, len(cols)), figsize=(4.2 * max(1, len(cols)), 5.6), squeeze=False)
+colors = {"all_failure": "#c44e52", "mixed": "#dd8452", "all_success": "#55a868"}
+for n, (b, chain) in enumerate(cols):
+    g = ex[(ex.benchmark == b) & (ex.chain == chain)]
+    for group, color in colors.items():
+        h = g[g.group == group].sort_values("iteration")
+        axes[0][n].plot(h.iteration, 100 * h.scout_success, color=color, ls="--", marker=".")
+        axes[0][n].plot(h.iteration, 100 * h.post_scout_success, color=color, marker="o", label=group)
+        axes[1][n].plot(h.iteration, 100 * h.injection_rate, color=color, marker="o", label=f"{group} injected")
+        axes[1][n].plot(h.iteration, 100 * h.positive_rate, color=color, ls=":", label=f"{group} U > threshold")
+    axes[0][n].set_title(f"{b}, {chain}: Scouts (dashed) vs Post-Scouts", fontsize=8)
+    axes[1][n].set_title("skill injection / positive-utility rate", fontsize=8)
+    for ax in axes[:, n]:
+        ax.set_ylim(-2, 105)
+        ax.set_xlabel("training iteration")
+        ax.set_ylabel("%")
+        ax.legend(fontsize=5)
+if not cols:
+    axes[0][0].text(0.5, 0.5, "no training iteration with a Generator", ha="center", transform=axes[0][0].transAxes)
+fig.tight_layout()
+fig.savefig(o.figure6, dpi=130)
+
+# Figure 8: the share of each iteration's training queries whose Post-Scouts got a skill, per chain.
+fig, axes = plt.subplots(1, max(1, len(benches)), figsize=(4.5 * max(1, len(benches)), 3.2), squeeze=False)
+for ax, b in zip(axes[0], benches):
+    for chain, g in ex[(ex.benchmark == b) & (ex.group == "all")].groupby("chain"):
+        g = g.sort_values("iteration")
+        ax.plot(g.iteration, 100 * g.injection_rate, marker="o",
+                label=f"{chain} (mean {100 * g.injection_rate.mean():.1f} %)")
+    ax.set_ylim(-2, 105)
+    ax.set_xlabel("training iteration")
+    ax.set_ylabel("queries injected (%)")
+    ax.set_title(b, fontsize=9)
+    ax.legend(fontsize=6)
+fig.tight_layout()
+fig.savefig(o.figure8, dpi=130)
 log.info("figures for %s", benches)

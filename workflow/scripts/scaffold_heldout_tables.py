@@ -7,19 +7,20 @@ import pandas as pd
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
 from skillrepro.studies.scaffold.heldout import (heldout_table, injection_rates, table_by_category, table_by_split,
-                                                 table_pass_at_k, table_variants, training_curve)
-from skillrepro.studies.scaffold.settings import parse_instance
+                                                 table_pass_at_k, table_variants, training_curve,
+                                                 training_exploration)
+from skillrepro.studies.scaffold.settings import Chain, parse_instance
 
 log = setup_logging(snakemake)
 i, p = snakemake.input, snakemake.params
-label = {c.name: c.method for c in p.chains}
+chains = [Chain(**c) for c in p.chains]
+label = {c.name: c.method for c in chains}
 
 
 def policy_of(path: str) -> tuple[str, str, int]:
     """(benchmark, chain, checkpoint) of results/scaffold/{bench}/heldout/{policy}/episodes.parquet."""
-    m = re.search(r"results/scaffold/([^/]+)/heldout/(.+)/episodes\.parquet$", path)
-    chain, k = p.policies[m.group(2)]
-    return m.group(1), chain, k
+    m = re.search(r"results/scaffold/([^/]+)/heldout/(?:base|(.+)/ckpt(\d+))/episodes\.parquet$", path)
+    return m.group(1), m.group(2) or "", int(m.group(3) or 0)
 
 
 def chain_of(path: str) -> tuple[str, int, str]:
@@ -37,19 +38,29 @@ for f in i.episodes:
     eps.append(e.assign(chain=chain, checkpoint=k, method=label.get(chain, "base model")))
 episodes = pd.concat(eps, ignore_index=True)
 # The base model is checkpoint 0 of every chain: its rows stand at checkpoint 0 of each chain's curve too.
-table = heldout_table(episodes, p.envs, p.chains)
+table = heldout_table(episodes, p.envs, chains)
 tables = {"heldout": table, "table1": table_by_category(table), "table2": table_by_split(table),
-          "table3": table_variants(table, p.chains), "table6": table_pass_at_k(episodes)}
+          "table3": table_variants(table, chains), "table6": table_pass_at_k(episodes)}
 scouts = pd.concat([pd.read_parquet(f).assign(chain=chain_of(f)[0], iteration=chain_of(f)[1]) for f in i.scouts],
                    ignore_index=True)
 tables["curve"] = training_curve(scouts)
 # A chain that does not inject (table 3's "w/o injection", plain GRPO) selects but plays its Post-Scouts skill-free.
-inject = {c.name: c.inject for c in p.chains}
+inject = {c.name: c.inject for c in chains}
 # a training iteration's records name its instance (babyai@grp3) as their benchmark
 sel = [pd.read_parquet(f).assign(chain=chain_of(f)[0], benchmark=chain_of(f)[2]) for f in i.selections]
 sel = pd.concat(sel, ignore_index=True) if sel else pd.DataFrame(columns=["benchmark", "chain", "selected"])
 sel = sel.assign(selected=[s if inject[c] else -1 for s, c in zip(sel.selected, sel.chain)])
 tables["injection"] = injection_rates(sel)
+# figures 6 and 8-12 during training: each iteration's Scout groups, Post-Scouts and selections
+iters = [pd.read_parquet(f).assign(chain=chain_of(f)[0], iteration=chain_of(f)[1], benchmark=chain_of(f)[2])
+         for f in i.selections]
+iters = pd.concat(iters, ignore_index=True) if iters else pd.DataFrame(columns=["benchmark", "chain", "iteration"])
+post = [pd.read_parquet(f).assign(chain=chain_of(f)[0], iteration=chain_of(f)[1], benchmark=chain_of(f)[2])
+        for f in i.post]
+post = pd.concat(post, ignore_index=True) if post else pd.DataFrame(columns=["benchmark", "chain", "iteration",
+                                                                              "task_id", "success"])
+tables["exploration"] = training_exploration(iters.assign(inject=[inject[c] for c in iters.chain]), post,
+                                             p.threshold)
 for name, t in tables.items():
     write_text(snakemake.output[name], t.to_csv(index=False))
     log.info("%s:\n%s", name, t.to_string())

@@ -2,19 +2,20 @@
 skill-free episodes use."""
 import json
 
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import scaffold_job, setup_logging
 from skillrepro.skills import Library
 from skillrepro.store import write_text
 from skillrepro.studies.scaffold.rollouts import split_pool, split_tasks
 
 log = setup_logging(snakemake)
+job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
 p, w = snakemake.params, snakemake.wildcards
-cfg = p.scaffold
-tasks = {split: split_tasks(p.bench, cfg, split, n, p.task_seed, key=f"scaffold.heldout.splits.{w.hbench}.{split}")
+cfg = job.scaffold
+tasks = {split: split_tasks(job.bench, cfg, split, n, p.task_seed, key=f"scaffold.heldout.splits.{w.hbench}.{split}")
          for split, n in cfg.heldout.of(w.hbench).items()}
 # Held out means never trained on: no held-out task may be a training query (the pools are disjoint by
 # construction, the benchmark's samplers or scaffold.splits' partitions; this checks the ids).
-train = split_pool(p.bench, cfg, cfg.split, "scaffold.split")
+train = split_pool(job.bench, cfg, cfg.split, "scaffold.split")
 if train is not None:
     shared = sorted({t for ts in tasks.values() for t in ts} & set(train))
     if shared:

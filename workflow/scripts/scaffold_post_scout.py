@@ -5,15 +5,16 @@ from pathlib import Path
 
 from skillrepro.studies.scaffold.records import SelectionRecord, read_rows
 from skillrepro.studies.scaffold.rollouts import episode_variant, phase_seed, play
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import scaffold_job, setup_logging
 
 log = setup_logging(snakemake)
+job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
 w, p = snakemake.wildcards, snakemake.params
 if snakemake.input.selection:
     plan = [(s.task_id, s.card if p.inject else "", episode_variant(w.svariant, "post"))
             for s in read_rows(snakemake.input.selection, SelectionRecord)]
 else:  # plain GRPO: no Generator, every query skill-free
     plan = [(t, "", episode_variant(w.svariant, "post")) for t in json.loads(Path(snakemake.input.queries).read_text())]
-play(bench=p.bench, llm=phase_seed(p.llm, "post", int(w.i)), library_dir=Path(snakemake.input.library).parent,
+play(bench=job.bench, llm=phase_seed(job.llm, "post", int(w.i)), library_dir=Path(snakemake.input.library).parent,
      plan=plan, run_id=f"scaffold/{w.sbench}/{w.svariant}", cycle=1,
-     out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s, logger=log, policy=p.policy)
+     out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s, logger=log, policy=job.policy)

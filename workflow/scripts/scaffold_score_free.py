@@ -4,15 +4,16 @@ from pathlib import Path
 from skillrepro.studies.scaffold.records import ScoreRecord, load_trajectories
 from skillrepro.studies.scaffold.rollouts import policy_server
 from skillrepro.studies.scaffold.scoring import load_scorer, score_contexts, scorer_backend
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import scaffold_job, setup_logging
 from skillrepro.store import write_records
 
 log = setup_logging(snakemake)
+job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
 w, p = snakemake.wildcards, snakemake.params
 scouts = load_trajectories(Path(f).parent for f in snakemake.input.scouts)
-with policy_server(p.llm, p.policy if scorer_backend(p.scaffold, p.llm) == "vllm" else ""):
-    scorer = load_scorer(p.scaffold, p.llm)
-    records = score_contexts(scorer, scouts, {-1: ""}, bench=p.bench, llm=p.llm,
+with policy_server(job.llm, job.policy if scorer_backend(job.scaffold, job.llm) == "vllm" else ""):
+    scorer = load_scorer(job.scaffold, job.llm)
+    records = score_contexts(scorer, scouts, {-1: ""}, bench=job.bench, llm=job.llm,
                              library_dir=Path(snakemake.input.library).parent, benchmark=w.sbench, variant="")
 write_records(snakemake.output[0], records, ScoreRecord)
 log.info("%d Scouts scored skill-free with %s (%s), %d actor tokens", len(records), scorer.name, scorer.model,

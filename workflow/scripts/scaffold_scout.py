@@ -3,12 +3,13 @@ import json
 from pathlib import Path
 
 from skillrepro.studies.scaffold.rollouts import episode_variant, phase_seed, play
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import scaffold_job, setup_logging
 
 log = setup_logging(snakemake)
+job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
 w, p = snakemake.wildcards, snakemake.params
 tasks = json.loads(Path(snakemake.input.queries).read_text())
 plan = [(t, "", episode_variant("", "scout")) for t in tasks]
-play(bench=p.bench, llm=phase_seed(p.llm, "scout", int(w.i)), library_dir=Path(snakemake.input.library).parent,
+play(bench=job.bench, llm=phase_seed(job.llm, "scout", int(w.i)), library_dir=Path(snakemake.input.library).parent,
      plan=plan, run_id=f"scaffold/{w.sbench}", cycle=0, out_dir=Path(snakemake.output.episodes).parent,
-     wall_s=p.wall_s, logger=log, policy=p.policy)
+     wall_s=p.wall_s, logger=log, policy=job.policy)

@@ -4,15 +4,16 @@ from pathlib import Path
 from skillrepro.studies.scaffold.records import (CandidateRecord, SelectionRecord, UtilityRecord, load_trajectories,
                                                  read_rows)
 from skillrepro.studies.scaffold.selection import selection_for_query
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import scaffold_job, setup_logging
 from skillrepro.store import write_records
 
 log = setup_logging(snakemake)
+job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
 w, p = snakemake.wildcards, snakemake.params
 scouts = load_trajectories(Path(f).parent for f in snakemake.input.scouts)
 cands = read_rows(snakemake.input.candidates, CandidateRecord)
 utils = read_rows(snakemake.input.utilities, UtilityRecord)
-ablation = p.scaffold.ablation(w.svariant)  # the paper's rule unless svariant names an ablation
+ablation = job.scaffold.ablation(w.svariant)  # the paper's rule unless svariant names an ablation
 records = []
 for task_id in sorted({t.task_id for t in scouts}):
     records.append(selection_for_query(w.sbench, w.svariant, [t for t in scouts if t.task_id == task_id],

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from skillrepro.config import ConfigError
 from skillrepro.studies.scaffold.records import CandidateRecord, EvidenceRecord
 
 
@@ -239,15 +240,15 @@ def generator_request(fmt: CardFormat, decoding: str, backend: str, max_tokens: 
     decoding. `auto`: grammar, or json_schema on the openai backend (API servers do not continue a pre-filled
     reply)."""
     if decoding not in DECODINGS:
-        raise ValueError(f"config key scaffold.generator_decoding: {decoding!r}; allowed: {', '.join(DECODINGS)}")
+        raise ConfigError(f"config key scaffold.generator_decoding: {decoding!r}; allowed: {', '.join(DECODINGS)}")
     if decoding == "auto":
         decoding = "json_schema" if backend == "openai" else "grammar"
     if decoding == "json_schema":
         return GeneratorRequest("", {"response_format": {"type": "json_schema", "json_schema": {
             "name": "skill_card", "strict": True, "schema": card_json_schema(fmt)}}})
     if backend == "openai":
-        raise ValueError(f"config key scaffold.generator_decoding: {decoding!r} pre-fills the assistant reply, "
-                         "which OpenAI-style APIs do not continue; use json_schema for llm.backend openai")
+        raise ConfigError(f"config key scaffold.generator_decoding: {decoding!r} pre-fills the assistant reply, "
+                          "which OpenAI-style APIs do not continue; use json_schema for llm.backend openai")
     extra: dict[str, Any] = {}
     if backend == "vllm":  # vLLM continues a final assistant message only when asked to
         extra.update(continue_final_message=True, add_generation_prompt=False)
@@ -274,8 +275,8 @@ def _part_budgets(fmt: CardFormat, max_tokens: int, literal_tokens: Sequence[int
     k = len(fmt.headings)
     free = max_tokens - sum(literal_tokens) - 2 - (2 * k + 2)
     if free < SECTION_MIN_TOKENS * (k + 1):
-        raise ValueError(f"config key scaffold.generator_max_tokens: {max_tokens} tokens leave {free} for the model's "
-                         f"own text after the {k} headings; a card needs at least {SECTION_MIN_TOKENS * (k + 1)}")
+        raise ConfigError(f"config key scaffold.generator_max_tokens: {max_tokens} tokens leave {free} for the model's "
+                          f"own text after the {k} headings; a card needs at least {SECTION_MIN_TOKENS * (k + 1)}")
     return free, min(NAME_MAX_TOKENS, free - SECTION_MIN_TOKENS * k)
 
 

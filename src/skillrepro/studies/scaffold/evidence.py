@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Sequence
 
+from skillrepro.config import ConfigError
 from skillrepro.llm.models import MODELS, resolve
 from skillrepro.studies.scaffold.records import EvidenceRecord, Trajectory
 from skillrepro.studies.scaffold.selection import VARIANTS, group_kind
@@ -88,6 +89,6 @@ def token_counter(llm: Any) -> Callable[[str], int]:
 
         tok = AutoTokenizer.from_pretrained(MODELS[llm.model].hf_id if llm.model in MODELS else llm.model)
     else:
-        raise ValueError(f"config key scaffold.evidence_max_tokens: no tokenizer for llm.backend {llm.backend}; "
-                         "use scaffold.evidence_max_chars")
+        raise ConfigError(f"config key scaffold.evidence_max_tokens: no tokenizer for llm.backend {llm.backend}; "
+                          "use scaffold.evidence_max_chars")
     return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from skillrepro.config import ConfigError
 from skillrepro.llm.models import MODELS, resolve
 from skillrepro.studies.scaffold.cards import PREFILL
 from skillrepro.studies.scaffold.settings import TrainSettings
@@ -204,8 +205,8 @@ def make_trainer(model: Any, tokenizer: Any, samples: Sequence[Sample], group_si
         long = [(s.query, s.role, len(s.prompt_ids) + len(s.completion_ids)) for s in samples
                 if len(s.prompt_ids) + len(s.completion_ids) > settings.max_sequence_tokens]
         if long:
-            raise ValueError(f"config key scaffold.training.max_sequence_tokens: {len(long)} samples are longer than "
-                             f"{settings.max_sequence_tokens} tokens, e.g. {long[0]}")
+            raise ConfigError(f"config key scaffold.training.max_sequence_tokens: {len(long)} samples are longer than "
+                              f"{settings.max_sequence_tokens} tokens, e.g. {long[0]}")
     micro, accumulate = settings.accumulation(group_size)
     cfg = GRPOConfig(
         output_dir=str(out_dir), max_steps=steps, learning_rate=settings.learning_rate, lr_scheduler_type="constant",

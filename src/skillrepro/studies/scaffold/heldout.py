@@ -181,3 +181,36 @@ def injection_rates(selections: Any) -> Any:
         return pd.DataFrame(columns=cols)
     g = selections.assign(injected=selections.selected >= 0).groupby(["benchmark", "chain"]).injected
     return pd.DataFrame({"n_queries": g.size(), "injection_pct": 100 * g.mean()}).reset_index()[cols]
+
+
+EXPLORATION_COLUMNS = ["benchmark", "chain", "iteration", "group", "n_queries", "scout_success",
+                       "post_scout_success", "injection_rate", "positive_rate"]
+GROUPS = ("all_failure", "mixed", "all_success")
+
+
+def training_exploration(selections: Any, post: Any, threshold: float = 0.0) -> Any:
+    """Figures 6 and 8-12 measured during training: per benchmark, chain and training iteration, and per Scout-group
+    kind of the iteration's queries (all_failure, mixed, all_success; `all` pools them), the Scouts' and the
+    Post-Scouts' success, the share of queries whose Post-Scouts got a skill (figures 6 and 8) and the share with a
+    positive-utility candidate, whose best eligible utility is above `threshold` (figures 9-12's lower row).
+
+    `selections`: SelectionRecord rows with `chain`, `iteration` and `inject` (false where a chain's Post-Scouts stay
+    skill-free); `post`: Post-Scout episodes with benchmark, chain, iteration, task_id, success."""
+    import pandas as pd
+
+    if not len(selections):
+        return pd.DataFrame(columns=EXPLORATION_COLUMNS)
+    keys = ["benchmark", "chain", "iteration", "task_id"]
+    p = post.assign(success=post.success.astype(float)).groupby(keys).success.mean().rename("post_success")
+    s = selections.assign(scout_success=selections.n_success / selections.n_scouts,
+                          injected=(selections.selected >= 0) & selections.inject.astype(bool),
+                          positive=selections.best_utility > threshold).merge(p.reset_index(), on=keys, how="left")
+    rows = []
+    for (b, chain, j), g in s.groupby(["benchmark", "chain", "iteration"]):
+        for group, h in [("all", g)] + [(k, g[g.kind == k]) for k in GROUPS]:
+            if len(h):
+                rows.append({"benchmark": b, "chain": chain, "iteration": int(j), "group": group, "n_queries": len(h),
+                             "scout_success": float(h.scout_success.mean()),
+                             "post_scout_success": float(h.post_success.mean()),
+                             "injection_rate": float(h.injected.mean()), "positive_rate": float(h.positive.mean())})
+    return pd.DataFrame(rows, columns=EXPLORATION_COLUMNS)

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from skillrepro.agent import EpisodeSpec
 from skillrepro.benchmarks import load_benchmark
+from skillrepro.config import ConfigError
 from skillrepro.llm.servers import own_server
 from skillrepro.runner import RECORD_TABLES, run_batch
 from skillrepro.store import schema as record_schema
@@ -28,11 +29,11 @@ def split_pool(bench: Any, cfg: ScaffoldConfig, split: str, key: str) -> list[st
     spec = cfg.splits.get(bench.name, {}).get(split)
     if spec is None:
         if split not in ("train", "test"):
-            raise ValueError(f"config key {key}: {split!r} is neither train/test nor a split in "
-                             f"scaffold.splits.{bench.name}")
+            raise ConfigError(f"config key {key}: {split!r} is neither train/test nor a split in "
+                              f"scaffold.splits.{bench.name}")
         return None
     if bench.env != "scienceworld":
-        raise ValueError(f"config key scaffold.splits.{bench.name}: task pools exist for scienceworld only")
+        raise ConfigError(f"config key scaffold.splits.{bench.name}: task pools exist for scienceworld only")
     # lazy: the benchmarks extra (scienceworld), for ScienceWorld's task pools only
     from skillrepro.benchmarks.scienceworld import TaskRef, partitions
 
@@ -40,7 +41,7 @@ def split_pool(bench: Any, cfg: ScaffoldConfig, split: str, key: str) -> list[st
     for item in spec:
         task, _, part = item.partition("@")
         if part not in ("train", "dev", "test"):
-            raise ValueError(f"config key scaffold.splits.{bench.name}.{split}: {item!r} is not 'task@train|dev|test'")
+            raise ConfigError(f"config key scaffold.splits.{bench.name}.{split}: {item!r} is not 'task@train|dev|test'")
         pool += [TaskRef(task, v).task_id for v in partitions(task)[part]]
     return pool
 
@@ -53,13 +54,13 @@ def split_tasks(bench: Any, cfg: ScaffoldConfig, split: str, n: int | None, seed
         if n is None:
             n = b.pool_size(split)
             if n is None:
-                raise ValueError(f"config key {key}: {bench.name} cannot tell the size of its {split} pool "
-                                 "without its data; give the number of tasks")
+                raise ConfigError(f"config key {key}: {bench.name} cannot tell the size of its {split} pool "
+                                  "without its data; give the number of tasks")
         return b.sample_tasks(split, n, seed)
     if n is None:
         n = len(pool)
     if n > len(pool):
-        raise ValueError(f"config key {key}: scaffold.splits.{bench.name}.{split} has {len(pool)} tasks; asked for {n}")
+        raise ConfigError(f"config key {key}: scaffold.splits.{bench.name}.{split} has {len(pool)} tasks; asked for {n}")
     return random.Random(seed).sample(pool, n)
 
 

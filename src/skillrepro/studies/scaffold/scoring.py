@@ -8,6 +8,7 @@ from typing import Any, Sequence
 from skillrepro import skills
 from skillrepro.agent import Actor, Prompts, primitive_tools, skill_tools
 from skillrepro.benchmarks import call_budget, load_benchmark
+from skillrepro.config import ConfigError
 from skillrepro.llm.models import MODELS, resolve
 from skillrepro.llm.servers import URL_ENV
 from skillrepro.skills.sandbox import SandboxPolicy
@@ -74,8 +75,8 @@ def load_scorer(cfg: ScaffoldConfig, llm: Any) -> Any:
     if backend == "transformers":
         model = cfg.scorer_model or llm.model
         if llm.backend == "openai" and not cfg.scorer_model:
-            raise ValueError("config key scaffold.scorer.model: an API model cannot be scored; name a GGUF file "
-                             "or a shipped model for the CPU scorer")
+            raise ConfigError("config key scaffold.scorer.model: an API model cannot be scored; name a GGUF file "
+                              "or a shipped model for the CPU scorer")
         return sc.TransformersScorer(resolve(model), batch_tokens=cfg.scorer_batch_tokens, threads=llm.threads,
                                      model_name=model)
     if backend == "vllm":
@@ -88,4 +89,4 @@ def load_scorer(cfg: ScaffoldConfig, llm: Any) -> Any:
         if not url:
             raise ValueError(f"scorer backend vllm: no server URL (llm.base_url or ${URL_ENV})")
         return sc.VLLMScorer(url, served, AutoTokenizer.from_pretrained(served), timeout_s=llm.timeout_s)
-    raise ValueError(f"config key scaffold.scorer.backend: {backend!r}; allowed: auto, transformers, vllm")
+    raise ConfigError(f"config key scaffold.scorer.backend: {backend!r}; allowed: auto, transformers, vllm")

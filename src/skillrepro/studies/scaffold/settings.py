@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from skillrepro.config import ConfigError, validate_section
 from skillrepro.studies.scaffold.cards import CardFormat, GeneratorRequest, generator_request
 from skillrepro.studies.scaffold.selection import VARIANTS
 from skillrepro.studies.scaffold.statistics import INTERVALS
@@ -56,8 +57,8 @@ class TrainSettings:
         per_step = group_size * self.queries_per_step
         micro = self.micro_batch_size or per_step
         if per_step % micro:
-            raise ValueError(f"config key scaffold.training.micro_batch_size: {micro} does not divide the "
-                             f"{per_step} sequences of an optimizer step (query_batch_size x (N + L + M))")
+            raise ConfigError(f"config key scaffold.training.micro_batch_size: {micro} does not divide the "
+                              f"{per_step} sequences of an optimizer step (query_batch_size x (N + L + M))")
         return micro, per_step // micro
 
 
@@ -80,19 +81,20 @@ def check_training(training: dict[str, Any], n_scouts: int, n_post: int, n_candi
     t = dict(training or {})
     unknown = sorted(set(t) - set(TRAINING_KEYS))
     if unknown:
-        raise ValueError(f"config key scaffold.training.{unknown[0]}: not a training setting this workflow reads")
+        raise ConfigError(f"config key scaffold.training.{unknown[0]}: not a training setting this workflow reads")
     if t.get("optimizer", "adam") != "adam":
-        raise ValueError(f"config key scaffold.training.optimizer: {t['optimizer']!r} is not implemented; the update "
-                         "uses Adam (torch AdamW with weight decay 0, table 5)")
+        raise ConfigError(f"config key scaffold.training.optimizer: {t['optimizer']!r} is not implemented; the update "
+                          "uses Adam (torch AdamW with weight decay 0, table 5)")
     qbs = int(t.get("query_batch_size", 1))
     if "global_batch_size" in t and int(t["global_batch_size"]) != qbs * (n_scouts + n_post):
-        raise ValueError(f"config key scaffold.training.global_batch_size: {t['global_batch_size']} is not "
-                         f"implemented; an update takes one optimizer step over an iteration's query_batch_size x "
-                         f"(N + L) = {qbs} x {n_scouts + n_post} = {qbs * (n_scouts + n_post)} Executor trajectories")
-    steps = int(t.get("steps", 1))
+        raise ConfigError(f"config key scaffold.training.global_batch_size: {t['global_batch_size']} is not "
+                          f"implemented; an update takes one optimizer step over an iteration's query_batch_size x "
+                          f"(N + L) = {qbs} x {n_scouts + n_post} = {qbs * (n_scouts + n_post)} Executor trajectories")
+    given = t.get("steps", 1)
+    steps = min(given.values()) if isinstance(given, dict) else int(given)
     if int(t.get("cohort_iterations", 1)) > steps:
-        raise ValueError(f"config key scaffold.training.cohort_iterations: {t['cohort_iterations']} exceeds steps "
-                         f"({steps}); the later checkpoints must come after every cohort iteration")
+        raise ConfigError(f"config key scaffold.training.cohort_iterations: {t['cohort_iterations']} exceeds steps "
+                          f"({steps}); the later checkpoints must come after every cohort iteration")
     TrainSettings.from_config(t).accumulation(n_scouts + n_post + n_candidates)
 
 
@@ -207,37 +209,49 @@ class ScaffoldConfig:
     def chain(self, name: str) -> Chain:
         return next(c for c in self.chains if c.name == name)
 
+    def steps(self, benchmark: str) -> int:
+        """GRPO updates of every chain on `benchmark` (`training.steps`: one number, or one per benchmark as in
+        table 5: ALFWorld 100, ScienceWorld 160)."""
+        steps = self.training.get("steps", 1)
+        return int(steps[benchmark] if isinstance(steps, dict) else steps)
+
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "ScaffoldConfig":
-        s = dict(config.get("scaffold") or {})
+        """The `scaffold:` section of `config`, checked against schemas/scaffold.schema.yaml and then against the
+        rest of the config; every problem is a ConfigError naming its key, raised before any work."""
+        s = validate_section(config, "scaffold")
         card = s.pop("card", {}) or {}
         scorer = s.pop("scorer", {}) or {}
         names = s.pop("benchmarks", None) or list(config.get("benchmarks", {}))
         unknown = [b for b in names if b not in config.get("benchmarks", {})]
         if unknown:
-            raise ValueError(f"config key scaffold.benchmarks: {', '.join(unknown)} not in benchmarks "
-                             f"({', '.join(config.get('benchmarks', {}))})")
+            raise ConfigError(f"config key scaffold.benchmarks: {', '.join(unknown)} not in benchmarks "
+                              f"({', '.join(config.get('benchmarks', {}))})")
         bad = [v for v in s.get("variants", ["grp"]) if v not in VARIANTS]
         if bad:
-            raise ValueError(f"config key scaffold.variants: {bad} not allowed; allowed: {', '.join(VARIANTS)}")
+            raise ConfigError(f"config key scaffold.variants: {bad} not allowed; allowed: {', '.join(VARIANTS)}")
         ablations = {name: Ablation(**a) for name, a in (s.pop("ablations", {}) or {}).items()}
         for name, a in ablations.items():
             if name in VARIANTS or a.of not in s.get("variants", ["grp"]):
-                raise ValueError(f"config key scaffold.ablations.{name}: the name must differ from grp/anc and "
-                                 f"'of' ({a.of}) must be one of scaffold.variants")
+                raise ConfigError(f"config key scaffold.ablations.{name}: the name must differ from grp/anc and "
+                                  f"'of' ({a.of}) must be one of scaffold.variants")
         heldout = s.pop("heldout", {}) or {}
         s["heldout"] = HeldoutConfig({b: dict(d) for b, d in (heldout.get("splits") or {}).items()},
                                      int(heldout.get("rollouts", 1)), int(heldout.get("every", 1)))
         for name in (s.get("training") or {}).get("ablations", ()):
             if name not in ablations:
-                raise ValueError(f"config key scaffold.training.ablations: {name!r} is not in scaffold.ablations")
+                raise ConfigError(f"config key scaffold.training.ablations: {name!r} is not in scaffold.ablations")
             if name[-1].isdigit() or name == BASELINE:  # an instance is <benchmark>@<chain><iteration>
-                raise ValueError(f"config key scaffold.training.ablations: a trained ablation's name may not end in a "
-                                 f"digit or be {BASELINE!r} ({name!r})")
+                raise ConfigError(f"config key scaffold.training.ablations: a trained ablation's name may not end in a "
+                                  f"digit or be {BASELINE!r} ({name!r})")
         splits = {b: {k: tuple(v) for k, v in d.items()} for b, d in (s.pop("splits", {}) or {}).items()}
+        steps = (s.get("training") or {}).get("steps")
+        if isinstance(steps, dict) and set(steps) != set(names):
+            raise ConfigError(f"config key scaffold.training.steps: per benchmark, it must name each of "
+                              f"scaffold.benchmarks ({', '.join(names)}); it names {', '.join(steps) or 'none'}")
         for b in list(splits) + list(s.get("executor", {}) or {}):
             if b not in names:
-                raise ValueError(f"config key scaffold.splits/executor: {b!r} is not one of scaffold.benchmarks")
+                raise ConfigError(f"config key scaffold.splits/executor: {b!r} is not one of scaffold.benchmarks")
         s["splits"] = splits
         fmt = CardFormat(tuple(card.get("headings", CardFormat.headings)), card.get("max_words", 400),
                          card.get("min_words", 20))
@@ -247,13 +261,13 @@ class ScaffoldConfig:
                   generator_prompts=dict(s.pop("generator_prompts", {}) or {}), ablations=ablations, **s)
         out.generator_request((config.get("llm") or {}).get("backend", "embedded"))  # fails early if impossible
         if out.bootstrap_interval not in INTERVALS:
-            raise ValueError(f"config key scaffold.bootstrap_interval: {out.bootstrap_interval!r}; allowed: "
-                             f"{', '.join(INTERVALS)}")
+            raise ConfigError(f"config key scaffold.bootstrap_interval: {out.bootstrap_interval!r}; allowed: "
+                              f"{', '.join(INTERVALS)}")
         check_training(out.training, out.n_scouts, out.n_post, out.n_candidates)
         check_heldout(out, config)
         if out.evidence_max_tokens and (config.get("llm") or {}).get("backend") == "openai":
-            raise ValueError("config key scaffold.evidence_max_tokens: no tokenizer for llm.backend openai; "
-                             "use scaffold.evidence_max_chars")
+            raise ConfigError("config key scaffold.evidence_max_tokens: no tokenizer for llm.backend openai; "
+                              "use scaffold.evidence_max_chars")
         return out
 
     def generator_request(self, backend: str) -> "GeneratorRequest":
@@ -265,26 +279,26 @@ def check_heldout(cfg: ScaffoldConfig, config: dict[str, Any]) -> None:
     unknown split, or a ScienceWorld pool sharing a task@partition with the training pool."""
     h = cfg.heldout
     if h.rollouts < 1 or h.every < 1:
-        raise ValueError("config key scaffold.heldout.rollouts/every: must be at least 1")
+        raise ConfigError("config key scaffold.heldout.rollouts/every: must be at least 1")
     for b, splits in h.splits.items():
         if b not in cfg.benchmarks:
-            raise ValueError(f"config key scaffold.heldout.splits.{b}: not one of scaffold.benchmarks")
+            raise ConfigError(f"config key scaffold.heldout.splits.{b}: not one of scaffold.benchmarks")
         if not splits:
-            raise ValueError(f"config key scaffold.heldout.splits.{b}: no split")
+            raise ConfigError(f"config key scaffold.heldout.splits.{b}: no split")
     for b in cfg.benchmarks:
         train = set(cfg.splits.get(b, {}).get(cfg.split, ()))
         for split, n in h.of(b).items():
             key = f"scaffold.heldout.splits.{b}.{split}"
             if split == cfg.split or split == "train":
-                raise ValueError(f"config key {key}: the training split is not held out")
+                raise ConfigError(f"config key {key}: the training split is not held out")
             if split != "test" and split not in cfg.splits.get(b, {}):
-                raise ValueError(f"config key {key}: neither test nor a split in scaffold.splits.{b}")
+                raise ConfigError(f"config key {key}: neither test nor a split in scaffold.splits.{b}")
             shared = train & set(cfg.splits.get(b, {}).get(split, ()))
             if shared:
-                raise ValueError(f"config key {key}: {sorted(shared)} is also in the training pool "
-                                 f"scaffold.splits.{b}.{cfg.split}")
+                raise ConfigError(f"config key {key}: {sorted(shared)} is also in the training pool "
+                                  f"scaffold.splits.{b}.{cfg.split}")
             if n is not None and int(n) < 1:
-                raise ValueError(f"config key {key}: {n} tasks")
+                raise ConfigError(f"config key {key}: {n} tasks")
 
 
 def parse_instance(name: str) -> tuple[str, str | None, int]:
@@ -297,6 +311,18 @@ def parse_instance(name: str) -> tuple[str, str | None, int]:
     if not m:
         raise ValueError(f"scaffold instance {name!r}: expected <benchmark>@<variant><iteration>")
     return bench, m.group(1), int(m.group(2))
+
+
+def checkpoint_dir(benchmark: str, chain: str, k: int | str) -> str:
+    """Checkpoint k of a chain's policy on `benchmark` (written by update k, scaffold_grpo_update)."""
+    return f"results/scaffold/{benchmark}/{chain}/grpo/ckpt{k}"
+
+
+def instance_policy(name: str) -> str:
+    """The policy that plays a scaffold instance: checkpoint k of its chain for iteration k > 0 of a training
+    chain, "" (llm.model on the run's shared server) for the validation experiment and every iteration 0."""
+    bench, chain, k = parse_instance(name)
+    return checkpoint_dir(bench, chain, k) if chain and k > 0 else ""
 
 
 def training_iteration(cfg: ScaffoldConfig, chain: str | None, k: int) -> ScaffoldConfig:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from skillrepro.config import ConfigError
+
 
 INTERVALS = ("expanded", "percentile")
 
@@ -20,7 +22,7 @@ def bootstrap_interval(x: Any, n_boot: int = 10000, seed: int = 0, interval: str
     from scipy.special import stdtrit  # Student t quantile (scipy.stats takes a second to import)
 
     if interval not in INTERVALS:
-        raise ValueError(f"config key scaffold.bootstrap_interval: {interval!r}; allowed: {', '.join(INTERVALS)}")
+        raise ConfigError(f"config key scaffold.bootstrap_interval: {interval!r}; allowed: {', '.join(INTERVALS)}")
     x = np.asarray(x, float)
     n = len(x)
     if n < 2:  # one query says nothing about the spread

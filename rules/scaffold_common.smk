@@ -1,0 +1,228 @@
+# The settings, paths and input functions of rules/scaffold.smk (which includes this file): snakemake --lint
+# asks for a rule file's functions to live apart from its rules.
+import dataclasses
+import os
+import re
+
+from skillrepro import config as scaffold_cfg
+from skillrepro.pipeline import scaffold_fingerprint
+from skillrepro.studies.scaffold.heldout import heldout_policies
+from skillrepro.studies.scaffold.settings import (BASELINE, ScaffoldConfig, checkpoint_dir, instance_policy,
+                                                  parse_instance)
+
+# The section checked against schemas/scaffold.schema.yaml and the rest of the config (a ConfigError naming the
+# key, before anything is scheduled); the jobs rebuild the same settings (skillrepro.pipeline.scaffold_job).
+SCAFFOLD = ScaffoldConfig.from_config(config)
+SC_LLM = scaffold_cfg.llm_config(config)
+SC_BENCH = [b for b in config.get("benchmarks", {}) if b in SCAFFOLD.benchmarks]
+SC_WALL = config.get("budgets", {}).get("rollout_wall_s", 1800)
+SC_TASK_SEED = config.get("protocol", {}).get("task_seed", 42)
+SC_SCORER_LLM = SCAFFOLD.scorer_backend == "vllm" or (SCAFFOLD.scorer_backend == "auto" and SC_LLM.backend == "vllm")
+SC_GPU = SC_LLM.backend == "vllm"
+SC_CHAIN_NAMES = [c.name for c in SCAFFOLD.chains]
+SC_STEPS = {b: SCAFFOLD.steps(b) for b in SC_BENCH}  # GRPO updates per chain on each benchmark
+SC_COHORT_ITERS = int(SCAFFOLD.training.get("cohort_iterations", 1))
+
+
+SC = "results/scaffold/{sbench}"
+SCV = "results/scaffold/{sbench}/{svariant}"
+SC_SCOUTS = [f"{SC}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts)]
+SC_CONSTRAINTS = dict(sbench=f"(?:{'|'.join(SC_BENCH) or 'none'})(?:@(?:{'|'.join(SC_CHAIN_NAMES)})\\d+)?",
+                      svariant="|".join(SCAFFOLD.variants + tuple(SCAFFOLD.ablations) + (BASELINE,)), i=r"\d+")
+
+
+def scaffold_settings(wildcards):
+    """A params entry: the fingerprint of what a job on the instance's benchmark reads (everything but the held-out
+    evaluation's own settings; skillrepro.pipeline.scaffold_fingerprint), computed once per benchmark."""
+    bench = parse_instance(wildcards.sbench)[0]
+    if bench not in SC_FINGERPRINTS:
+        SC_FINGERPRINTS[bench] = scaffold_fingerprint(config, SCAFFOLD, bench)
+    return SC_FINGERPRINTS[bench]
+
+
+def scaffold_heldout_settings(wildcards):
+    """A params entry: the fingerprint of what a held-out job reads (the Executor's and the held-out settings)."""
+    key = ("heldout", wildcards.hbench)
+    if key not in SC_FINGERPRINTS:
+        SC_FINGERPRINTS[key] = scaffold_fingerprint(config, SCAFFOLD, wildcards.hbench, heldout=True)
+    return SC_FINGERPRINTS[key]
+
+
+SC_FINGERPRINTS: dict = {}
+
+
+def scaffold_policy(wildcards):
+    """The GRPO checkpoint that plays an instance ("": llm.model on the run's shared server)."""
+    return instance_policy(wildcards.sbench)
+
+
+def scaffold_policy_input(wildcards):
+    """A job played by a checkpoint reads it (and starts its own server for it)."""
+    return instance_policy(wildcards.sbench) or []
+
+
+def scaffold_llm_units(wildcards):
+    """`llm` units: every one for a job serving a checkpoint itself (two llama.cpp servers on the same cores slow
+    each other many times over), else one."""
+    return SC_LLM.slots if instance_policy(wildcards.sbench) else 1
+
+
+def scaffold_scorer_units(wildcards):
+    """`llm` units of a scoring job: as a playing job's where the scorer is the LLM server, else none."""
+    return scaffold_llm_units(wildcards) if SC_SCORER_LLM else 0
+
+
+def scaffold_task_seed(wildcards):
+    """A training iteration's query batch has a seed of its own, shared by the chains of every utility variant."""
+    return SC_TASK_SEED + (1 + parse_instance(wildcards.sbench)[2] if "@" in wildcards.sbench else 0)
+
+
+def scaffold_files(pattern, variants=SCAFFOLD.variants):
+    """Every benchmark x variant instance of a path pattern (keys sbench, svariant)."""
+    return [pattern.format(sbench=b, svariant=v) for b in SC_BENCH for v in variants]
+
+
+def scaffold_base(name):
+    """An ablation's input `name`: the file of the utility variant it is built on (its cards and utilities)."""
+
+    def path(wildcards):
+        return f"results/scaffold/{wildcards.sbench}/{SCAFFOLD.ablation(wildcards.svariant).of}/{name}"
+
+    return path
+
+
+def scaffold_post_selection(wildcards):
+    """The selection the Post-Scouts follow (plain GRPO has no Generator: its Post-Scouts play skill-free)."""
+    if wildcards.svariant == BASELINE:
+        return []
+    return f"results/scaffold/{wildcards.sbench}/{wildcards.svariant}/selection.parquet"
+
+
+def scaffold_inject(wildcards):
+    """Table 3's "Generator learning without injection": a training chain's Post-Scouts stay skill-free."""
+    return "@" not in wildcards.sbench or SCAFFOLD.chain(parse_instance(wildcards.sbench)[1]).inject
+
+
+# GRPO joint training (section 4.5): update k trains checkpoint k-1 on iteration k-1 of its chain. Not part
+# of scaffold_all. On the CPU the policy is the GGUF model dequantised into transformers and each checkpoint is
+# written back as GGUF for llama.cpp; at paper scale set scaffold.training.model to the Hugging Face id.
+SC_CHAIN = "results/scaffold/{sbench}@{svariant}{prev}"
+
+
+def scaffold_previous(*patterns):
+    """Inputs: the records of iteration k-1 (which update k trains on), for pattern(s) under SC_CHAIN."""
+
+    def files(wildcards):
+        return [p.format(sbench=wildcards.sbench, svariant=wildcards.svariant, prev=int(wildcards.k) - 1)
+                for p in patterns]
+
+    return files
+
+
+def scaffold_cards(name):
+    """An input: a file of iteration k-1's cards, under the chain's utility variant (plain GRPO has none)."""
+
+    def files(wildcards):
+        if wildcards.svariant == BASELINE:
+            return []
+        chain = SCAFFOLD.chain(wildcards.svariant)
+        return [f"results/scaffold/{wildcards.sbench}@{wildcards.svariant}{int(wildcards.k) - 1}/{chain.of}/{name}"]
+
+    return files
+
+
+def scaffold_update_policy(wildcards):
+    """The checkpoint update k starts from (update 1: the base model, no input)."""
+    k = int(wildcards.k)
+    return checkpoint_dir(wildcards.sbench, wildcards.svariant, k - 1) if k > 1 else ""
+
+
+def scaffold_update_input(wildcards):
+    """Update k reads checkpoint k-1 (none for update 1)."""
+    return scaffold_update_policy(wildcards) or []
+
+
+def scaffold_group_size(wildcards):
+    """Samples per query of an update: N + L Executor trajectories, and M cards but for plain GRPO."""
+    return SCAFFOLD.n_scouts + SCAFFOLD.n_post + (0 if wildcards.svariant == BASELINE else SCAFFOLD.n_candidates)
+
+
+def scaffold_m(wildcards):
+    """Cards per query an update trains the Generator on (plain GRPO: none)."""
+    return 0 if wildcards.svariant == BASELINE else SCAFFOLD.n_candidates
+
+
+def scaffold_last_checkpoints():
+    """Every chain's last checkpoint on every benchmark (table 5's steps per benchmark)."""
+    return [checkpoint_dir(b, c, SC_STEPS[b]) for b in SC_BENCH for c in SC_CHAIN_NAMES]
+
+
+# Held-out evaluation (appendix A.1; tables 1, 2, 3, 6, figures 1 and 7).
+# Figures 6 and 8-12 measured during training: each iteration's Scouts, Post-Scouts and selections (no held-out run).
+SC_HELDOUT_TARGETS = [f"results/tables/scaffold_{t}.csv" for t in ("heldout", "table1", "table2", "table3", "table6",
+                                                                    "training_curve", "injection",
+                                                                    "training_exploration")] + [
+    f"results/figures/scaffold_{f}.png" for f in ("figure1", "figure6", "figure7", "figure8")]
+
+
+# Internalization (table 4): the cohort of the first `training.cohort_iterations` iterations' queries that
+# skill-assisted exploration helped (chosen on their Scouts and Post-Scouts), played skill-free N times each by
+# the checkpoint that chose it (fresh, independent rollouts: the early success) and by each later checkpoint.
+SC_CHAINS = [(b, v) for b in SC_BENCH for v in SCAFFOLD.variants]
+
+
+def scaffold_later(bench):
+    """The checkpoints trained on every cohort iteration, on `bench`."""
+    return range(SC_COHORT_ITERS, SC_STEPS[bench] + 1)
+
+
+def scaffold_cohort_files(pattern):
+    """An input: `pattern` (keys chain, j, i) of each cohort iteration j (and Post-Scout i) of the job's chain."""
+
+    def files(wildcards):
+        chain = f"{wildcards.sbench}@{wildcards.svariant}"
+        return [pattern.format(chain=chain, v=wildcards.svariant, j=j, i=i) for j in range(SC_COHORT_ITERS)
+                for i in range(SCAFFOLD.n_post)] if "{i}" in pattern else [
+            pattern.format(chain=chain, v=wildcards.svariant, j=j) for j in range(SC_COHORT_ITERS)]
+
+    return files
+
+
+def scaffold_cohort_policy(wildcards):
+    """Checkpoint k of the chain, which a cohort evaluation plays."""
+    return checkpoint_dir(wildcards.sbench, wildcards.svariant, wildcards.k)
+
+
+# Held-out evaluation (appendix A.1): every policy, the base model (llm.model: checkpoint 0 of every chain) and
+# each evaluated checkpoint of every chain (plain GRPO included), played skill-free on each benchmark's held-out
+# splits (scaffold.heldout; ALFWorld valid_unseen, ScienceWorld Test-ID / Test-OOD), `heldout.rollouts` times per
+# task. Part of scaffold_grpo.
+SC_HO = "results/scaffold/{hbench}/heldout"
+# benchmark -> (policy folder, chain, checkpoint) of every evaluated policy: base, {chain}/ckpt{k}
+SC_HO_POLICIES = {b: heldout_policies(SCAFFOLD.chains, SCAFFOLD.heldout.checkpoints(SC_STEPS[b])) for b in SC_BENCH}
+SC_HO_CONSTRAINTS = dict(hbench="|".join(SC_BENCH) or "none",
+                         hpolicy="base|(?:" + "|".join(SC_CHAIN_NAMES) + r")/ckpt[1-9]\d*")
+
+
+def scaffold_heldout_policy(wildcards):
+    """The checkpoint a held-out policy folder ({chain}/ckpt{k}) plays ("" for base: llm.model on the shared server)."""
+    if wildcards.hpolicy == "base":
+        return ""
+    chain, k = re.fullmatch(r"(.+)\Wckpt(\d+)", wildcards.hpolicy).groups()  # {chain}/ckpt{k}
+    return checkpoint_dir(wildcards.hbench, chain, k)
+
+
+def scaffold_heldout_input(wildcards):
+    """A held-out job played by a checkpoint reads it."""
+    return scaffold_heldout_policy(wildcards) or []
+
+
+def scaffold_heldout_units(wildcards):
+    """`llm` units: a checkpoint gets a server of its own (see scaffold_llm_units)."""
+    return SC_LLM.slots if scaffold_heldout_policy(wildcards) else 1
+
+
+def scaffold_chain_files(pattern, chains=SCAFFOLD.chains):
+    """`pattern` (keys b, c, j, i) of every benchmark x chain x training iteration x Scout index."""
+    return [pattern.format(b=b, c=c.name, j=j, i=i) for b in SC_BENCH for c in chains for j in range(SC_STEPS[b])
+            for i in range(SCAFFOLD.n_scouts)]

@@ -1,0 +1,105 @@
+"""SkillScaffold's rules rerun exactly the jobs whose settings changed: a finished run (recorded by `snakemake
+--touch`, no model), then a changed config, and the jobs a dry run schedules. The held-out evaluation's settings
+rerun the held-out jobs only; a scaffold setting reruns the scaffold jobs but not the held-out ones; a benchmark
+the study does not use reruns nothing. Its settings errors are ConfigErrors naming the key, as the rest of the
+config's are."""
+from __future__ import annotations
+
+import copy
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from skillrepro.config import ConfigError
+from skillrepro.studies.scaffold.settings import ScaffoldConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = {
+    "llm": {"backend": "embedded", "model": "qwen2.5-coder-0.5b", "max_tokens": 48},
+    "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 3}, "other": {"env": "babyai", "llm_call_budget": 3}},
+    "budgets": {"rollout_wall_s": 300},
+    "protocol": {"task_seed": 42},
+    "scaffold": {"benchmarks": ["babyai"], "variants": ["grp"], "n_queries": 1, "n_scouts": 1, "n_candidates": 1,
+                 "n_post": 1, "n_eval": 1, "n_probes": 1,
+                 "training": {"steps": 1, "query_batch_size": 1, "baseline": False},
+                 "heldout": {"splits": {"babyai": {"test": 1}}}},
+}
+HELDOUT = {"scaffold_heldout_tasks", "scaffold_heldout_eval", "scaffold_heldout_tables", "scaffold_heldout_figures"}
+
+pytestmark = pytest.mark.workflow
+
+
+def smk(*args, cwd):
+    env = dict(os.environ, SKILLREPRO_LLM_URL="http://127.0.0.1:9/v1")  # no model server for a touch or dry run
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "scaffold_all", "scaffold_grpo", *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def scheduled(stdout: str) -> set[str]:
+    """The rules a dry run schedules jobs of, but the targets (rules without outputs)."""
+    return set(re.findall(r"^(?:local)?rule (\w+):", stdout, flags=re.M)) - {"scaffold_all", "scaffold_grpo"}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("scaffold_rerun")
+    (wd / "Snakefile").write_text(f'include: "{ROOT}/rules/scaffold.smk"\n')
+    (wd / "base.yaml").write_text(yaml.safe_dump(BASE))
+    dry = smk("-n", "--configfile", "base.yaml", cwd=wd)
+    outputs = [o.strip() for line in dry.splitlines() if line.strip().startswith("output:")
+               for o in line.split("output:")[1].split(",")]
+    smk("--touch", "--configfile", "base.yaml", cwd=wd)
+    for out in outputs:  # in the dry run's order (inputs first), so the files' times agree with the DAG
+        path = wd / out
+        if re.search(r"/ckpt\d+$", out):  # a checkpoint is a directory() output
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+    assert "Nothing to be done" in smk("-n", "--configfile", "base.yaml", cwd=wd)
+    return wd
+
+
+def changed(wd: Path, change, stdout: list | None = None) -> set[str]:
+    cfg = copy.deepcopy(BASE)
+    change(cfg)
+    (wd / "changed.yaml").write_text(yaml.safe_dump(cfg))
+    out = smk("-n", "--configfile", "changed.yaml", cwd=wd)
+    if stdout is not None:
+        stdout.append(out)
+    return scheduled(out)
+
+
+def test_a_config_change_reruns_exactly_the_jobs_that_read_it(finished):
+    # the held-out evaluation's own setting: its jobs and the tables after them, no scaffold rule
+    assert changed(finished, lambda c: c["scaffold"]["heldout"].update(rollouts=2)) == HELDOUT
+    # a setting of the scaffold rules (the gate's threshold): the scaffold jobs, not the held-out evaluation
+    out: list[str] = []
+    jobs = changed(finished, lambda c: c["scaffold"].update(threshold=0.5), out)
+    assert {"scaffold_scout", "scaffold_select", "scaffold_grpo_update", "scaffold_cohort_eval"} <= jobs
+    # ... whose checkpoints the held-out evaluation then plays anew (an input changed), but not the base model
+    assert "scaffold_heldout_tasks" not in jobs and "hpolicy=base" not in out[0] and "hpolicy=grp/ckpt1" in out[0]
+    # a benchmark the study does not use, and writing a default out: nothing
+    assert changed(finished, lambda c: (c["benchmarks"]["other"].update(llm_call_budget=9),
+                                        c["scaffold"].update(evidence_max_chars=6000))) == set()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda s: s.update(n_scouts=0), "config key scaffold.n_scouts: 0 must be >= 1"),
+    (lambda s: s.update(bogus=1), "config key scaffold: unknown key(s) bogus"),
+    (lambda s: s["training"].update(steps={"other": 3}), "config key scaffold.training.steps: per benchmark"),
+    (lambda s: s["training"].update(global_batch_size=7), "config key scaffold.training.global_batch_size: 7"),
+])
+def test_scaffold_settings_errors_are_config_errors(change, message):
+    cfg = copy.deepcopy(BASE)
+    change(cfg["scaffold"])
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ScaffoldConfig.from_config(cfg)
+    assert ScaffoldConfig.from_config(BASE).steps("babyai") == 1
