@@ -7,6 +7,7 @@ import itertools
 import pandas as pd
 import pytest
 
+from skillrepro.studies.scaffold.figures import figure6, figure8
 from skillrepro.studies.scaffold.heldout import (heldout_policies, heldout_table, heldout_variant, injection_rates,
                                                  parse_heldout_variant, table_by_category, table_by_split,
                                                  table_pass_at_k, table_variants, task_category, training_curve,
@@ -181,3 +182,17 @@ def test_training_exploration_by_hand():
     assert t.loc[("grp", 0, "mixed")].injection_rate == 0 and ("grp", 0, "all_success") not in t.index
     assert t.loc[("noinj", 0, "all")].injection_rate == 0 and t.loc[("noinj", 0, "all")].positive_rate == 1
     assert sorted(training_exploration(sel.iloc[:0], post).columns) == sorted(t.reset_index().columns)
+
+
+def test_training_figures_are_drawn_from_the_exploration_table(tmp_path):
+    sel = pd.DataFrame({"benchmark": ["alf"] * 2, "chain": ["grp"] * 2, "iteration": [0, 1], "task_id": ["a", "a"],
+                        "kind": ["all_failure", "mixed"], "n_success": [0, 1], "n_scouts": [2, 2], "selected": [0, -1],
+                        "best_utility": [0.2, -0.1], "inject": [True, True]})
+    post = pd.DataFrame({"benchmark": ["alf"] * 2, "chain": ["grp"] * 2, "iteration": [0, 1], "task_id": ["a", "a"],
+                         "success": [True, False]})
+    ex = training_exploration(sel, post)
+    figure6(ex, tmp_path / "f6.png")
+    figure8(ex, ["alf"], tmp_path / "f8.png")
+    figure6(ex.iloc[:0], tmp_path / "empty.png")  # no chain with a Generator: an empty-state figure, not an error
+    for name in ("f6.png", "f8.png", "empty.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

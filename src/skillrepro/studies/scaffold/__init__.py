@@ -13,6 +13,7 @@ injection, GRPO joint training, and the tables of the paper, in modules along th
 - heldout: held-out evaluation tables (tables 1, 2, 3 and 6, figures 1 and 7);
 - grpo: the GRPO update on TRL (section 4.5, algorithm 1, equations 3, 11, 12);
 - cohort: internalization (table 4);
+- figures: the validation experiment's figures and the training study's figures 1 and 6-8;
 - data: WebShop's category split and tau2-bench's tasks (appendix A.1).
 
 The package imports none of its modules: a caller imports the module that holds what it needs.
