@@ -143,14 +143,36 @@ def _face(p, target):
 
 
 def _explore(p):
-    """One move toward the unknown: a heading that changes every 40 steps and whenever it is blocked."""
+    """One move toward what is needed but not in reach: each direction is scored by the things in view on
+    its side (water and the sand that borders it when thirsty, open grass where cows graze when hungry,
+    trees for wood, stone for stone), plus a standing heading that turns every 40 steps. A tree or (with a
+    pickaxe) a stone in the way is collected; a free cell is walked into."""
+    v, things, inv = p.view, p.view["things"], p.view["inventory"]
+    wish = {"water": 6 if v["drink"] <= 5 else 1, "sand": 2 if v["drink"] <= 5 else 0,
+            "cow": 4 if v["food"] <= 5 else 1, "tree": 3 if inv.get("wood", 0) < 5 else 0,
+            "stone": 2 if inv.get("wood_pickaxe") and inv.get("stone", 0) < 9 else 0,
+            "coal": 2 if inv.get("wood_pickaxe") else 0, "iron": 3 if inv.get("stone_pickaxe") else 0,
+            "zombie": -3, "lava": -5, "skeleton": -4}
     headings = ((1, 0), (0, -1), (-1, 0), (0, 1))
-    k = (p.view["step"] // 40) % 4
-    blocked = _blocked(p.view)
-    for i in range(4):
-        d = headings[(k + i) % 4]
+    standing = headings[(v["step"] // 40) % 4]
+    grass = 81 - sum(len(spots) for spots in things.values())
+    score = {}
+    for d in headings:
+        total = 2.0 if d == standing else 0.0
+        for kind, spots in things.items():
+            w = wish.get(kind, 0)
+            total += w * sum(1 for x, y in spots if x * d[0] + y * d[1] > 0) / max(1, len(spots)) ** 0.5
+        if v["food"] <= 5 and grass > 40:
+            total += 1.0 if d != (0, 0) else 0.0
+        score[d] = total
+    blocked = _blocked(v)
+    for d in sorted(headings, key=lambda d: -score[d]):
         if d not in blocked:
             p.act(d)
+            return
+        if d in things.get("tree", []) or (d in things.get("stone", []) and inv.get("wood_pickaxe")):
+            _face(p, d)
+            p.act("do")
             return
     p.act("noop")
 
@@ -159,8 +181,8 @@ def _go_and_do(p, kind, times=1):
     """Walk next to the nearest `kind` in view, face it and `do` on it `times` times; True if it was reached.
     Creatures move, so the route is replanned after every step."""
     for _ in range(30):
-        if p.left() < 3:
-            return False
+        if p.left() < 3 or (kind != "zombie" and _threat(p.view)):
+            return True  # out of primitives, or a foe to deal with first: back to the caller's next decision
         spots = p.view["things"].get(kind)
         if not spots:
             return False
@@ -197,31 +219,142 @@ def _near(view, kind):
     return any(max(abs(dx), abs(dy)) <= 1 for dx, dy in view["things"].get(kind, []))
 
 
-def _enclosed(view):
-    """Whether the cells a zombie could reach the player through are cut off: the walkable cells connected
-    to the player (unlisted cells are grass) number at most 2 and none is grass."""
-    blocked = _blocked(view)
-    seen, frontier = {(0, 0)}, [(0, 0)]
-    while frontier and len(seen) <= 3:
-        x, y = frontier.pop()
-        for d in ((0, -1), (1, 0), (0, 1), (-1, 0)):
-            c = (x + d[0], y + d[1])
-            if c not in seen and c not in blocked:
-                seen.add(c)
-                frontier.append(c)
-    paths = set(view["things"].get("path", [])) | {(0, 0)}
-    return len(seen) <= 2 and seen <= paths
+def _walls(view):
+    """Cells no zombie can enter and none will leave: everything listed but sand, path and creatures; with a
+    skeleton in view not water or lava either (its arrows fly over them)."""
+    open_kinds = ["sand", "path", "cow", "zombie", "skeleton", "arrow"]
+    if "skeleton" in view["things"]:
+        open_kinds += ["water", "lava"]
+    return {c for kind, spots in view["things"].items() if kind not in open_kinds for c in spots}
+
+
+def _threat(view):
+    """A zombie, skeleton or arrow next to the player: whatever a long routine is doing, stop and fight."""
+    return any(abs(x) + abs(y) <= 1 for kind in ("zombie", "skeleton", "arrow")
+               for x, y in view["things"].get(kind, []))
+
+
+def _dark(view):
+    """Night or its approach: zombies come in numbers on grass. Crafter's daylight follows the step:
+    1 - |cos(pi * (step / 300 % 1 + 0.3))| ** 3, below 0.5 for steps 148..272 of every 300 (the pocket is
+    built a little before and left a little before its end, to drink and eat)."""
+    return 140 <= view["step"] % 300 < 268
+
+
+def _pocket(p):
+    """Whether the player is walled in: all four cells around are walls, or three are and the fourth is a
+    free cell whose other three are walls (a two-cell pocket; checked by stepping in, since cells two away
+    may be left out of the view's list)."""
+    d4 = ((0, -1), (1, 0), (0, 1), (-1, 0))
+    free = [d for d in d4 if d not in _walls(p.view)]
+    if not free:
+        return True
+    if len(free) != 1 or free[0] in _blocked(p.view):
+        return False
+    if p.pocket:
+        return True
+    if p.probes >= 3:  # a nook, not a pocket, seen often enough this call
+        return False
+    p.probes += 1
+    f = free[0]
+    p.act(f)
+    p.pocket = [d for d in d4 if d not in _walls(p.view)] == [(-f[0], -f[1])]
+    return p.pocket
+
+
+def _place_wall(p):
+    """A stone in front, or a table when there is no stone (it takes wood, and no zombie walks through it)."""
+    p.act("place_stone" if p.view["inventory"].get("stone", 0) >= 1 else "place_table")
+
+
+def _build_pocket(p):
+    """Wall the player into a two-cell pocket with stones for the night: the player's cell X and a free
+    neighbour Y. A stone goes only on the cell in front, and the player faces a free cell only by having
+    just stepped toward it, so each wall is placed from outside (walk to two cells short of it, step toward
+    it, place) and the last one, the entrance beside X, from inside (enter, step to Y, step back to X, place).
+    True when sealed."""
+    d4 = ((0, -1), (1, 0), (0, 1), (-1, 0))
+    walls, blocked = _walls(p.view), _blocked(p.view)
+    best = None
+    for b in d4:
+        y, a = b, (-b[0], -b[1])  # the second cell; the entrance
+        if y in blocked or (a in blocked and a not in walls):
+            continue
+        side = (b[1], b[0])
+        cells = [side, (-side[0], -side[1]), (y[0] + side[0], y[1] + side[1]), (y[0] - side[0], y[1] - side[1]),
+                 (2 * y[0], 2 * y[1])]
+        need = [c for c in cells if c not in walls]
+        cost = len(need) + (a not in walls)
+        if best is None or cost < best[0]:
+            best = (cost, b, need, a)
+    inv = p.view["inventory"]
+    if best is None or inv.get("stone", 0) + inv.get("wood", 0) // 2 < best[0]:  # tables are walls too
+        return False
+    _, b, need, entrance = best
+    pos = [0, 0]  # the player, in the frame the pocket was planned in (X = (0, 0))
+
+    def rel(c):
+        return (c[0] - pos[0], c[1] - pos[1])
+
+    def move(d):
+        if d not in _blocked(p.view):
+            pos[0] += d[0]
+            pos[1] += d[1]
+        p.act(d)
+
+    def walk_to(c):
+        for _ in range(16):
+            if p.left() < 6 or _threat(p.view):
+                return False
+            step = _route(p.view, [rel(c)], adjacent=False)
+            if step == (0, 0):
+                return True
+            if step is None:
+                return False
+            move(step)
+        return False
+
+    def place(c):
+        """A stone on frame cell c, approached from whichever side is open; True when c is a wall."""
+        if rel(c) in _walls(p.view):
+            return True
+        for d in sorted(d4, key=lambda d: abs(rel(c)[0] - 2 * d[0]) + abs(rel(c)[1] - 2 * d[1])):
+            stand, start = (c[0] - d[0], c[1] - d[1]), (c[0] - 2 * d[0], c[1] - 2 * d[1])
+            if rel(stand) in _blocked(p.view) or rel(start) in _blocked(p.view) or not walk_to(start):
+                continue
+            move(d)
+            if _threat(p.view):
+                return False
+            if tuple(pos) == stand and p.view["front"] in ("grass", "sand", "path"):
+                _place_wall(p)
+            if rel(c) in _walls(p.view):
+                return True
+        return False
+
+    for c in need:
+        if not place(c):
+            return False
+    if p.left() < 10 or not walk_to(entrance):
+        return False
+    for d in (b, b, (-b[0], -b[1])):  # in to X, on to Y, back to X facing the entrance
+        move(d)
+    if tuple(pos) != (0, 0):
+        return False
+    if p.view["front"] in ("grass", "sand", "path"):
+        _place_wall(p)
+    p.pocket = False
+    return _pocket(p)
 
 
 def _dig_shelter(p):
-    """For the night: tunnel two cells into stone and seal the way in with a stone, so no zombie can come
-    near (they walk on grass, sand and path only). True when the player ends enclosed."""
+    """For the night without stones to build with: tunnel into stone, then step back toward the entrance and
+    seal it with the stone just mined (a pocket of the two innermost cells). True when walled in."""
     stones = [s for s in p.view["things"].get("stone", []) if abs(s[0]) + abs(s[1]) == 1]
     if not stones:
         return _go_and_do(p, "stone", times=0) and False
     d = stones[0]
     for depth in range(3):  # into the stone: mine the cell ahead, step in, look at its sides
-        if p.left() < 8:
+        if p.left() < 8 or _threat(p.view):
             return False
         _face(p, d)
         if p.view["front"] != "stone":
@@ -229,15 +362,15 @@ def _dig_shelter(p):
         p.act("do")
         p.act(d)
         side = {(d[1], d[0]), (-d[1], -d[0])}
-        if depth >= 1 and side <= _blocked(p.view) and (d in _blocked(p.view)):
+        if depth >= 1 and side <= _walls(p.view) and d in _walls(p.view):
             break
     else:
         return False
-    back = (-d[0], -d[1])
-    p.act(back)  # one cell back toward the entrance, facing it
+    p.act((-d[0], -d[1]))  # one cell back toward the entrance, facing it
     if p.view["front"] in ("grass", "sand", "path") and p.view["inventory"].get("stone", 0) >= 1:
         p.act("place_stone")
-    return _enclosed(p.view)
+    p.pocket = False
+    return _pocket(p)
 
 
 def _meet(p, zombie):
@@ -249,11 +382,16 @@ def _meet(p, zombie):
         if toward in _blocked(p.view):  # turning toward it costs nothing when the cell there is taken
             return _face(p, toward)
         return p.act("noop")
+    return _step_away(p, zombie)
+
+
+def _step_away(p, foe):
+    """One step that puts the most distance between the player and `foe` (dx, dy)."""
     blocked = _blocked(p.view)
     away = [d for d in ((0, -1), (1, 0), (0, 1), (-1, 0)) if d not in blocked]
     if not away:
         return p.act("noop")
-    return p.act(max(away, key=lambda d: abs(d[0] - zx) + abs(d[1] - zy)))
+    return p.act(max(away, key=lambda d: abs(d[0] - foe[0]) + abs(d[1] - foe[1])))
 
 
 def _tick(p):
@@ -267,22 +405,28 @@ def _tick(p):
         if close:
             _face(p, close[0])
             return p.act("do")
+    if _dark(v):  # the night: in a pocket, sleep (wake_up) or wait; else build or dig one
+        if _pocket(p):
+            return p.act("sleep" if p.view["energy"] < 9 else "noop")
+        archers = sorted(things.get("skeleton", []), key=lambda c: abs(c[0]) + abs(c[1]))
+        if archers and abs(archers[0][0]) + abs(archers[0][1]) <= 5:  # no wall holds against arrows over
+            return _step_away(p, archers[0])  # water: first get away from the caves' skeletons
+        if inv.get("stone", 0) + inv.get("wood", 0) // 2 >= 3 and p.left() < 120:
+            p.stop = True  # too few primitives left in this call to build: the next call starts with 200
+            return None
+        if _build_pocket(p) or (inv.get("wood_pickaxe") and "stone" in things and p.left() >= 12
+                                and _dig_shelter(p)):
+            return p.act("sleep")
+        v, inv, things = p.view, p.view["inventory"], p.view["things"]
     coming = [s for s in things.get("zombie", []) if abs(s[0]) + abs(s[1]) <= 3]
-    if coming and not _enclosed(v):
+    if coming:
         return _meet(p, coming[0])
-    if _enclosed(v):
-        if v["energy"] < 9:
-            return p.act("sleep")
-        if v["night"]:
-            return p.act("noop")
-    elif v["night"] and inv.get("wood_pickaxe") and "stone" in things and p.left() >= 12:
-        if _dig_shelter(p):
-            return p.act("sleep")
     if v["energy"] <= 1:
         return p.act("sleep")
-    if v["drink"] <= 5 and "water" in things:
-        return _go_and_do(p, "water", times=min(5, 9 - v["drink"]))
-    if v["food"] <= 5 and "cow" in things:
+    evening = 90 <= v["step"] % 300 < 140  # top up before a night in the pocket
+    if (v["drink"] <= 6 or (evening and v["drink"] < 9)) and "water" in things:
+        return _go_and_do(p, "water", times=9 - v["drink"])
+    if (v["food"] <= 6 or (evening and v["food"] < 8)) and "cow" in things:
         return _go_and_do(p, "cow", times=3)
     wood, stone = inv.get("wood", 0), inv.get("stone", 0)
     table_near = _near(v, "table")
@@ -300,7 +444,7 @@ def _tick(p):
             return p.act(make)
     if inv.get("sapling") and v["front"] == "grass":
         return p.act("place_plant")
-    if stone >= 5 and "furnace" not in things and (table_near or "table" in things):
+    if stone >= 9 and "furnace" not in things and (table_near or "table" in things):  # stones to spare
         if not table_near:
             return _go_and_do(p, "table", times=0)
         if _free_front(p):
@@ -313,7 +457,7 @@ def _tick(p):
     if "zombie" in things and v["health"] >= 6:
         return _go_and_do(p, "zombie", times=2)
     if inv.get("wood_pickaxe"):
-        for kind, enough in (("coal", 2), ("stone", 6)):
+        for kind, enough in (("coal", 2), ("stone", 9)):  # stones for tools, a furnace and a night's walls
             if kind in things and inv.get(kind, 0) < enough:
                 return _go_and_do(p, kind, times=1)
         if inv.get("stone_pickaxe") and "iron" in things:
@@ -339,12 +483,12 @@ def play_step() -> str:
     its own. Takes no argument; call it again to go on playing. Returns what it did and the view now."""
     Player = _new_player()
     p = Player(196)
-    p.done = set()
+    p.done, p.pocket, p.stop, p.probes = set(), False, False, 0
     start_step, start_inv = p.view["step"], dict(p.view["inventory"])
-    while p.left() >= 6 and not p.view["dead"]:
+    while p.left() >= 6 and not p.view["dead"] and not p.stop:
         before = p.used
         _tick(p)
-        if p.used == before:  # a decision that issued nothing: move on
+        if p.used == before and not p.stop:  # a decision that issued nothing: move on
             _explore(p)
     gained = {k: n - start_inv.get(k, 0) for k, n in p.view["inventory"].items() if n > start_inv.get(k, 0)}
     gain = ", ".join(f"{k} +{n}" for k, n in gained.items()) or "nothing new"
