@@ -143,7 +143,8 @@ rule kvcache_simulate:
     params:
         kv=KV,
         settings=_kv_settings,
-        slots=KV.server_slots,
+        # a run with P episodes in flight holds min(P, slots) slots of its server (the llm resource)
+        slots=lambda w: max(KV.server_slots, min(KV.parallel_episodes, _KV_LLMS[w.kvmodel].slots)),
     log:
         "logs/kvcache/{kvmodel}/simulate_{kvfmt}_seed{kvseed}.log",
     benchmark:
