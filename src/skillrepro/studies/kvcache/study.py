@@ -122,8 +122,8 @@ class SimRow:
     preemptions: int
     prefix_cache_queries: int
     prefix_cache_hits: int
-    preempted_queries: int  # 0.33.0 counts lookups of preempted requests apart (0 under 0.11.0)
-    preempted_hits: int
+    preempted_queries: int = 0  # 0.33.0 counts lookups of preempted requests apart (0 under 0.11.0)
+    preempted_hits: int = 0
 
 
 @dataclass
