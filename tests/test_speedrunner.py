@@ -55,7 +55,10 @@ def recorded(tmp_path_factory):
     return run
 
 
-def ctx_for(run: Path, llm: LLMConfig | None = None, budget: int = 8, limits: InducerLimits = InducerLimits(),
+NUDGE = InducerLimits(last_request_nudge=True)  # as config.yaml runs SpeedRunner on the small models
+
+
+def ctx_for(run: Path, llm: LLMConfig | None = None, budget: int = 8, limits: InducerLimits = NUDGE,
             **options) -> InduceContext:
     lib_root = run / "library"
     return InduceContext(library=Library.load(lib_root / "v0"), cycle=0, history_dirs=(run / "batches" / "c0",),

@@ -81,7 +81,8 @@ class InducerLimits:
     library_chars: int = 3000  # the library source in the inducer's first message
     tool_output_chars: int = 3000  # each execute_code result shown
     read_library_chars: int = 6000  # a read_library result
-    last_request_nudge: bool = True  # the reminder (and text-protocol prefill) before a write-less session's last request
+    # the reminder (and text-protocol prefill) before a write-less session's last request; the paper has none
+    last_request_nudge: bool = False
 
     def reply_tokens(self, llm: "LLMConfig") -> int:
         return max(llm.max_tokens, self.min_reply_tokens)
