@@ -261,3 +261,39 @@ def test_restated_skills_follow_every_observation_only_when_asked_and_only_with_
     mine.write_text("\n(Skills: {skill_list})")
     with pytest.raises(ValueError, match=r"prompt skill_reminder: KeyError 'skill_list'.*\{skills\}"):
         Prompts.configured(ActorConfig(True, (("skill_reminder", str(mine)),)))
+
+
+def test_extra_arguments_are_refused_by_default_and_dropped_where_configured():
+    """actor.extra_arguments: the paper's strict tool path refuses a call with arguments its action does not
+    take; `drop` runs it without them (named ones the action does not name, else the last ones), says so in
+    the observation and counts a valid action. A call within the action's arity is never changed."""
+    from skillrepro.agent import Prompts, drop_extra_arguments
+    from skillrepro.config import ActorConfig
+
+    replies = [ToolCall("c1", "turn_left", {"direction": "left", "times": 2}), '{"name": "go_forward", "arguments": {"steps": 3}}',
+               "Action: turn_right(1)", ToolCall("c2", "turn_left", {})]
+
+    def play(extra):
+        bench = get_benchmark("babyai")
+        env = bench.make(bench.sample_tasks("train", 1, 42)[0])
+        actor = Actor(ScriptedClient(list(replies)), bench.describe(), 4, tool_calling="native",
+                      prompts=Prompts.configured(ActorConfig(extra_arguments=extra)))
+        return actor.run(env, primitive_tools(env), SPEC)
+
+    strict, lenient = play("refuse"), play("drop")
+    assert [s.valid for s in strict.steps] == [False, False, False, True] and strict.episode.n_invalid_actions == 3
+    assert "takes 0 argument" in strict.steps[0].observation
+    assert [s.valid for s in lenient.steps] == [True] * 4 and lenient.episode.n_invalid_actions == 0
+    assert [json.loads(s.arguments) for s in lenient.steps] == [[], [], [], []]
+    assert "turn_left() takes no such argument: direction='left', times=2 ignored." in lenient.steps[0].observation
+    assert "go_forward() takes no such argument: steps=3 ignored." in lenient.steps[1].observation
+    assert "turn_right() takes no such argument: 1 ignored." in lenient.steps[2].observation
+    assert "ignored" not in lenient.steps[3].observation
+    # Named arguments bind by name; a call within arity is left alone.
+    from skillrepro.agent import ParsedAction, Tool
+
+    tool = Tool("go_to", (("obj", "str"),), "", lambda args, wall_s=None: "")
+    kept, dropped = drop_extra_arguments(ParsedAction("go_to", ["x", "ball"], "", named={"x": 1, "obj": "ball"}), tool)
+    assert kept.args == ["ball"] and dropped == "x=1"
+    same = ParsedAction("go_to", ["ball"], "")
+    assert drop_extra_arguments(same, tool) == (same, "")

@@ -15,7 +15,7 @@ import re
 import time
 import uuid
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -106,6 +106,8 @@ class Prompts:
     # Where a reply ends, as stop sequences; None: the protocol's own ("\nObservation:" for text, none for
     # native). A small model in native mode writes call after call as JSON lines; "}\n{" ends it after one.
     stop: tuple[str, ...] | None = None
+    # A call with more arguments than its action takes: "refuse" (an invalid action) or "drop" the extras.
+    extra_arguments: str = "refuse"
 
     # The placeholders each prompt is formatted with (native_protocol is used as written).
     PLACEHOLDERS = {"system": ("environment", "skills", "tools", "notes", "protocol"), "text_protocol": ("example",),
@@ -120,7 +122,7 @@ class Prompts:
             texts.setdefault("skill_reminder", (PROMPTS / "actor_skill_reminder.txt").read_text())
         else:
             texts.pop("skill_reminder", None)
-        prompts = cls(**texts, stop=actor.stop)
+        prompts = cls(**texts, stop=actor.stop, extra_arguments=actor.extra_arguments)
         prompts.check()
         return prompts
 
@@ -144,6 +146,22 @@ class ParsedAction:
     reasoning: str
     problem: str = ""  # why it could not be used as is; empty when fine
     extra: int = 0  # further actions in the same reply, ignored
+    named: dict[str, Any] | None = None  # the arguments by name, where the reply named them (a JSON call)
+
+
+def drop_extra_arguments(parsed: ParsedAction, tool: Tool) -> tuple[ParsedAction, str]:
+    """`parsed` with no more arguments than `tool` takes (actor.extra_arguments: drop), and the dropped ones
+    written out ("" when none were). Named arguments the tool does not name are dropped, else the last ones;
+    a call within the tool's arity is left as it is."""
+    if len(parsed.args) <= len(tool.params):
+        return parsed, ""
+    if parsed.named is not None:
+        names = [n for n, _ in tool.params]
+        args = [parsed.named[n] for n in names if n in parsed.named]
+        dropped = ", ".join(f"{k}={v!r}" for k, v in parsed.named.items() if k not in names)
+    else:
+        args, dropped = parsed.args[:len(tool.params)], ", ".join(repr(v) for v in parsed.args[len(tool.params):])
+    return replace(parsed, args=args, named=None), dropped
 
 
 _CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(\((?:[^()]|\([^()]*\))*\))?")
@@ -162,8 +180,9 @@ def parse_text_action(text: str, names: list[str]) -> ParsedAction:
         obj = _json_call(body)
         if obj is not None:
             args = obj.get("arguments") or obj.get("args") or []
+            named = dict(args) if isinstance(args, dict) else None
             args = list(args.values()) if isinstance(args, dict) else list(args)
-            return ParsedAction(str(obj.get("name", "")), args, reasoning)
+            return ParsedAction(str(obj.get("name", "")), args, reasoning, named=named)
     calls = list(_CALL.finditer(body))
     if not m:
         known = {n.lower() for n in names}
@@ -359,7 +378,7 @@ class Actor:
                 parsed = ParsedAction(
                     tc.name, list(tc.arguments.values()) if args is None else [], reply.text,
                     "" if args is None else f"could not read the arguments {args!r}",
-                    extra=len(reply.tool_calls) - 1,
+                    extra=len(reply.tool_calls) - 1, named=dict(tc.arguments) if args is None else None,
                 )
                 messages.append({"role": "assistant", "content": reply.text, "tool_calls": [
                     {"id": tc.id, "type": "function",
@@ -371,6 +390,9 @@ class Actor:
             tool = by_name.get(parsed.name) or by_lower.get(parsed.name.lower())
             problem = parsed.problem or ("" if tool else f"unknown action {parsed.name!r}; valid actions: "
                                          + ", ".join(by_name))
+            dropped = ""
+            if not problem and self.prompts.extra_arguments == "drop":
+                parsed, dropped = drop_extra_arguments(parsed, tool)
             env_ms, reward_before = 0.0, env.total_reward
             if not problem:
                 t_env = time.perf_counter()
@@ -383,6 +405,8 @@ class Actor:
                 observation = f"Invalid action: {problem}"
             elif parsed.extra:
                 observation += f"\n(Only one action per turn: {parsed.extra} further action(s) ignored.)"
+            if dropped and not problem:
+                observation += f"\n({tool.signature} takes no such argument: {dropped} ignored.)"
             valid = not problem and not parsed.extra
             invalid += not valid
             if fmt is not None:

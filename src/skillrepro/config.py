@@ -70,6 +70,7 @@ class ActorConfig:
     restate_skills: bool = False  # the skill reminder after every observation (a deviation for small models)
     prompt_files: tuple[tuple[str, str], ...] = ()  # (prompt name, file) replacing a shipped actor prompt
     stop: tuple[str, ...] | None = None  # the reply's stop sequences; None: the protocol's own
+    extra_arguments: str = "refuse"  # a call with more arguments than its action takes: refuse | drop the extras
 
 
 @dataclass(frozen=True)
@@ -363,7 +364,7 @@ def llm_config(config: dict[str, Any]) -> LLMConfig:
 def actor_config(config: dict[str, Any]) -> ActorConfig:
     a = config["actor"]
     return ActorConfig(a["restate_skills"], tuple(sorted((k, v) for k, v in a["prompts"].items() if v)),
-                       None if a["stop"] is None else tuple(a["stop"]))
+                       None if a["stop"] is None else tuple(a["stop"]), a["extra_arguments"])
 
 
 def protocol(config: dict[str, Any]) -> Protocol:
