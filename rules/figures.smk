@@ -145,7 +145,7 @@ rule figure_11:
 # its own finished run; no empty state (a run that does not exist fails, see rules/study.smk).
 rule figure_9_10:
     input:
-        lambda w: cross_model_folder(CROSS_FIGURES[int(w.n)], f"figure {w.n}") + "/checkpoints.csv",
+        lambda w: os.path.join(cross_model_folder(CROSS_FIGURES[int(w.n)], f"figure {w.n}"), "checkpoints.csv"),
     output:
         report("results/figures/figure{n}.png", caption=f"{CAPTIONS}/figure9_10.rst", category="Figures"),
     wildcard_constraints:
