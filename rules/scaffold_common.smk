@@ -5,13 +5,13 @@ import os
 import re
 
 from skillrepro import config as scaffold_cfg
-from skillrepro.pipeline import scaffold_fingerprint
+from skillrepro.check import scaffold_fingerprint
 from skillrepro.studies.scaffold.heldout import heldout_policies
 from skillrepro.studies.scaffold.settings import (BASELINE, ScaffoldConfig, checkpoint_dir, instance_policy,
                                                   parse_instance)
 
 # The section checked against schemas/scaffold.schema.yaml and the rest of the config (a ConfigError naming the
-# key, before anything is scheduled); the jobs rebuild the same settings (skillrepro.pipeline.scaffold_job).
+# key, before anything is scheduled); the jobs rebuild the same settings (skillrepro.check.scaffold_job).
 SCAFFOLD = ScaffoldConfig.from_config(config)
 SC_LLM = scaffold_cfg.llm_config(config)
 SC_BENCH = [b for b in config.get("benchmarks", {}) if b in SCAFFOLD.benchmarks]
@@ -33,7 +33,7 @@ SC_CONSTRAINTS = dict(sbench=f"(?:{'|'.join(SC_BENCH) or 'none'})(?:@(?:{'|'.joi
 
 def scaffold_settings(wildcards):
     """A params entry: the fingerprint of what a job on the instance's benchmark reads (everything but the held-out
-    evaluation's own settings; skillrepro.pipeline.scaffold_fingerprint), computed once per benchmark."""
+    evaluation's own settings; skillrepro.check.scaffold_fingerprint), computed once per benchmark."""
     bench = parse_instance(wildcards.sbench)[0]
     if bench not in SC_FINGERPRINTS:
         SC_FINGERPRINTS[bench] = scaffold_fingerprint(config, SCAFFOLD, bench)

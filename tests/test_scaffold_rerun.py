@@ -11,10 +11,12 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
+from skillrepro.check import ScaffoldSettingsError, scaffold_fingerprint, scaffold_job
 from skillrepro.config import ConfigError
 from skillrepro.studies.scaffold.settings import ScaffoldConfig
 
@@ -103,3 +105,24 @@ def test_scaffold_settings_errors_are_config_errors(change, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         ScaffoldConfig.from_config(cfg)
     assert ScaffoldConfig.from_config(BASE).steps("babyai") == 1
+
+
+class _Wildcards(dict):
+    """Snakemake's wildcards as a script sees them: by attribute, and keys()/items()."""
+
+    __getattr__ = dict.__getitem__
+
+
+def test_a_job_refuses_settings_its_rule_did_not_record():
+    """skillrepro.check.scaffold_job rebuilds a job's typed settings and refuses a fingerprint other than the config's
+    (a job run by hand under another config); a training iteration gets its own batch size."""
+    cfg = copy.deepcopy(BASE)
+    cfg["scaffold"]["training"]["query_batch_size"] = 3
+    fp = scaffold_fingerprint(cfg, ScaffoldConfig.from_config(cfg), "babyai")
+    job = SimpleNamespace(wildcards=_Wildcards(sbench="babyai@grp0"), params=SimpleNamespace(settings=fp, policy=""),
+                          config=cfg, rule="scaffold_scout")
+    settings = scaffold_job(job)
+    assert settings.bench.name == "babyai" and settings.scaffold.n_queries == 3 and settings.policy == ""
+    job.params.settings = "0" * 16
+    with pytest.raises(ScaffoldSettingsError, match="settings fingerprint"):
+        scaffold_job(job)

@@ -7,15 +7,18 @@ before any job is scheduled. Every error is a config.ConfigError naming the key.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, replace
 from typing import Any
 
 from skillrepro import benchmarks as benchmark_registry
 from skillrepro.agent import Prompts
-from skillrepro.config import (OPERATIONAL_LLM_KEYS, ConfigError, actor_config, benchmarks, file_digest, fingerprint,
-                               protocol, validate)
+from skillrepro.config import (OPERATIONAL_LLM_KEYS, BenchmarkConfig, ConfigError, LLMConfig, actor_config, benchmark,
+                               benchmarks, file_digest, fingerprint, llm_config, protocol, validate)
 from skillrepro.llm.models import MODELS
 from skillrepro.methods import check_benchmarks, get_method, registry
-from skillrepro.studies.scaffold.settings import ScaffoldConfig
+from skillrepro.studies.scaffold.grpo import policy_llm
+from skillrepro.studies.scaffold.settings import (HeldoutConfig, ScaffoldConfig, executor_llm, parse_instance,
+                                                  training_iteration)
 
 
 def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[str, Any]:
@@ -113,3 +116,53 @@ def settings_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, benc
             section, _, key = part.partition(".")
             chosen[part] = config[section][key] if key else config[section]
     return fingerprint(chosen)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# SkillScaffold's jobs (rules/scaffold.smk): their settings fingerprint and their typed settings. Here rather than
+# in pipeline so that only SkillScaffold's jobs import the study.
+
+
+class ScaffoldSettingsError(RuntimeError):
+    """A SkillScaffold job's rule recorded other settings than the config gives."""
+
+
+@dataclass(frozen=True)
+class ScaffoldJob:
+    """The typed settings of one SkillScaffold job (rules/scaffold.smk)."""
+
+    scaffold: ScaffoldConfig  # a training iteration's own for an instance <benchmark>@<chain><k>
+    bench: BenchmarkConfig
+    llm: LLMConfig  # the Executor's on this benchmark (scaffold.executor), served from `policy`
+    generator_llm: LLMConfig  # the Generator's (the llm section's), served from `policy`
+    policy: str  # the GRPO checkpoint that plays ("": llm.model on the invocation's shared server)
+
+
+def scaffold_fingerprint(config: dict[str, Any], scaffold: ScaffoldConfig, benchmark: str,
+                         heldout: bool = False) -> str:
+    """What a SkillScaffold job on `benchmark` reads, for its rule's `settings` param: the llm section, the
+    benchmark and its call budget, and the scaffold section but for the held-out evaluation (with the Generator
+    templates' contents, which a user may edit in place). `heldout`: what a held-out job reads instead (the
+    Executor's settings and the held-out splits), so that changing those reruns the held-out jobs only."""
+    base = settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=benchmark)
+    if heldout:
+        return fingerprint([base, scaffold.heldout.of(benchmark), scaffold.heldout.rollouts,
+                                scaffold.executor.get(benchmark, {}), dict(scaffold.splits.get(benchmark, {}))])
+    prompts = {env: file_digest(f) for env, f in scaffold.generator_prompts.items()}
+    return fingerprint([base, replace(scaffold, heldout=HeldoutConfig())] + ([prompts] if prompts else []))
+
+
+def scaffold_job(snakemake: Any) -> ScaffoldJob:
+    """This SkillScaffold job's typed settings, rebuilt from the config (its rule's params carry their fingerprint,
+    `settings`, and the playing checkpoint, `policy`) once they are known to be the ones Snakemake recorded."""
+    w, p, c = snakemake.wildcards, snakemake.params, snakemake.config
+    scaffold = ScaffoldConfig.from_config(c)
+    heldout = "hbench" in w.keys()
+    bench, chain, k = parse_instance(w.hbench if heldout else w.sbench)
+    made = scaffold_fingerprint(c, scaffold, bench, heldout)
+    if made != p.settings:
+        raise ScaffoldSettingsError(f"job {snakemake.rule} ({dict(w.items())}): its rule's settings fingerprint "
+                                    f"{p.settings} is not the config's ({made}); rerun it through snakemake")
+    llm = llm_config(c)
+    return ScaffoldJob(training_iteration(scaffold, chain, k), benchmark(c, bench),
+                       policy_llm(executor_llm(llm, scaffold, bench), p.policy), policy_llm(llm, p.policy), p.policy)

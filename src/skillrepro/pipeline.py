@@ -11,15 +11,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from skillrepro import check
 from skillrepro import config as cfg
 from skillrepro.agent import Prompts
 from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.progress import JOB, PROGRESS_LOGGER
 from skillrepro.skills.sandbox import SandboxPolicy, probe
-from skillrepro.studies.scaffold.grpo import policy_llm
-from skillrepro.studies.scaffold.settings import (HeldoutConfig, ScaffoldConfig, executor_llm, parse_instance,
-                                                  training_iteration)
 
 
 class RunSettingsError(RuntimeError):
@@ -88,47 +84,6 @@ def run_settings(snakemake: Any, library_dir: Path) -> RunSettings:
     probe(policy)  # logs this machine's layers; a required one that is missing fails the job before any work
     return RunSettings(cfg.benchmark(c, w.bench), cfg.method(c, w.variant), seeded(cfg.llm_config(c), w.seed), policy,
                        Prompts.configured(cfg.actor_config(c)))
-
-
-@dataclass(frozen=True)
-class ScaffoldJob:
-    """The typed settings of one SkillScaffold job (rules/scaffold.smk)."""
-
-    scaffold: ScaffoldConfig  # a training iteration's own for an instance <benchmark>@<chain><k>
-    bench: BenchmarkConfig
-    llm: LLMConfig  # the Executor's on this benchmark (scaffold.executor), served from `policy`
-    generator_llm: LLMConfig  # the Generator's (the llm section's), served from `policy`
-    policy: str  # the GRPO checkpoint that plays ("": llm.model on the invocation's shared server)
-
-
-def scaffold_fingerprint(config: dict[str, Any], scaffold: ScaffoldConfig, benchmark: str,
-                         heldout: bool = False) -> str:
-    """What a SkillScaffold job on `benchmark` reads, for its rule's `settings` param: the llm section, the
-    benchmark and its call budget, and the scaffold section but for the held-out evaluation (with the Generator
-    templates' contents, which a user may edit in place). `heldout`: what a held-out job reads instead (the
-    Executor's settings and the held-out splits), so that changing those reruns the held-out jobs only."""
-    base = check.settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=benchmark)
-    if heldout:
-        return cfg.fingerprint([base, scaffold.heldout.of(benchmark), scaffold.heldout.rollouts,
-                                scaffold.executor.get(benchmark, {}), dict(scaffold.splits.get(benchmark, {}))])
-    prompts = {env: cfg.file_digest(f) for env, f in scaffold.generator_prompts.items()}
-    return cfg.fingerprint([base, replace(scaffold, heldout=HeldoutConfig())] + ([prompts] if prompts else []))
-
-
-def scaffold_job(snakemake: Any) -> ScaffoldJob:
-    """This SkillScaffold job's typed settings, rebuilt from the config (its rule's params carry their fingerprint,
-    `settings`, and the playing checkpoint, `policy`) once they are known to be the ones Snakemake recorded."""
-    w, p, c = snakemake.wildcards, snakemake.params, snakemake.config
-    scaffold = ScaffoldConfig.from_config(c)
-    heldout = "hbench" in w.keys()
-    bench, chain, k = parse_instance(w.hbench if heldout else w.sbench)
-    made = scaffold_fingerprint(c, scaffold, bench, heldout)
-    if made != p.settings:
-        raise RunSettingsError(f"job {snakemake.rule} ({dict(w.items())}): its rule's settings fingerprint "
-                               f"{p.settings} is not the config's ({made}); rerun it through snakemake")
-    llm = cfg.llm_config(c)
-    return ScaffoldJob(training_iteration(scaffold, chain, k), cfg.benchmark(c, bench),
-                       policy_llm(executor_llm(llm, scaffold, bench), p.policy), policy_llm(llm, p.policy), p.policy)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from skillrepro.pipeline import scaffold_job, setup_logging
+from skillrepro.check import scaffold_job
+from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_table
 from skillrepro.studies.scaffold.cohort import chain_cohort
 from skillrepro.studies.scaffold.rollouts import phase_seed, play

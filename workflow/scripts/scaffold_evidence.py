@@ -3,7 +3,8 @@ from pathlib import Path
 
 from skillrepro.studies.scaffold.evidence import build_evidence, token_counter
 from skillrepro.studies.scaffold.records import EvidenceRecord, load_trajectories
-from skillrepro.pipeline import scaffold_job, setup_logging
+from skillrepro.check import scaffold_job
+from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_records
 
 log = setup_logging(snakemake)

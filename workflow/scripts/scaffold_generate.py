@@ -3,7 +3,8 @@ from skillrepro.studies.scaffold.cards import GeneratorTemplate, generate_candid
 from skillrepro.studies.scaffold.records import CandidateRecord, EvidenceRecord, read_rows
 from skillrepro.studies.scaffold.rollouts import phase_seed, policy_server
 from skillrepro.llm.client import LLMClient
-from skillrepro.pipeline import scaffold_job, setup_logging
+from skillrepro.check import scaffold_job
+from skillrepro.pipeline import setup_logging
 from skillrepro.store import LLMCall, write_records
 
 log = setup_logging(snakemake)

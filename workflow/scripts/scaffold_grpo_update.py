@@ -7,7 +7,8 @@ import pandas as pd
 
 from skillrepro.llm.models import MODELS, resolve
 from skillrepro.llm.scorer import ChatSequencer
-from skillrepro.pipeline import scaffold_job, setup_logging
+from skillrepro.check import scaffold_job
+from skillrepro.pipeline import setup_logging
 from skillrepro.studies.scaffold.grpo import (OPTIMIZER_STATE, assign_advantages, groups_from_records, load_policy,
                                               make_trainer, prunable_optimizer_states, save_checkpoint)
 from skillrepro.studies.scaffold.records import CandidateRecord, UtilityRecord, load_trajectories, read_rows

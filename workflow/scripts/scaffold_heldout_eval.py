@@ -6,7 +6,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from skillrepro.pipeline import scaffold_job, setup_logging
+from skillrepro.check import scaffold_job
+from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_table
 from skillrepro.studies.scaffold.heldout import heldout_variant
 from skillrepro.studies.scaffold.rollouts import phase_seed, play, policy_server

@@ -2,7 +2,8 @@
 skill-free episodes use."""
 import json
 
-from skillrepro.pipeline import scaffold_job, setup_logging
+from skillrepro.check import scaffold_job
+from skillrepro.pipeline import setup_logging
 from skillrepro.skills import Library
 from skillrepro.store import write_text
 from skillrepro.studies.scaffold.rollouts import split_pool, split_tasks

@@ -5,7 +5,8 @@ from pathlib import Path
 
 from skillrepro.studies.scaffold.records import SelectionRecord, read_rows
 from skillrepro.studies.scaffold.rollouts import episode_variant, phase_seed, play
-from skillrepro.pipeline import scaffold_job, setup_logging
+from skillrepro.check import scaffold_job
+from skillrepro.pipeline import setup_logging
 
 log = setup_logging(snakemake)
 job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint

@@ -1,7 +1,8 @@
 """SkillScaffold: the fixed queries of a benchmark, and the empty library every scaffold episode uses."""
 import json
 
-from skillrepro.pipeline import scaffold_job, setup_logging
+from skillrepro.check import scaffold_job
+from skillrepro.pipeline import setup_logging
 from skillrepro.studies.scaffold.rollouts import sample_queries
 from skillrepro.skills import Library
 from skillrepro.store import write_text

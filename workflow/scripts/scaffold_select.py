@@ -4,7 +4,8 @@ from pathlib import Path
 from skillrepro.studies.scaffold.records import (CandidateRecord, SelectionRecord, UtilityRecord, load_trajectories,
                                                  read_rows)
 from skillrepro.studies.scaffold.selection import selection_for_query
-from skillrepro.pipeline import scaffold_job, setup_logging
+from skillrepro.check import scaffold_job
+from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_records
 
 log = setup_logging(snakemake)
