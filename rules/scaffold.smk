@@ -28,7 +28,7 @@ rule scaffold_queries:
     params:
         # a training iteration's batch: a seed of its own, shared by the chains of every utility variant
         task_seed=scaffold_task_seed,
-        settings=scaffold_settings,
+        settings=scaffold_settings("play"),
         policy=scaffold_policy,
     log:
         "logs/scaffold/{sbench}/queries.log",
@@ -51,7 +51,7 @@ rule scaffold_scout:
         **SC_CONSTRAINTS,
     params:
         wall_s=SC_WALL,
-        settings=scaffold_settings,
+        settings=scaffold_settings("play"),
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
@@ -73,7 +73,7 @@ rule scaffold_evidence:
     wildcard_constraints:
         **SC_CONSTRAINTS,
     params:
-        settings=scaffold_settings,
+        settings=scaffold_settings("evidence"),
         policy=scaffold_policy,
     log:
         "logs/scaffold/{sbench}/{svariant}/evidence.log",
@@ -96,7 +96,7 @@ rule scaffold_generate:
         **SC_CONSTRAINTS,
     params:
         # scaffold.executor's per-benchmark sampling (table 5: Executor tokens and top-p) is the Executor's
-        settings=scaffold_settings,
+        settings=scaffold_settings("generate"),
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
@@ -120,7 +120,7 @@ rule scaffold_score_free:
     wildcard_constraints:
         **SC_CONSTRAINTS,
     params:
-        settings=scaffold_settings,
+        settings=scaffold_settings("score"),
         policy=scaffold_policy,
     resources:
         llm=scaffold_scorer_units,
@@ -146,7 +146,7 @@ rule scaffold_score:
     wildcard_constraints:
         **SC_CONSTRAINTS,
     params:
-        settings=scaffold_settings,
+        settings=scaffold_settings("score"),
         policy=scaffold_policy,
     resources:
         llm=scaffold_scorer_units,
@@ -192,7 +192,7 @@ rule scaffold_select:
         **SC_CONSTRAINTS,
     params:
         threshold=SCAFFOLD.threshold,
-        settings=scaffold_settings,
+        settings=scaffold_settings("select"),
         policy=scaffold_policy,
     log:
         "logs/scaffold/{sbench}/{svariant}/select.log",
@@ -219,7 +219,7 @@ rule scaffold_post_scout:
         wall_s=SC_WALL,
         # table 3's "Generator learning without injection": a training chain's Post-Scouts stay skill-free
         inject=scaffold_inject,
-        settings=scaffold_settings,
+        settings=scaffold_settings("play"),
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
@@ -243,7 +243,7 @@ rule scaffold_eval_free:
         **SC_CONSTRAINTS,
     params:
         wall_s=SC_WALL,
-        settings=scaffold_settings,
+        settings=scaffold_settings("play"),
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
@@ -267,7 +267,7 @@ rule scaffold_eval:
         **SC_CONSTRAINTS,
     params:
         wall_s=SC_WALL,
-        settings=scaffold_settings,
+        settings=scaffold_settings("play"),
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
@@ -379,7 +379,7 @@ rule scaffold_grpo_update:
         k=r"[1-9]\d*",
     params:
         # the chain's own switches (table 3's training ablations; plain GRPO has neither) are in the settings
-        settings=scaffold_settings,
+        settings=scaffold_settings("update"),
         policy=scaffold_update_policy,
         base_model=SCAFFOLD.training.get("model") or SC_LLM.model,
         m=scaffold_m,
@@ -413,7 +413,7 @@ rule scaffold_cohort_early:
     params:
         rollouts=SCAFFOLD.n_scouts,
         wall_s=SC_WALL,
-        settings=scaffold_settings,
+        settings=scaffold_settings("play"),
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
@@ -440,7 +440,7 @@ rule scaffold_cohort_eval:
         svariant="|".join(SCAFFOLD.variants),
         k=r"[1-9]\d*",
     params:
-        settings=scaffold_settings,
+        settings=scaffold_settings("play"),
         policy=scaffold_cohort_policy,
         rollouts=SCAFFOLD.n_scouts,
         wall_s=SC_WALL,

@@ -31,20 +31,25 @@ SC_CONSTRAINTS = dict(sbench=f"(?:{'|'.join(SC_BENCH) or 'none'})(?:@(?:{'|'.joi
                       svariant="|".join(SCAFFOLD.variants + tuple(SCAFFOLD.ablations) + (BASELINE,)), i=r"\d+")
 
 
-def scaffold_settings(wildcards):
-    """A params entry: the fingerprint of what a job on the instance's benchmark reads (everything but the held-out
-    evaluation's own settings; skillrepro.check.scaffold_fingerprint), computed once per benchmark."""
-    bench = parse_instance(wildcards.sbench)[0]
-    if bench not in SC_FINGERPRINTS:
-        SC_FINGERPRINTS[bench] = scaffold_fingerprint(config, SCAFFOLD, bench)
-    return SC_FINGERPRINTS[bench]
+def scaffold_settings(reads):
+    """A params entry: the fingerprint of what a job of kind `reads` on the instance's benchmark reads
+    (skillrepro.check.scaffold_fingerprint: play, evidence, generate, score, select, update), computed once per
+    kind and benchmark; a job reruns when that changes (and when an input does), not for the other kinds' settings."""
+
+    def fingerprint(wildcards):
+        key = (reads, parse_instance(wildcards.sbench)[0])
+        if key not in SC_FINGERPRINTS:
+            SC_FINGERPRINTS[key] = scaffold_fingerprint(config, SCAFFOLD, key[1], reads)
+        return SC_FINGERPRINTS[key]
+
+    return fingerprint
 
 
 def scaffold_heldout_settings(wildcards):
     """A params entry: the fingerprint of what a held-out job reads (the Executor's and the held-out settings)."""
     key = ("heldout", wildcards.hbench)
     if key not in SC_FINGERPRINTS:
-        SC_FINGERPRINTS[key] = scaffold_fingerprint(config, SCAFFOLD, wildcards.hbench, heldout=True)
+        SC_FINGERPRINTS[key] = scaffold_fingerprint(config, SCAFFOLD, wildcards.hbench, "heldout")
     return SC_FINGERPRINTS[key]
 
 

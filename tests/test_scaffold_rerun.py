@@ -83,11 +83,19 @@ def test_a_config_change_reruns_exactly_the_jobs_that_read_it(finished):
     # the held-out evaluation's own setting: its jobs and the tables after them, no scaffold rule
     assert changed(finished, lambda c: c["scaffold"]["heldout"].update(rollouts=2)) == HELDOUT
     # a setting of the scaffold rules (the gate's threshold): the scaffold jobs, not the held-out evaluation
+    # the gate's threshold: the selections and what reads them (Post-Scouts, tables, the update and the checkpoint's
+    # rollouts), not the Scouts, cards or scores before it
     out: list[str] = []
     jobs = changed(finished, lambda c: c["scaffold"].update(threshold=0.5), out)
-    assert {"scaffold_scout", "scaffold_select", "scaffold_grpo_update", "scaffold_cohort_eval"} <= jobs
-    # ... whose checkpoints the held-out evaluation then plays anew (an input changed), but not the base model
-    assert "scaffold_heldout_tasks" not in jobs and "hpolicy=base" not in out[0] and "hpolicy=grp/ckpt1" in out[0]
+    assert {"scaffold_select", "scaffold_post_scout", "scaffold_grpo_update", "scaffold_cohort_eval"} <= jobs
+    assert not jobs & {"scaffold_queries", "scaffold_scout", "scaffold_evidence", "scaffold_generate", "scaffold_score",
+                       "scaffold_score_free", "scaffold_eval", "scaffold_eval_free", "scaffold_heldout_tasks"}
+    # ... the held-out evaluation plays the retrained checkpoint anew (an input changed), not the base model
+    assert "hpolicy=base" not in out[0] and "hpolicy=grp/ckpt1" in out[0]
+    # the Generator's settings: the cards and everything after them, not the Scouts
+    jobs = changed(finished, lambda c: c["scaffold"].update(generator_max_tokens=500))
+    assert {"scaffold_generate", "scaffold_score", "scaffold_select"} <= jobs
+    assert not jobs & {"scaffold_scout", "scaffold_evidence", "scaffold_score_free", "scaffold_eval_free"}
     # a benchmark the study does not use, and writing a default out: nothing
     assert changed(finished, lambda c: (c["benchmarks"]["other"].update(llm_call_budget=9),
                                         c["scaffold"].update(evidence_max_chars=6000))) == set()
@@ -118,7 +126,12 @@ def test_a_job_refuses_settings_its_rule_did_not_record():
     (a job run by hand under another config); a training iteration gets its own batch size."""
     cfg = copy.deepcopy(BASE)
     cfg["scaffold"]["training"]["query_batch_size"] = 3
-    fp = scaffold_fingerprint(cfg, ScaffoldConfig.from_config(cfg), "babyai")
+    fp = scaffold_fingerprint(cfg, ScaffoldConfig.from_config(cfg), "babyai", "play")
+    other = copy.deepcopy(cfg)
+    other["scaffold"]["threshold"] = 0.5  # read by the selection, not by a rollout
+    assert scaffold_fingerprint(other, ScaffoldConfig.from_config(other), "babyai", "play") == fp
+    assert (scaffold_fingerprint(other, ScaffoldConfig.from_config(other), "babyai", "update")
+            != scaffold_fingerprint(cfg, ScaffoldConfig.from_config(cfg), "babyai", "update"))
     job = SimpleNamespace(wildcards=_Wildcards(sbench="babyai@grp0"), params=SimpleNamespace(settings=fp, policy=""),
                           config=cfg, rule="scaffold_scout")
     settings = scaffold_job(job)

@@ -138,18 +138,39 @@ class ScaffoldJob:
     policy: str  # the GRPO checkpoint that plays ("": llm.model on the invocation's shared server)
 
 
-def scaffold_fingerprint(config: dict[str, Any], scaffold: ScaffoldConfig, benchmark: str,
-                         heldout: bool = False) -> str:
-    """What a SkillScaffold job on `benchmark` reads, for its rule's `settings` param: the llm section, the
-    benchmark and its call budget, and the scaffold section but for the held-out evaluation (with the Generator
-    templates' contents, which a user may edit in place). `heldout`: what a held-out job reads instead (the
-    Executor's settings and the held-out splits), so that changing those reruns the held-out jobs only."""
+# What each kind of SkillScaffold job reads of the scaffold section, besides the llm section and its benchmark (a
+# job's inputs carry the rest: a Post-Scout reruns when its selection does). `update` reads it all but the held-out
+# evaluation; `heldout` the held-out settings. Every script's reads are the ones its kind names here.
+SCAFFOLD_READS = {
+    "play": ("split", "splits", "n_queries", "executor", "training.query_batch_size"),  # queries and every rollout
+    "evidence": ("evidence_max_chars", "evidence_max_tokens"),
+    "generate": ("card", "generator_decoding", "generator_max_tokens", "n_candidates", "generator_prompts"),
+    "score": ("scorer_backend", "scorer_model", "scorer_batch_tokens"),
+    "select": ("ablations",),
+    "heldout": ("heldout", "split", "splits", "executor"),
+}
+
+
+def scaffold_fingerprint(config: dict[str, Any], scaffold: ScaffoldConfig, benchmark: str, reads: str) -> str:
+    """The `settings` param of a SkillScaffold job of kind `reads` (SCAFFOLD_READS, or `update`: the whole section
+    but the held-out evaluation) on `benchmark`: the llm section, the benchmark and its call budget, and what it
+    reads of the scaffold section (the Generator templates' contents too, which a user may edit in place). The kind
+    leads the string, so that the job's start-up recomputes the same one."""
     base = settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=benchmark)
-    if heldout:
-        return fingerprint([base, scaffold.heldout.of(benchmark), scaffold.heldout.rollouts,
-                                scaffold.executor.get(benchmark, {}), dict(scaffold.splits.get(benchmark, {}))])
+    if reads == "update":
+        chosen: Any = replace(scaffold, heldout=HeldoutConfig())
+    else:
+        chosen = {}
+        for key in SCAFFOLD_READS[reads]:
+            name, _, sub = key.partition(".")
+            value = getattr(scaffold, name)
+            if name in ("splits", "executor"):
+                value = value.get(benchmark, {})
+            elif name == "heldout":
+                value = [value.of(benchmark), value.rollouts]  # `every` only says which checkpoints there are
+            chosen[key] = value.get(sub) if sub else value
     prompts = {env: file_digest(f) for env, f in scaffold.generator_prompts.items()}
-    return fingerprint([base, replace(scaffold, heldout=HeldoutConfig())] + ([prompts] if prompts else []))
+    return f"{reads}:" + fingerprint([base, chosen] + ([prompts] if prompts and reads in ("generate", "update") else []))
 
 
 def scaffold_job(snakemake: Any) -> ScaffoldJob:
@@ -157,9 +178,9 @@ def scaffold_job(snakemake: Any) -> ScaffoldJob:
     `settings`, and the playing checkpoint, `policy`) once they are known to be the ones Snakemake recorded."""
     w, p, c = snakemake.wildcards, snakemake.params, snakemake.config
     scaffold = ScaffoldConfig.from_config(c)
-    heldout = "hbench" in w.keys()
-    bench, chain, k = parse_instance(w.hbench if heldout else w.sbench)
-    made = scaffold_fingerprint(c, scaffold, bench, heldout)
+    bench, chain, k = parse_instance(w.hbench if "hbench" in w.keys() else w.sbench)
+    reads = str(p.settings).partition(":")[0]
+    made = scaffold_fingerprint(c, scaffold, bench, reads) if reads in (*SCAFFOLD_READS, "update") else "none"
     if made != p.settings:
         raise ScaffoldSettingsError(f"job {snakemake.rule} ({dict(w.items())}): its rule's settings fingerprint "
                                     f"{p.settings} is not the config's ({made}); rerun it through snakemake")
