@@ -26,7 +26,7 @@ _USER_ALFWORLD_DATA = os.environ.get("ALFWORLD_DATA")
 _ALFWORLD_DEFAULT_DATA = os.path.expanduser("~/.cache/alfworld")
 
 from skillrepro.benchmarks import _alfworld_gen as gen  # noqa: E402  (imports alfworld)
-from skillrepro.benchmarks.base import Benchmark, Env, StepResult, TaskError, check_split, primitive
+from skillrepro.benchmarks.base import Benchmark, Env, StepResult, TaskError, check_split, env_prompt, primitive
 
 TASK_TYPES = tuple(gen.TASK_TYPES)  # pick_and_place, look_at_obj_in_light, clean, heat, cool, pick_two
 MAX_STEPS = 50
@@ -334,13 +334,16 @@ def _env_data_path() -> str | None:
     return value
 
 
-_OPTIONS = ("data_path", "cache_dir", "task_types", "max_steps", "show_admissible")
+_OPTIONS = ("data_path", "cache_dir", "task_types", "max_steps", "show_admissible", "prompt")
 
 
 class AlfWorldBenchmark(Benchmark):
     name = "alfworld"
     env_class = AlfWorldEnv
     llm_call_budget = 50
+    # The environment description's shipped prompt file (prompts/env_alfworld_default.txt; this project's wording,
+    # ALFWorld is not a SpeedRunner benchmark); option `prompt` names another .txt file.
+    PROMPTS = ("default",)
 
     def __init__(self, **options: Any):
         unknown = sorted(set(options) - set(_OPTIONS))
@@ -351,6 +354,7 @@ class AlfWorldBenchmark(Benchmark):
         if self.max_steps < 1:
             raise TaskError(f"alfworld option max_steps must be >= 1, got {self.max_steps}")
         self.show_admissible = bool(options.get("show_admissible", True))
+        self.prompt = env_prompt(self.name, options.get("prompt", "default"), self.PROMPTS, max_steps=self.max_steps)
         types = options.get("task_types") or list(TASK_TYPES)
         bad = [t for t in types if t not in TASK_TYPES]
         if bad:
@@ -369,15 +373,7 @@ class AlfWorldBenchmark(Benchmark):
                     )
 
     def describe(self) -> str:
-        return (
-            "You are in a house (ALFWorld), standing in a room with furniture and appliances called receptacles "
-            "(cabinet 1, countertop 2, fridge 1, ...). Objects (apple 1, mug 2, ...) lie in or on receptacles. "
-            "You can carry one object at a time. Go to a receptacle to see what it holds; closed ones must be "
-            "opened first. Clean an object at a sinkbasin, heat it with a microwave, cool it with a fridge, and "
-            "turn on a desklamp or floorlamp with `use` to look at something under its light. Each observation "
-            "lists the admissible actions; any other command gives \"Nothing happens.\" You have "
-            f"{self.max_steps} actions."
-        )
+        return self.prompt
 
     # -- tasks --
     def sample_tasks(self, split: str, n: int, seed: int) -> list[str]:
