@@ -3,14 +3,12 @@
 # (retain vs flush, capacities, lockstep concurrency) -> tables and the seminar's figures per model -> a
 # comparison of the models. With kvcache.replay, recorded trajectories stand in for the model.
 # Target: kvcache_all.
-from snakemake.utils import validate as _kv_validate
-
 from skillrepro import config as _kv_cfg
 from skillrepro.studies.kvcache.study import KVConfig
 
-config.setdefault("kvcache", {})
-# The schema ships with the package (like the main one), so a copied workflow folder validates too.
-_kv_validate(config["kvcache"], str(_kv_cfg.ROOT / "schemas" / "kvcache.schema.yaml"), set_default=True)
+# The section's own schema (shipped with the package, so a copied workflow folder validates too), with the main
+# config's error type and messages: a ConfigError naming kvcache.<key>.
+config["kvcache"] = _kv_cfg.validate_section(config, "kvcache")
 KV = KVConfig.from_config(config)
 _KV_LLM = _kv_cfg.llm_config(config)
 _KV_LLMS = KV.model_llms(config)  # model name -> its llm settings

@@ -201,3 +201,13 @@ def test_actor_prompt_files_are_checked_before_any_work(tmp_path):
         check_config(with_actor({"prompts": {"skill_reminder": str(reminder)}}))
     checked = check_config(with_actor({"restate_skills": True, "prompts": {"skill_reminder": str(reminder)}}))
     assert checked["actor"]["prompts"]["system"] is None  # the schema's defaults filled in
+
+
+def test_study_sections_are_checked_with_the_main_configs_errors():
+    """rules/kvcache.smk and the SkillScaffold settings validate their sections through config.validate_section:
+    a ConfigError naming <section>.<key>, and the schema's defaults filled in."""
+    from skillrepro.config import ConfigError, validate_section
+
+    with pytest.raises(ConfigError, match=r"config key kvcache.vllm_version: '9.9.9' is not allowed"):
+        validate_section({"kvcache": {"vllm_version": "9.9.9"}}, "kvcache")
+    assert validate_section({}, "kvcache")["vllm_version"] == "0.11.0"
