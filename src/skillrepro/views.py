@@ -97,7 +97,8 @@ class RunRecords:
             raise FileNotFoundError(f"run {self.run_id}: evaluation records missing: {', '.join(missing)}")
         libraries = [Library.load(d) for d in self.library_dirs]
         eps = analysis.episodes([d / "episodes.parquet" for d in self.eval_dirs],
-                                [d / "llm_calls.parquet" for d in self.eval_dirs], pricing)
+                                [d / "llm_calls.parquet" for d in self.eval_dirs],
+                                [d / "skill_calls.parquet" for d in self.eval_dirs], pricing)
         steps, frames, calls = (pd.concat([_read(d / f"{t}.parquet", cls) for d in self.eval_dirs],
                                           ignore_index=True)
                                 for t, cls in (("steps", store.Step), ("skill_calls", store.SkillCall),
