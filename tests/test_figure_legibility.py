@@ -32,7 +32,7 @@ def per_seed(cost: float) -> pd.DataFrame:
     return pd.DataFrame([
         dict(run_benchmark="babyai", eval_benchmark="babyai", method=v, variant=v, seed=seed, library_version=k,
              train_rollouts=3 * k, n_episodes=2, score=0.0 if k == 0 else 0.5, success=0.0, progression=0.0,
-             output_tokens=[1, 60][seed], llm_calls=3, cached_ratio=0.5, cost=cost, actor_cost=cost / 2,
+             output_tokens=[1, 60][seed], llm_calls=3, skill_calls=1, cached_ratio=0.5, cost=cost, actor_cost=cost / 2,
              invalid_action_rate=0.0)
         for v in STUDY.variants for seed in (0, 1) for k in (0, 1, 2)])
 
