@@ -1,23 +1,16 @@
 """Per-segment token breakdown of every format's prompt at kvcache.prefix_step (seed 001, 1-1 and 2-3)."""
-import json
-from pathlib import Path
 
 import pandas as pd
 
 from skillrepro.studies.kvcache import formats as F
-from skillrepro.studies.kvcache.actor import format_benchmark, walk_views
-from skillrepro.studies.kvcache.replay import read_trajectories, views_at
+from skillrepro.studies.kvcache.replay import prefix_views
 from skillrepro.studies.kvcache.tokenizers import get_tokenizer
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
 
 log = setup_logging(snakemake)
 kv = snakemake.params.kv
-tasks = json.loads(Path(snakemake.input.tasks).read_text())["tasks"]
-if kv.replay:
-    views = views_at(read_trajectories(snakemake.input.trajectories), kv.prefix_step)
-else:
-    views = walk_views(format_benchmark(snakemake.params.bench), tasks, kv.prefix_step)
+views = prefix_views(kv, snakemake.params.bench, snakemake.input.tasks, snakemake.input.trajectories)
 bank, tpl, encode = F.load_bank(kv.bank), F.Templates(kv.templates_dir), get_tokenizer(kv.prefix_tokenizer).encode
 rows = []
 for fmt in kv.formats:

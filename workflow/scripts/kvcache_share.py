@@ -1,14 +1,11 @@
 """Seed 001, 2-2's "87 %": the tokens two same-category episodes' prompts share from the start, as a share of the
 whole prompt and of the prompt without its per-step parts, per format, beside the seminar's numbers."""
 import dataclasses
-import json
-from pathlib import Path
 
 import pandas as pd
 
 from skillrepro.studies.kvcache import formats as F
-from skillrepro.studies.kvcache.actor import format_benchmark, walk_views
-from skillrepro.studies.kvcache.replay import read_trajectories, views_at
+from skillrepro.studies.kvcache.replay import prefix_views
 from skillrepro.studies.kvcache.tokenizers import get_tokenizer
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
@@ -20,11 +17,7 @@ SEMINAR = dict(seminar_shared_tokens=920, seminar_prompt_tokens=1421, seminar_cl
 
 log = setup_logging(snakemake)
 kv = snakemake.params.kv
-tasks = json.loads(Path(snakemake.input.tasks).read_text())["tasks"]
-if kv.replay:
-    views = views_at(read_trajectories(snakemake.input.trajectories), kv.prefix_step)
-else:
-    views = walk_views(format_benchmark(snakemake.params.bench), tasks, kv.prefix_step)
+views = prefix_views(kv, snakemake.params.bench, snakemake.input.tasks, snakemake.input.trajectories)
 bank, tpl, encode = F.load_bank(kv.bank), F.Templates(kv.templates_dir), get_tokenizer(kv.prefix_tokenizer).encode
 pairs = pd.DataFrame([dataclasses.asdict(r) for fmt in kv.formats for r in F.share_of_prompt(fmt, bank, views, encode, tpl)],
                      columns=list(F.ShareRow.__dataclass_fields__))

@@ -220,7 +220,6 @@ class Blender:
 
         enc = self.tok(target.prompt + target.reply, add_special_tokens=False, return_offsets_mapping=True)
         ids, offsets = enc["input_ids"], enc["offset_mapping"]
-        n_prompt = next(i for i, (s, _) in enumerate(offsets) if s >= len(target.prompt))
         m = _ACTION.search(target.reply)
         if scored_action(target.reply) is None:
             return []  # a reply that breaks the action format is a wrong output: nothing to score

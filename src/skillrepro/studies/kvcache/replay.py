@@ -21,8 +21,8 @@ from typing import Callable
 
 from skillrepro.store import Episode, LLMCall, Step, read_records, write_records, write_text
 from skillrepro.studies.kvcache import formats as F
-from skillrepro.studies.kvcache.actor import (NO_ACTION_OBSERVATION, AlfWorldFormatter, StreamRequest, reply_content,
-                                             write_counters, write_stream)
+from skillrepro.studies.kvcache.actor import (NO_ACTION_OBSERVATION, AlfWorldFormatter, StreamRequest, format_benchmark,
+                                             reply_content, walk_views, write_counters, write_stream)
 from skillrepro.studies.kvcache.tokenizers import get_tokenizer
 
 PLANNER = "planner"
@@ -148,6 +148,15 @@ def views_at(trajectories: list[Trajectory], step: int) -> list[F.EpisodeView]:
         turn = tr.turns[t]
         views.append(F.EpisodeView(tr.task_id, tr.task, tuple(tr.turns[:t]), turn.observation, tuple(turn.admissible)))
     return views
+
+
+def prefix_views(kv, bench, tasks_path, trajectories_path) -> list[F.EpisodeView]:
+    """The games at `kv.prefix_step` for the static analyses: the recorded games when the study replays
+    (no engine needed), else the games walked in the engine without a model."""
+    if kv.replay:
+        return views_at(read_trajectories(trajectories_path), kv.prefix_step)
+    tasks = json.loads(Path(tasks_path).read_text())["tasks"]
+    return walk_views(format_benchmark(bench), tasks, kv.prefix_step)
 
 
 def write_trajectories(path, trajectories: list[Trajectory]) -> None:

@@ -176,7 +176,7 @@ def make_trainer(model: Any, tokenizer: Any, samples: Sequence[Sample], group_si
 
     import torch
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     queries = list(dict.fromkeys(s.query for s in samples))
