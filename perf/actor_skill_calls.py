@@ -1,7 +1,8 @@
 """How often the actor's first reply calls the reference library's skill, per actor interface.
 
 One request per BabyAI test task (the opening prompt of an episode, as the runner builds it) for each
-interface: the text or native protocol, with or without the skill reminder (actor.restate_skills). It
+interface: the text, native or constrained protocol (llm.tool_calling), with or without the skill reminder
+(actor.restate_skills). It
 prints, per interface, the replies that called `solve_mission` and those that passed it the mission text.
 The README's "positive control" figures come from this script; sampling at the configured temperature
 makes single runs of 8 tasks swing by a few calls.
@@ -26,6 +27,7 @@ from skillrepro.skills.sandbox import SandboxPolicy
 INTERFACES = {  # name -> (tool calling, restate skills)
     "text": ("text", False), "text+reminder": ("text", True),
     "native": ("native", False), "native+reminder": ("native", True),
+    "constrained": ("constrained", False), "constrained+reminder": ("constrained", True),
 }
 
 
@@ -44,9 +46,9 @@ def main() -> None:
     server = servers.start(llm, workdir=Path(tempfile.mkdtemp()))
     try:
         client = LLMClient(llm, server.url)
-        print(f"{'interface':<18} {'skill calls':>11} {'with the mission':>17}   of {len(tasks)} first replies ({args.model})")
+        print(f"{'interface':<22} {'skill calls':>11} {'with the mission':>17}   of {len(tasks)} first replies ({args.model})")
         for name, (calling, restate) in INTERFACES.items():
-            prompts = Prompts.configured(ActorConfig(restate_skills=restate, stop=("}\n{", "},\n{") if calling == "native" else None))
+            prompts = Prompts.configured(ActorConfig(restate_skills=restate, stop=("}\n{", "},\n{") if calling != "text" else None))
             calls = with_mission = 0
             for i, task in enumerate(tasks):
                 env = benchmark.make(task)
@@ -57,7 +59,7 @@ def main() -> None:
                             {"role": "user", "content": opening + actor.reminder(tools)}]
                 schemas = actor.tool_schemas(tools)
                 reply = client.chat(messages, role="actor", session_id=f"probe/{name}", tools=schemas,
-                                    stop=actor.stop(schemas is not None), seed=i)
+                                    stop=actor.stop(schemas is not None), extra_body=actor.decoding(tools), seed=i)
                 if reply.tool_calls:
                     action = replace(parse_text_action("", []), name=reply.tool_calls[0].name,
                                      args=list(reply.tool_calls[0].arguments.values()))
@@ -67,7 +69,7 @@ def main() -> None:
                     calls += 1
                     with_mission += bool(action.args) and env.mission.lower() in str(action.args[0]).lower()
                 env.release()
-            print(f"{name:<18} {calls:>11} {with_mission:>17}")
+            print(f"{name:<22} {calls:>11} {with_mission:>17}")
     finally:
         server.stop()
 

@@ -13,9 +13,11 @@ class ScriptedClient:
     def __init__(self, replies: list[str | ToolCall]):
         self.replies = itertools.cycle(replies) if replies else iter(())
         self.requests: list[list[dict]] = []
+        self.extra_bodies: list[dict | None] = []  # each request's extra fields (a constrained reply's schema)
 
-    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0) -> Reply:
+    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0, extra_body=None) -> Reply:
         self.requests.append([dict(m) for m in messages])
+        self.extra_bodies.append(extra_body)
         reply = next(self.replies)
         text, calls = (reply, []) if isinstance(reply, str) else ("", [reply])
         # prompt and response as JSON, as the real client records them (Voyager reads its goals back from them)

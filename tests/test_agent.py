@@ -297,3 +297,38 @@ def test_extra_arguments_are_refused_by_default_and_dropped_where_configured():
     assert kept.args == ["ball"] and dropped == "x=1"
     same = ParsedAction("go_to", ["ball"], "")
     assert drop_extra_arguments(same, tool) == (same, "")
+
+
+def test_constrained_replies_are_decoded_under_a_schema_of_the_listed_tools():
+    """llm.tool_calling: constrained asks the server for a JSON call of one listed tool (response_format), skills
+    first, each call's arguments exactly its parameters; the protocol's example is that JSON; the reply is read
+    as a JSON call. A schema check (jsonschema) stands in for the server's decoder."""
+    import jsonschema
+
+    from skillrepro.agent import reply_schema
+
+    bench = get_benchmark("babyai")
+    env = bench.make(bench.sample_tasks("train", 1, 42)[0])
+    spin = primitive_tools(env)[0]
+    skill = type(spin)("solve_mission", (("mission", "str"),), "Do it all.", lambda args, wall_s=None: "done")
+    tools = [*primitive_tools(env), skill]
+    client = ScriptedClient(['{"name": "solve_mission", "arguments": {"mission": "go to the key"}}'])
+    actor = Actor(client, bench.describe(), 1, tool_calling="constrained")
+    rec = actor.run(env, tools, SPEC)
+    assert rec.steps[0].action == "solve_mission" and rec.steps[0].observation == "done" and rec.steps[0].valid
+    system = client.requests[0][0]["content"]
+    assert '{"name": "solve_mission", "arguments": {"mission": "<mission>"}}' in system
+    assert "Action:" not in system and "tool interface" not in system
+    (body,) = client.extra_bodies
+    schema = body["response_format"]["json_schema"]["schema"]
+    assert schema == reply_schema(tools) and schema["anyOf"][0]["properties"]["name"] == {"const": "solve_mission"}
+    jsonschema.validate({"name": "turn_left", "arguments": {}}, schema)
+    jsonschema.validate({"name": "solve_mission", "arguments": {"mission": "x"}}, schema)
+    for bad in ({"name": "pick up the ball", "arguments": {}}, {"name": "turn_left", "arguments": {"times": 2}},
+                {"name": "solve_mission", "arguments": {}}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+    # the other protocols send no schema
+    text = ScriptedClient(["Action: turn_left()"])
+    Actor(text, bench.describe(), 1).run(bench.make(env.task_id), primitive_tools(env), SPEC)
+    assert text.extra_bodies == [None]

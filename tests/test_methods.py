@@ -40,7 +40,7 @@ class RoleFake:
         self.replies = {r: (v if callable(v) else _cycle(v)) for r, v in replies.items()}
         self.seen: list[tuple[str, str, list[dict]]] = []  # (role, session_id, messages)
 
-    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0):
+    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0, extra_body=None):
         self.seen.append((role, session_id, messages))
         text = self.replies[role](messages)
         rec = LLMCall(uuid.uuid4().hex, session_id, role, "fake", "fake", 100, 0, 20, 0, 0.01, 0, "stop", "0" * 64,

@@ -114,7 +114,7 @@ class Scripted:
     def __init__(self):
         self.prompts: list[list[dict]] = []
 
-    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0):
+    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0, extra_body=None):
         self.prompts.append(messages)
         mission = messages[1]["content"].splitlines()[0].removeprefix("Mission: ")
         text = f'Thought: the skill does it.\nAction: solve_mission("{mission}")'
@@ -150,7 +150,7 @@ class ScriptedCall:
     def __init__(self, action):
         self.action, self.prompts = action, []
 
-    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0):
+    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0, extra_body=None):
         self.prompts.append(messages)
         text = f"Thought: the skill does it.\nAction: {self.action(messages[1]['content'])}"
         rec = LLMCall(uuid.uuid4().hex, session_id, role, "fake", "fake", 100, 0, 12, 0, 0.01, 0, "stop", "0" * 64,

@@ -51,7 +51,7 @@ class ByRequest(ScriptedClient):
         super().__init__([])
         self.delay_s, self.lock, self.now, self.peak = delay_s, threading.Lock(), 0, 0
 
-    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0):
+    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0, extra_body=None):
         with self.lock:
             self.now += 1
             self.peak = max(self.peak, self.now)

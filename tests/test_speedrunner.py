@@ -32,7 +32,7 @@ class Fake:
     def __init__(self, replies):
         self.replies, self.seen = itertools.cycle(replies), []
 
-    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0):
+    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0, extra_body=None):
         self.seen.append(messages)
         text = next(self.replies)
         rec = LLMCall(uuid.uuid4().hex, session_id, role, "fake", "fake", 100, 0, 20, 0, 0.01, 0, "stop", "0" * 64,

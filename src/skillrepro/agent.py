@@ -87,6 +87,23 @@ def _params(signature: str) -> tuple[tuple[str, str], ...]:
                  for a in node.args.posonlyargs + node.args.args)
 
 
+def example_json(tool: Tool) -> str:
+    """The same example as one JSON object, the shape a constrained reply takes."""
+    args = ", ".join(f'"{n}": "<{n}>"' if t == "str" else f'"{n}": <{n}>' for n, t in tool.params)
+    return f'{{"name": "{tool.name}", "arguments": {{{args}}}}}'
+
+
+def reply_schema(tools: list[Tool]) -> dict[str, Any]:
+    """The JSON schema a constrained reply is decoded under: one call of one of `tools`, each call's
+    arguments exactly its parameters, skills first (the order the system prompt lists them in)."""
+    def call(t: Tool) -> dict[str, Any]:
+        arguments = {**t.schema()["function"]["parameters"], "additionalProperties": False}
+        return {"type": "object", "properties": {"name": {"const": t.name}, "arguments": arguments},
+                "required": ["name", "arguments"], "additionalProperties": False}
+
+    return {"anyOf": [call(t) for t in sorted(tools, key=lambda t: t.primitive)]}
+
+
 def example_call(tool: Tool) -> str:
     """A call of `tool` as the protocol's example shows it: each argument a placeholder named after its
     parameter ("<mission>"), quoted for strings."""
@@ -99,6 +116,7 @@ class Prompts:
     system: str = (PROMPTS / "actor_system.txt").read_text()
     text_protocol: str = (PROMPTS / "actor_text_protocol.txt").read_text()
     native_protocol: str = (PROMPTS / "actor_native_protocol.txt").read_text()
+    json_protocol: str = (PROMPTS / "actor_json_protocol.txt").read_text()  # llm.tool_calling: constrained
     skills: str = (PROMPTS / "actor_skills.txt").read_text()  # the skills' own block; only when there are any
     # Added after every observation when there are skills ("{skills}": their signatures); empty, as in the
     # paper, lists the skills in the system prompt only. A small actor rarely calls a skill listed far above.
@@ -111,7 +129,7 @@ class Prompts:
 
     # The placeholders each prompt is formatted with (native_protocol is used as written).
     PLACEHOLDERS = {"system": ("environment", "skills", "tools", "notes", "protocol"), "text_protocol": ("example",),
-                    "native_protocol": None, "skills": ("skills",), "skill_reminder": ("skills",)}
+                    "json_protocol": ("example",), "native_protocol": None, "skills": ("skills",), "skill_reminder": ("skills",)}
 
     @classmethod
     def configured(cls, actor: ActorConfig) -> "Prompts":
@@ -264,7 +282,9 @@ class Actor:
     environment_text: str
     call_budget: int
     wall_s: float = 1800.0
-    tool_calling: str = "text"  # native | text
+    # native: the server's tool calls; text: "Action: name(args)" read from the reply; constrained: the
+    # reply is decoded under reply_schema (one JSON call of a listed tool), so it cannot name another
+    tool_calling: str = "text"
     prompts: Prompts = field(default_factory=Prompts)
     notes: str = ""  # learned prompt text (a library's notes.md), empty for ReAct
     history_window: int | None = None  # None: the full history (the paper); N: only the last N steps
@@ -282,11 +302,9 @@ class Actor:
         skills = [t for t in tools if not t.primitive]
         primitives = [t for t in tools if t.primitive]
         first = skills[0] if skills else next((t for t in primitives if not t.params), tools[0])
-        protocol = (
-            self.prompts.text_protocol.format(example=example_call(first))
-            if self.tool_calling == "text"
-            else self.prompts.native_protocol
-        )
+        protocol = {"text": lambda: self.prompts.text_protocol.format(example=example_call(first)),
+                    "constrained": lambda: self.prompts.json_protocol.format(example=example_json(first)),
+                    "native": lambda: self.prompts.native_protocol}[self.tool_calling]()
         notes = f"\nNotes from earlier episodes:\n{self.notes}\n" if self.notes.strip() else ""
         skill_block = self.prompts.skills.format(skills=listing(skills)) if skills else ""
         return self.prompts.system.format(environment=self.environment_text, skills=skill_block,
@@ -303,6 +321,14 @@ class Actor:
         if self.tool_calling != "native":
             return None
         return [t.schema() for t in sorted(tools, key=lambda t: t.primitive)]
+
+    def decoding(self, tools: list[Tool]) -> dict[str, Any] | None:
+        """The request fields that constrain the reply (`response_format`, which llama.cpp's server, vLLM and
+        OpenAI-compatible APIs all take); None unless tool calling is constrained."""
+        if self.tool_calling != "constrained":
+            return None
+        return {"response_format": {"type": "json_schema",
+                                    "json_schema": {"name": "action", "schema": reply_schema(tools)}}}
 
     def stop(self, native: bool) -> list[str] | None:
         """The reply's stop sequences: the configured ones, else the protocol's own."""
@@ -344,6 +370,7 @@ class Actor:
         ] if fmt is None else []
         turns: list[PromptTurn] = []
         schemas = self.tool_schemas(tools) if fmt is None else None
+        decoding = self.decoding(tools) if fmt is None else None  # a formatter's replies follow its own format
         steps: list[Step] = []
         calls: list[LLMCall] = []
         invalid = 0
@@ -358,7 +385,7 @@ class Actor:
             sent = messages if fmt is not None else self.window(messages)
             try:
                 reply = self.client.chat(sent, role="actor", session_id=episode_id, tools=schemas,
-                                         stop=self.stop(schemas is not None),
+                                         stop=self.stop(schemas is not None), extra_body=decoding,
                                          seed=zlib.crc32(f"{seed_key}/{step}".encode()))
             except LLMRequestError as e:
                 if not _CONTEXT_FULL.search(str(e)):
