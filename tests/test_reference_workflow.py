@@ -1,6 +1,6 @@
 """The reference method (the positive control) through the DAG on the real embedded model: the shipped
 Qwen2.5-Coder-0.5B (the session's SmolLM2-135M never passes the skill its argument), the default run's actor
-settings (native tool calls, the skill reminder), real Snakemake in a copied workflow folder with relative
+settings (constrained tool calls, the skill reminder), real Snakemake in a copied workflow folder with relative
 paths, the real sandbox.
 
 It asserts the science: the actor called the skill, the call ran in the sandbox and left its call stack,
@@ -24,7 +24,7 @@ def test_reference_solves_tasks_through_its_skill_in_the_dag_on_the_real_model(t
     copy_workflow(tmp_path)
     cfg = {
         "llm": {"backend": "embedded", "model": "qwen2.5-coder-0.5b", "max_tokens": 96, "slots": 1,
-                "ctx_per_slot": 4096, "seed": 1, "tool_calling": "native"},
+                "ctx_per_slot": 4096, "seed": 1, "tool_calling": "constrained"},
         "actor": {"restate_skills": True, "stop": ["}\n{", "},\n{"]},  # the default run's actor settings
         "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 3}},
         "methods": {"reference": {"method": "reference"}},
@@ -54,7 +54,9 @@ def test_reference_solves_tasks_through_its_skill_in_the_dag_on_the_real_model(t
     request = json.loads(calls.prompt.iloc[0])
     system, opening = request["messages"][0]["content"], request["messages"][1]["content"]
     assert "\nSkills: " in system and "- solve_mission(mission: str): " in system
-    assert request["tools"][0]["function"]["name"] == "solve_mission"  # skills first, as listed
+    # the reply is decoded as one call of a listed tool, skills first, as listed
+    schema = request["response_format"]["json_schema"]["schema"]
+    assert schema["anyOf"][0]["properties"]["name"] == {"const": "solve_mission"}
     assert opening.startswith("Mission: ") and "solve_mission(mission: str)" in opening.split("\n\n")[-1]
     # The actor called the skill; every valid call ran in the sandbox and left its call stack, tagged with
     # its step, and its frames made primitive steps of the environment.

@@ -145,7 +145,8 @@ class LLMClient:
             request["reasoning_effort"] = effort
         if extra_body:
             request.update(extra_body)
-        prompt_json = json.dumps({"messages": messages, "tools": tools or []}, ensure_ascii=False)
+        # the record holds what shaped the reply: the messages, the tools and any decoding constraint
+        prompt_json = json.dumps({"messages": messages, "tools": tools or [], **(extra_body or {})}, ensure_ascii=False)
         started = time.time()
         response, faults = self._with_retries(request)
         latency = time.time() - started
