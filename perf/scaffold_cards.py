@@ -5,9 +5,11 @@ same evidence records (real Scout evidence written by the `scaffold_evidence` ru
         [--evidence .../anc/evidence.parquet] [--model qwen2.5-coder-0.5b] [--m 4] [--max-tokens 500] \
         [--modes grammar none] [--baseline-template FILE]
 
-Modes: `grammar` (pre-fill + llama.cpp grammar, the default of the pipeline), `json_schema`, `none`
-(pre-fill, free decoding) and `baseline`: no pre-fill, no constraint, with --baseline-template (for the
-pipeline as it was before constrained decoding: `git show <rev>:src/skillrepro/prompts/scaffold_babyai.txt`).
+Modes: `grammar` (pre-fill + llama.cpp grammar, the default of the pipeline), `json_schema` (--reply json
+only), `prompt` (no pre-fill, free decoding: the paper's), `none` (pre-fill, free decoding) and `baseline`: no
+pre-fill, no constraint, with --baseline-template (for the pipeline as it was before constrained decoding:
+`git show <rev>:src/skillrepro/prompts/scaffold_babyai.txt`). --reply: the reply form (default: the env's, as
+the pipeline's scaffold.generator_reply default).
 Every card is checked by the same `check_card`. The server is started here unless SKILLREPRO_LLM_URL
 names one already serving --model.
 """
@@ -21,8 +23,8 @@ import time
 from skillrepro.config import LLMConfig
 from skillrepro.llm import servers
 from skillrepro.llm.client import LLMClient
-from skillrepro.studies.scaffold.cards import (CardFormat, GeneratorRequest, GeneratorTemplate, generate_candidates,
-                                               generator_request)
+from skillrepro.studies.scaffold.cards import (REPLY_FORMS, CardFormat, GeneratorRequest, GeneratorTemplate,
+                                               generate_candidates, generator_request, paper_reply)
 from skillrepro.studies.scaffold.records import EvidenceRecord, read_rows
 from skillrepro.studies.scaffold.rollouts import phase_seed
 
@@ -35,11 +37,12 @@ def main() -> None:
     ap.add_argument("--m", type=int, default=4, help="cards per evidence record")
     ap.add_argument("--max-tokens", type=int, default=500)
     ap.add_argument("--modes", nargs="+", default=["grammar", "none"])
+    ap.add_argument("--reply", choices=list(REPLY_FORMS), help="the Generator's reply form (default: the env's)")
     ap.add_argument("--baseline-template")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     cfg = LLMConfig(model=a.model, temperature=0.7, seed=0, slots=1, ctx_per_slot=8192, threads=a.threads)
-    fmt = CardFormat()
+    fmt = CardFormat(reply=a.reply or paper_reply(a.env))
     evidence = [ev for path in a.evidence for ev in read_rows(path, EvidenceRecord) if not ev.skip]
     server = None if os.environ.get(servers.URL_ENV) else servers.start(cfg, workdir="/tmp")
     url = os.environ.get(servers.URL_ENV) or server.url

@@ -11,8 +11,9 @@ import re
 import pandas as pd
 import pytest
 
-from skillrepro.studies.scaffold.cards import (CardFormat, GeneratorTemplate, card_grammar, check_card,
-                                               generate_candidates, generator_request, section_word_bounds)
+from skillrepro.studies.scaffold.cards import (MAX_REPLY_CHARS, REPLY_FORMS, CardFormat, GeneratorTemplate,
+                                               card_grammar, check_card, generate_candidates, generator_request,
+                                               part_grammars, section_word_bounds)
 from skillrepro.studies.scaffold.evidence import build_evidence
 from skillrepro.studies.scaffold.records import CandidateRecord, Trajectory, TrajectoryStep
 from skillrepro.studies.scaffold.rollouts import sample_queries
@@ -124,9 +125,44 @@ def test_valid_card_is_accepted_and_extracted():
     assert c.card.startswith("# Skill: pick-then-go") and "</skill>" not in c.card and "think" not in c.card
 
 
-def test_card_without_tags_is_read_from_title():
-    c = check_card("Here is the card:\n" + GOOD.split("<skill>")[1].split("</skill>")[0])
-    assert c.valid, c.problems
+def _reply(card: str, reply: str) -> str:
+    """`card` in a Generator reply of form `reply`, as appendix D's templates ask for it."""
+    return {"tagged": f"<skill>\n{card}\n</skill>", "json": json.dumps({"skill": card}), "markdown": card}[reply]
+
+
+INNER = GOOD.split("<skill>")[1].split("</skill>")[0].strip()
+
+
+def test_every_reply_form_parses_into_the_same_card():
+    want = check_card(GOOD)
+    assert want.card == INNER
+    for reply in REPLY_FORMS:
+        for text in (_reply(INNER, reply), "<think> </think>\n" + _reply(INNER, reply)):  # Qwen3's empty think
+            c = check_card(text, CardFormat(reply=reply))
+            assert c.valid and (c.card, c.name, c.n_words) == (want.card, want.name, want.n_words), (reply, c.problems)
+
+
+def test_a_reply_not_in_its_form_is_a_format_invalid_card():
+    tagged = CardFormat(reply="tagged")
+    malformed = [
+        INNER,  # untagged
+        "Here is the card:\n" + _reply(INNER, "tagged"),  # text before <skill>
+        _reply(INNER, "tagged") + "\nHope this helps.",  # text after </skill>
+        "<skill>\n" + INNER,  # never closed (cut by the token limit)
+        _reply(INNER, "tagged") + "\n" + _reply(INNER, "tagged"),  # two cards
+        "<skill>\nA preface.\n" + INNER + "\n</skill>",  # the card does not start with its title
+        "<think>still thinking " + _reply(INNER, "tagged"),  # an unclosed think block
+        _reply(INNER, "json"),  # another form
+        "<skill>\n" + INNER + " " + "word " * MAX_REPLY_CHARS + "\n</skill>",  # too long to read
+    ]
+    for text in malformed:
+        c = check_card(text, tagged)
+        assert not c.valid and c.card == "" and c.name == "" and len(c.problems) == 1, (text[:80], c.problems)
+    assert "more than 32000" in check_card(malformed[-1], tagged).problems[0]
+    # markdown is the card alone; json one object with one key "skill"
+    assert not check_card("Here is the card:\n" + INNER, CardFormat(reply="markdown")).valid
+    assert not check_card(_reply(INNER, "tagged"), CardFormat(reply="markdown")).valid
+    assert not check_card(_reply(INNER, "tagged"), CardFormat(reply="json")).valid
 
 
 def test_card_missing_heading_is_rejected():
@@ -146,7 +182,8 @@ def test_card_extra_heading_empty_section_and_no_title_rejected():
     assert any("unexpected heading(s): Notes" in p for p in check_card(GOOD.replace("</skill>", "## Notes\nx\n</skill>")).problems)
     empty = GOOD.replace("Stop when standing next to the second object while facing it.", "")
     assert any("section 'Stop conditions' is empty" in p for p in check_card(empty).problems)
-    assert check_card("I cannot help with that.").problems == ("no card: expected a line starting with '# Skill:'",)
+    assert check_card("I cannot help with that.", CardFormat(reply="markdown")).problems == (
+        "no card: expected the card to start with a line '# Skill: <name>'",)
     assert any("no name" in p for p in check_card(GOOD.replace("# Skill: pick-then-go", "# Skill:")).problems)
 
 
@@ -157,8 +194,8 @@ def test_card_word_limits():
 
 
 def test_custom_headings_from_config():
-    fmt = CardFormat(headings=("When to Use", "Workflow"), max_words=150, min_words=1)
-    ok = "# Skill: x\n## When to Use\nAlways.\n## Workflow\nDo it."
+    fmt = CardFormat(headings=("When to Use", "Workflow"), max_words=150, min_words=1, reply="json")
+    ok = json.dumps({"skill": "# Skill: x\n## When to Use\nAlways.\n## Workflow\nDo it."})
     assert check_card(ok, fmt).valid
     assert not check_card(GOOD, fmt).valid
 
@@ -313,9 +350,9 @@ def test_grammar_word_bounds_keep_every_allowed_card_valid():
         lo, hi = section_word_bounds(fmt, max_tokens)
         assert 1 <= lo <= hi
         for n in (lo, hi):  # both extremes of what the grammar allows pass validation
-            chk = check_card(_card_at(fmt, n), fmt)
+            chk = check_card(_reply(_card_at(fmt, n), fmt.reply), fmt)
             assert chk.valid, (fmt, n, chk.problems)
-        assert not check_card(_card_at(fmt, hi + (fmt.max_words - hi * len(fmt.headings))), fmt).valid
+        assert not check_card(_reply(_card_at(fmt, hi + (fmt.max_words - hi * len(fmt.headings))), fmt.reply), fmt).valid
     assert section_word_bounds(CardFormat(), 500)[1] * 2 * 7 + 16 + 12 * 7 <= 500
 
 
@@ -327,7 +364,7 @@ def test_impossible_card_format_is_named():
 
 
 def test_grammar_lists_headings_in_order_and_closes_the_json():
-    fmt = CardFormat(("When to use", 'Say "x"'))
+    fmt = CardFormat(("When to use", 'Say "x"'), reply="json")
     g = card_grammar(fmt, 300)
     root = g.splitlines()[0]
     assert root.index('"\\\\n## When to use\\\\n"') < root.index('"\\\\n## Say \\\\\\"x\\\\\\"\\\\n"')
@@ -338,22 +375,75 @@ def test_grammar_lists_headings_in_order_and_closes_the_json():
     assert not re.search(r"[A-Za-z0-9]", sep.split("::=")[1].replace("\\\\n", ""))  # no word inside a separator
 
 
+_GBNF_TOKEN = re.compile(r'\s*(?:"((?:[^"\\]|\\.)*)"|(\[(?:[^\]\\]|\\.)*\])|([a-z][a-z0-9_-]*)|(\{\d*,?\d*\}|[()|?*+]))')
+
+
+def gbnf_regex(grammar: str) -> re.Pattern:
+    """The language of a GBNF grammar of the subset card grammars use (literals, character classes, groups,
+    alternatives, ?, *, +, {m,n}, rules that do not recurse) as a Python regex, to check what it accepts."""
+    rules = dict(line.split(" ::= ", 1) for line in grammar.splitlines() if line.strip())
+
+    def unescape(lit: str) -> str:
+        return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), lit)
+
+    def expr(name: str) -> str:
+        body, pos, out = rules[name].strip(), 0, []
+        while pos < len(body):
+            m = _GBNF_TOKEN.match(body, pos)
+            assert m, f"unsupported GBNF at {body[pos:]!r}"
+            pos = m.end()
+            lit, cls, ref, op = m.groups()
+            out.append(f"(?:{re.escape(unescape(lit))})" if lit is not None else cls or (f"(?:{expr(ref)})" if ref else op))
+        return "".join(out)
+
+    return re.compile(expr("root"), re.DOTALL)
+
+
+def test_the_tagged_grammar_accepts_a_tagged_reply_and_rejects_an_untagged_one():
+    fmt = CardFormat()  # the tagged form, the default
+    opening = REPLY_FORMS["tagged"].opening
+    whole = gbnf_regex(card_grammar(fmt, 500))
+    lo, hi = section_word_bounds(fmt, 500)
+    for n in (lo, hi):
+        reply = _reply(_card_at(fmt, n), "tagged")
+        assert reply.startswith(opening) and whole.fullmatch(reply[len(opening):]), n
+        assert check_card(reply, fmt).valid
+    after = _reply(_card_at(fmt, lo), "tagged")[len(opening):]
+    for bad in (after.removesuffix("\n</skill>"),  # untagged: the card alone
+                after + "\nMore text.",  # text after </skill>
+                json.dumps(after)[1:-1],  # the card as a JSON string, newlines escaped
+                after.replace("## Procedure", "## Notes"),  # another heading
+                after.replace("step", "step </skill>", 1)):  # a tag inside a section
+        assert not whole.fullmatch(bad), bad[-60:]
+    # sectioned decoding: a name, then section bodies that can hold neither a heading nor a tag
+    name_g, body_g = (gbnf_regex(g) for g in part_grammars(fmt, 500))
+    assert name_g.fullmatch("probe-card") and not name_g.fullmatch("Probe card")
+    assert body_g.fullmatch("- step, step\n- step.") and body_g.fullmatch("step " * (lo - 1) + "step.")
+    for bad in ("step\n## Notes", "step </skill>", "step\\n- step", 'say "step"'):
+        assert not body_g.fullmatch(bad), bad
+    # the json form's grammar closes the JSON string and object instead, newlines escaped
+    js = gbnf_regex(card_grammar(replace(fmt, reply="json"), 500))
+    reply = json.dumps({"skill": _card_at(fmt, lo)}, separators=(",", ":"))
+    assert js.fullmatch(reply[len(REPLY_FORMS["json"].opening):]) and not js.fullmatch(after)
+
+
 def test_json_reply_is_the_papers_contract():
     card = _card_at(CardFormat(), 3)
-    ok = check_card(json.dumps({"skill": card}))
+    ok = check_card(json.dumps({"skill": card}), CardFormat(reply="json"))
     assert ok.valid and ok.card == card and ok.name == "probe-card"
     for bad in ('{"skill": "# Skill: x', json.dumps({"skill": card, "extra": 1}), json.dumps({"card": card}),
                 json.dumps({"skill": 3})):
-        chk = check_card(bad)
+        chk = check_card(bad, CardFormat(reply="json"))
         assert not chk.valid and "JSON object" in chk.problems[0]
 
 
 def test_generator_request_per_backend():
-    fmt = CardFormat()
+    fmt = CardFormat(reply="json")
     emb = generator_request(fmt, "grammar", "embedded", 500)
     name_g, body_g = emb.parts
     assert emb.prefill == '{"skill":"# Skill: ' and name_g.startswith("root ::= name") and body_g.startswith("root ::= body")
-    assert emb.headings == fmt.headings and emb.with_grammar("g") == {"grammar": "g"} and emb.extra_body == {}
+    assert emb.literals == tuple(json.dumps(f"\n## {h}\n")[1:-1] for h in fmt.headings) and emb.closing == '"}'
+    assert emb.with_grammar("g") == {"grammar": "g"} and emb.extra_body == {}
     vl = generator_request(fmt, "grammar", "vllm", 500)
     assert vl.extra_body["continue_final_message"] and not vl.extra_body["add_generation_prompt"]
     assert vl.with_grammar("g")["structured_outputs"] == {"grammar": "g"} and vl.parts == emb.parts
@@ -370,6 +460,25 @@ def test_generator_request_per_backend():
         generator_request(fmt, "regex", "embedded", 500)
     # The pre-fill is added once, whether the server echoes it (llama.cpp) or not (vLLM).
     assert emb.reply_text('{"skill":"# Skill: a"}') == emb.reply_text('a"}') == '{"skill":"# Skill: a"}'
+
+
+def test_generator_request_per_reply_form():
+    tagged = generator_request(CardFormat(), "grammar", "embedded", 500)  # the default: the paper's <skill> tags
+    assert tagged.prefill == "<skill>\n# Skill: " and tagged.closing == "\n</skill>"
+    assert tagged.literals[0] == "\n## When to apply\n"  # raw newlines: the card is not inside a JSON string
+    md = generator_request(CardFormat(reply="markdown"), "grammar", "vllm", 500)
+    assert md.prefill == "# Skill: " and md.closing == "" and md.extra_body["continue_final_message"]
+    # the paper's own decoding: the prompt asks for the form, nothing is pre-filled or constrained
+    for backend in ("embedded", "openai"):
+        assert generator_request(CardFormat(), "prompt", backend, 500) == generator_request(CardFormat(), "auto", "openai", 500)
+    assert generator_request(CardFormat(), "prompt", "embedded", 500).prefill == ""
+    assert generator_request(CardFormat(reply="json"), "auto", "openai", 500).extra_body["response_format"]
+    # a JSON schema cannot give a tagged or a bare Markdown reply: refused, naming both keys
+    for reply in ("tagged", "markdown"):
+        with pytest.raises(ValueError, match=r"scaffold.generator_decoding: json_schema .* scaffold.generator_reply.ba"):
+            generator_request(CardFormat(reply=reply), "json_schema", "vllm", 500, "scaffold.generator_reply.ba")
+    with pytest.raises(ValueError, match="scaffold.generator_reply: 'xml'"):
+        generator_request(CardFormat(reply="xml"), "grammar", "embedded", 500)
 
 
 class _SectionClient:
@@ -393,7 +502,7 @@ class _SectionClient:
 
 
 def test_generate_candidates_decodes_sections_and_sends_prefill_and_grammar():
-    fmt = CardFormat()
+    fmt = CardFormat(reply="json")
     req = generator_request(fmt, "grammar", "embedded", 500)
     client = _SectionClient()
     ev = build_evidence("babyai", "grp", [traj(0, True)])
@@ -410,15 +519,20 @@ def test_generate_candidates_decodes_sections_and_sends_prefill_and_grammar():
     assert kw["extra_body"]["grammar"] == req.parts[1] and messages[:-1] == client.seen[0][0][:-1]
 
 
-def test_sectioned_cards_fit_the_token_limit_and_close_when_cut():
-    fmt = CardFormat()
+@pytest.mark.parametrize("reply", list(REPLY_FORMS))
+def test_sectioned_cards_fit_the_token_limit_and_close_when_cut(reply):
+    fmt = CardFormat(reply=reply)
     req = generator_request(fmt, "grammar", "embedded", 400)
     ev = build_evidence("babyai", "grp", [traj(0, True)])
     # 40 words per section would need ~3,000 tokens: every body is cut, and each still closes
     client = _SectionClient(words=40)
     (card,), calls = generate_candidates(lambda j: client, ev, GeneratorTemplate.load("babyai"), fmt, 1, 400, req, count=len)
     assert card.valid, card.problems
-    assert card.raw.endswith('"}') and json.loads(card.raw)["skill"].startswith("# Skill: ")
+    assert card.raw.startswith(REPLY_FORMS[reply].opening) and card.raw.endswith(REPLY_FORMS[reply].closing)
+    if reply == "json":
+        assert json.loads(card.raw)["skill"] == card.card
+    else:  # the card is the reply's own text, newlines unescaped
+        assert card.card in card.raw and "\\n" not in card.raw and card.card.count("\n## ") == len(fmt.headings)
     assert len(card.raw) - len(req.prefill) <= 400  # one token per character: the reply's tokens
     assert sum(c.completion_tokens for c in calls) <= 400
     assert [kw["max_tokens"] for _, kw in client.seen][-1] >= 4  # the last section kept its reserve
@@ -430,6 +544,7 @@ def test_close_cut_drops_only_a_trailing_separator():
     from skillrepro.studies.scaffold.cards import close_cut
 
     assert close_cut("turn left, ") == close_cut("turn left\\n- ") == close_cut("turn left\\") == "turn left"
+    assert close_cut("turn left\n- ") == close_cut("turn left\n-") == close_cut("turn left\n") == "turn left"  # unescaped
     assert close_cut("turn lef") == "turn lef" and close_cut("turn left.") == "turn left." and close_cut("a-") == "a"
 
 
@@ -509,10 +624,41 @@ def test_config_ablations_splits_and_executor():
         ScaffoldConfig.from_config(_cfg(splits={"nope": {"train": ["power-component@train"]}}))
     with pytest.raises(ValueError, match="json_schema"):  # an API does not continue a pre-filled reply
         ScaffoldConfig.from_config({**_cfg(generator_decoding="grammar"), "llm": {"backend": "openai"}})
-    auto = ScaffoldConfig.from_config({**_cfg(), "llm": {"backend": "openai"}})  # the default picks json_schema
-    assert "response_format" in auto.generator_request("openai").extra_body and not auto.generator_request("openai").prefill
+    # on an API the default decodes the paper's way, the prompt alone; the json form gets its JSON schema
+    auto = ScaffoldConfig.from_config({**_cfg(generator_reply={"babyai": "json"}), "llm": {"backend": "openai"}})
+    assert auto.generator_request("openai", "scienceworld") == generator_request(CardFormat(), "prompt", "openai", 600)
+    assert "response_format" in auto.generator_request("openai", "babyai").extra_body
+    assert not auto.generator_request("openai", "babyai").prefill
     with pytest.raises(ValueError, match="impossible"):
         ScaffoldConfig.from_config(_cfg(card={"max_words": 25}))
+
+
+def test_generator_reply_is_the_papers_per_benchmark_unless_configured():
+    cfg = ScaffoldConfig.from_config(_cfg())
+    assert cfg.generator_reply == {"babyai": "tagged", "scienceworld": "tagged"}  # appendix D: <skill> tags
+    assert cfg.card_format("scienceworld") == replace(cfg.card, reply="tagged")
+    assert cfg.generator_request("embedded", "scienceworld").prefill == "<skill>\n# Skill: "
+    own = ScaffoldConfig.from_config(_cfg(generator_reply={"babyai": "json"}))
+    assert own.card_format("babyai").reply == "json" and own.card_format("scienceworld").reply == "tagged"
+    assert own.generator_request("embedded", "babyai").closing == '"}'
+    with pytest.raises(ValueError, match="scaffold.generator_reply.webshop: not the env of any benchmark"):
+        ScaffoldConfig.from_config(_cfg(generator_reply={"webshop": "json"}))
+    with pytest.raises(ValueError, match="scaffold.generator_reply.babyai: 'xml' is not allowed"):
+        ScaffoldConfig.from_config(_cfg(generator_reply={"babyai": "xml"}))
+    # json_schema decodes only the json form: refused before any work, naming the benchmark's reply key
+    with pytest.raises(ValueError, match=r"generator_decoding: json_schema .* scaffold.generator_reply.babyai"):
+        ScaffoldConfig.from_config(_cfg(generator_decoding="json_schema", generator_reply={"scienceworld": "json"}))
+    assert ScaffoldConfig.from_config(_cfg(generator_decoding="json_schema",
+                                           generator_reply={"scienceworld": "json", "babyai": "json"}))
+
+
+def test_shipped_templates_ask_for_their_reply_form():
+    ev = build_evidence("babyai", "grp", [traj(0, True)])
+    for env in ("babyai", "alfworld", "scienceworld"):
+        for reply in REPLY_FORMS:
+            system = GeneratorTemplate.load(env).messages(ev, CardFormat(reply=reply))[0]["content"]
+            assert "{reply}" not in system and "{max_words}" not in system
+            assert ("<skill>" in system) == (reply == "tagged") and ("JSON object" in system) == (reply == "json")
 
 
 def test_sample_queries_rejects_unknown_split_before_any_work():

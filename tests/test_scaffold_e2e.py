@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from skillrepro.config import BenchmarkConfig
-from skillrepro.studies.scaffold.cards import PREFILL, check_card, server_token_counter
+from skillrepro.studies.scaffold.cards import REPLY_FORMS, check_card, server_token_counter
 from skillrepro.studies.scaffold.records import CandidateRecord, load_trajectories
 from skillrepro.studies.scaffold.scoring import load_scorer, score_contexts
 from skillrepro.studies.scaffold.selection import selection_for_query, utilities_for_query, utility
@@ -66,11 +66,13 @@ def test_every_record_is_produced(workdir, llm_url):
         assert len(cands) == n_gen and len(gen_calls) == n_gen * 8 and set(gen_calls.role) <= {"generator"}
         assert set(cands.call_id) <= set(gen_calls.call_id)
         # Constrained decoding: the cards' structure holds by construction, and every card closes within
-        # generator_max_tokens (a long "word" no longer cuts it before its closing brace).
-        assert cands.raw.str.endswith('"}').all(), cands.raw.tolist()
+        # generator_max_tokens (a long "word" no longer cuts it before its closing tag): BabyAI's reply is the
+        # paper's tagged form, as ALFWorld's and ScienceWorld's are.
+        opening = REPLY_FORMS["tagged"].opening
+        assert cands.raw.str.startswith(opening).all() and cands.raw.str.endswith("\n</skill>").all(), cands.raw.tolist()
         count = server_token_counter(llm_url, "embedded", gen_calls.model.iloc[0]) if n_gen else None
         for raw in cands.raw:  # the whole reply after the pre-fill, in the serving model's tokens
-            assert count(raw[len(PREFILL):]) <= GEN_TOKENS, raw
+            assert count(raw[len(opening):]) <= GEN_TOKENS, raw
         assert n_gen == 0 or cands.valid.mean() >= 0.5, cands.problems.tolist()
         scores = pd.read_parquet(s / v / "scores.parquet")
         assert len(scores) == N * int(cands.valid.sum()) if len(cands) else len(scores) == 0
@@ -99,7 +101,7 @@ def test_scoring_chain_on_real_scouts_with_a_valid_card(workdir, llm_cfg):
     assert len(group) == N and [t.order for t in group] == list(range(N))
     # The recorded conversation ends with the actor's last reply.
     assert group[0].messages[-1]["role"] == "assistant" and group[0].messages[0]["role"] == "system"
-    card = check_card(CARD)
+    card = check_card(f"<skill>\n{CARD}\n</skill>")  # the tagged reply holding CARD
     assert card.valid, card.problems
     cfg = ScaffoldConfig(benchmarks=("babyai",))
     scorer = load_scorer(cfg, llm_cfg)

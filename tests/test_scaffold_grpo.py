@@ -70,7 +70,9 @@ def tiny():
 
 
 def _groups(seq):
-    from skillrepro.studies.scaffold.cards import PREFILL
+    from skillrepro.studies.scaffold.cards import REPLY_FORMS
+
+    PREFILL = REPLY_FORMS["json"].opening  # a reply of the json form
 
     execs, gens = [], []
     for i, ok in enumerate([True, False, True, False]):
@@ -165,7 +167,9 @@ def test_groups_from_the_scaffold_records(tiny):
 
     import pandas as pd
 
-    from skillrepro.studies.scaffold.cards import PREFILL
+    from skillrepro.studies.scaffold.cards import REPLY_FORMS
+
+    PREFILL = REPLY_FORMS["json"].opening  # a reply of the json form
     from skillrepro.studies.scaffold.records import CandidateRecord, Trajectory, UtilityRecord
     from skillrepro.studies.scaffold.grpo import groups_from_records
 

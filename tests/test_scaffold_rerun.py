@@ -96,9 +96,14 @@ def test_a_config_change_reruns_exactly_the_jobs_that_read_it(finished):
     jobs = changed(finished, lambda c: c["scaffold"].update(generator_max_tokens=500))
     assert {"scaffold_generate", "scaffold_score", "scaffold_select"} <= jobs
     assert not jobs & {"scaffold_scout", "scaffold_evidence", "scaffold_score_free", "scaffold_eval_free"}
-    # a benchmark the study does not use, and writing a default out: nothing
+    # the Generator's reply form (appendix D's per-benchmark format): the cards and after, not the Scouts
+    jobs = changed(finished, lambda c: c["scaffold"].update(generator_reply={"babyai": "json"}))
+    assert {"scaffold_generate", "scaffold_score", "scaffold_select"} <= jobs
+    assert not jobs & {"scaffold_scout", "scaffold_evidence", "scaffold_score_free", "scaffold_eval_free"}
+    # a benchmark the study does not use, and writing a default out (the paper's reply form too): nothing
     assert changed(finished, lambda c: (c["benchmarks"]["other"].update(llm_call_budget=9),
-                                        c["scaffold"].update(evidence_max_chars=6000))) == set()
+                                        c["scaffold"].update(evidence_max_chars=6000,
+                                                             generator_reply={"babyai": "tagged"}))) == set()
 
 
 @pytest.mark.parametrize("change, message", [

@@ -144,7 +144,8 @@ class ScaffoldJob:
 SCAFFOLD_READS = {
     "play": ("split", "splits", "n_queries", "executor", "training.query_batch_size"),  # queries and every rollout
     "evidence": ("evidence_max_chars", "evidence_max_tokens"),
-    "generate": ("card", "generator_decoding", "generator_max_tokens", "n_candidates", "generator_prompts"),
+    "generate": ("card", "generator_decoding", "generator_max_tokens", "n_candidates", "generator_prompts",
+                 "generator_reply"),
     "score": ("scorer_backend", "scorer_model", "scorer_batch_tokens"),
     "select": ("ablations",),
     "heldout": ("heldout", "split", "splits", "executor"),
@@ -166,6 +167,8 @@ def scaffold_fingerprint(config: dict[str, Any], scaffold: ScaffoldConfig, bench
             value = getattr(scaffold, name)
             if name in ("splits", "executor"):
                 value = value.get(benchmark, {})
+            elif name == "generator_reply":  # the benchmark's own reply form, written out or the paper's
+                value = scaffold.card_format(config["benchmarks"][benchmark]["env"]).reply
             elif name == "heldout":
                 value = [value.of(benchmark), value.rollouts]  # `every` only says which checkpoints there are
             chosen[key] = value.get(sub) if sub else value

@@ -12,12 +12,13 @@ job = scaffold_job(snakemake)  # the typed settings, checked against the rule's 
 w, p = snakemake.wildcards, snakemake.params
 cfg = job.scaffold
 template = GeneratorTemplate.load(job.bench.env, cfg.generator_prompts.get(job.bench.env))
-request = cfg.generator_request(job.generator_llm.backend)
+fmt = cfg.card_format(job.bench.env)  # the card format with the benchmark's reply form
+request = cfg.generator_request(job.generator_llm.backend, job.bench.env)
 cands, calls = [], []
 with policy_server(job.generator_llm, job.policy):
     clients = {j: LLMClient.connect(phase_seed(job.generator_llm, "generate", j)) for j in range(cfg.n_candidates)}
     for ev in read_rows(snakemake.input.evidence, EvidenceRecord):
-        c, k = generate_candidates(clients.__getitem__, ev, template, cfg.card, cfg.n_candidates,
+        c, k = generate_candidates(clients.__getitem__, ev, template, fmt, cfg.n_candidates,
                                    cfg.generator_max_tokens, request)
         cands += c
         calls += k

@@ -32,6 +32,58 @@ class CardFormat:
     )
     max_words: int = 400
     min_words: int = 20
+    reply: str = "tagged"  # how the Generator's reply holds the card: a name in REPLY_FORMS
+
+
+@dataclass(frozen=True)
+class ReplyForm:
+    """How a Generator reply holds its card (appendix D's templates): it starts with `opening` (the text up to the
+    card's name, what constrained decoding pre-fills), the card's sections follow, then `closing`; `escaped`: the
+    card is a JSON string (newlines written as \\n)."""
+
+    name: str
+    opening: str
+    closing: str
+    escaped: bool
+
+    def text(self, raw: str) -> str:
+        """`raw` card text as the reply writes it."""
+        return json.dumps(raw)[1:-1] if self.escaped else raw
+
+
+REPLY_FORMS = {
+    # ALFWorld's and ScienceWorld's templates: "Return only <skill>...</skill>"
+    "tagged": ReplyForm("tagged", "<skill>\n# Skill: ", "\n</skill>", False),
+    # WebShop's "strict serialization contract": one JSON object with one key, "skill"
+    "json": ReplyForm("json", '{"skill":"# Skill: ', '"}', True),
+    # tau2-bench's: the card directly as Markdown, beginning with '# Skill:', no JSON, no code fence
+    "markdown": ReplyForm("markdown", "# Skill: ", "", False),
+}
+
+
+# The reply form of each benchmark env whose template appendix D gives; every other env (BabyAI, Crafter) takes
+# the tagged form of the two household/laboratory templates.
+PAPER_REPLY = {"alfworld": "tagged", "scienceworld": "tagged", "webshop": "json", "tau2": "markdown"}
+
+
+def paper_reply(env: str) -> str:
+    return PAPER_REPLY.get(env, "tagged")
+
+
+# The longest reply the parser reads (a 400-word card is about 3,000 characters): a longer one is invalid unread.
+MAX_REPLY_CHARS = 32_000
+
+
+# What each form asks for, filled into a template's {reply} placeholder.
+REPLY_INSTRUCTIONS = {
+    "tagged": "Return only the card enclosed by <skill> and </skill>, at most {max_words} words; no code fence, no "
+              "text before <skill> or after </skill>.",
+    "json": "Answer with exactly one JSON object with one key, \"skill\", whose value is the card as Markdown "
+            "(newlines escaped as \\n), at most {max_words} words; no code fence, no text before or after it. Your "
+            "reply begins exactly like this: {\"skill\":\"# Skill: short-kebab-case-name\\n",
+    "markdown": "Return the card directly as Markdown, beginning with '# Skill:', at most {max_words} words; do not "
+                "wrap it in JSON or a code fence, no text before or after it.",
+}
 
 
 @dataclass(frozen=True)
@@ -52,34 +104,47 @@ _TITLE = re.compile(r"^#\s*Skill\s*:\s*(.*)$", re.IGNORECASE)
 _HEADING = re.compile(r"^(#{1,6})\s*(.*?)\s*#*\s*$")
 
 
-def extract_card(text: str) -> str:
-    """The card inside a Generator reply. A reply that is a JSON object (the paper's serialization
-    contract) gives its "skill" string, or "" unless it is exactly one object with one string key "skill".
-    Otherwise: between <skill> and </skill> if present, else from the first '# Skill:' line on.
-    Reasoning before it (a <think> block, a preface) is dropped."""
-    text = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL | re.IGNORECASE)
-    if text.lstrip().startswith("{"):
+def parse_reply(text: str, reply: str) -> tuple[str, str]:
+    """(card, "") from a Generator reply of form `reply` (REPLY_FORMS), or ("", why the reply is malformed). The
+    reply is the form and nothing else, after at most one leading <think>...</think> block (Qwen3's generation
+    prefix). tagged: one <skill>...</skill>; json: exactly one object with one string key "skill"; markdown: the
+    card itself. Inside, the card starts with a '# Skill:' line."""
+    if len(text) > MAX_REPLY_CHARS:
+        return "", f"reply of {len(text)} characters, more than {MAX_REPLY_CHARS}"
+    body = text.strip()
+    if body.startswith("<think>"):
+        end = body.find("</think>")
+        if end < 0:
+            return "", "a <think> block without </think>"
+        body = body[end + len("</think>"):].strip()
+    if reply == "json":
         try:
-            obj = json.loads(text)
+            obj = json.loads(body)
         except json.JSONDecodeError:
-            return ""
+            obj = None
         if not (isinstance(obj, dict) and list(obj) == ["skill"] and isinstance(obj["skill"], str)):
-            return ""
-        text = obj["skill"]
-    m = re.search(r"<skill>(.*?)(?:</skill>|$)", text, flags=re.DOTALL | re.IGNORECASE)
-    if m:
-        text = m.group(1)
-    m = re.search(r"^#\s*Skill\s*:", text, flags=re.MULTILINE | re.IGNORECASE)
-    return text[m.start():].strip() if m else ""
+            return "", 'not one JSON object with exactly one string key "skill"'
+        body = obj["skill"].strip()
+    elif reply == "tagged":
+        if not body.startswith("<skill>") or not body.endswith("</skill>"):
+            return "", "not one card enclosed by <skill> and </skill> (nothing before or after them)"
+        body = body[len("<skill>"):-len("</skill>")]
+        if "<skill>" in body or "</skill>" in body:
+            return "", "more than one <skill> block"
+        body = body.strip()
+    elif reply != "markdown":
+        raise ValueError(f"reply form {reply!r}; allowed: {', '.join(REPLY_FORMS)}")
+    if not _TITLE.match(body.split("\n", 1)[0].strip()):
+        return "", "no card: expected the card to start with a line '# Skill: <name>'"
+    return body, ""
 
 
 def check_card(text: str, fmt: CardFormat = CardFormat()) -> CardCheck:
-    """Extract the card from a Generator reply and list every way it breaks `fmt` (none: valid)."""
-    card = extract_card(text)
-    if not card:
-        if text.lstrip().startswith("{"):
-            return CardCheck("", "", 0, ('not one JSON object with exactly one string key "skill"',))
-        return CardCheck("", "", 0, ("no card: expected a line starting with '# Skill:'",))
+    """Extract the card from a Generator reply (of form `fmt.reply`) and list every way it breaks `fmt` (none:
+    valid). A malformed reply is one problem, and no card."""
+    card, malformed = parse_reply(text, fmt.reply)
+    if malformed:
+        return CardCheck("", "", 0, (malformed,))
     lines = card.splitlines()
     problems: list[str] = []
     name = _TITLE.match(lines[0].strip()).group(1).strip()
@@ -116,27 +181,23 @@ def check_card(text: str, fmt: CardFormat = CardFormat()) -> CardCheck:
     return CardCheck(card, name, n_words, tuple(problems))
 
 
-# The paper pre-fills the Generator's reply with this and asks for one JSON object (appendix D).
-PREFILL = '{"skill":"# Skill: '
-
-
-DECODINGS = ("auto", "grammar", "grammar_single", "json_schema", "none")
+# Constrained decoding pre-fills a reply with its form's opening (the text up to the card's name).
+DECODINGS = ("auto", "grammar", "grammar_single", "json_schema", "prompt", "none")
 
 
 _WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
 
 
-def _gbnf_literal(text: str) -> str:
-    """`text` as it appears inside a JSON string, as a GBNF string literal."""
-    inner = json.dumps(text)[1:-1]  # JSON-escaped: a newline becomes the two characters \ n
-    return '"' + inner.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def _gbnf(text: str) -> str:
+    """`text` exactly, as a GBNF string literal."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def section_word_bounds(fmt: CardFormat, max_tokens: int | None = None) -> tuple[int, int]:
     """(lo, hi) words per section such that any card the grammar allows has min_words..max_words words
     (as check_card counts them: title word, name, heading words and section words) and, when
     `max_tokens` is given, fits in it (about 2 tokens per word and separator, 12 per heading line), so
-    the reply is never cut off before its closing brace."""
+    the reply is never cut off before its closing."""
     k = len(fmt.headings)
     fixed = 2 + sum(len(_WORD.findall(h)) for h in fmt.headings)  # "Skill", the kebab name, headings
     hi = (fmt.max_words - fixed) // k
@@ -153,42 +214,45 @@ def section_word_bounds(fmt: CardFormat, max_tokens: int | None = None) -> tuple
 _NAME_RULE = 'name ::= [a-z] [a-z0-9]{0,15} ("-" [a-z0-9] [a-z0-9]{0,15}){0,5}'
 
 
-def _body_rules(lo: int, hi: int) -> list[str]:
+def _body_rules(lo: int, hi: int, form: ReplyForm) -> list[str]:
     return [
         f'body ::= "- "? word (sep word){{{lo - 1},{hi - 1}}} "."?',
         "word ::= [A-Za-z0-9] [A-Za-z0-9'-]{0,19}",
-        # A separator holds no letter or digit, so each `word` is exactly one word for check_card.
-        'sep ::= " " | ", " | ". " | "; " | ": " | " (" | ") " | "), " | "/" | "\\\\n- "',
+        # A separator holds no letter or digit, so each `word` is exactly one word for check_card; none holds
+        # '#', '<', a quote or a backslash, so no heading or tag can appear and a JSON string stays valid.
+        'sep ::= " " | ", " | ". " | "; " | ": " | " (" | ") " | "), " | "/" | ' + _gbnf(form.text("\n- ")),
     ]
 
 
-def heading_literal(heading: str) -> str:
-    """A heading line as it appears inside the reply's JSON string (newlines escaped)."""
-    return json.dumps("\n## " + heading + "\n")[1:-1]
+def heading_literal(heading: str, reply: str) -> str:
+    """A heading line as a reply of form `reply` writes it (inside a JSON string, newlines escaped)."""
+    return REPLY_FORMS[reply].text("\n## " + heading + "\n")
 
 
 def card_grammar(fmt: CardFormat, max_tokens: int | None = None) -> str:
-    """GBNF (llama.cpp; vLLM's xgrammar reads the same syntax) for the Generator's reply after PREFILL:
-    a kebab-case name, then every heading of `fmt` in order, each followed by lo..hi words (see
-    `section_word_bounds`), then the closing `"}`. Section text cannot contain '#', a quote or a
-    backslash other than a newline escape, so no extra heading can appear and the JSON stays valid.
-    One request under this grammar can still be cut by its token limit before the closing brace (a word
+    """GBNF (llama.cpp; vLLM's xgrammar reads the same syntax) for the Generator's reply after its form's opening
+    (`ReplyForm.opening`, the pre-fill): a kebab-case name, then every heading of `fmt` in order, each followed by
+    lo..hi words (see `section_word_bounds`), then the form's closing (`</skill>`, `"}` or nothing).
+    One request under this grammar can still be cut by its token limit before the closing (a word
     costs one to twenty tokens); `sectioned` decoding (`part_grammars`) bounds the reply in tokens instead."""
+    form = REPLY_FORMS[fmt.reply]
     lo, hi = section_word_bounds(fmt, max_tokens)
-    parts = " ".join(f"{_gbnf_literal(chr(10) + '## ' + h + chr(10))} body" for h in fmt.headings)
-    return "\n".join([f'root ::= name {parts} "\\"}}"', _NAME_RULE] + _body_rules(lo, hi))
+    parts = " ".join(f"{_gbnf(heading_literal(h, fmt.reply))} body" for h in fmt.headings)
+    closing = f" {_gbnf(form.closing)}" if form.closing else ""
+    return "\n".join([f"root ::= name {parts}{closing}", _NAME_RULE] + _body_rules(lo, hi, form))
 
 
 def part_grammars(fmt: CardFormat, max_tokens: int | None = None) -> tuple[str, str]:
     """(name grammar, section-body grammar) of sectioned decoding: the same rules as `card_grammar`, one part of
-    the card per request, the headings and the closing brace written between the requests."""
+    the card per request, the headings and the closing written between the requests."""
     lo, hi = section_word_bounds(fmt, max_tokens)
-    return "\n".join(["root ::= name", _NAME_RULE]), "\n".join(["root ::= body"] + _body_rules(lo, hi))
+    body = _body_rules(lo, hi, REPLY_FORMS[fmt.reply])
+    return "\n".join(["root ::= name", _NAME_RULE]), "\n".join(["root ::= body"] + body)
 
 
 # What a body or a name cut by its token limit may end with that the grammar does not let it end with: a
-# separator, or part of one (a cut can fall inside the two characters of an escaped newline).
-_CUT_TAIL = re.compile(r"(?:\\n- |\\n-|\\n|\\|[ ,;:(/)-]|\.(?= ))+$")
+# separator, or part of one (a cut can fall inside the two characters of an escaped newline, or after a newline).
+_CUT_TAIL = re.compile(r"(?:\\n- |\\n-|\\n|\\|\n- |\n-|\n|[ ,;:(/)-]|\.(?= ))+$")
 
 
 def close_cut(text: str) -> str:
@@ -200,7 +264,7 @@ def close_cut(text: str) -> str:
 def card_json_schema(fmt: CardFormat) -> dict[str, Any]:
     """JSON schema of the reply for servers without grammars (OpenAI-style structured outputs): one
     object with one string key "skill" whose headings come in order; the word bounds are not expressible
-    here and are left to validation."""
+    here and are left to validation. Only the json reply form is a JSON object."""
     pattern = "^# Skill: [a-z0-9]+(-[a-z0-9]+)*" + "".join(
         "\\n## " + re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", h) + "\\n[^#]+" for h in fmt.headings) + "$"
     return {"type": "object", "additionalProperties": False, "required": ["skill"],
@@ -211,14 +275,15 @@ def card_json_schema(fmt: CardFormat) -> dict[str, Any]:
 class GeneratorRequest:
     """What to send with the Generator's messages: an assistant pre-fill (the reply continues it) and
     the request fields the backend needs for it and for constrained decoding. `parts` (sectioned decoding):
-    the name and section-body grammars, one request each, under `grammar_field`; `headings` are written
-    between them."""
+    the name and section-body grammars, one request each, under `grammar_field`; `literals` (the heading lines,
+    as the reply writes them) are written between them and `closing` after the last."""
 
     prefill: str
     extra_body: dict[str, Any]
     parts: tuple[str, str] | None = None
     grammar_field: str = "grammar"
-    headings: tuple[str, ...] = ()
+    literals: tuple[str, ...] = ()
+    closing: str = ""
 
     def reply_text(self, continuation: str, prefill: str | None = None) -> str:
         """The whole reply. llama.cpp returns the pre-fill with the continuation, vLLM without it."""
@@ -230,34 +295,48 @@ class GeneratorRequest:
                 else grammar}
 
 
-def generator_request(fmt: CardFormat, decoding: str, backend: str, max_tokens: int | None) -> GeneratorRequest:
-    """`grammar`: pre-fill PREFILL and decode the card in parts, the name and then each section's body under
-    `part_grammars` (llama.cpp's `grammar`, vLLM's `structured_outputs.grammar`), each request limited to the
-    tokens the card has left, the headings and the closing `"}` written in between: the reply fits
-    `max_tokens` and always closes (`sectioned_reply`). `grammar_single`: one request under `card_grammar`,
-    bounded in words only (a long reply is cut before its closing brace). `json_schema`: `response_format`
-    with `card_json_schema`, no pre-fill (a schema covers the whole reply). `none`: pre-fill only, free
-    decoding. `auto`: grammar, or json_schema on the openai backend (API servers do not continue a pre-filled
-    reply)."""
+def generator_request(fmt: CardFormat, decoding: str, backend: str, max_tokens: int | None,
+                      reply_key: str = "scaffold.generator_reply") -> GeneratorRequest:
+    """The request for a reply of form `fmt.reply` (`reply_key` names the setting in errors).
+
+    `grammar`: pre-fill the form's opening (`<skill>\\n# Skill: `, `{"skill":"# Skill: ` or `# Skill: `) and decode
+    the card in parts, the name and then each section's body under `part_grammars` (llama.cpp's `grammar`, vLLM's
+    `structured_outputs.grammar`), each request limited to the tokens the card has left, the headings and the
+    form's closing written in between: the reply fits `max_tokens` and always closes (`sectioned_reply`).
+    `grammar_single`: one request under `card_grammar`, bounded in words only (a long reply is cut before its
+    closing). `json_schema`: `response_format` with `card_json_schema`, no pre-fill (a schema covers the whole
+    reply); the json form only. `prompt`: no pre-fill, free decoding: the format asked by the prompt alone, as
+    the paper does. `none`: pre-fill only, free decoding. `auto`: grammar; on the openai backend (API servers
+    neither continue a pre-filled reply nor take grammars) json_schema for the json form, else prompt."""
     if decoding not in DECODINGS:
         raise ConfigError(f"config key scaffold.generator_decoding: {decoding!r}; allowed: {', '.join(DECODINGS)}")
+    if fmt.reply not in REPLY_FORMS:
+        raise ConfigError(f"config key {reply_key}: {fmt.reply!r}; allowed: {', '.join(REPLY_FORMS)}")
+    form = REPLY_FORMS[fmt.reply]
     if decoding == "auto":
-        decoding = "json_schema" if backend == "openai" else "grammar"
+        decoding = ("json_schema" if form.escaped else "prompt") if backend == "openai" else "grammar"
+    if decoding == "prompt":
+        return GeneratorRequest("", {})
     if decoding == "json_schema":
+        if not form.escaped:
+            raise ConfigError(f"config key scaffold.generator_decoding: json_schema decodes one JSON object, not the "
+                              f"{fmt.reply} reply of {reply_key}; use grammar (or prompt), or set {reply_key} to json")
         return GeneratorRequest("", {"response_format": {"type": "json_schema", "json_schema": {
             "name": "skill_card", "strict": True, "schema": card_json_schema(fmt)}}})
     if backend == "openai":
         raise ConfigError(f"config key scaffold.generator_decoding: {decoding!r} pre-fills the assistant reply, "
-                          "which OpenAI-style APIs do not continue; use json_schema for llm.backend openai")
+                          "which OpenAI-style APIs do not continue; use prompt (or json_schema with the json reply) "
+                          "for llm.backend openai")
     extra: dict[str, Any] = {}
     if backend == "vllm":  # vLLM continues a final assistant message only when asked to
         extra.update(continue_final_message=True, add_generation_prompt=False)
     field_name = "structured_outputs" if backend == "vllm" else "grammar"
     if decoding == "grammar":
-        return GeneratorRequest(PREFILL, extra, part_grammars(fmt, max_tokens), field_name, tuple(fmt.headings))
-    req = GeneratorRequest(PREFILL, extra, grammar_field=field_name)
+        return GeneratorRequest(form.opening, extra, part_grammars(fmt, max_tokens), field_name,
+                                tuple(heading_literal(h, fmt.reply) for h in fmt.headings), form.closing)
+    req = GeneratorRequest(form.opening, extra, grammar_field=field_name)
     if decoding == "grammar_single":
-        return GeneratorRequest(PREFILL, req.with_grammar(card_grammar(fmt, max_tokens)), grammar_field=field_name)
+        return GeneratorRequest(form.opening, req.with_grammar(card_grammar(fmt, max_tokens)), grammar_field=field_name)
     return req
 
 
@@ -268,12 +347,12 @@ SECTION_MIN_TOKENS = 4
 NAME_MAX_TOKENS = 16
 
 
-def _part_budgets(fmt: CardFormat, max_tokens: int, literal_tokens: Sequence[int]) -> tuple[int, int]:
+def _part_budgets(max_tokens: int, literal_tokens: Sequence[int], closing_tokens: int) -> tuple[int, int]:
     """(tokens the model may write in all, of which at most this many for the name): `max_tokens` less the
-    headings and the closing brace written between the requests, and a token per seam where re-tokenising
+    headings and the closing written between the requests, and a token per seam where re-tokenising
     could merge two pieces."""
-    k = len(fmt.headings)
-    free = max_tokens - sum(literal_tokens) - 2 - (2 * k + 2)
+    k = len(literal_tokens)
+    free = max_tokens - sum(literal_tokens) - closing_tokens - (2 * k + 2)
     if free < SECTION_MIN_TOKENS * (k + 1):
         raise ConfigError(f"config key scaffold.generator_max_tokens: {max_tokens} tokens leave {free} for the model's "
                           f"own text after the {k} headings; a card needs at least {SECTION_MIN_TOKENS * (k + 1)}")
@@ -309,8 +388,9 @@ def sectioned_reply(client: Any, messages: Sequence[dict[str, Any]], request: Ge
     SECTION_MIN_TOKENS for every later section, so the model's tokens plus the headings stay within
     `max_tokens`. A part cut by its limit loses only a trailing separator (`close_cut`)."""
     name_grammar, body_grammar = request.parts
-    literals = [heading_literal(h) for h in request.headings]
-    free, name_max = _part_budgets(CardFormat(request.headings), max_tokens, [count(x) for x in literals])
+    literals = request.literals
+    free, name_max = _part_budgets(max_tokens, [count(x) for x in literals],
+                                   count(request.closing) if request.closing else 0)
     text, records = request.prefill, []
 
     def part(grammar: str, limit: int) -> int:
@@ -327,7 +407,7 @@ def sectioned_reply(client: Any, messages: Sequence[dict[str, Any]], request: Ge
         text += lit
         later = len(literals) - i - 1
         free -= part(body_grammar, max(1, free - SECTION_MIN_TOKENS * later))
-    return text + '"}', records
+    return text + request.closing, records
 
 
 GROUP_GUIDANCE = {
@@ -342,7 +422,8 @@ GROUP_GUIDANCE = {
 @dataclass(frozen=True)
 class GeneratorTemplate:
     """A generator prompt file: a system part and a user part separated by a line '=== user ==='.
-    Placeholders: {task}, {attempts}, {n_attempts}, {guidance}, {headings}, {max_words}."""
+    Placeholders: {task}, {attempts}, {n_attempts}, {guidance}, {headings}, {max_words}, {reply} (what the card
+    format's reply form asks for: REPLY_INSTRUCTIONS)."""
 
     system: str
     user: str
@@ -370,6 +451,7 @@ class GeneratorTemplate:
             "guidance": GROUP_GUIDANCE["anchor" if ev.variant == "anc" else ev.kind],
             "headings": "\n".join(["# Skill: <short-kebab-case-name>"] + [f"## {h}" for h in fmt.headings]),
             "max_words": str(fmt.max_words),
+            "reply": REPLY_INSTRUCTIONS[fmt.reply].replace("{max_words}", str(fmt.max_words)),
         }
 
         # Only known placeholders are replaced, so braces elsewhere in a user's template stay as written.

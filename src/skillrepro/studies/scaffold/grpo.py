@@ -23,7 +23,6 @@ from typing import Any, Sequence
 
 from skillrepro.config import ConfigError
 from skillrepro.llm.models import MODELS, resolve
-from skillrepro.studies.scaffold.cards import PREFILL
 from skillrepro.studies.scaffold.settings import TrainSettings
 
 
@@ -364,9 +363,10 @@ def groups_from_records(sequencer: Any, variant: str, m: int, scouts: Sequence[A
         gens = []
         for c in cards:
             msgs = json.loads(prompts[c.call_id])["messages"]
-            if msgs and msgs[-1]["role"] == "assistant":  # the pre-fill: the card below starts with it
-                msgs = msgs[:-1]
-            skip = len(PREFILL) if c.raw.startswith(PREFILL) else 0
+            prefill = ""
+            if msgs and msgs[-1]["role"] == "assistant":  # the pre-fill (its form's opening): the card starts with it
+                prefill, msgs = msgs[-1]["content"], msgs[:-1]
+            skip = len(prefill) if c.raw.startswith(prefill) else 0
             gens.append(conversation_sample(sequencer, msgs + [{"role": "assistant", "content": c.raw}], task,
                                             "generator", 0.0, skip_chars=skip))
         groups.append(QueryGroup(task, execs, gens, [util.get((task, c.candidate), math.nan) for c in cards],

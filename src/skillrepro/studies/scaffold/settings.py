@@ -4,11 +4,11 @@ value the workflow cannot honour is refused here, before any work, with a Config
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from skillrepro.config import ConfigError, validate_section
-from skillrepro.studies.scaffold.cards import CardFormat, GeneratorRequest, generator_request
+from skillrepro.studies.scaffold.cards import CardFormat, GeneratorRequest, generator_request, paper_reply
 from skillrepro.studies.scaffold.selection import VARIANTS
 from skillrepro.studies.scaffold.statistics import INTERVALS
 
@@ -170,8 +170,11 @@ class ScaffoldConfig:
     evidence_max_chars: int = 6000
     evidence_max_tokens: int | None = None  # the budget in the Generator's tokens instead (evidence_max_chars unused)
     generator_max_tokens: int = 600
-    generator_decoding: str = "auto"  # auto | grammar | json_schema | none (see generator_request)
+    generator_decoding: str = "auto"  # auto | grammar | grammar_single | json_schema | prompt | none (generator_request)
     generator_prompts: dict[str, str] = field(default_factory=dict)  # benchmark env -> template file
+    # benchmark env -> the Generator's reply form (REPLY_FORMS), for every env of `benchmarks`: the config's
+    # `scaffold.generator_reply`, else the paper's (cards.PAPER_REPLY)
+    generator_reply: dict[str, str] = field(default_factory=dict)
     card: CardFormat = CardFormat()
     scorer_backend: str = "auto"  # auto | transformers | vllm
     scorer_model: str | None = None  # GGUF path or shipped name (transformers); served model id (vllm)
@@ -255,11 +258,19 @@ class ScaffoldConfig:
         s["splits"] = splits
         fmt = CardFormat(tuple(card.get("headings", CardFormat.headings)), card.get("max_words", 400),
                          card.get("min_words", 20))
+        envs = {b: (config["benchmarks"][b] or {}).get("env", b) for b in names}
+        reply = dict(s.pop("generator_reply", {}) or {})
+        for env in reply:
+            if env not in {(v or {}).get("env", k) for k, v in config["benchmarks"].items()}:
+                raise ConfigError(f"config key scaffold.generator_reply.{env}: not the env of any benchmark in "
+                                  f"benchmarks ({', '.join(sorted(set(envs.values())))} in scaffold.benchmarks)")
         out = cls(benchmarks=tuple(names), variants=tuple(s.pop("variants", ("grp",))), card=fmt,
                   scorer_backend=scorer.get("backend", "auto"), scorer_model=scorer.get("model"),
                   scorer_batch_tokens=scorer.get("batch_tokens", 8192),
-                  generator_prompts=dict(s.pop("generator_prompts", {}) or {}), ablations=ablations, **s)
-        out.generator_request((config.get("llm") or {}).get("backend", "embedded"))  # fails early if impossible
+                  generator_prompts=dict(s.pop("generator_prompts", {}) or {}), ablations=ablations,
+                  generator_reply={env: reply.get(env, paper_reply(env)) for env in sorted(set(envs.values()))}, **s)
+        for env in out.generator_reply:  # fails early if a benchmark's reply cannot be decoded as configured
+            out.generator_request((config.get("llm") or {}).get("backend", "embedded"), env)
         if out.bootstrap_interval not in INTERVALS:
             raise ConfigError(f"config key scaffold.bootstrap_interval: {out.bootstrap_interval!r}; allowed: "
                               f"{', '.join(INTERVALS)}")
@@ -270,8 +281,13 @@ class ScaffoldConfig:
                               "use scaffold.evidence_max_chars")
         return out
 
-    def generator_request(self, backend: str) -> "GeneratorRequest":
-        return generator_request(self.card, self.generator_decoding, backend, self.generator_max_tokens)
+    def card_format(self, env: str) -> CardFormat:
+        """The card format on a benchmark env: `card`, with the env's reply form."""
+        return replace(self.card, reply=self.generator_reply.get(env, paper_reply(env)))
+
+    def generator_request(self, backend: str, env: str) -> "GeneratorRequest":
+        return generator_request(self.card_format(env), self.generator_decoding, backend, self.generator_max_tokens,
+                                 f"scaffold.generator_reply.{env}")
 
 
 def check_heldout(cfg: ScaffoldConfig, config: dict[str, Any]) -> None:
