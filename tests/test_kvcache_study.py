@@ -3,6 +3,8 @@ streams in lockstep, simulations per setting, per-step load, the server comparis
 shared-prefix table and the kvcache config section."""
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from skillrepro.studies.kvcache import formats as F
 from skillrepro.studies.kvcache import study
 from skillrepro.studies.kvcache.actor import AlfWorldFormatter, StreamRequest, format_benchmark, run_format, walk_views
 from skillrepro.config import BenchmarkConfig
+from skillrepro.progress import PROGRESS_LOGGER
 from skillrepro.studies.kvcache.tokenizers import get_tokenizer
 
 TOK = get_tokenizer("qwen2.5")
@@ -98,6 +101,19 @@ def test_settings_retain_beats_flush_and_steps_add_up():
         assert sum(x.cached_tokens for x in mine) == r.cached_tokens and [x.step for x in mine] == [0, 1, 2]
     with pytest.raises(ValueError, match="kvcache.capacity_tokens 32"):
         study.simulate_settings(s, [study.Setting("retain", 32, 4)])
+
+
+def test_simulation_reports_settings_done_of_n_on_the_console(caplog):
+    """kvcache_simulate's progress: a line on logger skillrepro.progress per simulated setting, of N."""
+    s = stream_of({e: [list(range(40)) + [100 + k] * (8 + k) for k in range(2)] for e in "ab"})
+    settings = [study.Setting("retain", 10_000, 2), study.Setting("flush", 10_000, 2), study.Setting("retain", 10_000, 1)]
+    with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
+        rows, _ = study.simulate_settings(s, settings)
+    lines = [r.getMessage() for r in caplog.records if r.name == PROGRESS_LOGGER]
+    assert len(rows) == 3
+    assert any("3 simulated settings (vLLM" in x and "to do" in x for x in lines)
+    assert [x.split(": ")[1].split(" simulated")[0] for x in lines if " done, " in x] == ["1/3", "2/3", "3/3"]
+    assert "finished, 3/3 simulated settings" in lines[-1]
 
 
 def test_group_size_repeats_each_game_within_its_lockstep_batch():

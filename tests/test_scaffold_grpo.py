@@ -2,6 +2,7 @@
 on the shipped SmolLM2-135M (dequantised from its GGUF file, as the CPU scorer loads it)."""
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -57,6 +58,31 @@ def test_incomplete_generator_group_is_omitted():
     assert len(out2) == 4 and all(x.mask == [0] and x.advantage == 0 for x in out2[2:])
 
 
+def test_an_update_reports_its_micro_batches_on_the_console(caplog):
+    """The GRPO update's progress: the Trainer's events (dispatched as transformers' CallbackHandler does in a
+    training loop, here 2 optimizer steps of 2 accumulated micro-batches) each count one micro-batch."""
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl, TrainerState
+    from transformers.trainer_callback import CallbackHandler
+
+    from skillrepro.progress import PROGRESS_LOGGER, Progress
+    from skillrepro.studies.scaffold.grpo import progress_callback
+
+    with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
+        with Progress(4, "micro-batches (2 per optimizer step, 2 steps)", label="update") as progress:
+            handler = CallbackHandler([progress_callback(progress)], None, None, None, None)
+            args, state, control = SimpleNamespace(), TrainerState(), TrainerControl()
+            for _ in range(2):
+                handler.on_step_begin(args, state, control)
+                handler.on_substep_end(args, state, control)
+                handler.on_optimizer_step(args, state, control)
+                handler.on_step_end(args, state, control)
+    lines = [r.getMessage() for r in caplog.records if r.name == PROGRESS_LOGGER]
+    assert [x.split(" micro")[0] for x in lines if " done, " in x] == [f"update: {k}/4" for k in (1, 2, 3, 4)]
+    assert lines[-1].startswith("update: finished, 4/4 micro-batches (2 per optimizer step, 2 steps)")
+
+
 @pytest.fixture(scope="module")
 def tiny():
     import torch
@@ -102,16 +128,17 @@ def test_samples_mask_only_the_policys_tokens(tiny):
 
 
 @pytest.mark.integration
-def test_cpu_smoke_run_updates_the_policy_and_micro_batches_accumulate(tiny, tmp_path):
+def test_cpu_smoke_run_updates_the_policy_and_micro_batches_accumulate(tiny, tmp_path, caplog):
     """One GRPO update moves most of the policy. The same step in micro-batches of 2 (3 accumulated backward
     passes over the 6 sequences) takes the same gradient (read from Adam's first moment, (1 - beta1) g after
     one step; the Generator's entropy term off, as it is averaged per micro-batch); a sample longer than
-    max_sequence_tokens stops the update."""
+    max_sequence_tokens stops the update. The update's progress counts TRL's micro-batches."""
     import copy
 
     import torch
 
-    from skillrepro.studies.scaffold.grpo import make_trainer
+    from skillrepro.progress import PROGRESS_LOGGER
+    from skillrepro.studies.scaffold.grpo import make_trainer, train
 
     model, tok, seq = tiny
     samples = assign_advantages(_groups(seq), 2, 0.1)
@@ -122,7 +149,12 @@ def test_cpu_smoke_run_updates_the_policy_and_micro_batches_accumulate(tiny, tmp
         started = time.perf_counter()
         settings = TrainSettings(learning_rate=1e-4, micro_batch_size=micro, generator_entropy_coef=0.0)
         trainer = make_trainer(m, tok, samples, 6, settings, tmp_path / str(micro), steps=1)
-        trainer.train()
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
+            train(trainer)
+        n = 6 // (micro or 6)
+        done = [r.getMessage() for r in caplog.records if r.name == PROGRESS_LOGGER and " done, " in r.getMessage()]
+        assert [x.split(": ")[1].split(" micro")[0] for x in done] == [f"{k}/{n}" for k in range(1, n + 1)]
         assert trainer.state.global_step == 1
         state = trainer.optimizer.state
         grads.append(torch.cat([state[p]["exp_avg"].flatten() for p in m.parameters() if p in state]))

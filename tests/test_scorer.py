@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import logging
 import threading
 
 import pytest
@@ -14,6 +15,7 @@ from skillrepro.llm.scorer import (
     ChatSequencer, ScoringError, ScoringSequence, TransformersScorer, VLLMScorer, load_gguf_tokenizer,
     score_conversations,
 )
+from skillrepro.progress import PROGRESS_LOGGER, Progress
 
 SYSTEM = "You are an agent in a grid world. Call one function per turn."
 
@@ -90,12 +92,14 @@ def test_cpu_scorer_matches_reference_forward_pass(cpu_scorer):
 
 def test_cpu_scorer_batching_does_not_change_scores(gguf, cpu_scorer):
     convs = [conv(1), conv(3), conv(2)]
-    together = score_conversations(cpu_scorer, convs)
+    together_done, alone_done = [], []  # the sequences each forward pass scored (the job's progress)
+    together = score_conversations(cpu_scorer, convs, together_done.append)
     cpu_scorer.batch_tokens = 1  # one sequence per forward pass
     try:
-        alone = score_conversations(cpu_scorer, convs)
+        alone = score_conversations(cpu_scorer, convs, alone_done.append)
     finally:
         cpu_scorer.batch_tokens = 100_000
+    assert together_done == [3] and alone_done == [1, 1, 1]
     for a, b in zip(together, alone):
         assert a.sum_logprob == pytest.approx(b.sum_logprob, abs=1e-3)
 
@@ -139,6 +143,26 @@ def test_vllm_scorer_requests_and_parsing_against_fake_server(tokenizer):
     assert req["body"]["max_tokens"] == 1 and req["body"]["prompt_logprobs"] >= 0
     assert score.n_tokens == len(seq.scored) and score.n_forward_tokens == len(seq.token_ids)
     assert score.sum_logprob == pytest.approx(sum(-0.01 * p for p in seq.scored))
+
+
+def test_scoring_reports_scored_trajectories_on_the_console(tokenizer, caplog):
+    """scaffold_score's progress: each scored (Scout, context) pair is a line on logger skillrepro.progress."""
+    server = http.server.HTTPServer(("127.0.0.1", 0), _FakeVLLM)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        scorer = VLLMScorer(f"http://127.0.0.1:{server.server_port}/v1", "HuggingFaceTB/SmolLM2-135M-Instruct",
+                            tokenizer)
+        with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
+            with Progress(3, "scored trajectories", label="score") as progress:
+                scores = score_conversations(scorer, [conv(1), conv(2), conv(3)], progress.update)
+    finally:
+        server.shutdown()
+        _FakeVLLM.requests.clear()
+    lines = [r.getMessage() for r in caplog.records if r.name == PROGRESS_LOGGER]
+    assert len(scores) == 3
+    assert lines[0] == "score: 3 scored trajectories to do"
+    assert [x.split(" done")[0] for x in lines[1:4]] == [f"score: {k}/3 scored trajectories" for k in (1, 2, 3)]
+    assert lines[-1].startswith("score: finished, 3/3 scored trajectories")
 
 
 def test_vllm_parse_rejects_short_or_missing_logprobs():

@@ -75,18 +75,22 @@ def run_batch(
     client: LLMClient | None = None,
     logger: logging.Logger | None = None,
     sandbox: SandboxPolicy = SandboxPolicy(),
+    progress: Progress | None = None,
 ) -> BatchOutcome:
     """Play `task_ids` and write episodes/steps/llm_calls/skill_calls.parquet into `out_dir`.
 
     `method` decides what the actor is shown of the library (its notes and visible skills) and, for
     training batches, which task comes next (a curriculum; by default `task_ids` in order). `notes`
-    overrides the notes (SkillScaffold injects a skill card this way).
+    overrides the notes (SkillScaffold injects a skill card this way). `progress`: the job's count when it plays
+    several batches (SkillScaffold plays one batch per card), updated here and closed by the caller; None: the
+    batch's own.
     """
     if client is None:
         with session(llm) as client:
             return run_batch(bench=bench, llm=llm, library_dir=library_dir, task_ids=task_ids, spec=spec,
                              out_dir=out_dir, wall_s=wall_s, prompts=prompts, notes=notes, method=method,
-                             history_dirs=history_dirs, client=client, logger=logger, sandbox=sandbox)
+                             history_dirs=history_dirs, client=client, logger=logger, sandbox=sandbox,
+                             progress=progress)
     log = logger or logging.getLogger("skillrepro.runner")
     out_dir = Path(out_dir)
     prompts = prompts or Prompts()
@@ -97,6 +101,8 @@ def run_batch(
     partial = _open_resume_dir(resume_dir(out_dir), key, log)
     if (partial / "done.episodes.parquet").exists():
         log.info("batch already merged before an interruption: its %d episodes are kept", len(task_ids))
+        if progress is not None:
+            progress.update(len(task_ids))
         return BatchOutcome(_link_outputs(partial, out_dir), out_dir)
 
     benchmark = load_benchmark(bench)
@@ -108,8 +114,8 @@ def run_batch(
                   history_window=bench.history_window)
     env_lock = threading.Lock()
     # episodes done of N on the console (stderr, which Snakemake shows) and in the job's log
-    progress = Progress(len(task_ids), f"{spec.split} episodes",
-                        label=f"{spec.benchmark}/{spec.variant}/seed{spec.seed} {spec.split} c{spec.cycle}")
+    counter = progress or Progress(len(task_ids), f"{spec.split} episodes",
+                                   label=f"{spec.benchmark}/{spec.variant}/seed{spec.seed} {spec.split} c{spec.cycle}")
 
     def play(i: int) -> None:
         task_id, episode_actor, shown, choice_calls = task_ids[i], actor, visible, []
@@ -131,15 +137,16 @@ def run_batch(
         tag_skill_calls(skill_calls, rec.episode.episode_id, rec.steps)
         # The curriculum's calls go ahead of the actor's: they are this episode's cost too.
         _write_episode(partial / f"{i:04d}", replace(rec, llm_calls=choice_calls + rec.llm_calls), skill_calls)
-        progress.update(1)
+        counter.update(1)
 
     todo = [i for i in range(len(task_ids)) if not (partial / f"{i:04d}" / "episodes.parquet").exists()]
     if len(todo) < len(task_ids):
         log.info("resuming: %d of %d episodes already finished, kept", len(task_ids) - len(todo), len(task_ids))
-        progress.update(len(task_ids) - len(todo))
+        counter.update(len(task_ids) - len(todo))
     in_flight = 1 if plays_one_at_a_time(benchmark, method, spec.split) else min(llm.episodes_in_flight, len(todo))
     _play_all(play, todo, in_flight)
-    progress.close()
+    if progress is None:
+        counter.close()
     _merge(partial, len(task_ids))
     return BatchOutcome(_link_outputs(partial, out_dir), out_dir)
 

@@ -8,6 +8,7 @@ from skillrepro.studies.kvcache import blend, figures
 from skillrepro.studies.kvcache import formats as F
 from skillrepro.studies.kvcache.replay import read_trajectories
 from skillrepro.pipeline import setup_logging
+from skillrepro.progress import Progress
 from skillrepro.store import write_text
 
 log = setup_logging(snakemake)
@@ -20,9 +21,11 @@ log.info("%d samples (%s spread) from %d episodes; %d replies break the action f
          len(samples), b["spread"], len({s.episode for s in samples}), invalid)
 blender = blend.Blender.from_gguf(str(resolve(b["model"])), threads=b["threads"])
 rows = []
-for i, target in enumerate(targets, 1):
-    rows += blender.run(target)
-    log.info("sample %d/%d (%s step %d): %d cells", i, len(targets), target.episode, target.step, len(rows))
+with Progress(len(targets), "samples") as progress:  # samples done of N on the console
+    for i, target in enumerate(targets, 1):
+        rows += blender.run(target)
+        log.info("sample %d/%d (%s step %d): %d cells", i, len(targets), target.episode, target.step, len(rows))
+        progress.update()
 table = pd.DataFrame([dataclasses.asdict(r) for r in rows],
                      columns=list(blend.BlendRow.__dataclass_fields__)).assign(model=b["model"])
 summary = blend.summarize(rows, b["threshold"], samples).assign(model=b["model"])

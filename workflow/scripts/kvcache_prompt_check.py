@@ -12,6 +12,7 @@ from skillrepro.studies.kvcache import formats as F
 from skillrepro.studies.kvcache import replay as R
 from skillrepro.studies.kvcache.actor import format_benchmark
 from skillrepro.pipeline import setup_logging
+from skillrepro.progress import Progress
 
 log = setup_logging(snakemake)
 kv, p = snakemake.params.kv, snakemake.params
@@ -19,16 +20,19 @@ tasks = json.loads(Path(snakemake.input.tasks).read_text())["tasks"]
 bench = format_benchmark(p.bench)
 bank, templates = F.load_bank(kv.bank), F.Templates(kv.templates_dir)
 rows = []
-for fmt, seed, run_dir in p.runs:
-    run_dir = Path(run_dir)
-    episodes = read_records(run_dir / "episodes.parquet", Episode)
-    of_task = {e.episode_id: e.task_id for e in episodes}
-    calls = [c for c in read_records(run_dir / "llm_calls.parquet", LLMCall) if c.role == "actor"]
-    trs = R.record_trajectories(str(run_dir), bench, sorted(set(of_task.values())), kv.call_budget,
-                                lambda command: templates.fill("replay_reply", action=command))
-    row = R.prompt_check(calls, of_task, trs, fmt, bank, templates)
-    rows.append(dict(format=fmt, seed=seed, **dataclasses.asdict(row)))
-    log.info("%s seed %s: %d of %d prompts equal", fmt, seed, row.equal, row.compared)
+# runs done of N on the console: each run's games are replayed in the engine
+with Progress(len(p.runs), "(format, seed) runs checked") as progress:
+    for fmt, seed, run_dir in p.runs:
+        run_dir = Path(run_dir)
+        episodes = read_records(run_dir / "episodes.parquet", Episode)
+        of_task = {e.episode_id: e.task_id for e in episodes}
+        calls = [c for c in read_records(run_dir / "llm_calls.parquet", LLMCall) if c.role == "actor"]
+        trs = R.record_trajectories(str(run_dir), bench, sorted(set(of_task.values())), kv.call_budget,
+                                    lambda command: templates.fill("replay_reply", action=command))
+        row = R.prompt_check(calls, of_task, trs, fmt, bank, templates)
+        rows.append(dict(format=fmt, seed=seed, **dataclasses.asdict(row)))
+        log.info("%s seed %s: %d of %d prompts equal", fmt, seed, row.equal, row.compared)
+        progress.update()
 table = pd.DataFrame(rows, columns=["format", "seed", *R.PromptCheckRow.__dataclass_fields__])
 write_text(snakemake.output[0], table.to_csv(index=False))
 log.info("harness vs actor:\n%s", table.to_string(index=False))

@@ -5,6 +5,7 @@ from skillrepro.studies.scaffold.rollouts import phase_seed, policy_server
 from skillrepro.llm.client import LLMClient
 from skillrepro.check import scaffold_job
 from skillrepro.pipeline import setup_logging
+from skillrepro.progress import Progress
 from skillrepro.store import LLMCall, write_records
 
 log = setup_logging(snakemake)
@@ -15,13 +16,17 @@ template = GeneratorTemplate.load(job.bench.env, cfg.generator_prompts.get(job.b
 fmt = cfg.card_format(job.bench.env)  # the card format with the benchmark's reply form
 request = cfg.generator_request(job.generator_llm.backend, job.bench.env)
 cands, calls = [], []
-with policy_server(job.generator_llm, job.policy):
+evidence = read_rows(snakemake.input.evidence, EvidenceRecord)
+with policy_server(job.generator_llm, job.policy), \
+        Progress(cfg.n_candidates * sum(not ev.skip for ev in evidence), "cards") as progress:
     clients = {j: LLMClient.connect(phase_seed(job.generator_llm, "generate", j)) for j in range(cfg.n_candidates)}
-    for ev in read_rows(snakemake.input.evidence, EvidenceRecord):
+    for ev in evidence:
         c, k = generate_candidates(clients.__getitem__, ev, template, fmt, cfg.n_candidates,
                                    cfg.generator_max_tokens, request)
         cands += c
         calls += k
         log.info("task=%s skip=%s valid=%d/%d", ev.task_id, ev.skip, sum(x.valid for x in c), len(c))
+        if c:  # a skipped query (no evidence) has no cards to count
+            progress.update(len(c))
 write_records(snakemake.output.llm_calls, calls, LLMCall)
 write_records(snakemake.output.candidates, cands, CandidateRecord)

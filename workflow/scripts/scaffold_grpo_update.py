@@ -10,7 +10,7 @@ from skillrepro.llm.scorer import ChatSequencer
 from skillrepro.check import scaffold_job
 from skillrepro.pipeline import setup_logging
 from skillrepro.studies.scaffold.grpo import (OPTIMIZER_STATE, assign_advantages, groups_from_records, load_policy,
-                                              make_trainer, prunable_optimizer_states, save_checkpoint)
+                                              make_trainer, prunable_optimizer_states, save_checkpoint, train)
 from skillrepro.studies.scaffold.records import CandidateRecord, UtilityRecord, load_trajectories, read_rows
 from skillrepro.studies.scaffold.selection import paired_utilities
 from skillrepro.studies.scaffold.settings import TrainSettings
@@ -42,7 +42,7 @@ log.info("update %s from %s: %d queries, %d samples; Generator groups trained: %
          len(groups), len(samples), sum(g.trainable_generator for g in groups))
 trainer = make_trainer(model, tok, samples, p.group_size, settings, out.parent / f".trl{w.k}", steps=1,
                        use_cpu=p.use_cpu, optimizer_state=previous / OPTIMIZER_STATE if previous else None)
-trainer.train()
+train(trainer)  # micro-batches done of N on the console
 log.info("TRL log: %s", trainer.state.log_history)
 save_checkpoint(model, tok, trainer.optimizer, out, {"settings": repr(settings), "update": int(w.k),
                                                      "from": str(previous or p.base_model),

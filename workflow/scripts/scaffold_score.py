@@ -6,6 +6,7 @@ from skillrepro.studies.scaffold.rollouts import policy_server
 from skillrepro.studies.scaffold.scoring import load_scorer, score_contexts, scorer_backend
 from skillrepro.check import scaffold_job
 from skillrepro.pipeline import setup_logging
+from skillrepro.progress import Progress
 from skillrepro.store import write_records
 
 log = setup_logging(snakemake)
@@ -14,13 +15,16 @@ w, p = snakemake.wildcards, snakemake.params
 scouts = load_trajectories(Path(f).parent for f in snakemake.input.scouts)
 cands = [c for c in read_rows(snakemake.input.candidates, CandidateRecord) if c.valid]
 records = []
+tasks = sorted({c.task_id for c in cands})
+pairs = sum(sum(t.task_id == task_id for t in scouts) * sum(c.task_id == task_id for c in cands) for task_id in tasks)
 # a checkpoint scored through vLLM's prompt_logprobs needs its own server; the CPU scorer loads its GGUF
 with policy_server(job.llm, job.policy if cands and scorer_backend(job.scaffold, job.llm) == "vllm" else ""):
     scorer = load_scorer(job.scaffold, job.llm) if cands else None
-    for task_id in sorted({c.task_id for c in cands}):
-        contexts = {c.candidate: c.card for c in cands if c.task_id == task_id}
-        records += score_contexts(scorer, [t for t in scouts if t.task_id == task_id], contexts, bench=job.bench,
-                                  llm=job.llm, library_dir=Path(snakemake.input.library).parent,
-                                  benchmark=w.sbench, variant=w.svariant)
+    with Progress(pairs, "scored trajectories (Scout x candidate)") as progress:
+        for task_id in tasks:
+            contexts = {c.candidate: c.card for c in cands if c.task_id == task_id}
+            records += score_contexts(scorer, [t for t in scouts if t.task_id == task_id], contexts,
+                                      bench=job.bench, llm=job.llm, library_dir=Path(snakemake.input.library).parent,
+                                      benchmark=w.sbench, variant=w.svariant, on_scored=progress.update)
 write_records(snakemake.output[0], records, ScoreRecord)
 log.info("%d valid candidates, %d Scout x candidate scores", len(cands), len(records))

@@ -6,6 +6,7 @@ from skillrepro.studies.scaffold.rollouts import policy_server
 from skillrepro.studies.scaffold.scoring import load_scorer, score_contexts, scorer_backend
 from skillrepro.check import scaffold_job
 from skillrepro.pipeline import setup_logging
+from skillrepro.progress import Progress
 from skillrepro.store import write_records
 
 log = setup_logging(snakemake)
@@ -14,8 +15,10 @@ w, p = snakemake.wildcards, snakemake.params
 scouts = load_trajectories(Path(f).parent for f in snakemake.input.scouts)
 with policy_server(job.llm, job.policy if scorer_backend(job.scaffold, job.llm) == "vllm" else ""):
     scorer = load_scorer(job.scaffold, job.llm)
-    records = score_contexts(scorer, scouts, {-1: ""}, bench=job.bench, llm=job.llm,
-                             library_dir=Path(snakemake.input.library).parent, benchmark=w.sbench, variant="")
+    with Progress(len(scouts), "scored trajectories (Scouts, skill-free)") as progress:
+        records = score_contexts(scorer, scouts, {-1: ""}, bench=job.bench, llm=job.llm,
+                                 library_dir=Path(snakemake.input.library).parent, benchmark=w.sbench, variant="",
+                                 on_scored=progress.update)
 write_records(snakemake.output[0], records, ScoreRecord)
 log.info("%d Scouts scored skill-free with %s (%s), %d actor tokens", len(records), scorer.name, scorer.model,
          sum(r.n_tokens for r in records))

@@ -19,7 +19,7 @@ import math
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 
 class ScoringError(ValueError):
@@ -103,11 +103,14 @@ class Scorer(Protocol):
     model: str
     sequencer: ChatSequencer
 
-    def score_sequences(self, seqs: Sequence[ScoringSequence]) -> list[TokenScore]: ...
+    def score_sequences(self, seqs: Sequence[ScoringSequence],
+                        on_scored: Callable[[int], None] | None = None) -> list[TokenScore]: ...
 
 
-def score_conversations(scorer: Scorer, conversations: Sequence[Sequence[dict[str, Any]]]) -> list[TokenScore]:
-    return scorer.score_sequences([scorer.sequencer.build(c) for c in conversations])
+def score_conversations(scorer: Scorer, conversations: Sequence[Sequence[dict[str, Any]]],
+                        on_scored: Callable[[int], None] | None = None) -> list[TokenScore]:
+    """`on_scored(n)`: called as each batch's n sequences are scored (a job's progress on the console)."""
+    return scorer.score_sequences([scorer.sequencer.build(c) for c in conversations], on_scored)
 
 
 def load_gguf_tokenizer(gguf_path: str | Path):
@@ -151,7 +154,8 @@ class TransformersScorer:
             raise ScoringError(f"model {self.model}: logits differ from the output head's; this architecture "
                                "post-processes logits and the CPU scorer does not support it")
 
-    def score_sequences(self, seqs: Sequence[ScoringSequence]) -> list[TokenScore]:
+    def score_sequences(self, seqs: Sequence[ScoringSequence],
+                        on_scored: Callable[[int], None] | None = None) -> list[TokenScore]:
         import torch
 
         order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i].token_ids))
@@ -180,6 +184,8 @@ class TransformersScorer:
             for r, k in enumerate(batch):
                 out[k] = TokenScore(len(seqs[k].scored), float(row_sums[r]), len(seqs[k].token_ids))
             i += n
+            if on_scored:
+                on_scored(n)
         return out  # type: ignore[return-value]
 
 
@@ -216,7 +222,8 @@ class VLLMScorer:
             total += float(hit["logprob"] if isinstance(hit, dict) else hit)
         return TokenScore(len(seq.scored), total, len(seq.token_ids))
 
-    def score_sequences(self, seqs: Sequence[ScoringSequence]) -> list[TokenScore]:
+    def score_sequences(self, seqs: Sequence[ScoringSequence],
+                        on_scored: Callable[[int], None] | None = None) -> list[TokenScore]:
         out = []
         for seq in seqs:
             req = urllib.request.Request(
@@ -224,4 +231,6 @@ class VLLMScorer:
                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key}"})
             with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
                 out.append(self.parse(json.loads(r.read()), seq))
+            if on_scored:
+                on_scored(1)
         return out

@@ -21,6 +21,7 @@ from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, ParsedAction, P
 from skillrepro.benchmarks import get_benchmark
 from skillrepro.config import LLMConfig
 from skillrepro.llm.client import session
+from skillrepro.progress import Progress
 from skillrepro.store import Episode, LLMCall, Step, write_records, write_text
 from skillrepro.studies.kvcache import formats as F
 from skillrepro.studies.kvcache import vllm_metrics
@@ -153,13 +154,15 @@ def run_format(*, formatter: AlfWorldFormatter, benchmark, task_ids: list[str], 
         actor = Actor(client, benchmark.describe(), call_budget, wall_s, "text", formatter=formatter,
                       prompt_token_ids=prompt_ids)
         rec = actor.run(env, primitive_tools(env), spec, log)
+        progress.update()
         return F.detect_category(env.task), rec
 
-    if parallel > 1:
-        with ThreadPoolExecutor(parallel) as pool:
-            played = list(pool.map(play, task_ids))
-    else:
-        played = [play(t) for t in task_ids]
+    with Progress(len(task_ids), f"{spec.variant} episodes") as progress:  # episodes done of N on the console
+        if parallel > 1:
+            with ThreadPoolExecutor(parallel) as pool:
+                played = list(pool.map(play, task_ids))
+        else:
+            played = [play(t) for t in task_ids]
     stream = []
     for category, rec in played:
         for step, call in enumerate(rec.llm_calls):

@@ -21,6 +21,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from skillrepro.config import BenchmarkConfig, LLMConfig
+from skillrepro.progress import Progress
 from skillrepro.studies.kvcache import sim
 from skillrepro.studies.kvcache.actor import StreamRequest
 from skillrepro.studies.kvcache.formats import load_bank
@@ -143,29 +144,33 @@ def simulate_settings(stream: Sequence[StreamRequest], settings: Iterable[Settin
                       group_size: int = 1, draw_pool: int | None = None,
                       draw_seed: int = 0, vllm_version: str = sim.VLLM_VERSION) -> tuple[list[SimRow], list[StepRow]]:
     rows, steps = [], []
-    for s in settings:
-        n = min(s.concurrency, len(_episodes_in_order(stream)) * group_size)
-        reqs = lockstep_requests(stream, n, group_size, draw_pool, draw_seed)
-        cfg = sim.CacheConfig(capacity_tokens=s.capacity_tokens, block_size=block_size, policy=s.policy,
-                              max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
-                              vllm_version=vllm_version)
-        try:
-            summary, results = sim.simulate(reqs, cfg)
-        except ValueError as e:
-            raise ValueError(f"kvcache.capacity_tokens {s.capacity_tokens}: {e}") from None
-        rows.append(SimRow(s.policy, s.capacity_tokens, s.concurrency, **asdict(summary)))
-        # Per episode step (not lockstep round): the seminar's "reuse per step". An episode's results come
-        # in its step order, so its i-th result is its step i.
-        agg: dict[int, list[int]] = {}
-        counters: dict[str, int] = {}
-        for res in results:
-            i = counters.get(res.episode, 0)
-            counters[res.episode] = i + 1
-            a = agg.setdefault(i, [0, 0, 0])
-            a[0] += 1
-            a[1] += res.prompt_tokens
-            a[2] += res.cached_tokens
-        steps += [StepRow(s.policy, s.capacity_tokens, s.concurrency, k, *v) for k, v in sorted(agg.items())]
+    settings = list(settings)
+    # settings done of N on the console: every (policy, capacity, concurrency) replays the whole stream
+    with Progress(len(settings), f"simulated settings (vLLM {vllm_version})") as progress:
+        for s in settings:
+            n = min(s.concurrency, len(_episodes_in_order(stream)) * group_size)
+            reqs = lockstep_requests(stream, n, group_size, draw_pool, draw_seed)
+            cfg = sim.CacheConfig(capacity_tokens=s.capacity_tokens, block_size=block_size, policy=s.policy,
+                                  max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
+                                  vllm_version=vllm_version)
+            try:
+                summary, results = sim.simulate(reqs, cfg)
+            except ValueError as e:
+                raise ValueError(f"kvcache.capacity_tokens {s.capacity_tokens}: {e}") from None
+            rows.append(SimRow(s.policy, s.capacity_tokens, s.concurrency, **asdict(summary)))
+            # Per episode step (not lockstep round): the seminar's "reuse per step". An episode's results come
+            # in its step order, so its i-th result is its step i.
+            agg: dict[int, list[int]] = {}
+            counters: dict[str, int] = {}
+            for res in results:
+                i = counters.get(res.episode, 0)
+                counters[res.episode] = i + 1
+                a = agg.setdefault(i, [0, 0, 0])
+                a[0] += 1
+                a[1] += res.prompt_tokens
+                a[2] += res.cached_tokens
+            steps += [StepRow(s.policy, s.capacity_tokens, s.concurrency, k, *v) for k, v in sorted(agg.items())]
+            progress.update()
     return rows, steps
 
 

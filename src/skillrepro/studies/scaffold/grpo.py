@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 from skillrepro.config import ConfigError
 from skillrepro.llm.models import MODELS, resolve
+from skillrepro.progress import Progress
 from skillrepro.studies.scaffold.settings import TrainSettings
 
 
@@ -228,6 +229,31 @@ def make_trainer(model: Any, tokenizer: Any, samples: Sequence[Sample], group_si
     trainer.generator_entropy_coef = settings.generator_entropy_coef
     trainer.executor_entropy_coef = settings.executor_entropy_coef
     return trainer
+
+
+def train(trainer: Any) -> None:
+    """`trainer.train()` with its progress on the console: micro-batches (forward and backward passes) done of
+    the update's optimizer steps x gradient accumulation. An update job is one optimizer step over every sequence of
+    its query batch; its micro-batches are what moves meanwhile."""
+    steps, accumulate = trainer.args.max_steps, trainer.args.gradient_accumulation_steps
+    with Progress(steps * accumulate, f"micro-batches ({accumulate} per optimizer step, {steps} steps)") as progress:
+        trainer.add_callback(progress_callback(progress))
+        trainer.train()
+
+
+def progress_callback(progress: Progress) -> Any:
+    """A transformers TrainerCallback that counts each finished micro-batch on `progress` (the Trainer calls
+    on_substep_end after each accumulated one, on_step_end after the one that steps the optimizer)."""
+    from transformers import TrainerCallback
+
+    class ProgressCallback(TrainerCallback):
+        def on_substep_end(self, args, state, control, **kwargs):
+            progress.update()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            progress.update()
+
+    return ProgressCallback()
 
 
 def _trainer_class() -> type:

@@ -11,6 +11,7 @@ from skillrepro.agent import EpisodeSpec
 from skillrepro.benchmarks import load_benchmark
 from skillrepro.config import ConfigError
 from skillrepro.llm.servers import own_server
+from skillrepro.progress import Progress
 from skillrepro.runner import RECORD_TABLES, run_batch
 from skillrepro.store import schema as record_schema
 from skillrepro.store import write_table
@@ -110,12 +111,13 @@ def play(*, bench: Any, llm: Any, library_dir: str | Path, plan: Sequence[tuple[
     for task_id, notes, variant in plan:
         groups.setdefault((notes, variant), []).append(task_id)
     parts = []
-    with policy_server(llm, policy if groups else ""):
+    # one count over the job's batches: Post-Scouts and candidate evaluations play one batch per card
+    with policy_server(llm, policy if groups else ""), Progress(len(plan), f"{split} episodes") as progress:
         for g, ((notes, variant), tasks) in enumerate(groups.items()):
             spec = EpisodeSpec(run_id, bench.name, "skillscaffold", variant, llm.seed, split, cycle, 0)
             part = out_dir / f"part{g:03d}"
             run_batch(bench=bench, llm=llm, library_dir=library_dir, task_ids=tasks, spec=spec, out_dir=part,
-                      wall_s=wall_s, notes=notes, logger=logger)
+                      wall_s=wall_s, notes=notes, logger=logger, progress=progress)
             parts.append(part)
     for name, cls in RECORD_TABLES.items():
         tables = [pq.read_table(p / f"{name}.parquet") for p in parts]

@@ -3,7 +3,7 @@ the actor's system prompt, or none), on the configured scorer."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from skillrepro import skills
 from skillrepro.agent import Actor, Prompts, primitive_tools, skill_tools
@@ -31,8 +31,10 @@ def actor_system_prompt(bench: Any, llm: Any, library_dir: str | Path, task_id: 
 
 
 def score_contexts(scorer: Any, scouts: Sequence[Trajectory], contexts: dict[int, str], *, bench: Any, llm: Any,
-                   library_dir: str | Path, benchmark: str, variant: str) -> list[ScoreRecord]:
-    """l(c; tau) for every Scout and every context (candidate index -> notes; -1 is no skill).
+                   library_dir: str | Path, benchmark: str, variant: str,
+                   on_scored: Callable[[int], None] | None = None) -> list[ScoreRecord]:
+    """l(c; tau) for every Scout and every context (candidate index -> notes; -1 is no skill); `on_scored(n)` as
+    n (Scout, context) pairs are scored (the job's progress).
 
     The skill-free system prompt is rebuilt and must equal the recorded one: if the actor's prompt changed
     since the Scouts ran, candidate contexts would differ from the Scouts' in more than the skill."""
@@ -54,7 +56,7 @@ def score_contexts(scorer: Any, scouts: Sequence[Trajectory], contexts: dict[int
         for c, notes in contexts.items():
             convs.append(t.with_system(prompt(t.task_id, notes)))
             keys.append((t, c))
-    scores = score_conversations(scorer, convs)
+    scores = score_conversations(scorer, convs, on_scored)
     return [ScoreRecord(benchmark, t.task_id, t.episode_id, variant, c, s.n_tokens, s.sum_logprob, s.mean_logprob,
                         s.n_forward_tokens, scorer.name, scorer.model)
             for (t, c), s in zip(keys, scores)]
