@@ -537,12 +537,27 @@ def _children_of_zygote(w: dict) -> list[dict[str, str]]:
     return [st for pid, st in w.items() if pid != "all" and int(st["PPid"]) in w and not st["State"].startswith("Z")]
 
 
-def test_each_call_gets_a_fresh_child_of_the_same_zygote_and_no_two_children_live_at_once():
-    s, calls, env = session(COUNTER)
+LOAD_MARK = """
+import os
+open(f"loaded-{os.getpid()}", "w").close()  # module-level code: marks that this child loaded the library
+
+def loaded():
+    \"\"\"Step once, then list the children that have loaded the library so far.\"\"\"
+    go_forward()
+    return " ".join(sorted(f for f in os.listdir(".") if f.startswith("loaded-")))
+"""
+
+
+def test_each_call_gets_a_fresh_child_and_the_next_one_loads_only_after_it_is_reaped():
+    """The next call's child is staged as a call starts (two children are alive during the call's steps),
+    but no model-written code runs in it until the running child is reaped: during call k exactly k + 1
+    children have run the library's module-level code."""
+    s, calls, env = session(COUNTER + LOAD_MARK)
     alive_during_steps = []
     real_step = env.step
 
     def step(name, args):  # the parent steps the env in the middle of a call: which children exist then?
+        time.sleep(0.2)  # time enough for a staged child to take its layers and reach its turn
         alive_during_steps.append(len(_children_of_zygote(_workers(s))))
         return real_step(name, args)
 
@@ -553,7 +568,9 @@ def test_each_call_gets_a_fresh_child_of_the_same_zygote_and_no_two_children_liv
     counts, pids = zip(*(o.ret.split() for o in outs))
     assert counts == ("1",) * 4  # the library was loaded anew: nothing of the previous call's process
     assert len(set(pids)) == 4 and s.proc.pid == zygote and s.restarts == 0
-    assert alive_during_steps == [1] * 4  # the next call's child is forked only after this one is reaped
+    assert alive_during_steps == [2] * 4  # the running child and the staged one
+    marks = [s.call_skill("loaded", []).ret.split() for _ in range(3)]
+    assert [len(m) for m in marks] == [5, 6, 7]  # 4 earlier children, then this one: never the staged one
     s.close()
 
 

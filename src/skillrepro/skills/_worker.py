@@ -28,6 +28,7 @@ import sys
 import traceback
 
 IN_FD, OUT_FD = 0, 1  # replaced by private duplicates in main()
+GO_FD: int | None = None  # a staged child's go pipe: it loads the library once this reads a byte
 NOBODY = 65534
 RESTART = "InterpreterRestart"  # starts the exec result of a cell that left something running (sandbox.py)
 _CALL = {"id": "init", "seq": 0}  # the call the frames belong to, and the next sequence number
@@ -728,6 +729,10 @@ def _child(init: dict) -> None:
         w = Worker(init)
         w.ns.update(helpers)
         w.functions = []
+        if GO_FD is not None:  # staged beside a running child: model-written code waits for its turn
+            if os.read(GO_FD, 1) != b"g":
+                os._exit(0)  # the zygote is gone
+            os.close(GO_FD)
         if init.get("source"):
             w._run_limited(lambda: w.load(init["source"], init["functions"]))
     except BaseException as e:
@@ -777,14 +782,15 @@ def _ctrl_send(ctrl, msg: dict, fds: tuple = ()) -> None:
     socket.send_fds(ctrl, [json.dumps(msg).encode()], list(fds))
 
 
-def _become_child(ctrl, fds: list[int]) -> None:
-    """In a freshly forked child: keep only its own two pipes, /dev/null on 0-2 and the Landlock plan's path
-    descriptors (closed once it is restricted). The zygote's control socket and anything else it holds are
-    closed: no child can reach the zygote or the parent but through its own pipes."""
-    global IN_FD, OUT_FD
+def _become_child(ctrl, fds: list[int], go_fd: int | None) -> None:
+    """In a freshly forked child: keep only its own two pipes, its go pipe (a staged child), /dev/null on 0-2
+    and the Landlock plan's path descriptors (closed once it is restricted). The zygote's control socket and
+    anything else it holds are closed: no child can reach the zygote or the parent but through its own pipes."""
+    global IN_FD, OUT_FD, GO_FD
     ctrl.detach()  # the fd is closed below; a socket object that closed it again later could hit a reused fd
-    IN_FD, OUT_FD = fds
-    keep = {0, 1, 2, *fds, *(pfd for _, pfd, _ in (_LANDLOCK or {}).get("rules", ()))}
+    IN_FD, OUT_FD, GO_FD = *fds, go_fd
+    keep = {0, 1, 2, *fds, *([go_fd] if go_fd is not None else []),
+            *(pfd for _, pfd, _ in (_LANDLOCK or {}).get("rules", ()))}
     # The descriptors actually open, not a range up to the limit: where close_range(2) is missing, Python
     # closes a range one descriptor at a time.
     for fd in [int(f) for f in os.listdir("/proc/self/fd")]:
@@ -836,13 +842,16 @@ def main() -> None:
     # child walks (and so copies) those pages.
     gc.freeze()
     children: dict[int, tuple[int, int]] = {}  # pidfd -> (the parent's id of the child, pid)
-    waiting: list[tuple[int, list[int]]] = []  # fork requests made while a child was alive
+    waiting: list[tuple[int, list[int], bool]] = []  # fork requests not served yet: (id, pipes, staged)
+    go: dict[int, int] = {}  # pidfd of a staged child -> the write end of its go pipe
     while True:
         ready, _, _ = select.select([ctrl.fileno(), *children], [], [])
         for pidfd in [fd for fd in ready if fd in children]:  # a child ended (killed by the parent, a limit...)
             cid, pid = children.pop(pidfd)
             _, status = os.waitpid(pid, 0)
             os.close(pidfd)
+            if pidfd in go:  # a staged child that died before its turn
+                os.close(go.pop(pidfd))
             sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
             _ctrl_send(ctrl, {"t": "died", "cid": cid, "signal": sig, "code": 0 if sig else os.WEXITSTATUS(status)})
         if ctrl.fileno() in ready:
@@ -853,24 +862,33 @@ def main() -> None:
                 cmd, fds = {"t": "quit"}, []
             if cmd.get("t") != "fork" or len(fds) != 2:
                 os._exit(0)  # the parent closed the socket (or sent what it never sends): the sandbox ends
-            waiting.append((cmd["cid"], fds))
-        # A child is forked only once the one before it has been reaped: no two are ever alive at once, and
-        # the parent may ask for the next one as soon as it has a result (this saves it a round trip).
-        if waiting and not children:
-            cid, fds = waiting.pop(0)
+            waiting.append((cmd["cid"], fds, cmd.get("staged") is True))
+        # Model-written code runs in one child at a time. A request is served when no child is alive; a
+        # staged request (the next skill call's child, asked for when a call starts) also beside one running
+        # child: it is forked and takes its layers now, and loads the library only when its go pipe says so,
+        # which is once every other child has been reaped.
+        if go and len(children) == 1:  # the staged child is alone now: its turn
+            (pidfd, go_w), = go.items()
+            os.write(go_w, b"g")
+            os.close(go_w)
+            go.clear()
+        if waiting and (not children or (waiting[0][2] and len(children) == 1 and not go and not init.get("db"))):
+            cid, fds, _ = waiting.pop(0)
+            go_r, go_w = os.pipe() if children else (None, None)
             pid = os.fork()
             if pid == 0:
                 try:  # whatever happens, the child never returns into the zygote's loop
-                    _become_child(ctrl, fds)
+                    _become_child(ctrl, fds, go_r)
                     _child(init)
                 finally:
                     os._exit(0)
-            for fd in fds:
+            for fd in (*fds, *([go_r] if go_r is not None else [])):
                 os.close(fd)
             pidfd = os.pidfd_open(pid)
             children[pidfd] = (cid, pid)
+            if go_w is not None:
+                go[pidfd] = go_w
             _ctrl_send(ctrl, {"t": "forked", "cid": cid}, (pidfd,))
-
 
 if __name__ == "__main__":
     main()

@@ -30,12 +30,15 @@ Processes: a zygote (started once per session, inside bwrap; it never runs untru
 per skill call; the child becomes nobody, applies Landlock, rlimits and seccomp, loads the library, says
 ready and waits for its call, so that a call costs one round trip to a ready child. Each child has two pipes
 of its own, which the parent makes and passes to the zygote with the request: nothing a child does to its
-pipes (sizes, flags, unread bytes) reaches another. After the result the parent asks for the next child,
-kills this one itself (SIGKILL through the pidfd the zygote handed back) and waits until its frame pipe
-reads end-of-file (every write end closed: nothing more can come). The zygote forks the next child only
-once it has reaped this one, so no two children are ever alive at once and nothing of call n (threads,
-`__del__`, timers, patched globals, unsent frames, memory) can act during call n+1 or while its child
-loads; the next child loads while the actor thinks. The inducer's interpreter (`exec_code`) is a notebook: its child
+pipes (sizes, flags, unread bytes) reaches another. As a call starts the parent asks for the next child
+(staged): the zygote forks it beside the running one, and it takes its layers, running only the sandbox's
+own code. After the result the parent kills the running child itself (SIGKILL through the pidfd the zygote
+handed back) and waits until its frame pipe reads end-of-file (every write end closed: nothing more can
+come). Only once the zygote has reaped it does the staged child load the library (a byte on its private go
+pipe), so model-written code never runs in two children at once and nothing of call n (threads, `__del__`,
+timers, patched globals, unsent frames, memory) can act during call n+1 or while its child loads; a running
+child cannot reach a staged one (seccomp denies signals, ptrace, process_vm and pidfds; both are
+non-dumpable). The next child loads while the actor thinks. The inducer's interpreter (`exec_code`) is a notebook: its child
 lives until a cell is killed or leaves threads, timers or signal handlers behind; it copies the run's
 history into scratch before its layers and queries the copy after them, so that DuckDB's threads start
 under every layer. Every layer covers every thread: the worker applies them while it has one thread
@@ -441,14 +444,17 @@ class SandboxSession:
         self.proc.stdin.close()
         self.child = self._fork()
 
-    def _fork(self) -> _Child:
+    def _fork(self, staged: bool = False) -> _Child:
         """Ask the zygote for a fresh child with two new pipes of its own; the zygote forks it once no other
-        child is alive, and it applies its layers, loads the library and says ready while the actor thinks."""
+        child is alive, and it applies its layers, loads the library and says ready while the actor thinks.
+        `staged` (the next skill call's child, asked for as a call starts): forked beside the running child,
+        it takes its layers during the call and loads the library once the running child has been reaped."""
         call_r, call_w = os.pipe()
         frames_r, frames_w = os.pipe()
         self._cid += 1
         try:
-            socket.send_fds(self._ctrl, [json.dumps({"t": "fork", "cid": self._cid}).encode()], [call_r, frames_w])
+            request = {"t": "fork", "cid": self._cid, "staged": staged}
+            socket.send_fds(self._ctrl, [json.dumps(request).encode()], [call_r, frames_w])
         except OSError:
             pass  # the zygote is gone: the child's pipe reads end-of-file at once and the caller reports it
         finally:
@@ -718,10 +724,12 @@ class SandboxSession:
         cur, self.child = self.child, None
         cur.call, cur.seq = top, 0
         n_prims, last_obs, violation, out = 0, None, "", None
+        nxt = None
         try:
             if not self._write(cur.w, {"t": "call", "call": top, "frame": top, "name": name, "args": args,
                                        "done": bool(self.env.done)}, deadline):
                 raise _Violation("the worker stopped reading its pipe")
+            nxt = self._fork(staged=True)  # the next call's child takes its layers while this call runs
             while out is None:
                 msg = self._recv(cur, deadline)
                 if msg is None:
@@ -787,12 +795,15 @@ class SandboxSession:
             violation = f"the sandbox worker broke the protocol ({e}); it was replaced"
             out = Outcome(None, "", "", 0, last_obs, n_prims, killed=violation)
         finally:
-            # The next call's child is asked for now; the zygote forks it once this one is reaped (no two
-            # children are alive at once), and it loads while the actor thinks. This one is killed, and
-            # nothing more can come from it, before this returns, whatever happened.
+            # This child is killed, and nothing more can come from it, before this returns, whatever
+            # happened. The next call's child (staged as this call started) loads the library only once the
+            # zygote has reaped this one, so no model-written code of two calls ever runs at once; it loads
+            # while the actor thinks, and its start is timed from now.
             if self.proc is not None:
-                self.child = self._fork()
+                self.child = nxt if nxt is not None else self._fork()
             leftover = self._retire(cur)
+            if self.child is not None:
+                self.child.forked = time.monotonic()
         if leftover and not violation:  # a signal handler or __del__ wrote after the result: the call fails
             violation = "the sandbox worker wrote after its result; it was replaced"
             out.killed = out.killed or violation
