@@ -18,8 +18,8 @@ PROMPTS = Path(__file__).resolve().parents[2] / "prompts"
 @dataclass(frozen=True)
 class CardFormat:
     """What a valid card looks like: a `# Skill: <name>` title, then exactly these `##` headings in order,
-    each with some text, and a word count within limits. Configurable so a user's own template can
-    ask for other headings (the paper's WebShop and tau2 cards have different ones)."""
+    each with some text, and a word count within limits, in a reply of form `reply`. Configurable so a user's own
+    template can ask for other headings (the paper's WebShop and tau2 cards have different ones)."""
 
     headings: tuple[str, ...] = (
         "When to apply",
@@ -88,7 +88,7 @@ REPLY_INSTRUCTIONS = {
 
 @dataclass(frozen=True)
 class CardCheck:
-    card: str  # the extracted card (text between <skill> tags, or from '# Skill:' on); "" if none found
+    card: str  # the card inside the reply (parse_reply); "" if the reply is malformed
     name: str
     n_words: int
     problems: tuple[str, ...]
