@@ -4,7 +4,8 @@ settings (constrained tool calls, the skill reminder), real Snakemake in a copie
 paths, the real sandbox.
 
 It asserts the science: the actor called the skill, the call ran in the sandbox and left its call stack,
-an episode was solved through it, and main.csv reports the final checkpoint's episodes; it would fail if the
+an episode was solved through it, main.csv reports the final checkpoint's episodes, and table 8's re-evaluations
+(the evaluate_truncated rule) played the tasks with the skills they show; it would fail if the
 skill path, the success metric or the tables broke. Sampling is seeded; with 5 episodes and the 0.5B model
 solving about 5 of 6 through the skill (README, "Results on a laptop"), all failing is unlikely."""
 import json
@@ -31,12 +32,14 @@ def test_reference_solves_tasks_through_its_skill_in_the_dag_on_the_real_model(t
         "protocol": {"seeds": [0], "train_rollouts": 1, "sleep_every": 1, "eval_every": 1, "n_test": 2},
         "budgets": {"rollout_wall_s": 300},
         "pricing": {},
+        # table 8 (appendix F): the final library re-evaluated showing its last skill, and in full
+        "analysis": {"truncation": {"variant": "reference", "benchmark": "babyai", "sizes": [1]}},
     }
     (tmp_path / "ref.yaml").write_text(yaml.safe_dump(cfg))
     # The workflow starts its own server for this model: the session's (another model) is not passed on.
     env = {k: v for k, v in os.environ.items() if k != "SKILLREPRO_LLM_URL"}
     # The run's library and episode pages come from the same records (checked in tests/test_views.py).
-    snakemake("results/tables/main.csv", *VIEW_TARGETS, "--cores", "2", "--configfile", "ref.yaml", cwd=tmp_path,
+    snakemake("results/tables/main.csv", "results/tables/table8.csv", *VIEW_TARGETS, "--cores", "2", "--configfile", "ref.yaml", cwd=tmp_path,
               env=env)
 
     run = tmp_path / "results/runs/babyai/reference/seed0"
@@ -76,5 +79,16 @@ def test_reference_solves_tasks_through_its_skill_in_the_dag_on_the_real_model(t
     assert row.library_version == 1 and row.n_episodes == len(final) == 2
     assert row.success_mean == pytest.approx(final.success.mean())
     assert row.output_tokens_per_episode_mean == pytest.approx(final.completion_tokens.mean())
+    # Table 8 through the evaluate_truncated rule: each re-evaluation played the test tasks with the skills it
+    # shows, called them, and its row reports its own episodes.
+    table8 = pd.read_csv(tmp_path / "results/tables/table8.csv").set_index("n_requested")
+    for n, folder in (("1", "n1"), ("all (final)", "nall")):
+        t = run / "truncated" / folder
+        assert json.loads((t / "library/manifest.json").read_text())["meta"]["truncated_to"] == 1
+        eps = pq.read_table(t / "episodes.parquet").to_pandas()
+        t_steps = pq.read_table(t / "steps.parquet").to_pandas()
+        assert len(eps) == 2 and (t_steps.action == "solve_mission").any()
+        assert len(pq.read_table(t / "skill_calls.parquet").to_pandas()) > 0
+        assert table8.loc[n, "n_episodes"] == 2 and table8.loc[n, "score"] == pytest.approx(eps.success.mean())
     check_pages_of_the_workflow_run(
         tmp_path, lambda *targets: snakemake(*targets, "--configfile", "ref.yaml", cwd=tmp_path, env=env))

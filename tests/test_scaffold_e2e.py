@@ -1,4 +1,4 @@
-"""SkillScaffold end to end on the real embedded model (SmolLM2-135M) and real BabyAI, 2 queries: every
+"""SkillScaffold end to end on the real embedded model (SmolLM2-135M) and real BabyAI, 1 query: every
 rule of rules/scaffold.smk runs through snakemake, then the scoring/utility/selection chain is checked
 on the real Scouts with a hand-written valid card."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from skillrepro.studies.scaffold.scoring import load_scorer, score_contexts
 from skillrepro.studies.scaffold.selection import selection_for_query, utilities_for_query, utility
 from skillrepro.studies.scaffold.settings import ScaffoldConfig
 
-N, M, L, K, Q = 2, 2, 1, 1, 2
+N, M, L, K, Q = 2, 2, 1, 1, 1  # one query: each more costs the suite about 4 minutes
 GEN_TOKENS = 160  # the Generator's limit: below what a card of the default format's word limit needs
 
 pytestmark = [pytest.mark.integration, pytest.mark.workflow]

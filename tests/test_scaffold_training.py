@@ -28,7 +28,10 @@ def workdir(tmp_path_factory, run_scaffold):
                                 "generator_max_tokens": 160, "evidence_max_chars": 1000,
                                 # a learning rate that moves a few updates visibly (table 5's is 1e-6)
                                 "training": {"steps": STEPS, "learning_rate": 1.0e-4, "query_batch_size": 1,
-                                             "baseline": False},
+                                             "baseline": False,
+                                             # one sequence per forward/backward, accumulated: the update's
+                                             # peak memory is one sequence's activations, not five
+                                             "micro_batch_size": 1},
                                 # the base model and the last checkpoints (every > 1: checkpoint 1 is skipped)
                                 "heldout": {"splits": {"babyai": {"test": HELDOUT}}, "every": STEPS}})
     print(f"scaffold_grpo ({STEPS} updates, SmolLM2-135M): {time.perf_counter() - started:.0f} s")
