@@ -36,7 +36,7 @@ EXTRA = 'def look_twice() -> str:\n    """Look around twice."""\n    return solv
 class WrongThenSkill:
     """Step 0 names no action the actor has; step 1 calls solve_mission with the mission it was given."""
 
-    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0):
+    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0, extra_body=None):
         mission = messages[1]["content"].splitlines()[0].removeprefix("Mission: ")
         first = sum(m["role"] == "assistant" for m in messages) == 0
         text = "Thought: dance.\nAction: dance()" if first else f'Thought: the skill.\nAction: solve_mission("{mission}")'

@@ -144,9 +144,11 @@ def run_batch(
         log.info("resuming: %d of %d episodes already finished, kept", len(task_ids) - len(todo), len(task_ids))
         counter.update(len(task_ids) - len(todo))
     in_flight = 1 if plays_one_at_a_time(benchmark, method, spec.split) else min(llm.episodes_in_flight, len(todo))
-    _play_all(play, todo, in_flight)
-    if progress is None:
-        counter.close()
+    try:
+        _play_all(play, todo, in_flight)
+    finally:  # a batch that fails stops its heartbeat too (a thread a test process would keep otherwise)
+        if progress is None:
+            counter.close()
     _merge(partial, len(task_ids))
     return BatchOutcome(_link_outputs(partial, out_dir), out_dir)
 

@@ -11,7 +11,7 @@ from skillrepro.store import write_text
 
 log = setup_logging(snakemake)
 kv = snakemake.params.kv
-views = prefix_views(kv, snakemake.params.bench, snakemake.input.tasks, snakemake.input.trajectories)
+views = prefix_views(kv, snakemake.params.bench, snakemake.input.tasks, snakemake.input.get("trajectories"))
 bank = F.load_bank(kv.bank)
 rows = F.shared_prefix_table(kv.formats, bank, views, get_tokenizer(kv.prefix_tokenizer).encode,
                              F.Templates(kv.templates_dir))

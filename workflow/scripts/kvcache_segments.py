@@ -10,7 +10,7 @@ from skillrepro.store import write_text
 
 log = setup_logging(snakemake)
 kv = snakemake.params.kv
-views = prefix_views(kv, snakemake.params.bench, snakemake.input.tasks, snakemake.input.trajectories)
+views = prefix_views(kv, snakemake.params.bench, snakemake.input.tasks, snakemake.input.get("trajectories"))
 bank, tpl, encode = F.load_bank(kv.bank), F.Templates(kv.templates_dir), get_tokenizer(kv.prefix_tokenizer).encode
 rows = []
 for fmt in kv.formats:

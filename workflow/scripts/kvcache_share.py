@@ -17,7 +17,7 @@ SEMINAR = dict(seminar_shared_tokens=920, seminar_prompt_tokens=1421, seminar_cl
 
 log = setup_logging(snakemake)
 kv = snakemake.params.kv
-views = prefix_views(kv, snakemake.params.bench, snakemake.input.tasks, snakemake.input.trajectories)
+views = prefix_views(kv, snakemake.params.bench, snakemake.input.tasks, snakemake.input.get("trajectories"))
 bank, tpl, encode = F.load_bank(kv.bank), F.Templates(kv.templates_dir), get_tokenizer(kv.prefix_tokenizer).encode
 pairs = pd.DataFrame([dataclasses.asdict(r) for fmt in kv.formats for r in F.share_of_prompt(fmt, bank, views, encode, tpl)],
                      columns=list(F.ShareRow.__dataclass_fields__))
