@@ -843,15 +843,16 @@ def main() -> None:
     gc.freeze()
     children: dict[int, tuple[int, int]] = {}  # pidfd -> (the parent's id of the child, pid)
     waiting: list[tuple[int, list[int], bool]] = []  # fork requests not served yet: (id, pipes, staged)
-    go: dict[int, int] = {}  # pidfd of a staged child -> the write end of its go pipe
+    staged: tuple[int, int] | None = None  # the staged child waiting for its turn: (pidfd, go pipe's write end)
     while True:
         ready, _, _ = select.select([ctrl.fileno(), *children], [], [])
         for pidfd in [fd for fd in ready if fd in children]:  # a child ended (killed by the parent, a limit...)
             cid, pid = children.pop(pidfd)
             _, status = os.waitpid(pid, 0)
             os.close(pidfd)
-            if pidfd in go:  # a staged child that died before its turn
-                os.close(go.pop(pidfd))
+            if staged and staged[0] == pidfd:  # the staged child died before its turn
+                os.close(staged[1])
+                staged = None
             sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
             _ctrl_send(ctrl, {"t": "died", "cid": cid, "signal": sig, "code": 0 if sig else os.WEXITSTATUS(status)})
         if ctrl.fileno() in ready:
@@ -867,12 +868,11 @@ def main() -> None:
         # staged request (the next skill call's child, asked for when a call starts) also beside one running
         # child: it is forked and takes its layers now, and loads the library only when its go pipe says so,
         # which is once every other child has been reaped.
-        if go and len(children) == 1:  # the staged child is alone now: its turn
-            (pidfd, go_w), = go.items()
-            os.write(go_w, b"g")
-            os.close(go_w)
-            go.clear()
-        if waiting and (not children or (waiting[0][2] and len(children) == 1 and not go and not init.get("db"))):
+        if staged and len(children) == 1:  # the staged child is alone now: its turn
+            os.write(staged[1], b"g")
+            os.close(staged[1])
+            staged = None
+        if waiting and (not children or (waiting[0][2] and len(children) == 1 and not staged and not init.get("db"))):
             cid, fds, _ = waiting.pop(0)
             go_r, go_w = os.pipe() if children else (None, None)
             pid = os.fork()
@@ -887,8 +887,9 @@ def main() -> None:
             pidfd = os.pidfd_open(pid)
             children[pidfd] = (cid, pid)
             if go_w is not None:
-                go[pidfd] = go_w
+                staged = (pidfd, go_w)
             _ctrl_send(ctrl, {"t": "forked", "cid": cid}, (pidfd,))
+
 
 if __name__ == "__main__":
     main()
