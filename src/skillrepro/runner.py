@@ -146,9 +146,12 @@ def run_batch(
     in_flight = 1 if plays_one_at_a_time(benchmark, method, spec.split) else min(llm.episodes_in_flight, len(todo))
     try:
         _play_all(play, todo, in_flight)
-    finally:  # a batch that fails stops its heartbeat too (a thread a test process would keep otherwise)
-        if progress is None:
-            counter.close()
+    except BaseException as error:  # a batch that fails says so, and stops its heartbeat (a thread a test
+        if progress is None:        # process would keep otherwise)
+            counter.close(error)
+        raise
+    if progress is None:
+        counter.close()
     _merge(partial, len(task_ids))
     return BatchOutcome(_link_outputs(partial, out_dir), out_dir)
 
