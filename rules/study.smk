@@ -7,11 +7,25 @@ ANALYSIS_STUDY = Study(**STUDY)
 CAPTIONS = "../report"
 PHASED = [b for b, d in BENCHMARKS.items() if d.after]
 TRUNCATION = (config.get("analysis") or {}).get("truncation")
+
+
+def v0_shows_skills(bench, variant):
+    """Whether a run's library v0 already shows skills (a fixed library, as `reference`'s). Table 8's N=0
+    row is then not the v0 checkpoint, as the paper takes it for Voyager's empty v0, but a re-evaluation
+    with no skill shown, made as the truncations are."""
+    from skillrepro.methods import get_method
+
+    method = METHODS[variant]
+    impl = get_method(method.method)
+    return bool(impl.initial(BENCHMARKS[bench], impl.parse_options(method.options, variant)).public())
+
+
 TRUNCATION_FILES = [
     f"results/runs/{TRUNCATION['benchmark']}/{TRUNCATION['variant']}/seed{s}/truncated/n{n}/{table}.parquet"
     for s in (TRUNCATION.get("seeds") or PROTOCOL.seeds[:1])
     # "all": the full library, evaluated as the truncations are (table 8's full-library row)
-    for n in [*TRUNCATION.get("sizes", [50, 100, 200, 400, 800]), "all"]
+    for n in [*([0] if v0_shows_skills(TRUNCATION["benchmark"], TRUNCATION["variant"]) else []),
+              *TRUNCATION.get("sizes", [50, 100, 200, 400, 800]), "all"]
     for table in ("episodes", "llm_calls", "skill_calls")
 ] if TRUNCATION else []
 CROSS_MODEL = (config.get("analysis") or {}).get("cross_model") or {}

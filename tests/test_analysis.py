@@ -242,6 +242,15 @@ def test_table8_brackets_the_truncations_with_the_runs_own_checkpoints(tmp_path)
     # the full library is the n=all re-evaluation (options as the truncations'), not the v2 checkpoint's 0.25
     assert list(t.n_requested) == [1, 50, "all (final)", "0 (no skills)"]
     assert list(t.n_shown) == [1, 3, 3, 0] and list(t.score) == [0.5, 0.0, 1.0, 0.0]
+    # A run whose v0 shows skills (a fixed library) has its N=0 row from the re-evaluation showing none.
+    folder = tmp_path / f"runs/{run}/truncated/n0"
+    write_batch(folder, [episode(run, "test", 2, f"t{i}", False, 40) for i in range(2)])
+    files[str(folder / "episodes.parquet")] = (0, 0)
+    eps = analysis.episodes(list(files), [f.replace("episodes", "llm_calls") for f in files],
+                            [f.replace("episodes", "skill_calls") for f in files], {})
+    t = tables.table8(tables.truncation_metrics(eps, files, s), per_seed, s)
+    assert list(t.n_requested) == [1, 50, "all (final)", "0 (no skills)"]
+    assert list(t.score) == [0.5, 0.0, 1.0, 0.0] and t.output_tokens.iloc[-1] == 40.0
 
 
 def test_figure_groups_follow_methods_and_options():

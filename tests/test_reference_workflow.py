@@ -82,13 +82,15 @@ def test_reference_solves_tasks_through_its_skill_in_the_dag_on_the_real_model(t
     # Table 8 through the evaluate_truncated rule: each re-evaluation played the test tasks with the skills it
     # shows, called them, and its row reports its own episodes.
     table8 = pd.read_csv(tmp_path / "results/tables/table8.csv").set_index("n_requested")
-    for n, folder in (("1", "n1"), ("all (final)", "nall")):
+    for n, folder, shown in (("1", "n1", 1), ("all (final)", "nall", 1), ("0 (no skills)", "n0", 0)):
         t = run / "truncated" / folder
-        assert json.loads((t / "library/manifest.json").read_text())["meta"]["truncated_to"] == 1
+        assert json.loads((t / "library/manifest.json").read_text())["meta"]["truncated_to"] == shown
         eps = pq.read_table(t / "episodes.parquet").to_pandas()
         t_steps = pq.read_table(t / "steps.parquet").to_pandas()
-        assert len(eps) == 2 and (t_steps.action == "solve_mission").any()
-        assert len(pq.read_table(t / "skill_calls.parquet").to_pandas()) > 0
+        assert len(eps) == 2 and (t_steps.action == "solve_mission").any() == bool(shown)
+        assert (len(pq.read_table(t / "skill_calls.parquet").to_pandas()) > 0) == bool(shown)
         assert table8.loc[n, "n_episodes"] == 2 and table8.loc[n, "score"] == pytest.approx(eps.success.mean())
+    # v0 shows the reference library, so table 8's N=0 row is the n0 re-evaluation, not the v0 checkpoint
+    assert table8.loc["0 (no skills)", "n_shown"] == 0
     check_pages_of_the_workflow_run(
         tmp_path, lambda *targets: snakemake(*targets, "--configfile", "ref.yaml", cwd=tmp_path, env=env))

@@ -178,23 +178,28 @@ def truncate(library, n: int):
 def table8(trunc: pd.DataFrame, per_seed: pd.DataFrame, study: Study) -> pd.DataFrame:
     """Table 8: mean headline metric of a final library re-evaluated with only the last N skills shown, then
     the full library re-evaluated the same way (N "all": every visible skill, under the same options), and
-    N=0 (the library-free v0 checkpoint of the same run)."""
+    N=0: the library-free v0 checkpoint of the same run (the paper's reference point), or the re-evaluation
+    showing no skill where one was made because v0 already shows skills (a fixed library)."""
     cols = ["benchmark", "variant", "seed", "n_requested", "n_shown", "n_episodes", "metric", "score", "output_tokens"]
+    no_skills = "0 (no skills)"
     rows = []
-    # the truncations by N, then the full library
-    for r in sorted(trunc.itertuples(), key=lambda r: (r.run_benchmark, r.variant, r.seed, r.n_requested == "all",
-                                                       0 if r.n_requested == "all" else int(r.n_requested))):
-        rows.append({"benchmark": r.run_benchmark, "variant": r.variant, "seed": r.seed,
-                     "n_requested": "all (final)" if r.n_requested == "all" else r.n_requested,
+    # the truncations by N, then the full library, then N=0
+    def order(n) -> tuple[int, int]:
+        return {"all": (1, 0), "0": (2, 0)}.get(str(n)) or (0, int(n))
+
+    for r in sorted(trunc.itertuples(), key=lambda r: (r.run_benchmark, r.variant, r.seed, order(r.n_requested))):
+        label = {"all": "all (final)", "0": no_skills}.get(str(r.n_requested), r.n_requested)
+        rows.append({"benchmark": r.run_benchmark, "variant": r.variant, "seed": r.seed, "n_requested": label,
                      "n_shown": r.n_shown, "n_episodes": r.n_episodes, "metric": study.headline(r.run_benchmark),
                      "score": r.score, "output_tokens": r.output_tokens})
     own_ = own(per_seed)
-    for (bench, variant, seed) in sorted({(r["benchmark"], r["variant"], r["seed"]) for r in rows}):
+    evaluated_at_0 = {(r["benchmark"], r["variant"], r["seed"]) for r in rows if r["n_requested"] == no_skills}
+    for (bench, variant, seed) in sorted({(r["benchmark"], r["variant"], r["seed"]) for r in rows} - evaluated_at_0):
         run = own_[(own_.run_benchmark == bench) & (own_.variant == variant) & (own_.seed == seed)]
         ck = run[run.library_version == 0]
         if len(ck):
             c = ck.iloc[0]
-            rows.append({"benchmark": bench, "variant": variant, "seed": seed, "n_requested": "0 (no skills)",
+            rows.append({"benchmark": bench, "variant": variant, "seed": seed, "n_requested": no_skills,
                          "n_shown": 0, "n_episodes": c.n_episodes, "metric": study.headline(bench),
                          "score": c.score, "output_tokens": c.output_tokens})
     return pd.DataFrame(rows, columns=cols)
