@@ -4,15 +4,12 @@
 
 rule analytics:
     input:
+        # Each batch's episodes.parquet stands for its job's four record files (llm_calls, steps and
+        # skill_calls are written by the same job, so they change together): one edge per job, not four,
+        # keeps the paper preset's DAG small. The script reads the siblings.
         test_episodes=run_files([f"eval/v{k}/episodes.parquet" for k in PROTOCOL.checkpoints])
         + cross_eval_files(["episodes.parquet"]),
-        test_calls=run_files([f"eval/v{k}/llm_calls.parquet" for k in PROTOCOL.checkpoints])
-        + cross_eval_files(["llm_calls.parquet"]),
-        test_skill_calls=run_files([f"eval/v{k}/skill_calls.parquet" for k in PROTOCOL.checkpoints])
-        + cross_eval_files(["skill_calls.parquet"]),
         train_episodes=run_files([f"train/batch{i}/episodes.parquet" for i in range(PROTOCOL.n_cycles)]),
-        train_calls=run_files([f"train/batch{i}/llm_calls.parquet" for i in range(PROTOCOL.n_cycles)]),
-        train_skill_calls=run_files([f"train/batch{i}/skill_calls.parquet" for i in range(PROTOCOL.n_cycles)]),
         sleep_calls=sleep_files(),
     output:
         episodes="results/analytics/test_episodes.parquet",

@@ -105,6 +105,15 @@ def run_path(wildcards, name):
     return f"results/runs/{wildcards.bench}/{wildcards.variant}/seed{wildcards.seed}/{name}"
 
 
+def previous_batch(wildcards):
+    """Training batch k-1 (none before batch 1), the last of the batches 0..k-1 that rollout k and sleep
+    phase k read (pipeline.training_history): each batch is an ancestor of the next through the library
+    chain, so one edge keeps them all in order. Listing every earlier batch made the paper preset's DAG
+    quadratic in the cycles: 43,200 of its 61,784 input edges."""
+    k = int(wildcards.k)
+    return [run_path(wildcards, f"train/batch{k - 1}/episodes.parquet")] if k else []
+
+
 def run_files(names):
     """Every name in `names`, for every run of the config."""
     return [

@@ -27,7 +27,7 @@ rule rollout:
     input:
         tasks="results/tasks/{bench}/seed{seed}/train.json",
         library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
-        batches=lambda w: [run_path(w, f"train/batch{i}/episodes.parquet") for i in range(int(w.k))],
+        previous_batch=previous_batch,
     output:
         episodes="results/runs/{bench}/{variant}/seed{seed}/train/batch{k}/episodes.parquet",
         steps="results/runs/{bench}/{variant}/seed{seed}/train/batch{k}/steps.parquet",
@@ -54,7 +54,7 @@ rule rollout:
 rule induce:
     input:
         library=lambda w: run_path(w, f"library/v{int(w.k) - 1}/manifest.json"),
-        batches=lambda w: [run_path(w, f"train/batch{i}/episodes.parquet") for i in range(int(w.k))],
+        previous_batch=previous_batch,
     output:
         library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
         skills="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/skills.py",

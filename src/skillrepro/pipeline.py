@@ -52,6 +52,18 @@ def run_id(wildcards: Any) -> str:
     return f"{wildcards.bench}/{wildcards.variant}/seed{wildcards.seed}"
 
 
+def training_history(library_dir: Path, k: int) -> tuple[Path, ...]:
+    """The folders of a run's training batches 0..k-1, which rollout k and sleep phase k read. Their rules
+    list only batch k-1 as input: every earlier batch is its ancestor through the library chain, and listing
+    them all made the DAG quadratic in the cycles. So check here that each one is complete."""
+    train = Path(library_dir).parent.parent / "train"
+    dirs = tuple(train / f"batch{i}" for i in range(k))
+    missing = [str(d) for d in dirs if not (d / "episodes.parquet").exists()]
+    if missing:
+        raise FileNotFoundError(f"training batches this job reads are missing: {', '.join(missing)}")
+    return dirs
+
+
 def seeded(llm: LLMConfig, seed: int) -> LLMConfig:
     """The run's sampling seed: each training seed samples differently, reproducibly."""
     return replace(llm, seed=llm.seed + 1000 * int(seed))

@@ -1,5 +1,7 @@
 """DuckDB over exactly the declared record files: every test episode (with its actor cost and skill calls), per-seed
 checkpoint metrics, and the cost of every training cycle (all its calls plus the sleep phase after it)."""
+from pathlib import Path
+
 import pyarrow as pa
 
 from skillrepro import analysis, store
@@ -8,9 +10,18 @@ from skillrepro.pipeline import setup_logging
 log = setup_logging(snakemake)
 inp, out, p = snakemake.input, snakemake.output, snakemake.params
 study = analysis.Study(**p.study)
-test = analysis.episodes(inp.test_episodes, inp.test_calls, inp.test_skill_calls, p.pricing)
-train = analysis.episodes(inp.train_episodes, inp.train_calls, inp.train_skill_calls, p.pricing)
-calls = analysis.batch_calls([*inp.train_calls, *inp.sleep_calls], p.pricing)
+
+
+def siblings(episode_files, name):
+    """The record `name` written by the same job as each episodes.parquet (the rule lists one file a job)."""
+    return [str(Path(f).with_name(name)) for f in episode_files]
+
+
+test = analysis.episodes(inp.test_episodes, siblings(inp.test_episodes, "llm_calls.parquet"),
+                         siblings(inp.test_episodes, "skill_calls.parquet"), p.pricing)
+train_calls = siblings(inp.train_episodes, "llm_calls.parquet")
+train = analysis.episodes(inp.train_episodes, train_calls, siblings(inp.train_episodes, "skill_calls.parquet"), p.pricing)
+calls = analysis.batch_calls([*train_calls, *inp.sleep_calls], p.pricing)
 per_seed = analysis.checkpoint_metrics(test, study)
 training = analysis.training_cost(train, calls, study)
 for path, frame in ((out.episodes, test), (out.checkpoints, per_seed), (out.training, training)):

@@ -3,7 +3,7 @@ from pathlib import Path
 
 from skillrepro import config as cfg
 from skillrepro.methods import InduceContext, get_method
-from skillrepro.pipeline import run_id, run_settings, setup_logging
+from skillrepro.pipeline import run_id, run_settings, setup_logging, training_history
 from skillrepro.progress import Progress
 from skillrepro.skills import Library
 from skillrepro.store import LLMCall, write_records, write_text
@@ -14,7 +14,7 @@ previous = Path(snakemake.input.library).parent
 run = run_settings(snakemake, previous)
 ctx = InduceContext(
     library=Library.load(previous), cycle=int(w.k) - 1,
-    history_dirs=tuple(Path(b).parent for b in snakemake.input.batches),
+    history_dirs=training_history(previous, int(w.k)),
     library_root=previous.parent, out_dir=Path(out.library).parent, record_dir=Path(out.llm_calls).parent,
     run_id=run_id(w), bench=run.bench, method=run.method, llm=run.llm, request_budget=p.request_budget,
     sandbox=run.sandbox, trajectory_tokens=p.trajectory_tokens, prompts=run.prompts,

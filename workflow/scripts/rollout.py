@@ -3,7 +3,7 @@ import json
 from pathlib import Path
 
 from skillrepro.agent import EpisodeSpec
-from skillrepro.pipeline import run_id, run_settings, setup_logging
+from skillrepro.pipeline import run_id, run_settings, setup_logging, training_history
 from skillrepro.runner import run_batch
 
 log = setup_logging(snakemake)
@@ -15,4 +15,4 @@ task_ids = json.loads(Path(snakemake.input.tasks).read_text())[k * n : (k + 1) *
 spec = EpisodeSpec(run_id(w), w.bench, run.method.method, w.variant, int(w.seed), "train", k, k)
 run_batch(bench=run.bench, llm=run.llm, library_dir=library_dir,
           task_ids=task_ids, spec=spec, out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s,
-          method=run.method, history_dirs=tuple(Path(b).parent for b in snakemake.input.batches), logger=log, sandbox=run.sandbox, prompts=run.prompts)
+          method=run.method, history_dirs=training_history(library_dir, k), logger=log, sandbox=run.sandbox, prompts=run.prompts)
