@@ -1,6 +1,7 @@
 # What the results rules share: the study the config declares (plain values for params), the protocol
 # variants' runs, and the declared record files the tables read (never a glob of results/).
 from skillrepro.analysis import Study, cross_model_labels, cross_model_tables, study_params
+from skillrepro.methods import get_method
 
 STUDY = study_params(config, CONFIG_NAME)
 ANALYSIS_STUDY = Study(**STUDY)
@@ -13,8 +14,6 @@ def v0_shows_skills(bench, variant):
     """Whether a run's library v0 already shows skills (a fixed library, as `reference`'s). Table 8's N=0
     row is then not the v0 checkpoint, as the paper takes it for Voyager's empty v0, but a re-evaluation
     with no skill shown, made as the truncations are."""
-    from skillrepro.methods import get_method
-
     method = METHODS[variant]
     impl = get_method(method.method)
     return bool(impl.initial(BENCHMARKS[bench], impl.parse_options(method.options, variant)).public())
