@@ -44,6 +44,25 @@ def cpu_scorer(gguf):
     return TransformersScorer(gguf, batch_tokens=100_000, threads=2)
 
 
+def test_a_shipped_model_loads_from_its_converted_folder_as_from_the_gguf(gguf, cpu_scorer):
+    """The scorer, the GRPO policy and the blend read a shipped GGUF through a Hugging Face folder made
+    from it once (a GGUF's metadata takes ~25 s to parse on 2 cores): same weights, vocabulary and chat
+    template as the GGUF read directly."""
+    from skillrepro.llm.scorer import _read_gguf
+
+    st = gguf.stat()
+    assert (gguf.parent / "hf" / f"{gguf.stem}-{st.st_size}-{st.st_mtime_ns}" / "model.safetensors").is_file()
+    direct_lm, direct_tok = _read_gguf(gguf)
+    lm, tok = cpu_scorer.lm, cpu_scorer.tokenizer
+    assert tok.apply_chat_template(conv(2), tokenize=False) == direct_tok.apply_chat_template(conv(2), tokenize=False)
+    text = direct_tok.apply_chat_template(conv(2), tokenize=False)
+    assert tok(text)["input_ids"] == direct_tok(text)["input_ids"] and len(tok) == len(direct_tok)
+    ids = torch.tensor([tok(text)["input_ids"]])
+    with torch.inference_mode():
+        assert torch.equal(lm(ids).logits, direct_lm(ids).logits)
+    assert not getattr(lm, "is_quantized", False)  # the Trainer trains it (grpo.load_policy)
+
+
 def test_scored_tokens_are_exactly_the_actor_replies(tokenizer):
     msgs = conv(3)
     seq = ChatSequencer(tokenizer).build(msgs)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
+from skillrepro.llm.models import cache_dir
+
 
 class ScoringError(ValueError):
     """A conversation the scorer cannot map onto tokens (template not prefix-consistent, no actor turn)."""
@@ -113,11 +115,63 @@ def score_conversations(scorer: Scorer, conversations: Sequence[Sequence[dict[st
     return scorer.score_sequences([scorer.sequencer.build(c) for c in conversations], on_scored)
 
 
-def load_gguf_tokenizer(gguf_path: str | Path):
-    from transformers import AutoTokenizer
+def load_gguf(gguf_path: str | Path, tokenizer_only: bool = False) -> tuple[Any, Any]:
+    """(model, tokenizer) of a GGUF file, the weights dequantised to float32 (model None with
+    `tokenizer_only`). transformers reads a GGUF's metadata in pure Python, twice per load: about 25 s for
+    SmolLM2-135M on 2 cores, most of it the vocabulary, in every job that loads it. So a shipped model (a
+    file in models.cache_dir()) is converted once into a plain Hugging Face folder beside it, which loads in
+    a second or two; any other file (a checkpoint written under results/) is read directly."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     p = Path(gguf_path)
-    return AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+    if p.resolve().parent != cache_dir().resolve():
+        return _read_gguf(p, tokenizer_only)
+    folder = _converted(p)
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    return (None if tokenizer_only else AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)), tok
+
+
+def _read_gguf(p: Path, tokenizer_only: bool = False) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+    if tokenizer_only:
+        return None, tok
+    lm = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32)
+    # The weights are dequantised into plain tensors; the quantizer marker left on the model would make
+    # the Trainer refuse to train it (and would be saved into a converted folder's config).
+    if getattr(lm, "hf_quantizer", None) is not None:
+        lm.hf_quantizer.remove_quantization_config(lm)
+    lm.is_quantized = False
+    return lm, tok
+
+
+def _converted(p: Path) -> Path:
+    """The Hugging Face folder of shipped GGUF file `p`, made on first use. Keyed by the file's size and
+    mtime (a replaced file is converted again); written under a temporary name and renamed, so that two
+    jobs converting at once never read a half-written folder."""
+    import os
+    import shutil
+
+    st = p.stat()
+    folder = p.parent / "hf" / f"{p.stem}-{st.st_size}-{st.st_mtime_ns}"
+    if folder.is_dir():
+        return folder
+    lm, tok = _read_gguf(p)
+    tmp = folder.with_name(f"{folder.name}.part{os.getpid()}")
+    lm.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    try:
+        tmp.rename(folder)
+    except OSError:  # another job renamed its own copy first
+        shutil.rmtree(tmp)
+    return folder
+
+
+def load_gguf_tokenizer(gguf_path: str | Path):
+    return load_gguf(gguf_path, tokenizer_only=True)[1]
 
 
 class TransformersScorer:
@@ -128,15 +182,13 @@ class TransformersScorer:
     def __init__(self, gguf_path: str | Path, *, batch_tokens: int = 8192, threads: int | None = None,
                  model_name: str | None = None):
         import torch
-        from transformers import AutoModelForCausalLM
 
         if threads:
             torch.set_num_threads(threads)
         p = Path(gguf_path)
         self.model = model_name or p.name
-        self.tokenizer = load_gguf_tokenizer(p)
+        self.lm, self.tokenizer = load_gguf(p)
         self.sequencer = ChatSequencer(self.tokenizer)
-        self.lm = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32)
         self.lm.eval()
         self.batch_tokens = batch_tokens
         self._check_head()

@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from skillrepro.llm.scorer import load_gguf_tokenizer
+from skillrepro.llm.scorer import load_gguf
 from skillrepro.studies.kvcache import formats as F
 
 CHUNKS = ("G", "C", "M", "H", "A")
@@ -183,13 +183,10 @@ class Blender:
     def from_gguf(cls, gguf_path: str, threads: int | None = None) -> "Blender":
         import torch
         from pathlib import Path
-        from transformers import AutoModelForCausalLM
 
         if threads:
             torch.set_num_threads(threads)
-        p = Path(gguf_path)
-        lm = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32)
-        return cls(lm, load_gguf_tokenizer(p))
+        return cls(*load_gguf(Path(gguf_path)))
 
     def encode(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=False)["input_ids"]

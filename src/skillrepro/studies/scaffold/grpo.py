@@ -145,21 +145,13 @@ def _empty_like(s: Sample, query: str) -> Sample:
 def load_policy(model: str) -> tuple[Any, Any]:
     """(model, tokenizer) to train: a shipped model name or .gguf file (dequantised to float32, as the CPU
     scorer loads it) or a Hugging Face model folder / id (GPU scale)."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     # lazy: the scorer extra (torch, transformers), with the training stack above
-    from skillrepro.llm.scorer import load_gguf_tokenizer
+    from skillrepro.llm.scorer import load_gguf
 
     if model in MODELS or model.endswith(".gguf"):
-        p = resolve(model)
-        lm = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32)
-        # The GGUF weights are dequantised into plain tensors; the quantizer marker left on the model
-        # would make the Trainer refuse to train it.
-        if getattr(lm, "hf_quantizer", None) is not None:
-            lm.hf_quantizer.remove_quantization_config(lm)
-        lm.is_quantized = False
-        return lm, load_gguf_tokenizer(p)
+        return load_gguf(resolve(model))
     return AutoModelForCausalLM.from_pretrained(model, dtype="auto"), AutoTokenizer.from_pretrained(model)
 
 
