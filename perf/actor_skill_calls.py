@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
-from skillrepro.agent import Actor, Prompts, parse_text_action, primitive_tools, skill_tools
+from skillrepro.agent import Actor, Prompts, primitive_tools, skill_tools
 from skillrepro.benchmarks import load_benchmark
 from skillrepro.config import ActorConfig, BenchmarkConfig, LLMConfig
 from skillrepro.llm import servers
@@ -55,16 +54,8 @@ def main() -> None:
                 opening = env.reset()
                 tools = primitive_tools(env) + skill_tools(library, env, lambda _c: None, SandboxPolicy())
                 actor = Actor(client, benchmark.describe(), 12, tool_calling=calling, prompts=prompts)
-                messages = [{"role": "system", "content": actor.system_prompt(tools)},
-                            {"role": "user", "content": opening + actor.reminder(tools)}]
-                schemas = actor.tool_schemas(tools)
-                reply = client.chat(messages, role="actor", session_id=f"probe/{name}", tools=schemas,
-                                    stop=actor.stop(schemas is not None), extra_body=actor.decoding(tools), seed=i)
-                if reply.tool_calls:
-                    action = replace(parse_text_action("", []), name=reply.tool_calls[0].name,
-                                     args=list(reply.tool_calls[0].arguments.values()))
-                else:
-                    action = parse_text_action(reply.text, [t.name for t in tools])
+                reply = actor.request(actor.opening(tools, opening), tools, f"probe/{name}", seed=i)
+                action = actor.read(reply, [t.name for t in tools])
                 if action.name == "solve_mission":
                     calls += 1
                     with_mission += bool(action.args) and env.mission.lower() in str(action.args[0]).lower()

@@ -352,6 +352,31 @@ class Actor:
                                "earlier ones are left out.)")
         return [messages[0], opening, *messages[len(messages) - 2 * self.history_window:]]
 
+    def opening(self, tools: list[Tool], observation: str) -> list[dict[str, Any]]:
+        """An episode's first messages: the system prompt, then the opening observation (with the skill
+        reminder when `restate_skills` is on)."""
+        return [{"role": "system", "content": self.system_prompt(tools)},
+                {"role": "user", "content": observation + self.reminder(tools)}]
+
+    def request(self, messages: list[dict[str, Any]], tools: list[Tool] | None, session_id: str, seed: int) -> Any:
+        """One actor request, `tools` listed as the protocol lists them (native schemas, a constrained
+        reply's schema, its stop sequences); None for a formatter's replies, which follow its own format."""
+        schemas = self.tool_schemas(tools) if tools is not None else None
+        return self.client.chat(messages, role="actor", session_id=session_id, tools=schemas,
+                                stop=self.stop(schemas is not None),
+                                extra_body=self.decoding(tools) if tools is not None else None, seed=seed)
+
+    def read(self, reply: Any, names: list[str]) -> ParsedAction:
+        """The action of a reply to `request` with tools: its first native tool call, else the text
+        protocol's call among `names`."""
+        if not reply.tool_calls:
+            return parse_text_action(reply.text, names)
+        tc = reply.tool_calls[0]
+        args = tc.arguments.get("__unparsed__")
+        return ParsedAction(tc.name, list(tc.arguments.values()) if args is None else [], reply.text,
+                            "" if args is None else f"could not read the arguments {args!r}",
+                            extra=len(reply.tool_calls) - 1, named=dict(tc.arguments) if args is None else None)
+
     def run(self, env: Env, tools: list[Tool], spec: EpisodeSpec, log: Callable[[str], None] | None = None,
             episode_id: str | None = None) -> EpisodeRecords:
         """Play one episode. `episode_id` names it (the batch runner derives one from the batch's settings, so a
@@ -364,13 +389,9 @@ class Actor:
         shown = env.reset()  # the observation the next prompt shows
         fmt = self.formatter
         reminder = self.reminder(tools)
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": self.system_prompt(tools)},
-            {"role": "user", "content": shown + reminder},
-        ] if fmt is None else []
+        messages: list[dict[str, Any]] = self.opening(tools, shown) if fmt is None else []
         turns: list[PromptTurn] = []
-        schemas = self.tool_schemas(tools) if fmt is None else None
-        decoding = self.decoding(tools) if fmt is None else None  # a formatter's replies follow its own format
+        listed = tools if fmt is None else None  # a formatter's replies follow its own format
         steps: list[Step] = []
         calls: list[LLMCall] = []
         invalid = 0
@@ -384,9 +405,7 @@ class Actor:
                 messages = fmt.messages(env, turns, shown, admissible)
             sent = messages if fmt is not None else self.window(messages)
             try:
-                reply = self.client.chat(sent, role="actor", session_id=episode_id, tools=schemas,
-                                         stop=self.stop(schemas is not None), extra_body=decoding,
-                                         seed=zlib.crc32(f"{seed_key}/{step}".encode()))
+                reply = self.request(sent, listed, episode_id, zlib.crc32(f"{seed_key}/{step}".encode()))
             except LLMRequestError as e:
                 if not _CONTEXT_FULL.search(str(e)):
                     raise  # a request the server refuses for another reason is a setup problem, not an outcome
@@ -399,21 +418,12 @@ class Actor:
             if fmt is not None:
                 parsed = fmt.parse(reply.text, tools)
                 tc = None
-            elif reply.tool_calls:
-                tc = reply.tool_calls[0]
-                args = tc.arguments.get("__unparsed__")
-                parsed = ParsedAction(
-                    tc.name, list(tc.arguments.values()) if args is None else [], reply.text,
-                    "" if args is None else f"could not read the arguments {args!r}",
-                    extra=len(reply.tool_calls) - 1, named=dict(tc.arguments) if args is None else None,
-                )
-                messages.append({"role": "assistant", "content": reply.text, "tool_calls": [
-                    {"id": tc.id, "type": "function",
-                     "function": {"name": tc.name, "arguments": json.dumps(tc.arguments)}}]})
             else:
-                parsed = parse_text_action(reply.text, list(by_name))
-                messages.append({"role": "assistant", "content": reply.text})
-                tc = None
+                parsed = self.read(reply, list(by_name))
+                tc = reply.tool_calls[0] if reply.tool_calls else None
+                messages.append({"role": "assistant", "content": reply.text, **({"tool_calls": [
+                    {"id": tc.id, "type": "function",
+                     "function": {"name": tc.name, "arguments": json.dumps(tc.arguments)}}]} if tc else {})})
             tool = by_name.get(parsed.name) or by_lower.get(parsed.name.lower())
             problem = parsed.problem or ("" if tool else f"unknown action {parsed.name!r}; valid actions: "
                                          + ", ".join(by_name))
