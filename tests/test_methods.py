@@ -260,13 +260,15 @@ def test_parse_goals_reads_the_task_lines_in_order():
 
 @pytest.fixture(scope="module")
 def voyager_run(tmp_path_factory):
-    """A Voyager training batch of two Crafter episodes: each with a curriculum goal and retrieved skills."""
+    """A Voyager training batch of two Crafter episodes, all goals proposed up front (`goal_proposal:
+    upfront`; tests/test_voyager.py plays the default, one goal per achievement): each with its curriculum
+    goals and retrieved skills."""
     root = tmp_path_factory.mktemp("voyager")
     Library(0, parse_functions(SKILLS), meta={"completed_goals": ["Drink water"]}).write(root / "library" / "v0")
     tasks = load_benchmark(CRAFTER).sample_tasks("train", 2, 42)
     fake = RoleFake(curriculum=["Reasoning: trees are near.\nTask: Collect wood\nTask: Drink water",
                                 "Task: Place a table"], actor=["Action: noop()"])
-    method = MethodConfig("voyager", "voyager", {"top_k": 1, "retrieval": "tfidf"})
+    method = MethodConfig("voyager", "voyager", {"top_k": 1, "retrieval": "tfidf", "goal_proposal": "upfront"})
     spec = EpisodeSpec("crafter/voyager/seed0", "crafter", "voyager", "voyager", 0, "train", 0, 0)
     run_batch(bench=CRAFTER, llm=LLMConfig(), library_dir=root / "library" / "v0", task_ids=tasks, spec=spec,
               out_dir=root / "train" / "batch0", method=method, client=fake)
@@ -300,7 +302,7 @@ def test_voyager_sleep_phase_verifies_and_appends_skills(voyager_run):
     yes = "Reasoning: done.\nSuccess: yes\nCritique: none"
     fake = RoleFake(critic=[yes, yes, "Reasoning: no table.\nSuccess: no\nCritique: collect wood first"],
                     skill_writer=[writer, drinker])
-    ctx = ctx_for(root, "voyager", "voyager", {"retrieval": "tfidf"}, bench=CRAFTER, tag="_v")
+    ctx = ctx_for(root, "voyager", "voyager", {"retrieval": "tfidf", "goal_proposal": "upfront"}, bench=CRAFTER, tag="_v")
     v1 = get_method("voyager").induce(ctx, fake)
     # the first episode had two goals: each judged, each reached one a skill (several skills per episode)
     assert fake.roles() == ["critic", "skill_writer", "critic", "skill_writer", "critic"]

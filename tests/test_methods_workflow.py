@@ -38,17 +38,20 @@ def test_comparison_methods_run_through_the_dag(tmp_path):
             assert roles(runs / f"babyai/{variant}/seed0/induce/v{v}/llm_calls.parquet").count("inducer") == meta[v - 1]["successful"]
         names = [[f["name"] for f in manifest("babyai", variant, v)["functions"]] for v in (0, 1, 2)]
         assert names[1][: len(names[0])] == names[0] and names[2][: len(names[1])] == names[1]
-    # Voyager: a curriculum call in each training batch's table, a critic call per goal it proposed for the
-    # batch's episode in each sleep phase.
+    # Voyager: in each training batch's table a curriculum call before its episode and one more after each
+    # achievement that ended a goal's attempt, each proposing one goal (goal_proposal: on_achievement); a
+    # critic call per goal in each sleep phase.
     judged_so_far = 0
     for k in (0, 1):
-        assert roles(runs / f"crafter/voyager/seed0/train/batch{k}/llm_calls.parquet").count("curriculum") == 1
+        proposed = roles(runs / f"crafter/voyager/seed0/train/batch{k}/llm_calls.parquet").count("curriculum")
         sleep = roles(runs / f"crafter/voyager/seed0/induce/v{k + 1}/llm_calls.parquet")
         transcript = (runs / f"crafter/voyager/seed0/induce/v{k + 1}/transcript.jsonl").read_text().splitlines()
         judged = [t for t in map(json.loads, transcript) if "goal" in t]
-        assert sleep.count("critic") == len(judged) >= 1 and set(sleep) <= {"critic", "skill_writer"}
+        assert sleep.count("critic") == len(judged) == proposed >= 1 and set(sleep) <= {"critic", "skill_writer"}
         judged_so_far += len(judged)
         meta = manifest("crafter", "voyager", k + 1)["meta"]
         assert len(meta["completed_goals"]) + len(meta["failed_goals"]) == judged_so_far
-    system = json.loads(pq.read_table(runs / "crafter/voyager/seed0/train/batch1/llm_calls.parquet").to_pylist()[1]["prompt"])
+    actor = next(c for c in pq.read_table(runs / "crafter/voyager/seed0/train/batch1/llm_calls.parquet").to_pylist()
+                 if c["role"] == "actor")
+    system = json.loads(actor["prompt"])
     assert "Goal for this episode:" in system["messages"][0]["content"]

@@ -378,9 +378,12 @@ class Actor:
                             extra=len(reply.tool_calls) - 1, named=dict(tc.arguments) if args is None else None)
 
     def run(self, env: Env, tools: list[Tool], spec: EpisodeSpec, log: Callable[[str], None] | None = None,
-            episode_id: str | None = None) -> EpisodeRecords:
+            episode_id: str | None = None,
+            on_step: Callable[[str, Env], str | None] | None = None) -> EpisodeRecords:
         """Play one episode. `episode_id` names it (the batch runner derives one from the batch's settings, so a
-        replayed batch keeps its ids); by default a random suffix after the seed key."""
+        replayed batch keeps its ids); by default a random suffix after the seed key. `on_step(observation,
+        env)` runs after each step of an episode not yet over; notes it returns replace the actor's from the
+        next step on (the system prompt is rebuilt; a formatter builds its own prompts and is not told)."""
         seed_key = f"{spec.run_id}/{spec.split}/c{spec.cycle}/{env.task_id}"  # same episode, same draws
         episode_id = episode_id or f"{seed_key}/{uuid.uuid4().hex[:8]}"
         started = time.time()
@@ -459,6 +462,10 @@ class Actor:
             if env.done:
                 termination = "success" if env.success() else "env_done"
                 break
+            if on_step is not None:
+                notes = on_step(observation, env)
+                if notes is not None and fmt is None:
+                    messages[0] = {"role": "system", "content": replace(self, notes=notes).system_prompt(tools)}
         episode = Episode(
             episode_id=episode_id, run_id=spec.run_id, benchmark=spec.benchmark, method=spec.method,
             variant=spec.variant, seed=spec.seed, split=spec.split, cycle=spec.cycle,

@@ -133,7 +133,18 @@ def run_batch(
         skill_calls: list[SkillCall] = []
         tools = primitive_tools(env) + skill_tools(library, env, skill_calls.append, sandbox, shown)
         episode_id = f"{spec.run_id}/{spec.split}/c{spec.cycle}/{task_id}/{_digest(key, str(i))[:8]}"
-        rec: EpisodeRecords = episode_actor.run(env, tools, spec, log.info, episode_id=episode_id)
+        replan = choice.replan if curriculum else None
+
+        def on_step(observation: str, env: Any) -> str | None:
+            """A curriculum's next goal mid-episode: its calls join the episode's, its goal the actor's notes."""
+            nxt = replan(observation, env)
+            if nxt is None:
+                return None
+            choice_calls.extend(nxt.llm_calls)
+            return f"{notes}\nGoal for this episode: {nxt.goal}".strip()
+
+        rec: EpisodeRecords = episode_actor.run(env, tools, spec, log.info, episode_id=episode_id,
+                                                on_step=on_step if replan is not None else None)
         tag_skill_calls(skill_calls, rec.episode.episode_id, rec.steps)
         # The curriculum's calls go ahead of the actor's: they are this episode's cost too.
         _write_episode(partial / f"{i:04d}", replace(rec, llm_calls=choice_calls + rec.llm_calls), skill_calls)

@@ -87,6 +87,10 @@ class TaskChoice:
     goal: str = ""  # shown to the actor with the task's own instruction; empty for none
     visible: tuple[str, ...] | None = None  # skills listed for this episode (retrieved for the goal); None: `visible`
     llm_calls: tuple[Any, ...] = ()  # LLMCall records the choice cost; stored with the episode's llm_calls
+    # Asked after each actor step of the episode with (that step's observation, the env): a new choice, whose
+    # goal the actor is shown from its next step on and whose llm_calls are stored with the episode too, or
+    # None to keep the goal (Voyager proposes its next task once the last one is done).
+    replan: Callable[[str, Any], "TaskChoice | None"] | None = None
 
 
 def default_notes(library: Library, options: Any) -> str:

@@ -1,13 +1,19 @@
 """Voyager (Wang et al. 2023) as SpeedRunner runs it on Crafter (section 4.1, appendix F).
 
-- Automatic curriculum (`next_task`, during the rollout job): before each training episode one LLM call
-  (role "curriculum") proposes the next exploration goals, in order (at most option `max_goals`), from the
-  progress so far: the achievements unlocked (those a skill unlocked too), the latest episodes' final
-  status and inventory, the goals completed and failed. The goals are shown to the actor with the task, and
-  the top-k skills retrieved for each are the ones listed to it. The call is stored with that episode's
-  llm_calls, so it lands in the batch's table. Voyager proposes its tasks one after another in one world; a
-  Crafter episode is that world, so one episode pursues several of them (the paper's Voyager library holds
-  909 skills after 200 rollouts).
+- Automatic curriculum (`next_task`, during the rollout job): before each training episode an LLM call
+  (role "curriculum") proposes the next exploration goal from the progress so far: the achievements
+  unlocked (those a skill unlocked too), the latest episodes' final status and inventory, the goals
+  completed and failed. Voyager proposes its tasks one after another in one world; a Crafter episode is that
+  world, so one episode pursues several of them (the paper's Voyager library holds 909 skills after 200
+  rollouts). With `goal_proposal: on_achievement` (the default, Voyager's propose -> attempt -> propose
+  loop) a goal's attempt ends when the environment reports a new achievement, by a primitive or inside a
+  skill call; the curriculum is then asked again, from the current observation (inventory, surroundings)
+  and this episode's goals and achievements so far, for the next goal, which the actor's notes show from
+  its next step on, until the episode has had `max_goals` goals. `goal_proposal: upfront` asks once, before
+  the episode, for up to `max_goals` goals in order. Every call has its own session id
+  (`.../{task_id}/curriculum`, then `.../curriculum/2`, ...) and is stored with that episode's llm_calls,
+  so it lands in the batch's table and its cost. The skills listed to the actor are the top-k retrieved for
+  the goals of the first call: the actor's tools are fixed for an episode.
 - Self-verification and skill writing (`induce`, the sleep phase after the batch): for each goal of each
   episode of the batch a critic call (role "critic") judges from the trajectory whether it was reached; on
   success a skill-writing call (role "skill_writer") appends one function with a docstring description, so
@@ -29,6 +35,7 @@ import functools
 import json
 import math
 import re
+import zlib
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -51,7 +58,10 @@ class Options:
     retrieval: Literal["embedding", "tfidf"] = "embedding"
     eval_goal: str = "Survive and unlock as many achievements as possible."  # retrieval query of test episodes
     recent_episodes: int = 3  # latest episodes whose final observation the curriculum reads
-    max_goals: int = 5  # goals the curriculum may propose for one episode (1: one goal per episode)
+    max_goals: int = 5  # goals one episode may pursue in all (1: one goal per episode)
+    # on_achievement: one goal at a time, the next asked for when an achievement is unlocked (Voyager's loop);
+    # upfront: all of an episode's goals (up to max_goals) in one call before it starts
+    goal_proposal: Literal["on_achievement", "upfront"] = "on_achievement"
     curriculum_prompt_file: str | None = None  # replace prompts/voyager_curriculum.txt, _critic.txt, _skill.txt
     critic_prompt_file: str | None = None
     skill_prompt_file: str | None = None
@@ -123,9 +133,18 @@ def visible(library: Library, options: Options) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ curriculum
-def curriculum_session(run_id: str, cycle: int, task_id: str) -> str:
-    """Shares the prefix of the episode ids of that rollout (`{run_id}/train/c{cycle}/{task_id}/...`)."""
-    return f"{run_id}/train/c{cycle}/{task_id}/curriculum"
+def curriculum_session(run_id: str, cycle: int, task_id: str, n: int = 1) -> str:
+    """The n-th curriculum call of an episode; shares the prefix of the episode ids of that rollout
+    (`{run_id}/train/c{cycle}/{task_id}/...`)."""
+    return f"{run_id}/train/c{cycle}/{task_id}/curriculum" + (f"/{n}" if n > 1 else "")
+
+
+_LATER_CALL = re.compile(r"/curriculum/\d+$")
+
+
+def per_call(opts: Options) -> int:
+    """Goals one curriculum call proposes."""
+    return 1 if opts.goal_proposal == "on_achievement" else opts.max_goals
 
 
 def parse_goals(reply: str, limit: int) -> list[str]:
@@ -140,15 +159,17 @@ def parse_goals(reply: str, limit: int) -> list[str]:
 
 
 def _goals(dirs, limit: int, cycle: int | None = None) -> dict[str, list[str]]:
-    """Curriculum goals recorded in `dirs` (batch or episode folders): session id -> that episode's goals."""
-    out = {}
+    """Curriculum goals recorded in `dirs` (batch or episode folders): the session id of an episode's first
+    curriculum call -> all of that episode's goals, in the order proposed (`limit` per call)."""
+    out: dict[str, list[str]] = {}
     for d in dirs:
         if not (d / "llm_calls.parquet").is_file():
             continue
-        for c in read_records(d / "llm_calls.parquet", LLMCall):
+        for c in read_records(d / "llm_calls.parquet", LLMCall):  # stored in the order they were made
             if c.role == "curriculum" and (cycle is None or f"/train/c{cycle}/" in c.session_id):
                 # The same reading as next_task's, fallback included: the goals the actor was given.
-                out[c.session_id] = parse_goals(json.loads(c.response).get("content", ""), limit)
+                out.setdefault(_LATER_CALL.sub("/curriculum", c.session_id), []).extend(
+                    parse_goals(json.loads(c.response).get("content", ""), limit))
     return out
 
 
@@ -179,27 +200,56 @@ def next_task(ctx: TaskContext) -> TaskChoice:
     task_id = ctx.planned[ctx.index]
     meta = ctx.library.meta
     traces = read_traces(ctx.history_dirs)
-    pending = [g for goals in _goals(ctx.history_dirs, opts.max_goals, ctx.cycle).values() for g in goals]
-    user = "\n\n".join([
+    pending = [g for goals in _goals(ctx.history_dirs, per_call(opts), ctx.cycle).values() for g in goals]
+    known = "\n\n".join([
         progress(traces, opts.recent_episodes),
         "Completed goals: " + ("; ".join(meta.get("completed_goals", [])) or "none"),
         "Failed goals: " + ("; ".join(meta.get("failed_goals", [])) or "none"),
         "Attempted in this batch, not yet judged: " + ("; ".join(pending) or "none"),
-        "Skills the agent has: " + (", ".join(f.name for f in ctx.library.public()) or "none"),
-        f"Propose the next goal{'s' if opts.max_goals > 1 else ''}."])
+        "Skills the agent has: " + (", ".join(f.name for f in ctx.library.public()) or "none")])
     bench = load_benchmark(ctx.bench)
     system = prompt_text(opts.curriculum_prompt_file, "voyager_curriculum.txt").format(
-        environment=bench.describe(), max_goals=opts.max_goals)
+        environment=bench.describe(), max_goals=per_call(opts))
     # A goal is one short line: the curriculum is a rollout job's call, not a sleep phase's (config section
     # inducer is not read here), and its prompt is cut to what the context leaves after its reply.
     chars = max(2000, (ctx.llm.ctx_per_slot - CURRICULUM_REPLY_TOKENS) * TOKEN_CHARS)
-    reply = ctx.client.chat([{"role": "system", "content": system}, {"role": "user", "content": user[-chars:]}],
-                            role="curriculum", session_id=curriculum_session(ctx.run_id, ctx.cycle, task_id),
-                            max_tokens=CURRICULUM_REPLY_TOKENS, seed=ctx.index)
-    goals = parse_goals(reply.text, opts.max_goals)
+
+    def ask(user: str, n: int, limit: int) -> tuple[list[str], LLMCall]:
+        session = curriculum_session(ctx.run_id, ctx.cycle, task_id, n)
+        reply = ctx.client.chat([{"role": "system", "content": system}, {"role": "user", "content": user[-chars:]}],
+                                role="curriculum", session_id=session, max_tokens=CURRICULUM_REPLY_TOKENS,
+                                seed=ctx.index if n == 1 else zlib.crc32(session.encode()))
+        return parse_goals(reply.text, limit), reply.record
+
+    goals, record = ask(f"{known}\n\nPropose the next goal{'s' if per_call(opts) > 1 else ''}.", 1, per_call(opts))
     # each goal's top-k skills, in goal order
     shown = dict.fromkeys(n for g in goals for n in retrieve(ctx.library, g, opts.top_k, opts.retrieval))
-    return TaskChoice(task_id, "; then ".join(goals), tuple(shown), (reply.record,))
+    if opts.goal_proposal == "upfront":
+        return TaskChoice(task_id, "; then ".join(goals), tuple(shown), (record,))
+    seen: set[str] = set()  # achievements unlocked in this episode so far (Crafter starts with none)
+    done: list[str] = []  # "goal (achievements unlocked while it was the goal)", in order
+
+    def replan(observation: str, env) -> TaskChoice | None:
+        """The next goal once the current one's attempt ended with a new achievement; None otherwise, on an
+        env that reports no achievements, and once the episode has had max_goals goals."""
+        now = list(env.unlocked()) if hasattr(env, "unlocked") else []
+        new = [a for a in now if a not in seen]
+        if not new or len(goals) >= opts.max_goals:
+            return None
+        seen.update(new)
+        done.append(f"{goals[-1]} (unlocked: {', '.join(a.replace('_', ' ') for a in new)})")
+        # env.observation() renders the state without a step (a primitive may return "None", D.2)
+        current = env.observation() if hasattr(env, "observation") else observation
+        user = "\n\n".join([
+            known, "Goals attempted in this episode so far, each ended by a new achievement (not yet judged): "
+            + "; ".join(done),
+            "Achievements unlocked in this episode: " + ", ".join(sorted(a.replace("_", " ") for a in seen)),
+            f"Current state:\n{current}", "Propose the next goal."])
+        nxt, rec = ask(user, len(goals) + 1, 1)
+        goals.extend(nxt)
+        return TaskChoice(task_id, nxt[0], None, (rec,))
+
+    return TaskChoice(task_id, goals[0], tuple(shown), (record,), replan)
 
 
 # ------------------------------------------------------------------------------------------ sleep phase
@@ -229,7 +279,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
     primitives = {p.name for p in bench.primitives()}
     prim_text = "\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives())
     max_tokens, _ = budget(ctx.llm, ctx.limits)
-    goals = _goals(ctx.history_dirs[-1:], opts.max_goals)
+    goals = _goals(ctx.history_dirs[-1:], per_call(opts))
     library = ctx.library
     meta = dict(ctx.library.meta)
     completed, failed = list(meta.get("completed_goals", [])), list(meta.get("failed_goals", []))
