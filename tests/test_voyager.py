@@ -90,7 +90,7 @@ def test_every_curriculum_call_is_recorded_with_its_own_session_and_judged(episo
     assert v1.meta["completed_goals"] == ["Collect wood"] and [f.name for f in v1.functions] == ["hit_twice", "chop"]
 
 
-def test_upfront_keeps_one_call_before_the_episode():
+def test_goal_proposal_takes_its_two_modes_only():  # upfront played: test_methods.voyager_run
     opts = get_method("voyager").parse_options({"goal_proposal": "upfront", "max_goals": 3}, "v")
     assert opts.goal_proposal == "upfront"
     with pytest.raises(Exception, match="goal_proposal"):
