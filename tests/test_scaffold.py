@@ -11,9 +11,10 @@ import re
 import pandas as pd
 import pytest
 
-from skillrepro.studies.scaffold.cards import (MAX_REPLY_CHARS, REPLY_FORMS, CardFormat, GeneratorTemplate,
-                                               card_grammar, check_card, generate_candidates, generator_request,
-                                               part_grammars, section_word_bounds)
+from skillrepro.studies.scaffold.cards import (FREE_NAME_WORDS, MAX_REPLY_CHARS, REPLY_FORMS, CardFormat,
+                                               GeneratorTemplate, card_grammar, card_json_schema, check_card,
+                                               generate_candidates, generator_request, paper_card, part_grammars,
+                                               section_word_bounds)
 from skillrepro.studies.scaffold.evidence import build_evidence
 from skillrepro.studies.scaffold.records import CandidateRecord, Trajectory, TrajectoryStep
 from skillrepro.studies.scaffold.rollouts import sample_queries
@@ -361,6 +362,8 @@ def test_impossible_card_format_is_named():
         section_word_bounds(CardFormat(max_words=25, min_words=20), None)
     with pytest.raises(ValueError, match="40 generator tokens"):
         section_word_bounds(CardFormat(), 40)
+    with pytest.raises(ValueError, match="name 'snake'; allowed: kebab, free"):
+        section_word_bounds(CardFormat(name="snake"), None)
 
 
 def test_grammar_lists_headings_in_order_and_closes_the_json():
@@ -425,6 +428,125 @@ def test_the_tagged_grammar_accepts_a_tagged_reply_and_rejects_an_untagged_one()
     js = gbnf_regex(card_grammar(replace(fmt, reply="json"), 500))
     reply = json.dumps({"skill": _card_at(fmt, lo)}, separators=(",", ":"))
     assert js.fullmatch(reply[len(REPLY_FORMS["json"].opening):]) and not js.fullmatch(after)
+
+
+# The paper's selected ScienceWorld card (appendix D.4), verbatim but for one curly apostrophe ("task’s") made
+# straight, and its numbered steps written as the grammar's "- " bullets without their periods (a bullet
+# may not end in one).
+SW_PAPER_CARD = """# Skill: Test Conductivity Using Available Setup
+## When to apply
+A material is suspected to be electrically conductive, and a test setup involving a power source and a light bulb is available.
+## Success-preserving strategy
+Maintain the material in the inventory, confirm the presence of a power source and light bulb, and ensure the setup is connected correctly. Use the task's specified destination for classification.
+## Failure patterns to suppress
+Using unverified equipment, attempting to use non-existent tools like a conductivity tester, or connecting the material without a complete circuit.
+## Procedure
+- Focus on the metal fork to examine its properties
+- Pick up the metal fork to place it in the inventory
+- Check for the presence of a power source and light bulb in the environment
+- Connect the metal fork to the power source and light bulb to form a circuit
+- Observe if the light bulb illuminates to determine conductivity
+- If the light bulb lights up, place the metal fork in the destination specified by the current task
+## Decision rules
+If the light bulb does not illuminate, check the connections and ensure the circuit is complete. If the power source or light bulb is not available, do not proceed with the test. If the connection command is rejected, verify the presence of the required objects before retrying.
+## Verification and recovery
+Confirm that the light bulb lights up as a clear signal of conductivity. If the light bulb does not respond, check the setup for errors without assuming a material property. If the setup is confirmed but the signal is absent, retain uncertainty and avoid classification.
+## Stop conditions
+Stop when the light bulb illuminates, confirming conductivity, or when the setup is confirmed to be incomplete and no further actions can be taken."""
+
+
+def test_each_envs_default_card_is_the_papers():
+    alf = ("When to apply", "Success-preserving strategy", "Failure patterns to suppress", "Procedure",
+           "Decision rules", "Verification and recovery", "Stop conditions")
+    want = {  # appendix D's templates: (headings, name form, min, max words, reply form); the 20-word floor is ours
+        "alfworld": (alf, "kebab", 20, 400, "tagged"),
+        "scienceworld": (alf, "free", 20, 400, "tagged"),
+        "webshop": (("When to Use", "Inputs to Identify", "Workflow", "Decision Rules"), "kebab", 50, 150, "json"),
+        "tau2": (("When to apply", "Policy and tool checks", "Procedure", "Decision rules", "Verification and recovery",
+                  "Stop or escalation conditions"), "free", 120, 240, "markdown"),
+        "babyai": (alf, "kebab", 20, 400, "tagged"), "crafter": (alf, "kebab", 20, 400, "tagged"),
+    }
+    for env, (headings, name, lo, hi, reply) in want.items():
+        f = paper_card(env)
+        assert (f.headings, f.name, f.min_words, f.max_words, f.reply) == (headings, name, lo, hi, reply), env
+    cfg = ScaffoldConfig.from_config({"llm": {"backend": "embedded"}, "benchmarks": {
+        e: {"env": e} for e in want}, "scaffold": {"benchmarks": list(want)}})
+    assert all(cfg.card_format(e) == paper_card(e) for e in want)
+    # the template's {headings} shows the env's name form
+    ev = build_evidence("scienceworld", "grp", [traj(0, True)])
+    sw = GeneratorTemplate.load("scienceworld").messages(ev, paper_card("scienceworld"))
+    alf_msgs = GeneratorTemplate.load("alfworld").messages(ev, paper_card("alfworld"))
+    assert "# Skill: <short reusable mechanism name>\n## When to apply" in sw[1]["content"] + sw[0]["content"]
+    assert "# Skill: <short-kebab-case-name>\n## When to apply" in alf_msgs[1]["content"] + alf_msgs[0]["content"]
+
+
+def test_a_free_name_is_valid_exactly_where_the_envs_rule_allows_it():
+    sw, alf = paper_card("scienceworld"), paper_card("alfworld")
+    ok = check_card(_reply(SW_PAPER_CARD, "tagged"), sw)
+    assert ok.valid and ok.name == "Test Conductivity Using Available Setup", ok.problems
+    bad = check_card(_reply(SW_PAPER_CARD, "tagged"), alf)  # the same card under ALFWorld's kebab-case rule
+    assert bad.problems == ("the name 'Test Conductivity Using Available Setup' is not kebab-case "
+                            "(lowercase words joined by '-')",)
+    kebab = SW_PAPER_CARD.replace("Test Conductivity Using Available Setup", "test-conductivity-using-available-setup")
+    assert check_card(_reply(kebab, "tagged"), alf).valid and check_card(_reply(kebab, "tagged"), sw).valid
+    long = SW_PAPER_CARD.replace("Setup", "Setup" + " Now" * FREE_NAME_WORDS, 1)
+    assert check_card(_reply(long, "tagged"), sw).problems == (f"the name has more than {FREE_NAME_WORDS} words",)
+    # tau2's selected card name (appendix D.5) is free too; WebShop's is kebab-case
+    tau2 = paper_card("tau2")
+    card = "# Skill: Exchange item for same product type in delivered order\n" + "\n".join(
+        f"## {h}\n" + "check " * 20 for h in tau2.headings)
+    assert check_card(card, tau2).valid and not check_card(card, replace(tau2, name="kebab")).valid
+
+
+def test_a_free_name_grammar_parses_the_papers_card_and_stays_bounded():
+    fmt = paper_card("scienceworld")
+    opening = REPLY_FORMS["tagged"].opening
+    reply = _reply(SW_PAPER_CARD, "tagged")
+    assert check_card(reply, fmt).valid
+    # The grammar caps every section at the same number of words (52 here, so that 7 sections and the longest name
+    # stay within 400): the paper's 76-word Procedure is over it, its first four steps (48 words) are not.
+    whole = gbnf_regex(card_grammar(fmt))
+    assert section_word_bounds(fmt)[1] == 52 and not whole.fullmatch(reply[len(opening):])
+    steps = "\n- Observe if the light bulb illuminates to determine conductivity\n- If the light bulb lights up, place "
+    cut = reply.replace(steps + "the metal fork in the destination specified by the current task", "")
+    assert cut != reply
+    assert check_card(cut, fmt).valid and whole.fullmatch(cut[len(opening):])
+    assert not gbnf_regex(card_grammar(paper_card("alfworld"))).fullmatch(cut[len(opening):])  # its name
+    name_g = gbnf_regex(part_grammars(fmt, 600)[0])
+    assert name_g.fullmatch("Test Conductivity Using Available Setup") and name_g.fullmatch("probe-card")
+    assert name_g.fullmatch(" ".join(["Word"] * FREE_NAME_WORDS))
+    for bad in (" ".join(["Word"] * (FREE_NAME_WORDS + 1)), "W" * 21, "Two  spaces", "A #b", "A\n## B", 'Say "x"'):
+        assert not name_g.fullmatch(bad), bad
+    # every card the free-name grammar allows, its longest name included, keeps the word limits
+    lo, hi = section_word_bounds(fmt, 600)
+    longest = _card_at(fmt, hi).replace("probe-card", " ".join(["Word"] * FREE_NAME_WORDS))
+    assert check_card(_reply(longest, "tagged"), fmt).valid and check_card(_reply(_card_at(fmt, lo), "tagged"), fmt).valid
+    # sectioned decoding lets a free name take more tokens than a kebab one; the JSON schema follows the name form
+    assert generator_request(fmt, "grammar", "embedded", 600).name_tokens > generator_request(
+        paper_card("alfworld"), "grammar", "embedded", 600).name_tokens
+    for f, name in ((replace(fmt, reply="json"), "Test Conductivity"), (paper_card("webshop"), "probe-card")):
+        pattern = card_json_schema(f)["properties"]["skill"]["pattern"]
+        card = _card_at(f, 3).replace("probe-card", name)
+        assert re.fullmatch(pattern[1:-1], card) and not re.fullmatch(
+            pattern[1:-1], card.replace(name, "Probe card" if f.name == "kebab" else "A  b"))
+
+
+def test_card_format_per_env_config():
+    # the flat form applies to every env (over each env's paper default); an env's own key overrides it there
+    cfg = ScaffoldConfig.from_config(_cfg(card={"max_words": 300, "babyai": {"name": "free", "min_words": 30}}))
+    sw, ba = cfg.card_format("scienceworld"), cfg.card_format("babyai")
+    assert (sw.max_words, sw.min_words, sw.name) == (300, 20, "free")
+    assert (ba.max_words, ba.min_words, ba.name, ba.headings) == (300, 30, "free", paper_card("babyai").headings)
+    own = ScaffoldConfig.from_config(_cfg(card={"scienceworld": {"headings": ["Use", "Steps"], "name": "kebab"}}))
+    assert own.card_format("scienceworld").headings == ("Use", "Steps") and own.card_format("babyai") == paper_card("babyai")
+    with pytest.raises(ValueError, match=r"scaffold.card.webshop: neither a card key .* nor the env of a benchmark"):
+        ScaffoldConfig.from_config(_cfg(card={"webshop": {"name": "free"}}))
+    with pytest.raises(ValueError, match=r"scaffold.card.babyai.name: 'snake' is not allowed"):
+        ScaffoldConfig.from_config(_cfg(card={"babyai": {"name": "snake"}}))
+    with pytest.raises(ValueError, match=r"scaffold.card.babyai: unknown key\(s\) words"):
+        ScaffoldConfig.from_config(_cfg(card={"babyai": {"words": 3}}))
+    with pytest.raises(ValueError, match=r"config key scaffold.card.scienceworld \(the card on scienceworld\): .*impossible"):
+        ScaffoldConfig.from_config(_cfg(card={"scienceworld": {"max_words": 30}}))
 
 
 def test_json_reply_is_the_papers_contract():
@@ -636,7 +758,7 @@ def test_config_ablations_splits_and_executor():
 def test_generator_reply_is_the_papers_per_benchmark_unless_configured():
     cfg = ScaffoldConfig.from_config(_cfg())
     assert cfg.generator_reply == {"babyai": "tagged", "scienceworld": "tagged"}  # appendix D: <skill> tags
-    assert cfg.card_format("scienceworld") == replace(cfg.card, reply="tagged")
+    assert cfg.card_format("scienceworld") == replace(paper_card("scienceworld"), reply="tagged")
     assert cfg.generator_request("embedded", "scienceworld").prefill == "<skill>\n# Skill: "
     own = ScaffoldConfig.from_config(_cfg(generator_reply={"babyai": "json"}))
     assert own.card_format("babyai").reply == "json" and own.card_format("scienceworld").reply == "tagged"

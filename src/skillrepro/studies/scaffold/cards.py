@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -15,11 +15,22 @@ from skillrepro.studies.scaffold.records import CandidateRecord, EvidenceRecord
 PROMPTS = Path(__file__).resolve().parents[2] / "prompts"
 
 
+# How a card's `# Skill:` name may be written (appendix D): `kebab` (ALFWorld's "<short-kebab-case-name>" and
+# WebShop's mechanism names) or `free` (ScienceWorld's "short reusable mechanism name" and tau2's cards: words with
+# spaces and capitals, "Test Conductivity Using Available Setup").
+NAME_FORMS = ("kebab", "free")
+
+
+# A free name's bound, in the grammar and in check_card: at most this many words of at most 20 characters (the
+# paper's longest, tau2's "Exchange item for same product type in delivered order", has nine).
+FREE_NAME_WORDS = 12
+
+
 @dataclass(frozen=True)
 class CardFormat:
-    """What a valid card looks like: a `# Skill: <name>` title, then exactly these `##` headings in order,
-    each with some text, and a word count within limits, in a reply of form `reply`. Configurable so a user's own
-    template can ask for other headings (the paper's WebShop and tau2 cards have different ones)."""
+    """What a valid card looks like: a `# Skill: <name>` title (the name of form `name`, NAME_FORMS), then exactly
+    these `##` headings in order, each with some text, and a word count within limits, in a reply of form `reply`.
+    The paper's differs per benchmark (PAPER_CARDS); configurable per env through `scaffold.card`."""
 
     headings: tuple[str, ...] = (
         "When to apply",
@@ -33,6 +44,28 @@ class CardFormat:
     max_words: int = 400
     min_words: int = 20
     reply: str = "tagged"  # how the Generator's reply holds the card: a name in REPLY_FORMS
+    name: str = "kebab"  # how the title's name is written: one of NAME_FORMS
+
+
+# Each benchmark env's card as its appendix D template asks for it (the reply form is PAPER_REPLY's). The
+# household/laboratory cards state only a ceiling ("within 400 English words"); their 20-word floor is ours. Every
+# other env (BabyAI, Crafter: no template in the paper) takes ALFWorld's.
+PAPER_CARDS = {
+    "alfworld": CardFormat(),
+    "scienceworld": CardFormat(name="free"),
+    "webshop": CardFormat(("When to Use", "Inputs to Identify", "Workflow", "Decision Rules"), 150, 50),
+    "tau2": CardFormat(("When to apply", "Policy and tool checks", "Procedure", "Decision rules",
+                        "Verification and recovery", "Stop or escalation conditions"), 240, 120, name="free"),
+}
+
+
+def paper_card(env: str) -> CardFormat:
+    """The paper's card format on `env`, with the env's paper reply form."""
+    return replace(PAPER_CARDS.get(env, PAPER_CARDS["alfworld"]), reply=paper_reply(env))
+
+
+# What a template's {headings} placeholder (and the json form's instruction) shows as the name.
+NAME_HINTS = {"kebab": "<short-kebab-case-name>", "free": "<short reusable mechanism name>"}
 
 
 @dataclass(frozen=True)
@@ -80,7 +113,7 @@ REPLY_INSTRUCTIONS = {
               "text before <skill> or after </skill>.",
     "json": "Answer with exactly one JSON object with one key, \"skill\", whose value is the card as Markdown "
             "(newlines escaped as \\n), at most {max_words} words; no code fence, no text before or after it. Your "
-            "reply begins exactly like this: {\"skill\":\"# Skill: short-kebab-case-name\\n",
+            "reply begins exactly like this: {\"skill\":\"# Skill: {name}\\n",
     "markdown": "Return the card directly as Markdown, beginning with '# Skill:', at most {max_words} words; do not "
                 "wrap it in JSON or a code fence, no text before or after it.",
 }
@@ -99,6 +132,9 @@ class CardCheck:
 
 
 _TITLE = re.compile(r"^#\s*Skill\s*:\s*(.*)$", re.IGNORECASE)
+
+
+_KEBAB = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
 _HEADING = re.compile(r"^(#{1,6})\s*(.*?)\s*#*\s*$")
@@ -150,6 +186,10 @@ def check_card(text: str, fmt: CardFormat = CardFormat()) -> CardCheck:
     name = _TITLE.match(lines[0].strip()).group(1).strip()
     if not name:
         problems.append("the '# Skill:' title has no name")
+    elif fmt.name == "kebab" and not _KEBAB.fullmatch(name):
+        problems.append(f"the name {name!r} is not kebab-case (lowercase words joined by '-')")
+    elif fmt.name == "free" and len(_WORD.findall(name)) > FREE_NAME_WORDS:
+        problems.append(f"the name has more than {FREE_NAME_WORDS} words")
     found: list[tuple[str, int]] = []  # (heading, line index)
     for i, line in enumerate(lines[1:], start=1):
         m = _HEADING.match(line.strip())
@@ -198,12 +238,16 @@ def section_word_bounds(fmt: CardFormat, max_tokens: int | None = None) -> tuple
     (as check_card counts them: title word, name, heading words and section words) and, when
     `max_tokens` is given, fits in it (about 2 tokens per word and separator, 12 per heading line), so
     the reply is never cut off before its closing."""
+    if fmt.name not in NAME_FORMS:
+        raise ValueError(f"card format: name {fmt.name!r}; allowed: {', '.join(NAME_FORMS)}")
     k = len(fmt.headings)
-    fixed = 2 + sum(len(_WORD.findall(h)) for h in fmt.headings)  # "Skill", the kebab name, headings
+    headings = sum(len(_WORD.findall(h)) for h in fmt.headings)
+    name_words = FREE_NAME_WORDS if fmt.name == "free" else 1  # a kebab name is one word; a free one 1..12
+    fixed = 1 + name_words + headings  # "Skill", the longest name, the headings
     hi = (fmt.max_words - fixed) // k
     if max_tokens is not None:
-        hi = min(hi, (max_tokens - 16 - 12 * k) // (2 * k))
-    lo = max(1, -(-(fmt.min_words - fixed) // k))
+        hi = min(hi, (max_tokens - 16 - 2 * (name_words - 1) - 12 * k) // (2 * k))
+    lo = max(1, -(-(fmt.min_words - (2 + headings)) // k))  # with the shortest name, one word
     if hi < lo:
         raise ValueError(f"card format: {k} sections need {lo}..{hi} words each, impossible with max_words "
                          f"{fmt.max_words}, min_words {fmt.min_words}" + (f" and {max_tokens} generator tokens"
@@ -211,7 +255,16 @@ def section_word_bounds(fmt: CardFormat, max_tokens: int | None = None) -> tuple
     return lo, hi
 
 
-_NAME_RULE = 'name ::= [a-z] [a-z0-9]{0,15} ("-" [a-z0-9] [a-z0-9]{0,15}){0,5}'
+# The name's grammar per NAME_FORMS, bounded in characters either way (a free name: FREE_NAME_WORDS words of at most
+# 20 characters, single spaces between; no '#', '<', quote or backslash, so it stays one title line and valid JSON).
+NAME_RULES = {
+    "kebab": 'name ::= [a-z] [a-z0-9]{0,15} ("-" [a-z0-9] [a-z0-9]{0,15}){0,5}',
+    "free": f'name ::= [A-Za-z0-9] [A-Za-z0-9\'-]{{0,19}} (" " [A-Za-z0-9] [A-Za-z0-9\'-]{{0,19}}){{0,{FREE_NAME_WORDS - 1}}}',
+}
+
+
+# The JSON schema's name pattern per NAME_FORMS (word bounds are left to validation there).
+NAME_PATTERNS = {"kebab": "[a-z0-9]+(-[a-z0-9]+)*", "free": "[A-Za-z0-9][A-Za-z0-9'-]*( [A-Za-z0-9][A-Za-z0-9'-]*)*"}
 
 
 def _body_rules(lo: int, hi: int, form: ReplyForm) -> list[str]:
@@ -239,7 +292,7 @@ def card_grammar(fmt: CardFormat, max_tokens: int | None = None) -> str:
     lo, hi = section_word_bounds(fmt, max_tokens)
     parts = " ".join(f"{_gbnf(heading_literal(h, fmt.reply))} body" for h in fmt.headings)
     closing = f" {_gbnf(form.closing)}" if form.closing else ""
-    return "\n".join([f"root ::= name {parts}{closing}", _NAME_RULE] + _body_rules(lo, hi, form))
+    return "\n".join([f"root ::= name {parts}{closing}", NAME_RULES[fmt.name]] + _body_rules(lo, hi, form))
 
 
 def part_grammars(fmt: CardFormat, max_tokens: int | None = None) -> tuple[str, str]:
@@ -247,7 +300,7 @@ def part_grammars(fmt: CardFormat, max_tokens: int | None = None) -> tuple[str, 
     the card per request, the headings and the closing written between the requests."""
     lo, hi = section_word_bounds(fmt, max_tokens)
     body = _body_rules(lo, hi, REPLY_FORMS[fmt.reply])
-    return "\n".join(["root ::= name", _NAME_RULE]), "\n".join(["root ::= body"] + body)
+    return "\n".join(["root ::= name", NAME_RULES[fmt.name]]), "\n".join(["root ::= body"] + body)
 
 
 # What a body or a name cut by its token limit may end with that the grammar does not let it end with: a
@@ -265,10 +318,18 @@ def card_json_schema(fmt: CardFormat) -> dict[str, Any]:
     """JSON schema of the reply for servers without grammars (OpenAI-style structured outputs): one
     object with one string key "skill" whose headings come in order; the word bounds are not expressible
     here and are left to validation. Only the json reply form is a JSON object."""
-    pattern = "^# Skill: [a-z0-9]+(-[a-z0-9]+)*" + "".join(
+    pattern = "^# Skill: " + NAME_PATTERNS[fmt.name] + "".join(
         "\\n## " + re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", h) + "\\n[^#]+" for h in fmt.headings) + "$"
     return {"type": "object", "additionalProperties": False, "required": ["skill"],
             "properties": {"skill": {"type": "string", "pattern": pattern}}}
+
+
+# Sectioned decoding: the tokens a section body is sure to get (so it holds a word), and the most a name of each
+# NAME_FORMS may take (a free name is words: the paper's longest, nine, takes about 10 tokens).
+SECTION_MIN_TOKENS = 4
+
+
+NAME_MAX_TOKENS = {"kebab": 16, "free": 32}
 
 
 @dataclass(frozen=True)
@@ -284,6 +345,7 @@ class GeneratorRequest:
     grammar_field: str = "grammar"
     literals: tuple[str, ...] = ()
     closing: str = ""
+    name_tokens: int = NAME_MAX_TOKENS["kebab"]  # sectioned decoding: the most the name's request may write
 
     def reply_text(self, continuation: str, prefill: str | None = None) -> str:
         """The whole reply. llama.cpp returns the pre-fill with the continuation, vLLM without it."""
@@ -333,21 +395,16 @@ def generator_request(fmt: CardFormat, decoding: str, backend: str, max_tokens: 
     field_name = "structured_outputs" if backend == "vllm" else "grammar"
     if decoding == "grammar":
         return GeneratorRequest(form.opening, extra, part_grammars(fmt, max_tokens), field_name,
-                                tuple(heading_literal(h, fmt.reply) for h in fmt.headings), form.closing)
+                                tuple(heading_literal(h, fmt.reply) for h in fmt.headings), form.closing,
+                                NAME_MAX_TOKENS[fmt.name])
     req = GeneratorRequest(form.opening, extra, grammar_field=field_name)
     if decoding == "grammar_single":
         return GeneratorRequest(form.opening, req.with_grammar(card_grammar(fmt, max_tokens)), grammar_field=field_name)
     return req
 
 
-# Sectioned decoding: the tokens a section body is sure to get (so it holds a word), and the most a name may take.
-SECTION_MIN_TOKENS = 4
-
-
-NAME_MAX_TOKENS = 16
-
-
-def _part_budgets(max_tokens: int, literal_tokens: Sequence[int], closing_tokens: int) -> tuple[int, int]:
+def _part_budgets(max_tokens: int, literal_tokens: Sequence[int], closing_tokens: int,
+                  name_max: int) -> tuple[int, int]:
     """(tokens the model may write in all, of which at most this many for the name): `max_tokens` less the
     headings and the closing written between the requests, and a token per seam where re-tokenising
     could merge two pieces."""
@@ -356,7 +413,7 @@ def _part_budgets(max_tokens: int, literal_tokens: Sequence[int], closing_tokens
     if free < SECTION_MIN_TOKENS * (k + 1):
         raise ConfigError(f"config key scaffold.generator_max_tokens: {max_tokens} tokens leave {free} for the model's "
                           f"own text after the {k} headings; a card needs at least {SECTION_MIN_TOKENS * (k + 1)}")
-    return free, min(NAME_MAX_TOKENS, free - SECTION_MIN_TOKENS * k)
+    return free, min(name_max, free - SECTION_MIN_TOKENS * k)
 
 
 def server_token_counter(base_url: str, backend: str, model: str) -> Callable[[str], int]:
@@ -390,7 +447,7 @@ def sectioned_reply(client: Any, messages: Sequence[dict[str, Any]], request: Ge
     name_grammar, body_grammar = request.parts
     literals = request.literals
     free, name_max = _part_budgets(max_tokens, [count(x) for x in literals],
-                                   count(request.closing) if request.closing else 0)
+                                   count(request.closing) if request.closing else 0, request.name_tokens)
     text, records = request.prefill, []
 
     def part(grammar: str, limit: int) -> int:
@@ -449,9 +506,10 @@ class GeneratorTemplate:
             "attempts": ev.evidence,
             "n_attempts": str(1 if ev.variant == "anc" else ev.n_scouts),
             "guidance": GROUP_GUIDANCE["anchor" if ev.variant == "anc" else ev.kind],
-            "headings": "\n".join(["# Skill: <short-kebab-case-name>"] + [f"## {h}" for h in fmt.headings]),
+            "headings": "\n".join([f"# Skill: {NAME_HINTS[fmt.name]}"] + [f"## {h}" for h in fmt.headings]),
             "max_words": str(fmt.max_words),
-            "reply": REPLY_INSTRUCTIONS[fmt.reply].replace("{max_words}", str(fmt.max_words)),
+            "reply": REPLY_INSTRUCTIONS[fmt.reply].replace("{max_words}", str(fmt.max_words))
+                                                  .replace("{name}", NAME_HINTS[fmt.name].strip("<>")),
         }
 
         # Only known placeholders are replaced, so braces elsewhere in a user's template stay as written.

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from skillrepro.config import ConfigError, validate_section
-from skillrepro.studies.scaffold.cards import CardFormat, GeneratorRequest, generator_request, paper_reply
+from skillrepro.studies.scaffold.cards import (CardFormat, GeneratorRequest, generator_request, paper_card, paper_reply,
+                                               section_word_bounds)
 from skillrepro.studies.scaffold.selection import VARIANTS
 from skillrepro.studies.scaffold.statistics import INTERVALS
 
@@ -175,7 +176,10 @@ class ScaffoldConfig:
     # benchmark env -> the Generator's reply form (REPLY_FORMS), for every env of `benchmarks`: the config's
     # `scaffold.generator_reply`, else the paper's (cards.PAPER_REPLY)
     generator_reply: dict[str, str] = field(default_factory=dict)
-    card: CardFormat = CardFormat()
+    # benchmark env -> its card format (reply form aside: `generator_reply`), for every configured env: the paper's
+    # (cards.PAPER_CARDS), with `scaffold.card`'s keys for every env and then its `scaffold.card.<env>` keys. A
+    # generate job's fingerprint reads all of it (check.SCAFFOLD_READS "card"), so a change on one env reruns all.
+    card: dict[str, CardFormat] = field(default_factory=dict)
     scorer_backend: str = "auto"  # auto | transformers | vllm
     scorer_model: str | None = None  # GGUF path or shipped name (transformers); served model id (vllm)
     scorer_batch_tokens: int = 8192
@@ -256,20 +260,25 @@ class ScaffoldConfig:
             if b not in names:
                 raise ConfigError(f"config key scaffold.splits/executor: {b!r} is not one of scaffold.benchmarks")
         s["splits"] = splits
-        fmt = CardFormat(tuple(card.get("headings", CardFormat.headings)), card.get("max_words", 400),
-                         card.get("min_words", 20))
         envs = {b: (config["benchmarks"][b] or {}).get("env", b) for b in names}
+        configured = {(v or {}).get("env", k) for k, v in config["benchmarks"].items()}
         reply = dict(s.pop("generator_reply", {}) or {})
         for env in reply:
-            if env not in {(v or {}).get("env", k) for k, v in config["benchmarks"].items()}:
+            if env not in configured:
                 raise ConfigError(f"config key scaffold.generator_reply.{env}: not the env of any benchmark in "
                                   f"benchmarks ({', '.join(sorted(set(envs.values())))} in scaffold.benchmarks)")
-        out = cls(benchmarks=tuple(names), variants=tuple(s.pop("variants", ("grp",))), card=fmt,
+        cards = card_formats(card, configured)
+        out = cls(benchmarks=tuple(names), variants=tuple(s.pop("variants", ("grp",))), card=cards,
                   scorer_backend=scorer.get("backend", "auto"), scorer_model=scorer.get("model"),
                   scorer_batch_tokens=scorer.get("batch_tokens", 8192),
                   generator_prompts=dict(s.pop("generator_prompts", {}) or {}), ablations=ablations,
                   generator_reply={env: reply.get(env, paper_reply(env)) for env in sorted(set(envs.values()))}, **s)
-        for env in out.generator_reply:  # fails early if a benchmark's reply cannot be decoded as configured
+        for env in out.generator_reply:  # fails early if a benchmark's card or reply cannot be decoded as configured
+            try:
+                section_word_bounds(out.card_format(env), out.generator_max_tokens)
+            except ValueError as e:
+                key = f"scaffold.card.{env}" if env in card else "scaffold.card"
+                raise ConfigError(f"config key {key} (the card on {env}): {e}") from None
             out.generator_request((config.get("llm") or {}).get("backend", "embedded"), env)
         if out.bootstrap_interval not in INTERVALS:
             raise ConfigError(f"config key scaffold.bootstrap_interval: {out.bootstrap_interval!r}; allowed: "
@@ -282,12 +291,33 @@ class ScaffoldConfig:
         return out
 
     def card_format(self, env: str) -> CardFormat:
-        """The card format on a benchmark env: `card`, with the env's reply form."""
-        return replace(self.card, reply=self.generator_reply.get(env, paper_reply(env)))
+        """The card format on a benchmark env (`card`, else the paper's), with the env's reply form."""
+        return replace(self.card.get(env) or paper_card(env), reply=self.generator_reply.get(env, paper_reply(env)))
 
     def generator_request(self, backend: str, env: str) -> "GeneratorRequest":
         return generator_request(self.card_format(env), self.generator_decoding, backend, self.generator_max_tokens,
                                  f"scaffold.generator_reply.{env}")
+
+
+CARD_KEYS = ("headings", "max_words", "min_words", "name")
+
+
+def card_formats(card: dict[str, Any], envs: set[str]) -> dict[str, CardFormat]:
+    """Each env's card format from `scaffold.card` (schema-checked): the paper's, then the keys given for every env,
+    then those under the env's own key. A key that is neither a format key nor a configured env is refused."""
+    every = {k: card[k] for k in CARD_KEYS if k in card}
+    for env in card:
+        if env not in CARD_KEYS and env not in envs:
+            raise ConfigError(f"config key scaffold.card.{env}: neither a card key ({', '.join(CARD_KEYS)}) nor the env "
+                              f"of a benchmark in benchmarks ({', '.join(sorted(envs))})")
+
+    def fmt(env: str) -> CardFormat:
+        keys = {**every, **(card.get(env) or {})}
+        if "headings" in keys:
+            keys["headings"] = tuple(keys["headings"])
+        return replace(paper_card(env), **keys)
+
+    return {env: fmt(env) for env in sorted(envs)}
 
 
 def check_heldout(cfg: ScaffoldConfig, config: dict[str, Any]) -> None:
