@@ -19,12 +19,13 @@ import argparse
 import collections
 import os
 import time
+from dataclasses import replace
 
 from skillrepro.config import LLMConfig
 from skillrepro.llm import servers
 from skillrepro.llm.client import LLMClient
-from skillrepro.studies.scaffold.cards import (REPLY_FORMS, CardFormat, GeneratorRequest, GeneratorTemplate,
-                                               generate_candidates, generator_request, paper_reply)
+from skillrepro.studies.scaffold.cards import (REPLY_FORMS, GeneratorRequest, GeneratorTemplate, generate_candidates,
+                                               generator_request, paper_card, paper_reply)
 from skillrepro.studies.scaffold.records import EvidenceRecord, read_rows
 from skillrepro.studies.scaffold.rollouts import phase_seed
 
@@ -42,7 +43,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     cfg = LLMConfig(model=a.model, temperature=0.7, seed=0, slots=1, ctx_per_slot=8192, threads=a.threads)
-    fmt = CardFormat(reply=a.reply or paper_reply(a.env))
+    fmt = replace(paper_card(a.env), reply=a.reply or paper_reply(a.env))
     evidence = [ev for path in a.evidence for ev in read_rows(path, EvidenceRecord) if not ev.skip]
     server = None if os.environ.get(servers.URL_ENV) else servers.start(cfg, workdir="/tmp")
     url = os.environ.get(servers.URL_ENV) or server.url

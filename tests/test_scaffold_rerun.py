@@ -144,3 +144,15 @@ def test_a_job_refuses_settings_its_rule_did_not_record():
     job.params.settings = "0" * 16
     with pytest.raises(ScaffoldSettingsError, match="settings fingerprint"):
         scaffold_job(job)
+
+
+def test_a_card_format_changes_only_the_generate_fingerprint_of_its_env():
+    cfg = copy.deepcopy(BASE)
+    cfg["benchmarks"]["sw"] = {"env": "scienceworld", "llm_call_budget": 3}
+
+    def fp(c, bench):
+        return scaffold_fingerprint(c, ScaffoldConfig.from_config(c), bench, "generate")
+
+    other = copy.deepcopy(cfg)
+    other["scaffold"]["card"] = {"scienceworld": {"max_words": 300}}
+    assert fp(other, "babyai") == fp(cfg, "babyai") and fp(other, "sw") != fp(cfg, "sw")

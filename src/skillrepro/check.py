@@ -169,6 +169,8 @@ def scaffold_fingerprint(config: dict[str, Any], scaffold: ScaffoldConfig, bench
                 value = value.get(benchmark, {})
             elif name == "generator_reply":  # the benchmark's own reply form, written out or the paper's
                 value = scaffold.card_format(config["benchmarks"][benchmark]["env"]).reply
+            elif name == "card":  # the benchmark env's own format: another env's card is no change here
+                value = scaffold.card_format(config["benchmarks"][benchmark]["env"])
             elif name == "heldout":
                 value = [value.of(benchmark), value.rollouts]  # `every` only says which checkpoints there are
             chosen[key] = value.get(sub) if sub else value
