@@ -195,6 +195,17 @@ def test_the_scienceworld_library_solves_t3_and_t4_tasks_through_the_actors_tool
     assert ("connect" in issued) == (family == "electricity")
 
 
+def test_the_scienceworld_library_reads_the_task_from_the_environment_when_the_actor_paraphrases_it(tmp_path):
+    """The shipped 0.5B actor sometimes passes a paraphrase ("Check if ... is electrically conductive", "find
+    living thing"): the skill then reads the task with the task_description primitive."""
+    bench = BenchmarkConfig(name="sw_electricity", env="scienceworld", options={"family": "electricity"}, llm_call_budget=2)
+    episodes, calls = play_reference(tmp_path, bench, ["test-conductivity:870"],
+                                     lambda _opening: 'solve_task("Check if the wood block is electrically conductive.")')
+    assert [(e["success"], e["n_llm_calls"]) for e in episodes] == [(True, 1)]
+    root = [c for c in calls if not c["parent_frame_id"]]
+    assert json.loads(root[0]["primitives"])[0][0] == "task_description"
+
+
 def test_the_crafter_library_climbs_the_tech_tree_through_the_actors_tool_path(tmp_path):
     """Two actor calls of play_step() on a fixed test world (the sandbox allows 200 primitives a call, so
     each plays about 95 actions): wood, a table, a wood pickaxe and sword at least. Measured without an LLM on
