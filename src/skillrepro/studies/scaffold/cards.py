@@ -134,9 +134,6 @@ class CardCheck:
 _TITLE = re.compile(r"^#\s*Skill\s*:\s*(.*)$", re.IGNORECASE)
 
 
-_KEBAB = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
-
-
 _HEADING = re.compile(r"^(#{1,6})\s*(.*?)\s*#*\s*$")
 
 
@@ -186,7 +183,7 @@ def check_card(text: str, fmt: CardFormat = CardFormat()) -> CardCheck:
     name = _TITLE.match(lines[0].strip()).group(1).strip()
     if not name:
         problems.append("the '# Skill:' title has no name")
-    elif fmt.name == "kebab" and not _KEBAB.fullmatch(name):
+    elif fmt.name == "kebab" and not re.fullmatch(NAME_PATTERNS["kebab"], name):
         problems.append(f"the name {name!r} is not kebab-case (lowercase words joined by '-')")
     elif fmt.name == "free" and len(_WORD.findall(name)) > FREE_NAME_WORDS:
         problems.append(f"the name has more than {FREE_NAME_WORDS} words")
@@ -263,7 +260,8 @@ NAME_RULES = {
 }
 
 
-# The JSON schema's name pattern per NAME_FORMS (word bounds are left to validation there).
+# The name's pattern per NAME_FORMS: the JSON schema's (word bounds are left to validation there) and, for
+# kebab, check_card's.
 NAME_PATTERNS = {"kebab": "[a-z0-9]+(-[a-z0-9]+)*", "free": "[A-Za-z0-9][A-Za-z0-9'-]*( [A-Za-z0-9][A-Za-z0-9'-]*)*"}
 
 
