@@ -13,7 +13,7 @@ import pytest
 
 from skillrepro.studies.scaffold.cards import (FREE_NAME_WORDS, MAX_REPLY_CHARS, REPLY_FORMS, CardFormat,
                                                GeneratorTemplate, card_grammar, card_json_schema, check_card,
-                                               generate_candidates, generator_request, paper_card, part_grammars,
+                                               generate_candidates, generator_request, paper_card, sections,
                                                section_word_bounds)
 from skillrepro.studies.scaffold.evidence import build_evidence
 from skillrepro.studies.scaffold.records import CandidateRecord, Trajectory, TrajectoryStep
@@ -419,7 +419,8 @@ def test_the_tagged_grammar_accepts_a_tagged_reply_and_rejects_an_untagged_one()
                 after.replace("step", "step </skill>", 1)):  # a tag inside a section
         assert not whole.fullmatch(bad), bad[-60:]
     # sectioned decoding: a name, then section bodies that can hold neither a heading nor a tag
-    name_g, body_g = (gbnf_regex(g) for g in part_grammars(fmt, 500))
+    plan = sections(fmt)
+    name_g, body_g = gbnf_regex(plan.name_grammar), gbnf_regex(plan.body_grammar(hi))
     assert name_g.fullmatch("probe-card") and not name_g.fullmatch("Probe card")
     assert body_g.fullmatch("- step, step\n- step.") and body_g.fullmatch("step " * (lo - 1) + "step.")
     for bad in ("step\n## Notes", "step </skill>", "step\\n- step", 'say "step"'):
@@ -512,7 +513,7 @@ def test_a_free_name_grammar_parses_the_papers_card_and_stays_bounded():
     assert cut != reply
     assert check_card(cut, fmt).valid and whole.fullmatch(cut[len(opening):])
     assert not gbnf_regex(card_grammar(paper_card("alfworld"))).fullmatch(cut[len(opening):])  # its name
-    name_g = gbnf_regex(part_grammars(fmt, 600)[0])
+    name_g = gbnf_regex(sections(fmt).name_grammar)
     assert name_g.fullmatch("Test Conductivity Using Available Setup") and name_g.fullmatch("probe-card")
     assert name_g.fullmatch(" ".join(["Word"] * FREE_NAME_WORDS))
     for bad in (" ".join(["Word"] * (FREE_NAME_WORDS + 1)), "W" * 21, "Two  spaces", "A #b", "A\n## B", 'Say "x"'):
@@ -522,13 +523,58 @@ def test_a_free_name_grammar_parses_the_papers_card_and_stays_bounded():
     longest = _card_at(fmt, hi).replace("probe-card", " ".join(["Word"] * FREE_NAME_WORDS))
     assert check_card(_reply(longest, "tagged"), fmt).valid and check_card(_reply(_card_at(fmt, lo), "tagged"), fmt).valid
     # sectioned decoding lets a free name take more tokens than a kebab one; the JSON schema follows the name form
-    assert generator_request(fmt, "grammar", "embedded", 600).name_tokens > generator_request(
-        paper_card("alfworld"), "grammar", "embedded", 600).name_tokens
+    assert generator_request(fmt, "grammar", "embedded", 600).sections.name_tokens > generator_request(
+        paper_card("alfworld"), "grammar", "embedded", 600).sections.name_tokens
     for f, name in ((replace(fmt, reply="json"), "Test Conductivity"), (paper_card("webshop"), "probe-card")):
         pattern = card_json_schema(f)["properties"]["skill"]["pattern"]
         card = _card_at(f, 3).replace("probe-card", name)
         assert re.fullmatch(pattern[1:-1], card) and not re.fullmatch(
             pattern[1:-1], card.replace(name, "Probe card" if f.name == "kebab" else "A  b"))
+
+
+class _CardClient:
+    """A grammar-keeping server for sectioned decoding that wants to write `card`'s name and sections: each body
+    is cut at the most words its grammar allows, as a server decoding under it would end the body there."""
+
+    def __init__(self, card: str):
+        self.name = card.split("\n", 1)[0].removeprefix("# Skill: ")
+        self.bodies = [part.split("\n", 1)[1] for part in card.split("\n## ")[1:]]
+        self.his = []
+
+    def chat(self, messages, **kw):
+        from types import SimpleNamespace
+
+        grammar = kw["extra_body"]["grammar"]
+        if grammar.startswith("root ::= name"):
+            out = self.name
+        else:
+            hi = int(re.search(r"\(sep word\)\{\d+,(\d+)\}", grammar).group(1)) + 1
+            body = self.bodies[len(self.his)]
+            self.his.append(hi)
+            words = list(re.finditer(r"[A-Za-z0-9][\w'-]*", body))
+            out = body if len(words) <= hi else body[:words[hi - 1].end()]
+        return SimpleNamespace(text=messages[-1]["content"] + out, finish_reason="stop",
+                               record=SimpleNamespace(call_id="c", completion_tokens=len(out) // 4))
+
+
+def test_sectioned_decoding_bounds_the_cards_words_not_each_sections():
+    fmt = paper_card("scienceworld")
+    req = generator_request(fmt, "grammar", "embedded", 900)
+    ev = build_evidence("scienceworld", "grp", [traj(0, True)])
+    # the paper's own card decodes as written: its 76-word Procedure is over one grammar's uniform cap (52)
+    client = _CardClient(SW_PAPER_CARD)
+    (card,), _ = generate_candidates(lambda j: client, ev, GeneratorTemplate.load("scienceworld"), fmt, 1, 900, req,
+                                     count=len)
+    assert card.valid and card.card == SW_PAPER_CARD, card.problems
+    assert min(client.his) > section_word_bounds(fmt)[1] >= 52
+    # a model that would write 100 words in every section: early sections take more than the uniform cap, every
+    # later one keeps its floor, and the card stays within max_words
+    long = "# Skill: probe card\n" + "\n".join(f"## {h}\n" + "step " * 99 + "step." for h in fmt.headings)
+    client = _CardClient(long)
+    (card,), _ = generate_candidates(lambda j: client, ev, GeneratorTemplate.load("scienceworld"), fmt, 1, 900, req,
+                                     count=len)
+    assert card.valid and card.n_words == fmt.max_words, card.problems
+    assert client.his[0] > 52 and client.his[-1] == section_word_bounds(fmt)[0]
 
 
 def test_card_format_per_env_config():
@@ -562,15 +608,16 @@ def test_json_reply_is_the_papers_contract():
 def test_generator_request_per_backend():
     fmt = CardFormat(reply="json")
     emb = generator_request(fmt, "grammar", "embedded", 500)
-    name_g, body_g = emb.parts
-    assert emb.prefill == '{"skill":"# Skill: ' and name_g.startswith("root ::= name") and body_g.startswith("root ::= body")
-    assert emb.literals == tuple(json.dumps(f"\n## {h}\n")[1:-1] for h in fmt.headings) and emb.closing == '"}'
+    plan = emb.sections
+    assert emb.prefill == '{"skill":"# Skill: ' and plan.name_grammar.startswith("root ::= name")
+    assert plan.body_grammar(9).startswith("root ::= body")
+    assert plan.literals == tuple(json.dumps(f"\n## {h}\n")[1:-1] for h in fmt.headings) and plan.closing == '"}'
     assert emb.with_grammar("g") == {"grammar": "g"} and emb.extra_body == {}
     vl = generator_request(fmt, "grammar", "vllm", 500)
     assert vl.extra_body["continue_final_message"] and not vl.extra_body["add_generation_prompt"]
-    assert vl.with_grammar("g")["structured_outputs"] == {"grammar": "g"} and vl.parts == emb.parts
+    assert vl.with_grammar("g")["structured_outputs"] == {"grammar": "g"} and vl.sections == emb.sections
     single = generator_request(fmt, "grammar_single", "embedded", 500)
-    assert single.parts is None and single.extra_body["grammar"] == card_grammar(fmt, 500)
+    assert single.sections is None and single.extra_body["grammar"] == card_grammar(fmt, 500)
     js = generator_request(fmt, "json_schema", "openai", 500)
     assert js.prefill == "" and js.extra_body["response_format"]["type"] == "json_schema"
     pattern = js.extra_body["response_format"]["json_schema"]["schema"]["properties"]["skill"]["pattern"]
@@ -586,10 +633,10 @@ def test_generator_request_per_backend():
 
 def test_generator_request_per_reply_form():
     tagged = generator_request(CardFormat(), "grammar", "embedded", 500)  # the default: the paper's <skill> tags
-    assert tagged.prefill == "<skill>\n# Skill: " and tagged.closing == "\n</skill>"
-    assert tagged.literals[0] == "\n## When to apply\n"  # raw newlines: the card is not inside a JSON string
+    assert tagged.prefill == "<skill>\n# Skill: " and tagged.sections.closing == "\n</skill>"
+    assert tagged.sections.literals[0] == "\n## When to apply\n"  # raw newlines: the card is not inside a JSON string
     md = generator_request(CardFormat(reply="markdown"), "grammar", "vllm", 500)
-    assert md.prefill == "# Skill: " and md.closing == "" and md.extra_body["continue_final_message"]
+    assert md.prefill == "# Skill: " and md.sections.closing == "" and md.extra_body["continue_final_message"]
     # the paper's own decoding: the prompt asks for the form, nothing is pre-filled or constrained
     for backend in ("embedded", "openai"):
         assert generator_request(CardFormat(), "prompt", backend, 500) == generator_request(CardFormat(), "auto", "openai", 500)
@@ -634,11 +681,11 @@ def test_generate_candidates_decodes_sections_and_sends_prefill_and_grammar():
     k = len(fmt.headings)
     assert len(calls) == 2 * (k + 1) and [c.call_id for c in cands] == ["c1", f"c{k + 2}"]  # a card's first request
     messages, kw = client.seen[0]
-    assert messages[-1] == {"role": "assistant", "content": req.prefill} and kw["extra_body"]["grammar"] == req.parts[0]
+    assert messages[-1] == {"role": "assistant", "content": req.prefill} and kw["extra_body"]["grammar"] == req.sections.name_grammar
     # every later request continues the reply so far, under the body grammar
     messages, kw = client.seen[1]
     assert messages[-1]["content"] == req.prefill + "probe-card-long\\n## When to apply\\n"
-    assert kw["extra_body"]["grammar"] == req.parts[1] and messages[:-1] == client.seen[0][0][:-1]
+    assert kw["extra_body"]["grammar"].startswith("root ::= body") and messages[:-1] == client.seen[0][0][:-1]
 
 
 @pytest.mark.parametrize("reply", list(REPLY_FORMS))
@@ -762,7 +809,7 @@ def test_generator_reply_is_the_papers_per_benchmark_unless_configured():
     assert cfg.generator_request("embedded", "scienceworld").prefill == "<skill>\n# Skill: "
     own = ScaffoldConfig.from_config(_cfg(generator_reply={"babyai": "json"}))
     assert own.card_format("babyai").reply == "json" and own.card_format("scienceworld").reply == "tagged"
-    assert own.generator_request("embedded", "babyai").closing == '"}'
+    assert own.generator_request("embedded", "babyai").sections.closing == '"}'
     with pytest.raises(ValueError, match="scaffold.generator_reply.webshop: not the env of any benchmark"):
         ScaffoldConfig.from_config(_cfg(generator_reply={"webshop": "json"}))
     with pytest.raises(ValueError, match="scaffold.generator_reply.babyai: 'xml' is not allowed"):

@@ -285,7 +285,8 @@ def card_grammar(fmt: CardFormat, max_tokens: int | None = None) -> str:
     (`ReplyForm.opening`, the pre-fill): a kebab-case name, then every heading of `fmt` in order, each followed by
     lo..hi words (see `section_word_bounds`), then the form's closing (`</skill>`, `"}` or nothing).
     One request under this grammar can still be cut by its token limit before the closing (a word
-    costs one to twenty tokens); `sectioned` decoding (`part_grammars`) bounds the reply in tokens instead."""
+    costs one to twenty tokens), and it caps every section alike; sectioned decoding (`Sections`) bounds the reply
+    in tokens and the card's words as a whole instead."""
     form = REPLY_FORMS[fmt.reply]
     lo, hi = section_word_bounds(fmt, max_tokens)
     parts = " ".join(f"{_gbnf(heading_literal(h, fmt.reply))} body" for h in fmt.headings)
@@ -293,12 +294,39 @@ def card_grammar(fmt: CardFormat, max_tokens: int | None = None) -> str:
     return "\n".join([f"root ::= name {parts}{closing}", NAME_RULES[fmt.name]] + _body_rules(lo, hi, form))
 
 
-def part_grammars(fmt: CardFormat, max_tokens: int | None = None) -> tuple[str, str]:
-    """(name grammar, section-body grammar) of sectioned decoding: the same rules as `card_grammar`, one part of
-    the card per request, the headings and the closing written between the requests."""
-    lo, hi = section_word_bounds(fmt, max_tokens)
-    body = _body_rules(lo, hi, REPLY_FORMS[fmt.reply])
-    return "\n".join(["root ::= name", NAME_RULES[fmt.name]]), "\n".join(["root ::= body"] + body)
+@dataclass(frozen=True)
+class Sections:
+    """Sectioned decoding's plan (`generator_request`): the name under `name_grammar` (at most `name_tokens`
+    tokens), then each heading's line (`literals`, as the reply writes them) and a body of at least `lo` words,
+    then `closing`. The bound on words is the card's, not a section's: the name and the bodies share `words`
+    (max_words less "Skill" and the headings' words), so one long section (the paper's 76-word ScienceWorld
+    Procedure) may take what shorter ones leave, while every later section keeps its `lo`."""
+
+    name_grammar: str
+    lo: int
+    words: int
+    reply: str
+    literals: tuple[str, ...]
+    closing: str
+    name_tokens: int
+
+    def body_grammar(self, hi: int) -> str:
+        """A section body of lo..hi words."""
+        return "\n".join(["root ::= body"] + _body_rules(self.lo, hi, REPLY_FORMS[self.reply]))
+
+    def n_words(self, piece: str) -> int:
+        """Words of a name or body as check_card counts them (an escaped reply's newlines unescaped first)."""
+        return len(_WORD.findall(piece.replace("\\n", "\n") if REPLY_FORMS[self.reply].escaped else piece))
+
+
+def sections(fmt: CardFormat) -> Sections:
+    """The sectioned plan of `fmt` (its lo per section from `section_word_bounds`, which also refuses an
+    impossible format)."""
+    lo, _ = section_word_bounds(fmt)
+    form = REPLY_FORMS[fmt.reply]
+    return Sections("\n".join(["root ::= name", NAME_RULES[fmt.name]]), lo,
+                    fmt.max_words - 1 - sum(len(_WORD.findall(h)) for h in fmt.headings), fmt.reply,
+                    tuple(heading_literal(h, fmt.reply) for h in fmt.headings), form.closing, NAME_MAX_TOKENS[fmt.name])
 
 
 # What a body or a name cut by its token limit may end with that the grammar does not let it end with: a
@@ -333,17 +361,13 @@ NAME_MAX_TOKENS = {"kebab": 16, "free": 32}
 @dataclass(frozen=True)
 class GeneratorRequest:
     """What to send with the Generator's messages: an assistant pre-fill (the reply continues it) and
-    the request fields the backend needs for it and for constrained decoding. `parts` (sectioned decoding):
-    the name and section-body grammars, one request each, under `grammar_field`; `literals` (the heading lines,
-    as the reply writes them) are written between them and `closing` after the last."""
+    the request fields the backend needs for it and for constrained decoding; `sections`: sectioned decoding's
+    plan (one request per part of the card, each under its grammar in `grammar_field`)."""
 
     prefill: str
     extra_body: dict[str, Any]
-    parts: tuple[str, str] | None = None
+    sections: Sections | None = None
     grammar_field: str = "grammar"
-    literals: tuple[str, ...] = ()
-    closing: str = ""
-    name_tokens: int = NAME_MAX_TOKENS["kebab"]  # sectioned decoding: the most the name's request may write
 
     def reply_text(self, continuation: str, prefill: str | None = None) -> str:
         """The whole reply. llama.cpp returns the pre-fill with the continuation, vLLM without it."""
@@ -360,7 +384,7 @@ def generator_request(fmt: CardFormat, decoding: str, backend: str, max_tokens: 
     """The request for a reply of form `fmt.reply` (`reply_key` names the setting in errors).
 
     `grammar`: pre-fill the form's opening (`<skill>\\n# Skill: `, `{"skill":"# Skill: ` or `# Skill: `) and decode
-    the card in parts, the name and then each section's body under `part_grammars` (llama.cpp's `grammar`, vLLM's
+    the card in parts, the name and then each section's body under `sections(fmt)` (llama.cpp's `grammar`, vLLM's
     `structured_outputs.grammar`), each request limited to the tokens the card has left, the headings and the
     form's closing written in between: the reply fits `max_tokens` and always closes (`sectioned_reply`).
     `grammar_single`: one request under `card_grammar`, bounded in words only (a long reply is cut before its
@@ -392,9 +416,7 @@ def generator_request(fmt: CardFormat, decoding: str, backend: str, max_tokens: 
         extra.update(continue_final_message=True, add_generation_prompt=False)
     field_name = "structured_outputs" if backend == "vllm" else "grammar"
     if decoding == "grammar":
-        return GeneratorRequest(form.opening, extra, part_grammars(fmt, max_tokens), field_name,
-                                tuple(heading_literal(h, fmt.reply) for h in fmt.headings), form.closing,
-                                NAME_MAX_TOKENS[fmt.name])
+        return GeneratorRequest(form.opening, extra, sections(fmt), field_name)
     req = GeneratorRequest(form.opening, extra, grammar_field=field_name)
     if decoding == "grammar_single":
         return GeneratorRequest(form.opening, req.with_grammar(card_grammar(fmt, max_tokens)), grammar_field=field_name)
@@ -439,30 +461,35 @@ def sectioned_reply(client: Any, messages: Sequence[dict[str, Any]], request: Ge
                     count: Callable[[str], int], session_id: str) -> tuple[str, list[Any]]:
     """One card by sectioned decoding (see `generator_request`): (the whole reply, every request's LLM record).
 
-    Each request continues the reply so far (the pre-fill grows) and may write what the card has left less
-    SECTION_MIN_TOKENS for every later section, so the model's tokens plus the headings stay within
-    `max_tokens`. A part cut by its limit loses only a trailing separator (`close_cut`)."""
-    name_grammar, body_grammar = request.parts
-    literals = request.literals
-    free, name_max = _part_budgets(max_tokens, [count(x) for x in literals],
-                                   count(request.closing) if request.closing else 0, request.name_tokens)
-    text, records = request.prefill, []
+    Each request continues the reply so far (the pre-fill grows). It may write what the card has left less
+    SECTION_MIN_TOKENS for every later section, so the model's tokens plus the headings stay within `max_tokens`,
+    and the words the card has left less `lo` for every later section, so the card keeps its word limits. A part
+    cut by its token limit loses only a trailing separator (`close_cut`)."""
+    plan = request.sections
+    free, name_max = _part_budgets(max_tokens, [count(x) for x in plan.literals],
+                                   count(plan.closing) if plan.closing else 0, plan.name_tokens)
+    text, records, words = request.prefill, [], plan.words
 
-    def part(grammar: str, limit: int) -> int:
+    def part(grammar: str, limit: int) -> tuple[int, int]:
+        """(tokens, words) the part wrote."""
         nonlocal text
         reply = client.chat(list(messages[:-1]) + [{"role": "assistant", "content": text}], role="generator",
                             session_id=session_id, max_tokens=limit, extra_body=request.with_grammar(grammar))
         records.append(reply.record)
         piece = request.reply_text(reply.text, text)[len(text):]
-        text += close_cut(piece) if reply.finish_reason == "length" else piece
-        return int(getattr(reply.record, "completion_tokens", 0) or count(piece))
+        if reply.finish_reason == "length":
+            piece = close_cut(piece)
+        text += piece
+        return int(getattr(reply.record, "completion_tokens", 0) or count(piece)), plan.n_words(piece)
 
-    free -= part(name_grammar, name_max)
-    for i, lit in enumerate(literals):
+    tokens, n = part(plan.name_grammar, name_max)
+    free, words = free - tokens, words - n
+    for i, lit in enumerate(plan.literals):
         text += lit
-        later = len(literals) - i - 1
-        free -= part(body_grammar, max(1, free - SECTION_MIN_TOKENS * later))
-    return text + request.closing, records
+        later = len(plan.literals) - i - 1
+        tokens, n = part(plan.body_grammar(max(plan.lo, words - plan.lo * later)), max(1, free - SECTION_MIN_TOKENS * later))
+        free, words = free - tokens, words - n
+    return text + plan.closing, records
 
 
 GROUP_GUIDANCE = {
@@ -530,12 +557,12 @@ def generate_candidates(client_for: Any, ev: EvidenceRecord, template: Generator
     if request.prefill:
         messages.append({"role": "assistant", "content": request.prefill})
     cands, calls = [], []
-    if request.parts and count is None:
+    if request.sections and count is None:
         c = client_for(0)
         count = server_token_counter(c.base_url, c.cfg.backend, c.cfg.model)
     for j in range(n):
         session = f"scaffold/{ev.benchmark}/{ev.variant}/{ev.task_id}/gen{j}"
-        if request.parts:
+        if request.sections:
             text, records = sectioned_reply(client_for(j), messages, request, max_tokens, count, session)
         else:
             reply = client_for(j).chat(messages, role="generator", session_id=session, max_tokens=max_tokens,
