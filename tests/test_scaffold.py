@@ -11,7 +11,8 @@ import re
 import pandas as pd
 import pytest
 
-from skillrepro.studies.scaffold.cards import (FREE_NAME_WORDS, MAX_REPLY_CHARS, REPLY_FORMS, CardFormat,
+from skillrepro.studies.scaffold.cards import (FREE_NAME_WORDS, MAX_REPLY_CHARS, NAME_HINTS, PAPER_CARDS, REPLY_FORMS,
+                                               CardFormat,
                                                GeneratorTemplate, card_grammar, card_json_schema, check_card,
                                                generate_candidates, generator_request, paper_card, sections,
                                                section_word_bounds)
@@ -479,6 +480,26 @@ def test_each_envs_default_card_is_the_papers():
     alf_msgs = GeneratorTemplate.load("alfworld").messages(ev, paper_card("alfworld"))
     assert "# Skill: <short reusable mechanism name>\n## When to apply" in sw[1]["content"] + sw[0]["content"]
     assert "# Skill: <short-kebab-case-name>\n## When to apply" in alf_msgs[1]["content"] + alf_msgs[0]["content"]
+
+
+@pytest.mark.parametrize("env", sorted(set(PAPER_CARDS) | {"babyai", "crafter"}))
+def test_every_env_has_a_generator_template_asking_for_its_card(env):
+    fmt = paper_card(env)
+    system, user = (m["content"] for m in GeneratorTemplate.load(env).messages(
+        build_evidence(env, "grp", [traj(0, True)]), fmt))
+    text = system + "\n" + user
+    assert all(f"## {h}" in text for h in fmt.headings) and NAME_HINTS[fmt.name] in text
+    assert f"{fmt.min_words} to {fmt.max_words} words" in text and "{" + "reply}" not in text
+
+
+def test_a_generator_template_is_checked_before_any_work(tmp_path):
+    bad = tmp_path / "no_user_part.txt"
+    bad.write_text("{task} {attempts}")
+    for prompts, match in (({"babyai": str(tmp_path / "missing.txt")}, r"generator_prompts.babyai: .*missing.txt does not exist"),
+                           ({"babyai": str(bad)}, r"generator_prompts.babyai: .*no '=== user ===' line"),
+                           ({"webshop": str(bad)}, r"generator_prompts.webshop: not the env of any benchmark")):
+        with pytest.raises(ValueError, match=match):
+            ScaffoldConfig.from_config(_cfg(generator_prompts=prompts))
 
 
 def test_a_free_name_is_valid_exactly_where_the_envs_rule_allows_it():

@@ -109,12 +109,12 @@ MAX_REPLY_CHARS = 32_000
 
 # What each form asks for, filled into a template's {reply} placeholder.
 REPLY_INSTRUCTIONS = {
-    "tagged": "Return only the card enclosed by <skill> and </skill>, at most {max_words} words; no code fence, no "
+    "tagged": "Return only the card enclosed by <skill> and </skill>, {min_words} to {max_words} words; no code fence, no "
               "text before <skill> or after </skill>.",
     "json": "Answer with exactly one JSON object with one key, \"skill\", whose value is the card as Markdown "
-            "(newlines escaped as \\n), at most {max_words} words; no code fence, no text before or after it. Your "
+            "(newlines escaped as \\n), {min_words} to {max_words} words; no code fence, no text before or after it. Your "
             "reply begins exactly like this: {\"skill\":\"# Skill: {name}\\n",
-    "markdown": "Return the card directly as Markdown, beginning with '# Skill:', at most {max_words} words; do not "
+    "markdown": "Return the card directly as Markdown, beginning with '# Skill:', {min_words} to {max_words} words; do not "
                 "wrap it in JSON or a code fence, no text before or after it.",
 }
 
@@ -504,8 +504,8 @@ GROUP_GUIDANCE = {
 @dataclass(frozen=True)
 class GeneratorTemplate:
     """A generator prompt file: a system part and a user part separated by a line '=== user ==='.
-    Placeholders: {task}, {attempts}, {n_attempts}, {guidance}, {headings}, {max_words}, {reply} (what the card
-    format's reply form asks for: REPLY_INSTRUCTIONS)."""
+    Placeholders: {task}, {attempts}, {n_attempts}, {guidance}, {headings}, {min_words}, {max_words}, {reply} (what
+    the card format's reply form asks for, its word limits included: REPLY_INSTRUCTIONS)."""
 
     system: str
     user: str
@@ -532,8 +532,10 @@ class GeneratorTemplate:
             "n_attempts": str(1 if ev.variant == "anc" else ev.n_scouts),
             "guidance": GROUP_GUIDANCE["anchor" if ev.variant == "anc" else ev.kind],
             "headings": "\n".join([f"# Skill: {NAME_HINTS[fmt.name]}"] + [f"## {h}" for h in fmt.headings]),
+            "min_words": str(fmt.min_words),
             "max_words": str(fmt.max_words),
             "reply": REPLY_INSTRUCTIONS[fmt.reply].replace("{max_words}", str(fmt.max_words))
+                                                  .replace("{min_words}", str(fmt.min_words))
                                                   .replace("{name}", NAME_HINTS[fmt.name].strip("<>")),
         }
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from skillrepro.config import ConfigError, validate_section
-from skillrepro.studies.scaffold.cards import (CardFormat, GeneratorRequest, generator_request, paper_card, paper_reply,
-                                               section_word_bounds)
+from skillrepro.studies.scaffold.cards import (CardFormat, GeneratorRequest, GeneratorTemplate, generator_request,
+                                               paper_card, paper_reply, section_word_bounds)
 from skillrepro.studies.scaffold.selection import VARIANTS
 from skillrepro.studies.scaffold.statistics import INTERVALS
 
@@ -263,10 +263,11 @@ class ScaffoldConfig:
         envs = {b: (config["benchmarks"][b] or {}).get("env", b) for b in names}
         configured = {(v or {}).get("env", k) for k, v in config["benchmarks"].items()}
         reply = dict(s.pop("generator_reply", {}) or {})
-        for env in reply:
-            if env not in configured:
-                raise ConfigError(f"config key scaffold.generator_reply.{env}: not the env of any benchmark in "
-                                  f"benchmarks ({', '.join(sorted(set(envs.values())))} in scaffold.benchmarks)")
+        for key in ("generator_reply", "generator_prompts"):
+            for env in reply if key == "generator_reply" else (s.get(key) or {}):
+                if env not in configured:
+                    raise ConfigError(f"config key scaffold.{key}.{env}: not the env of any benchmark in "
+                                      f"benchmarks ({', '.join(sorted(set(envs.values())))} in scaffold.benchmarks)")
         cards = card_formats(card, configured)
         out = cls(benchmarks=tuple(names), variants=tuple(s.pop("variants", ("grp",))), card=cards,
                   scorer_backend=scorer.get("backend", "auto"), scorer_model=scorer.get("model"),
@@ -280,6 +281,10 @@ class ScaffoldConfig:
                 key = f"scaffold.card.{env}" if env in card else "scaffold.card"
                 raise ConfigError(f"config key {key} (the card on {env}): {e}") from None
             out.generator_request((config.get("llm") or {}).get("backend", "embedded"), env)
+            try:  # the env's Generator template: the packaged one, or the user's file
+                GeneratorTemplate.load(env, out.generator_prompts.get(env))
+            except (OSError, ValueError) as e:
+                raise ConfigError(f"config key scaffold.generator_prompts.{env}: {e}") from None
         if out.bootstrap_interval not in INTERVALS:
             raise ConfigError(f"config key scaffold.bootstrap_interval: {out.bootstrap_interval!r}; allowed: "
                               f"{', '.join(INTERVALS)}")
