@@ -109,13 +109,13 @@ MAX_REPLY_CHARS = 32_000
 
 # What each form asks for, filled into a template's {reply} placeholder.
 REPLY_INSTRUCTIONS = {
-    "tagged": "Return only the card enclosed by <skill> and </skill>, {min_words} to {max_words} words; no code fence, no "
-              "text before <skill> or after </skill>.",
+    "tagged": "Return only the card enclosed by <skill> and </skill>, {min_words} to {max_words} words; no code "
+              "fence, no text before <skill> or after </skill>.",
     "json": "Answer with exactly one JSON object with one key, \"skill\", whose value is the card as Markdown "
-            "(newlines escaped as \\n), {min_words} to {max_words} words; no code fence, no text before or after it. Your "
-            "reply begins exactly like this: {\"skill\":\"# Skill: {name}\\n",
-    "markdown": "Return the card directly as Markdown, beginning with '# Skill:', {min_words} to {max_words} words; do not "
-                "wrap it in JSON or a code fence, no text before or after it.",
+            "(newlines escaped as \\n), {min_words} to {max_words} words; no code fence, no text before or after "
+            "it. Your reply begins exactly like this: {\"skill\":\"# Skill: {name}\\n",
+    "markdown": "Return the card directly as Markdown, beginning with '# Skill:', {min_words} to {max_words} words; "
+                "do not wrap it in JSON or a code fence, no text before or after it.",
 }
 
 
@@ -487,7 +487,8 @@ def sectioned_reply(client: Any, messages: Sequence[dict[str, Any]], request: Ge
     for i, lit in enumerate(plan.literals):
         text += lit
         later = len(plan.literals) - i - 1
-        tokens, n = part(plan.body_grammar(max(plan.lo, words - plan.lo * later)), max(1, free - SECTION_MIN_TOKENS * later))
+        hi = max(plan.lo, words - plan.lo * later)
+        tokens, n = part(plan.body_grammar(hi), max(1, free - SECTION_MIN_TOKENS * later))
         free, words = free - tokens, words - n
     return text + plan.closing, records
 
