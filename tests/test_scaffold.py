@@ -11,7 +11,7 @@ import re
 import pandas as pd
 import pytest
 
-from skillrepro.studies.scaffold.cards import (FREE_NAME_WORDS, MAX_REPLY_CHARS, NAME_HINTS, PAPER_CARDS, REPLY_FORMS,
+from skillrepro.studies.scaffold.cards import (FREE_NAME_WORDS, MAX_REPLY_CHARS, NAME_FORMS, PAPER_CARDS, REPLY_FORMS,
                                                CardFormat,
                                                GeneratorTemplate, card_grammar, card_json_schema, check_card,
                                                generate_candidates, generator_request, paper_card, sections,
@@ -488,7 +488,7 @@ def test_every_env_has_a_generator_template_asking_for_its_card(env):
     system, user = (m["content"] for m in GeneratorTemplate.load(env).messages(
         build_evidence(env, "grp", [traj(0, True)]), fmt))
     text = system + "\n" + user
-    assert all(f"## {h}" in text for h in fmt.headings) and NAME_HINTS[fmt.name] in text
+    assert all(f"## {h}" in text for h in fmt.headings) and NAME_FORMS[fmt.name].hint in text
     assert f"{fmt.min_words} to {fmt.max_words} words" in text and "{" + "reply}" not in text
 
 

@@ -15,15 +15,40 @@ from skillrepro.studies.scaffold.records import CandidateRecord, EvidenceRecord
 PROMPTS = Path(__file__).resolve().parents[2] / "prompts"
 
 
-# How a card's `# Skill:` name may be written (appendix D): `kebab` (ALFWorld's "<short-kebab-case-name>" and
-# WebShop's mechanism names) or `free` (ScienceWorld's "short reusable mechanism name" and tau2's cards: words with
-# spaces and capitals, "Test Conductivity Using Available Setup").
-NAME_FORMS = ("kebab", "free")
-
-
 # A free name's bound, in the grammar and in check_card: at most this many words of at most 20 characters (the
 # paper's longest, tau2's "Exchange item for same product type in delivered order", has nine).
 FREE_NAME_WORDS = 12
+
+
+@dataclass(frozen=True)
+class NameForm:
+    """How a card's `# Skill:` name may be written, for each part of the study that reads or writes one.
+    `hint`: what a template's {headings} (and the json form's instruction) shows as the name. `max_words`:
+    check_card's bound (a kebab name is one word). `rule`: the grammar's `name` rule, bounded in characters too
+    and holding no '#', '<', quote or backslash, so the name stays one title line and valid JSON. `pattern`: the
+    JSON schema's (which leaves word bounds to validation), and check_card's for a kebab name. `max_tokens`: the
+    most that sectioned decoding's name request may write (the paper's longest free name, nine words, takes about
+    10 tokens)."""
+
+    hint: str
+    max_words: int
+    rule: str
+    pattern: str
+    max_tokens: int
+
+
+# Appendix D's two forms: `kebab` (ALFWorld's "<short-kebab-case-name>" and WebShop's mechanism names) and `free`
+# (ScienceWorld's "short reusable mechanism name" and tau2's cards: words with spaces and capitals, "Test
+# Conductivity Using Available Setup"; single spaces between words).
+NAME_FORMS = {
+    "kebab": NameForm("<short-kebab-case-name>", 1,
+                      'name ::= [a-z] [a-z0-9]{0,15} ("-" [a-z0-9] [a-z0-9]{0,15}){0,5}',
+                      "[a-z0-9]+(-[a-z0-9]+)*", 16),
+    "free": NameForm("<short reusable mechanism name>", FREE_NAME_WORDS,
+                     "name ::= [A-Za-z0-9] [A-Za-z0-9'-]{0,19} (\" \" [A-Za-z0-9] [A-Za-z0-9'-]{0,19})"
+                     f"{{0,{FREE_NAME_WORDS - 1}}}",
+                     "[A-Za-z0-9][A-Za-z0-9'-]*( [A-Za-z0-9][A-Za-z0-9'-]*)*", 32),
+}
 
 
 @dataclass(frozen=True)
@@ -62,10 +87,6 @@ PAPER_CARDS = {
 def paper_card(env: str) -> CardFormat:
     """The paper's card format on `env`, with the env's paper reply form."""
     return replace(PAPER_CARDS.get(env, PAPER_CARDS["alfworld"]), reply=paper_reply(env))
-
-
-# What a template's {headings} placeholder (and the json form's instruction) shows as the name.
-NAME_HINTS = {"kebab": "<short-kebab-case-name>", "free": "<short reusable mechanism name>"}
 
 
 @dataclass(frozen=True)
@@ -183,10 +204,10 @@ def check_card(text: str, fmt: CardFormat = CardFormat()) -> CardCheck:
     name = _TITLE.match(lines[0].strip()).group(1).strip()
     if not name:
         problems.append("the '# Skill:' title has no name")
-    elif fmt.name == "kebab" and not re.fullmatch(NAME_PATTERNS["kebab"], name):
+    elif fmt.name == "kebab" and not re.fullmatch(NAME_FORMS["kebab"].pattern, name):
         problems.append(f"the name {name!r} is not kebab-case (lowercase words joined by '-')")
-    elif fmt.name == "free" and len(_WORD.findall(name)) > FREE_NAME_WORDS:
-        problems.append(f"the name has more than {FREE_NAME_WORDS} words")
+    elif len(_WORD.findall(name)) > NAME_FORMS[fmt.name].max_words:
+        problems.append(f"the name has more than {NAME_FORMS[fmt.name].max_words} words")
     found: list[tuple[str, int]] = []  # (heading, line index)
     for i, line in enumerate(lines[1:], start=1):
         m = _HEADING.match(line.strip())
@@ -239,7 +260,7 @@ def section_word_bounds(fmt: CardFormat, max_tokens: int | None = None) -> tuple
         raise ValueError(f"card format: name {fmt.name!r}; allowed: {', '.join(NAME_FORMS)}")
     k = len(fmt.headings)
     headings = sum(len(_WORD.findall(h)) for h in fmt.headings)
-    name_words = FREE_NAME_WORDS if fmt.name == "free" else 1  # a kebab name is one word; a free one 1..12
+    name_words = NAME_FORMS[fmt.name].max_words
     fixed = 1 + name_words + headings  # "Skill", the longest name, the headings
     hi = (fmt.max_words - fixed) // k
     if max_tokens is not None:
@@ -250,19 +271,6 @@ def section_word_bounds(fmt: CardFormat, max_tokens: int | None = None) -> tuple
                          f"{fmt.max_words}, min_words {fmt.min_words}" + (f" and {max_tokens} generator tokens"
                                                                          if max_tokens else ""))
     return lo, hi
-
-
-# The name's grammar per NAME_FORMS, bounded in characters either way (a free name: FREE_NAME_WORDS words of at most
-# 20 characters, single spaces between; no '#', '<', quote or backslash, so it stays one title line and valid JSON).
-NAME_RULES = {
-    "kebab": 'name ::= [a-z] [a-z0-9]{0,15} ("-" [a-z0-9] [a-z0-9]{0,15}){0,5}',
-    "free": f'name ::= [A-Za-z0-9] [A-Za-z0-9\'-]{{0,19}} (" " [A-Za-z0-9] [A-Za-z0-9\'-]{{0,19}}){{0,{FREE_NAME_WORDS - 1}}}',
-}
-
-
-# The name's pattern per NAME_FORMS: the JSON schema's (word bounds are left to validation there) and, for
-# kebab, check_card's.
-NAME_PATTERNS = {"kebab": "[a-z0-9]+(-[a-z0-9]+)*", "free": "[A-Za-z0-9][A-Za-z0-9'-]*( [A-Za-z0-9][A-Za-z0-9'-]*)*"}
 
 
 def _body_rules(lo: int, hi: int, form: ReplyForm) -> list[str]:
@@ -291,7 +299,7 @@ def card_grammar(fmt: CardFormat, max_tokens: int | None = None) -> str:
     lo, hi = section_word_bounds(fmt, max_tokens)
     parts = " ".join(f"{_gbnf(heading_literal(h, fmt.reply))} body" for h in fmt.headings)
     closing = f" {_gbnf(form.closing)}" if form.closing else ""
-    return "\n".join([f"root ::= name {parts}{closing}", NAME_RULES[fmt.name]] + _body_rules(lo, hi, form))
+    return "\n".join([f"root ::= name {parts}{closing}", NAME_FORMS[fmt.name].rule] + _body_rules(lo, hi, form))
 
 
 @dataclass(frozen=True)
@@ -324,9 +332,9 @@ def sections(fmt: CardFormat) -> Sections:
     impossible format)."""
     lo, _ = section_word_bounds(fmt)
     form = REPLY_FORMS[fmt.reply]
-    return Sections("\n".join(["root ::= name", NAME_RULES[fmt.name]]), lo,
+    return Sections("\n".join(["root ::= name", NAME_FORMS[fmt.name].rule]), lo,
                     fmt.max_words - 1 - sum(len(_WORD.findall(h)) for h in fmt.headings), fmt.reply,
-                    tuple(heading_literal(h, fmt.reply) for h in fmt.headings), form.closing, NAME_MAX_TOKENS[fmt.name])
+                    tuple(heading_literal(h, fmt.reply) for h in fmt.headings), form.closing, NAME_FORMS[fmt.name].max_tokens)
 
 
 # What a body or a name cut by its token limit may end with that the grammar does not let it end with: a
@@ -344,18 +352,14 @@ def card_json_schema(fmt: CardFormat) -> dict[str, Any]:
     """JSON schema of the reply for servers without grammars (OpenAI-style structured outputs): one
     object with one string key "skill" whose headings come in order; the word bounds are not expressible
     here and are left to validation. Only the json reply form is a JSON object."""
-    pattern = "^# Skill: " + NAME_PATTERNS[fmt.name] + "".join(
+    pattern = "^# Skill: " + NAME_FORMS[fmt.name].pattern + "".join(
         "\\n## " + re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", h) + "\\n[^#]+" for h in fmt.headings) + "$"
     return {"type": "object", "additionalProperties": False, "required": ["skill"],
             "properties": {"skill": {"type": "string", "pattern": pattern}}}
 
 
-# Sectioned decoding: the tokens a section body is sure to get (so it holds a word), and the most a name of each
-# NAME_FORMS may take (a free name is words: the paper's longest, nine, takes about 10 tokens).
+# Sectioned decoding: the tokens a section body is sure to get (so it holds a word).
 SECTION_MIN_TOKENS = 4
-
-
-NAME_MAX_TOKENS = {"kebab": 16, "free": 32}
 
 
 @dataclass(frozen=True)
@@ -532,12 +536,12 @@ class GeneratorTemplate:
             "attempts": ev.evidence,
             "n_attempts": str(1 if ev.variant == "anc" else ev.n_scouts),
             "guidance": GROUP_GUIDANCE["anchor" if ev.variant == "anc" else ev.kind],
-            "headings": "\n".join([f"# Skill: {NAME_HINTS[fmt.name]}"] + [f"## {h}" for h in fmt.headings]),
+            "headings": "\n".join([f"# Skill: {NAME_FORMS[fmt.name].hint}"] + [f"## {h}" for h in fmt.headings]),
             "min_words": str(fmt.min_words),
             "max_words": str(fmt.max_words),
             "reply": REPLY_INSTRUCTIONS[fmt.reply].replace("{max_words}", str(fmt.max_words))
                                                   .replace("{min_words}", str(fmt.min_words))
-                                                  .replace("{name}", NAME_HINTS[fmt.name].strip("<>")),
+                                                  .replace("{name}", NAME_FORMS[fmt.name].hint.strip("<>")),
         }
 
         # Only known placeholders are replaced, so braces elsewhere in a user's template stay as written.
