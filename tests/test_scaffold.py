@@ -555,7 +555,8 @@ def test_a_free_name_grammar_parses_the_papers_card_and_stays_bounded():
 
 class _CardClient:
     """A grammar-keeping server for sectioned decoding that wants to write `card`'s name and sections: each body
-    is cut at the most words its grammar allows, as a server decoding under it would end the body there."""
+    is cut at the most words its grammar allows, as a server decoding under it would end the body there, and at
+    its token limit (4 characters a token)."""
 
     def __init__(self, card: str):
         self.name = card.split("\n", 1)[0].removeprefix("# Skill: ")
@@ -574,8 +575,9 @@ class _CardClient:
             self.his.append(hi)
             words = list(re.finditer(r"[A-Za-z0-9][\w'-]*", body))
             out = body if len(words) <= hi else body[:words[hi - 1].end()]
-        return SimpleNamespace(text=messages[-1]["content"] + out, finish_reason="stop",
-                               record=SimpleNamespace(call_id="c", completion_tokens=len(out) // 4))
+        cut = out[:4 * kw["max_tokens"]]
+        return SimpleNamespace(text=messages[-1]["content"] + cut, finish_reason="stop" if cut == out else "length",
+                               record=SimpleNamespace(call_id="c", completion_tokens=-(-len(cut) // 4)))
 
 
 def test_sectioned_decoding_bounds_the_cards_words_not_each_sections():
@@ -725,7 +727,9 @@ def test_sectioned_cards_fit_the_token_limit_and_close_when_cut(reply):
         assert card.card in card.raw and "\\n" not in card.raw and card.card.count("\n## ") == len(fmt.headings)
     assert len(card.raw) - len(req.prefill) <= 400  # one token per character: the reply's tokens
     assert sum(c.completion_tokens for c in calls) <= 400
-    assert [kw["max_tokens"] for _, kw in client.seen][-1] >= 4  # the last section kept its reserve
+    limits = [kw["max_tokens"] for _, kw in client.seen][1:]
+    assert limits[-1] >= 4  # the last section kept its reserve
+    assert max(limits) - min(limits) <= 1  # every body got an equal share: the first did not take the card's tokens
     with pytest.raises(ValueError, match="generator_max_tokens: 150 tokens"):
         generate_candidates(lambda j: client, ev, GeneratorTemplate.load("babyai"), fmt, 1, 150, req, count=len)
 

@@ -465,10 +465,11 @@ def sectioned_reply(client: Any, messages: Sequence[dict[str, Any]], request: Ge
                     count: Callable[[str], int], session_id: str) -> tuple[str, list[Any]]:
     """One card by sectioned decoding (see `generator_request`): (the whole reply, every request's LLM record).
 
-    Each request continues the reply so far (the pre-fill grows). It may write what the card has left less
-    SECTION_MIN_TOKENS for every later section, so the model's tokens plus the headings stay within `max_tokens`,
-    and the words the card has left less `lo` for every later section, so the card keeps its word limits. A part
-    cut by its token limit loses only a trailing separator (`close_cut`)."""
+    Each request continues the reply so far (the pre-fill grows). A body may write an equal share of the tokens
+    the card has left (what a short section leaves over goes to the later ones), so the model's tokens plus the
+    headings stay within `max_tokens` and a small model's rambling first section cannot leave the others a word
+    each; and the words the card has left less `lo` for every later section, so the card keeps its word limits.
+    A part cut by its token limit loses only a trailing separator (`close_cut`)."""
     plan = request.sections
     free, name_max = _part_budgets(max_tokens, [count(x) for x in plan.literals],
                                    count(plan.closing) if plan.closing else 0, plan.name_tokens)
@@ -492,7 +493,8 @@ def sectioned_reply(client: Any, messages: Sequence[dict[str, Any]], request: Ge
         text += lit
         later = len(plan.literals) - i - 1
         hi = max(plan.lo, words - plan.lo * later)
-        tokens, n = part(plan.body_grammar(hi), max(1, free - SECTION_MIN_TOKENS * later))
+        share = min(free // (later + 1), free - SECTION_MIN_TOKENS * later)
+        tokens, n = part(plan.body_grammar(hi), max(1, share))
         free, words = free - tokens, words - n
     return text + plan.closing, records
 
