@@ -263,8 +263,8 @@ class ScaffoldConfig:
         envs = {b: (config["benchmarks"][b] or {}).get("env", b) for b in names}
         configured = {(v or {}).get("env", k) for k, v in config["benchmarks"].items()}
         reply = dict(s.pop("generator_reply", {}) or {})
-        for key in ("generator_reply", "generator_prompts"):
-            for env in reply if key == "generator_reply" else (s.get(key) or {}):
+        for key, per_env in (("generator_reply", reply), ("generator_prompts", s.get("generator_prompts") or {})):
+            for env in per_env:
                 if env not in configured:
                     raise ConfigError(f"config key scaffold.{key}.{env}: not the env of any benchmark in "
                                       f"benchmarks ({', '.join(sorted(set(envs.values())))} in scaffold.benchmarks)")
