@@ -152,6 +152,14 @@ class CardCheck:
         return not self.problems
 
 
+# A word as the card's word limits count it.
+_WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
+
+
+def _heading_words(fmt: CardFormat) -> int:
+    return sum(len(_WORD.findall(h)) for h in fmt.headings)
+
+
 _TITLE = re.compile(r"^#\s*Skill\s*:\s*(.*)$", re.IGNORECASE)
 
 
@@ -231,7 +239,7 @@ def check_card(text: str, fmt: CardFormat = CardFormat()) -> CardCheck:
         for (title, start), end in zip(found, bounds[1:]):
             if not "\n".join(lines[start + 1:end]).strip():
                 problems.append(f"section '{title}' is empty")
-    n_words = len(re.findall(r"[A-Za-z0-9][\w'-]*", card))
+    n_words = len(_WORD.findall(card))
     if n_words > fmt.max_words:
         problems.append(f"{n_words} words, more than the limit of {fmt.max_words}")
     if n_words < fmt.min_words:
@@ -241,9 +249,6 @@ def check_card(text: str, fmt: CardFormat = CardFormat()) -> CardCheck:
 
 # Constrained decoding pre-fills a reply with its form's opening (the text up to the card's name).
 DECODINGS = ("auto", "grammar", "grammar_single", "json_schema", "prompt", "none")
-
-
-_WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
 
 
 def _gbnf(text: str) -> str:
@@ -259,7 +264,7 @@ def section_word_bounds(fmt: CardFormat, max_tokens: int | None = None) -> tuple
     if fmt.name not in NAME_FORMS:
         raise ValueError(f"card format: name {fmt.name!r}; allowed: {', '.join(NAME_FORMS)}")
     k = len(fmt.headings)
-    headings = sum(len(_WORD.findall(h)) for h in fmt.headings)
+    headings = _heading_words(fmt)
     name_words = NAME_FORMS[fmt.name].max_words
     fixed = 1 + name_words + headings  # "Skill", the longest name, the headings
     hi = (fmt.max_words - fixed) // k
@@ -332,9 +337,9 @@ def sections(fmt: CardFormat) -> Sections:
     impossible format)."""
     lo, _ = section_word_bounds(fmt)
     form = REPLY_FORMS[fmt.reply]
-    return Sections("\n".join(["root ::= name", NAME_FORMS[fmt.name].rule]), lo,
-                    fmt.max_words - 1 - sum(len(_WORD.findall(h)) for h in fmt.headings), fmt.reply,
-                    tuple(heading_literal(h, fmt.reply) for h in fmt.headings), form.closing, NAME_FORMS[fmt.name].max_tokens)
+    name = NAME_FORMS[fmt.name]
+    return Sections("\n".join(["root ::= name", name.rule]), lo, fmt.max_words - 1 - _heading_words(fmt), fmt.reply,
+                    tuple(heading_literal(h, fmt.reply) for h in fmt.headings), form.closing, name.max_tokens)
 
 
 # What a body or a name cut by its token limit may end with that the grammar does not let it end with: a
