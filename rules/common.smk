@@ -155,7 +155,11 @@ def start_llm_server():
     if not any(job.resources.get("llm", 0) for job in workflow.dag.needrun_jobs()):
         return  # no job of this invocation asks for the model (e.g. the KV-cache study's replay mode)
     if LLM.backend == "embedded":  # a first run fetches the model here, with its progress on the console
-        models.resolve(LLM.model, report=logger.info)
+        try:
+            models.resolve(LLM.model, report=logger.info)
+        except models.ModelError as e:  # one line naming the model and pip's reason, not a traceback
+            logger.error(str(e))
+            raise SystemExit(1) from None
     _server = servers.start(LLM, workdir=".")
     os.environ[servers.URL_ENV] = _server.url
     logger.info(f"LLM server ({LLM.backend}, {LLM.model}) at {_server.url}")

