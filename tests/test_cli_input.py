@@ -68,3 +68,32 @@ def test_a_gigabyte_line_uses_little_memory(tmp_path):
     with pytest.raises(InputFileError, match="line longer than"):
         read_lines(f, "calls file")
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50_000  # KiB
+
+
+
+_PROBE = """
+import sys
+import skillrepro.cli as cli
+try:
+    cli.main(sys.argv[1:]) if sys.argv[1:] else None
+except SystemExit:
+    pass
+print(sorted(m for m in sys.modules if m.startswith(("skillrepro", "pyarrow", "numpy"))), file=sys.stderr)
+"""
+
+
+def test_the_cli_imports_only_the_chosen_commands_module():
+    """`import skillrepro.cli` and `skillrepro --help` load no area of the package (perf/cli_import.py times
+    it: every command used to pay ~0.3 s for all of them); a command loads its own module."""
+    from skillrepro.cli import COMMANDS
+
+    def run(*argv):
+        out = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True)
+        return out.stdout, eval(out.stderr.strip().splitlines()[-1])
+
+    assert run()[1] == ["skillrepro", "skillrepro.cli"]
+    listing, loaded = run("--help")
+    assert loaded == ["skillrepro", "skillrepro.cli"] and all(name in listing for name in COMMANDS)
+    usage, loaded = run("callgraph", "--help")
+    assert "skillrepro.skills.callgraph" in loaded and "skillrepro.studies.kvcache.cli" not in loaded
+    assert "version folder" in usage  # the command's own parser, not the listing's stub

@@ -111,7 +111,7 @@ _MISSING = object()
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    env = sub.add_parser("env", help="benchmark tasks and manual replay")
+    env = sub.add_parser("env")  # its help: skillrepro.cli.COMMANDS
     env_sub = env.add_subparsers(dest="env_command", required=True)
 
     p = env_sub.add_parser("tasks", help="print the task ids the sampler draws, one per line")

@@ -156,7 +156,7 @@ def describe(folder: str | Path) -> dict:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("callgraph", help="call-graph statistics of a library version (or of every version under a root)")
+    p = sub.add_parser("callgraph")  # its help: skillrepro.cli.COMMANDS
     p.add_argument("path", help="a version folder (v3/), a skills.py, or a library root holding v0, v1, ...")
     p.set_defaults(func=_cli)
 

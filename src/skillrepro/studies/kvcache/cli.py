@@ -13,7 +13,7 @@ from skillrepro.studies.kvcache.tokenizers import get_tokenizer
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("kvcache", help="KV-cache reuse study")
+    p = sub.add_parser("kvcache")  # its help: skillrepro.cli.COMMANDS
     ksub = p.add_subparsers(dest="kvcache_command", required=True)
     s = ksub.add_parser("simulate", help="replay a JSONL request stream through a vLLM-style prefix cache")
     s.add_argument("--requests", required=True, help="JSONL: episode, step, token_ids or text per line")
