@@ -10,6 +10,18 @@ from skillrepro.config import LLMConfig
 TEST_MODEL = os.environ.get("SKILLREPRO_TEST_MODEL", "smollm2-135m")
 
 
+@pytest.fixture
+def needs_bwrap():
+    """For a test whose containment only bubblewrap gives (a uid of nobody, a bounded scratch, an empty
+    environment): without it the failure says so, instead of an assertion about a uid."""
+    from skillrepro.skills import sandbox
+
+    path, why = sandbox._bwrap()
+    if path is None:
+        pytest.fail(f"this test needs bubblewrap, the sandbox's outer layer (a README prerequisite): {why}",
+                    pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def llm_cfg() -> LLMConfig:
     return LLMConfig(backend="embedded", model=TEST_MODEL, slots=2, ctx_per_slot=4096, max_tokens=48,
