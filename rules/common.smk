@@ -69,6 +69,15 @@ if workflow.is_main_process:
         logger.info(f"released the lock {_lock} of a snakemake run that no longer exists")
 
 
+def variants_whose_sleep(works):
+    """The variants whose sleep phase does work (rule induce) or only carries the library forward (rule
+    carry_library), as a wildcard pattern; one that matches nothing when there are none."""
+    from skillrepro.methods import get_method
+
+    names = [v for v, m in METHODS.items() if get_method(m.method).sleeps == works]
+    return "|".join(names) or "(?!)"
+
+
 wildcard_constraints:
     bench="|".join(BENCHMARKS),
     variant="|".join(METHODS),

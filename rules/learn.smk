@@ -69,6 +69,7 @@ rule induce:
         inducer=settings("inducer"),
     wildcard_constraints:
         k=r"[1-9]\d*",  # v0 comes from init_library
+        variant=variants_whose_sleep(works=True),
     resources:
         llm=1,
         mem_mb=4000,
@@ -81,3 +82,17 @@ rule induce:
         "../envs/skillrepro.yaml"
     script:
         "../workflow/scripts/induce.py"
+
+
+# The sleep phase of a method that learns nothing between batches (react, reference): the same recipe, which
+# carries the library forward, run where Snakemake runs (a cluster gets no job asking for a model's resources).
+use rule induce as carry_library with:
+    wildcard_constraints:
+        k=r"[1-9]\d*",
+        variant=variants_whose_sleep(works=False),
+    resources:
+        llm=0,
+
+
+localrules:
+    carry_library,

@@ -17,6 +17,7 @@ from test_workflow import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ("sample_tasks", "init_library", "rollout", "induce", "evaluate")
+SLEEP_RULES = {"induce": "induce", "carry_library": "induce"}  # react's sleep phase is carry_library
 BASE = {
     "llm": {"backend": "embedded", "model": "qwen2.5-coder-0.5b", "temperature": 0.7, "max_tokens": 96},
     "benchmarks": {"babyai": {"env": "babyai"}, "crafter": {"env": "crafter", "options": {"zombie_frequency": 1.0}}},
@@ -42,11 +43,12 @@ def scheduled(stdout: str) -> dict[str, set[str]]:
     jobs: dict[str, set[str]] = {}
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", stdout):
         head = re.match(r"(?:local)?rule (\w+):", block)
-        if not head or head.group(1) not in CORE:
+        rule = head and SLEEP_RULES.get(head.group(1), head.group(1))
+        if rule not in CORE:
             continue
         wc = dict(re.findall(r"(\w+)=([\w.-]+)", (re.search(r"wildcards: (.*)", block) or [""])[0]))
         key = "/".join(wc[n] for n in ("bench", "variant", "split", "k") if n in wc)
-        jobs.setdefault(head.group(1), set()).add(key)
+        jobs.setdefault(rule, set()).add(key)
     return jobs
 
 

@@ -1,5 +1,6 @@
 """The Snakemake workflow: lint, dry runs (local, paper scale, slurm), and the whole DAG on a tiny config."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,6 +69,17 @@ def test_slurm_profile_dry_run():
     asked = gpus_per_rule(out.stdout)
     assert {"rollout", "induce", "evaluate", "tables"} <= set(asked)
     assert set().union(*asked.values()) == {0}
+    # Resources follow what a job does: react's and reference's sleep phases (carry_library) do nothing and
+    # ask for the defaults, not the inducer's 32 GB and 8 CPUs; no job asks for Snakemake's 50 GB of disk.
+    jobs = [(re.search(r"(?:local)?rule (\w+):", block), re.search(r"variant=(\w+)", block),
+             re.search(r"resources: (.*)", block)) for block in re.split(r"\n(?=(?:local)?rule \w+:)", out.stdout)]
+    jobs = [(rule[1], variant[1] if variant else None, dict(kv.split("=", 1) for kv in res[1].split(", ")))
+            for rule, variant, res in jobs if rule and res]
+    sleeps = {(rule, variant): (res["mem_mb"], res["cpus_per_task"]) for rule, variant, res in jobs
+              if rule in ("induce", "carry_library")}
+    assert sleeps == {("induce", "speedrunner"): ("32000", "8"), ("carry_library", "react"): ("4000", "1"),
+                      ("carry_library", "reference"): ("4000", "1")}
+    assert all(res["disk_mb"] in ("1000", "<TBD>") for _, _, res in jobs), {r["disk_mb"] for _, _, r in jobs}
 
 
 def test_slurm_profile_asks_a_gpu_only_for_llm_jobs_that_start_vllm(tmp_path):

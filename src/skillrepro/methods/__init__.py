@@ -17,7 +17,8 @@ Optional hooks (keyword arguments of `register`) change what the actor gets from
 them, as in Voyager's truncation), and `next_task(TaskContext) -> TaskChoice` (which training task comes
 next, with what goal, which skills are listed for it, and the LLM calls the choice cost; Voyager's
 curriculum and retrieval), and `initial(BenchmarkConfig, options) -> Library` (library v0: empty by
-default, as skills are learned online from nothing; the reference method's fixed library). `envs=(...)`
+default, as skills are learned online from nothing; the reference method's fixed library). `sleeps=False`
+says the sleep phase does no work (react, reference). `envs=(...)`
 restricts a method to some benchmark envs: a variant that would run on another env is a config error,
 unless its options set `any_benchmark: true`. Methods never see test episodes: `history_dirs` holds
 training batches only.
@@ -124,6 +125,9 @@ class Method:
     next_task: Callable[[TaskContext], TaskChoice] = default_next_task
     initial: Callable[[BenchmarkConfig, Any], Library] = default_initial
     envs: tuple[str, ...] | None = None  # the benchmark envs it runs on by default; None: every env
+    # False for a method whose sleep phase only carries the library forward (no model, a second's work):
+    # the workflow runs it as a local job that asks a cluster for nothing (rules/learn.smk, carry_library).
+    sleeps: bool = True
 
     def parse_options(self, raw: dict[str, Any] | None, variant: str) -> Any:
         """`raw` as an instance of the options class; a ConfigError names the key otherwise."""
@@ -133,7 +137,7 @@ class Method:
 _REGISTRY: dict[str, Method] = {}
 
 
-def register(name: str, options: type, induce: Callable[[InduceContext], Library], **hooks: Callable) -> Method:
+def register(name: str, options: type, induce: Callable[[InduceContext], Library], **hooks: Any) -> Method:
     if name in _REGISTRY and _REGISTRY[name].induce.__module__ != induce.__module__:
         raise ValueError(f"method {name!r} is registered twice ({_REGISTRY[name].induce.__module__}, {induce.__module__})")
     if not dataclasses.is_dataclass(options):

@@ -9,4 +9,4 @@ def induce(ctx: InduceContext) -> Library:
     return ctx.library.next_version(meta={"method": "react", "cycle": ctx.cycle})
 
 
-register("react", NoOptions, induce)
+register("react", NoOptions, induce, sleeps=False)

@@ -85,4 +85,4 @@ def induce(ctx: InduceContext) -> Library:
                                            "library": ctx.library.meta.get("library", "")})
 
 
-register("reference", Options, induce, initial=initial, envs=shipped_envs())
+register("reference", Options, induce, initial=initial, envs=shipped_envs(), sleeps=False)
