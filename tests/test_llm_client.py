@@ -173,6 +173,21 @@ def test_a_reply_without_usage_is_flagged_and_counted_by_the_servers_tokenizer(f
     assert rec.retries == 0
 
 
+def test_the_body_on_the_wire_is_the_request_with_server_fields_at_the_top_level(fake_server):
+    """The SDK takes the fields it names; the rest (extra_body: a llama.cpp grammar, cache_prompt) still
+    arrive beside them, unnested, and nothing else is added."""
+    url, script = fake_server
+    tools = [{"type": "function", "function": {"name": "go", "parameters": {"type": "object", "properties": {}}}}]
+    client(url).chat([{"role": "user", "content": "hi"}], role="actor", session_id="e", tools=tools, stop=["\n"],
+                     max_tokens=9, seed=2, extra_body={"grammar": 'root ::= "x"', "cache_prompt": True})
+    [(path, body)] = script.requests
+    assert path == "/v1/chat/completions"
+    assert body == {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "seed": 2,
+                    "max_tokens": 9, "temperature": LLMConfig().temperature, "tools": tools,
+                    "parallel_tool_calls": False, "stop": ["\n"], "reasoning_effort": "low",
+                    "grammar": 'root ::= "x"', "cache_prompt": True}
+
+
 def test_retries_give_up_at_the_limit(fake_server):
     url, script = fake_server
     script.actions = [500] * 10

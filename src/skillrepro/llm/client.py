@@ -1,8 +1,17 @@
 """One OpenAI-compatible client for every backend, with retries and a record of every call.
 
-It speaks the chat-completions protocol over httpx itself rather than through the `openai` SDK: the SDK's
-import alone costs every job process about 0.6 s of CPU (its thousands of pydantic types), and a job uses
-one endpoint and a few fields of the reply."""
+Requests go through the `openai` SDK (issue 32): one transport for the hosted API, vLLM and llama.cpp, the
+one their maintainers keep in step with the protocol. The SDK's own retries are off, so this client's policy
+decides (its fault kinds, Retry-After), and its raw reply is taken and the JSON body parsed here, so
+llama.cpp's extra fields and every kind of bad reply are still seen. Server-specific fields (a llama.cpp
+`grammar`, vLLM `structured_outputs`) go in what the SDK calls `extra_body`.
+
+What the SDK costs (perf/client_overhead.py, on the shared 2-core CPU machine): its import, about 0.75-0.95 s
+of wall and CPU time in a fresh process (its thousands of pydantic types), so it is imported when the first
+client is made, not with this module, and a command that never makes a request does not pay it; and per
+request about 0.5-0.75 ms more than the same body POSTed directly with httpx (1.5-1.85x, against a local
+server that answers at once), nothing beside a model's reply. Its typed `chat.completions.create` would
+cost ~6 ms a request (it walks every message and tool schema against its parameter types): not used."""
 from __future__ import annotations
 
 import email.utils
@@ -17,8 +26,6 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
-
-import httpx
 
 from skillrepro.config import LLMConfig
 from skillrepro.llm import servers
@@ -40,6 +47,15 @@ class HTTPStatusError(Exception):
     def __init__(self, status: int, message: str, headers: Any):
         super().__init__(f"{status}: {message}")
         self.status, self.message, self.headers = status, message, headers
+
+
+class TransportFault(Exception):
+    """No reply came: `kind` is "timeout" or "connection" (refused, reset, cut off mid-reply)."""
+
+    def __init__(self, kind: str, error: BaseException):
+        cause = error.__cause__ or error  # the SDK's "Connection error." wraps what happened
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.kind = kind
 
 
 class BadReply(Exception):
@@ -79,19 +95,36 @@ class LLMClient:
     retry_after_cap_s: float = 600.0  # a server's Retry-After is honoured up to this
 
     def __post_init__(self):
-        self._http = httpx.Client(timeout=self.cfg.timeout_s, headers={
-            "Authorization": f"Bearer {self.api_key}", "Content-Type": "application/json"})
+        import openai  # here, not at the top: see the module's docstring
+
+        # made with the client, not at its first request, so no record's latency holds the import
+        self._sdk = openai.OpenAI(base_url=self.base_url, api_key=self.api_key, max_retries=0,
+                                  timeout=self.cfg.timeout_s)
 
     def _post(self, request: dict[str, Any]) -> dict[str, Any]:
         """POST one chat-completions request; the reply's JSON object. Raises HTTPStatusError for a status
-        other than 200, httpx's errors for the transport, UnicodeDecodeError or ValueError for a bad body."""
-        r = self._http.post(self.base_url + "/chat/completions", content=json.dumps(request).encode())
-        if r.status_code != 200:
-            try:
-                message = str(json.loads(r.content)["error"]["message"])
-            except (ValueError, KeyError, TypeError):
-                message = r.content[:300].decode("utf-8", "replace")
-            raise HTTPStatusError(r.status_code, message, r.headers)
+        other than 200, TransportFault when no reply came, UnicodeDecodeError or ValueError for a bad body.
+
+        Through the SDK's `post`, not `chat.completions.create`: `create` first walks the whole request
+        against its parameter types (a copy of every message and tool schema): ~6 ms a call, ~4x `post`
+        (perf/client_overhead.py), for the same body on the wire. The fields
+        `create` does not name (a grammar, cache_prompt) go in what its `extra_body` becomes."""
+        import httpx2  # the SDK's transport
+        import openai  # both loaded by __post_init__: lookups
+
+        fields = {k: v for k, v in request.items() if k in _SDK_FIELDS}
+        extra = {k: v for k, v in request.items() if k not in _SDK_FIELDS}
+        try:  # cast_to=httpx2.Response: the raw reply, its body not parsed by the SDK
+            r = self._sdk.post("/chat/completions", cast_to=httpx2.Response, body=fields,
+                               options={"extra_json": extra} if extra else {})
+        except openai.APIStatusError as e:
+            raise HTTPStatusError(e.status_code, _error_message(e.response.content), e.response.headers) from e
+        except openai.APITimeoutError as e:  # before APIConnectionError: it is one
+            raise TransportFault("timeout", e) from e
+        except openai.APIConnectionError as e:
+            raise TransportFault("connection", e) from e
+        if r.status_code != 200:  # another 2xx: the SDK takes it for success
+            raise HTTPStatusError(r.status_code, _error_message(r.content), r.headers)
         body = json.loads(r.content.decode("utf-8"))
         if not isinstance(body, dict):
             raise ValueError("the reply is not a JSON object")
@@ -218,10 +251,8 @@ class LLMClient:
                 if e.status < 500 and e.status not in (408, 409, 429):
                     raise LLMRequestError(f"{e.status} from {self.base_url}: {e.message}") from e
                 kind, wait, error = str(e.status), retry_after(e.headers), e
-            except httpx.TimeoutException as e:  # before TransportError: it is one
-                kind, error = "timeout", e
-            except httpx.TransportError as e:
-                kind, error = "connection", e
+            except TransportFault as e:
+                kind, error = e.kind, e
             except UnicodeDecodeError as e:  # before ValueError: it is one
                 kind, error = "invalid_utf8", e
             except ValueError as e:  # the body is not JSON (cut short), or not an object
@@ -263,6 +294,19 @@ class LLMClient:
     def take_records(self) -> list[LLMCall]:
         out, self.records = self.records, []
         return out
+
+
+# The request fields the SDK's `create` takes by name; any other goes in its extra_body.
+_SDK_FIELDS = frozenset({"model", "messages", "seed", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+                         "tools", "parallel_tool_calls", "stop", "reasoning_effort"})
+
+
+def _error_message(content: bytes) -> str:
+    """The message of an error reply: its JSON `error.message`, else the start of the body."""
+    try:
+        return str(json.loads(content)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return content[:300].decode("utf-8", "replace")
 
 
 def _check_reply(response: dict[str, Any]) -> None:
