@@ -3,16 +3,25 @@
 # helpers that name their files are in rules/common.smk.
 VIEW_LIMITS = config["analysis"]["views"]
 VIEW_TABLES = ("episodes", "steps", "skill_calls", "llm_calls")  # of every checkpoint (eval/v{k}/)
-VIEW_LABELS = {"benchmark": "{bench}", "variant": "{variant}", "seed": "{seed}"}
+# One report label per page, unique in its table. Snakemake 9's report turns any label after the first that has
+# two values, each on half of a table's results, into a toggle, and then looks each row up under the toggle's
+# value: a row without a result for that value (with two episode pages, page 1 is at v2, not at page 0's v0;
+# a variant that runs on another benchmark than the other) has none, and the whole report goes blank
+# (TypeError reading 'mime_type'). Episode pages are numbered in checkpoint order; the report sorts labels as
+# text, hence the zero-padding.
+LIBRARY_LABEL = lambda w: {"run": f"{w.bench} / {w.variant} / seed{w.seed}"}  # noqa: E731
+EPISODE_LABEL = lambda w: {"episode page": f"{int(w.index):03d} (library v{w.version})"}  # noqa: E731
 
 
 rule library_view:
     input:
         libraries=view_libraries,
+        # what each sleep phase did: an empty library's page lists the writes they refused, and why
+        transcripts=lambda w: [run_path(w, f"induce/v{k}/transcript.jsonl") for k in range(1, PROTOCOL.n_cycles + 1)],
         **{t: view_evaluations(t) for t in VIEW_TABLES},
     output:
         report(library_page("{bench}", "{variant}", "{seed}"), caption=f"{CAPTIONS}/library_view.rst",
-               category="Libraries", labels=VIEW_LABELS),
+               category="Libraries", labels=LIBRARY_LABEL),
     params:
         run_id=view_run_id,
         limits=VIEW_LIMITS,
@@ -36,7 +45,7 @@ rule episode_view:
         report(directory("results/views/episodes/{bench}/{variant}/seed{seed}"),
                caption=f"{CAPTIONS}/episode_view.rst", category="Episodes",
                subcategory="{bench}/{variant}/seed{seed}", patterns=["{name}.v{version}.{index}.html"],
-               labels={"version": "v{version}", "page": "{index}"}),
+               labels=EPISODE_LABEL),
     params:
         run_id=view_run_id,
         library_page=view_library_page,

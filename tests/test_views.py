@@ -1,14 +1,20 @@
-"""The library view and the episode view (src/skillrepro/views.py, rules/views.smk).
+"""The library view and the episode view (src/skillrepro/views.py, rules/views.smk), and the report that
+bundles them with the tables and figures.
 
-Two sources of records, both real: a batch played by the real runner and sandbox with the shipped reference
-library and a scripted actor that does call the skill (so the call counts are not zero), and the reference
+Three sources of records, all real: a batch played by the real runner and sandbox with the shipped reference
+library and a scripted actor that does call the skill (so the call counts are not zero); the reference
 method's run through the DAG on the real model in tests/test_reference_workflow.py, which makes the pages with
 the real rules and hands them to `check_pages_of_the_workflow_run` here: the pages are rendered in headless
-Chromium and checked against that run's records."""
+Chromium and checked against that run's records; and the smallest ReAct + SpeedRunner run through the whole
+DAG on the session's model (`tiny_report`), whose `snakemake --report` is clicked through section by section
+in headless Chromium (tests/cdp.py drives it), failing on any console error."""
 from __future__ import annotations
 
+import html
 import json
+import os
 import shutil
+import zipfile
 import subprocess
 import uuid
 from pathlib import Path
@@ -16,7 +22,9 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
+from cdp import Page
 from skillrepro import views
 from skillrepro.agent import EpisodeSpec
 from skillrepro.benchmarks import get_benchmark
@@ -111,8 +119,62 @@ def test_a_library_without_functions_has_a_page_too():
     use = views.function_use(empty, pd.DataFrame(columns=["episode_id", "library_version", "success"]))
     page = views.library_page(views.RunRecords("babyai/react/seed0", (), ()), [Library(0), Library(1)], use, [0, 1],
                               LIMITS)
-    assert "First version: 0 functions." in page and "Unchanged from v0." in page and "No functions." in page
+    assert "First version: 0 functions." in page and "Unchanged from v0." in page
+    assert "No functions: the run starts from an empty library." in page
     assert "data:image/png" not in page and page.count("Call graph: none (no functions).") == 2
+
+
+def empty_use() -> pd.DataFrame:
+    frames = pd.DataFrame(columns=[f for f in views.store.SkillCall.__dataclass_fields__])
+    return views.function_use(frames, pd.DataFrame(columns=["episode_id", "library_version", "success"]))
+
+
+def test_an_empty_library_page_lists_the_writes_its_sleep_phases_refused_and_why(tmp_path):
+    """Each method's transcript as it writes it (speedrunner.py, common.save_records for ASI and Voyager): the
+    page of a library that stayed empty says why at the top, and under each version lists every refused write
+    with its reason and code; writes kept and other tools are counted, not listed."""
+    sr = tmp_path / "speedrunner/induce/v1/transcript.jsonl"
+    sr.parent.mkdir(parents=True)
+    lines = [
+        {"request": 0, "tool": "execute_code", "code": "show('select 1')", "observation": "1"},
+        {"request": 1, "tool": "write_function", "code": "def  # a function that", "public": True,
+         "observation": "Error: the code does not parse: invalid syntax (line 1). Nothing was saved."},
+        {"request": 2, "tool": "write_function", "code": "def go(x):\n    return undefined_name(x)", "public": True,
+         "observation": "Error: not saved, the check failed: the library does not load: NameError: undefined_name"},
+        {"request": 3, "tool": "", "code": "", "observation": "Error: no tool call found. Reply with ..."},
+        {"request": 4, "error": "the context overflowed"},
+    ]
+    sr.write_text("".join(json.dumps(t) + "\n" for t in lines))
+    asi = tmp_path / "asi/induce/v2/transcript.jsonl"
+    asi.parent.mkdir(parents=True)
+    asi.write_text(json.dumps({"episode_id": "e1", "added": [], "refused": [
+        "toggle: the name is taken (append-only)", "no code in the reply"]}) + "\n")
+
+    phases = views.RunRecords("babyai/speedrunner/seed0", (), (), (sr,)).sleep_phases()
+    assert list(phases) == [1] and phases[1].saved == 0 and phases[1].entries == 5
+    assert [(what, why) for what, why, _ in phases[1].refused] == [
+        ("no function named (def  # a function that)", "the code does not parse: invalid syntax (line 1). Nothing was saved."),
+        ("go", "not saved, the check failed: the library does not load: NameError: undefined_name")]
+    libs = [Library(0, meta={"method": "init"}), Library(1, meta={"method": "speedrunner"})]
+    page = views.library_page(views.RunRecords("babyai/speedrunner/seed0", (), ()), libs, empty_use(), [0, 1], LIMITS,
+                              phases)
+    assert "No version of this library has a function:</b> its sleep phases refused 2 writes" in page
+    assert "No functions." not in page  # every empty version says why
+    assert ("No functions: the sleep phase that made v1 (method speedrunner) kept none; it refused "
+            "<a href='#refused-v1'>2 writes</a>") in page
+    table = page.split("id='refused-v1'")[1].split("</table>")[0]
+    assert "NameError: undefined_name" in table and "invalid syntax (line 1)" in table
+    assert "return undefined_name(x)" in table  # the code that was refused
+    assert "writes kept 0, refused 2; also execute_code x1; a reply that named no tool x1; request 4 failed: " \
+           "the context overflowed." in page
+
+    asi_phases = views.RunRecords("babyai/asi/seed0", (), (), (asi,)).sleep_phases()
+    assert asi_phases[2].refused == (("toggle", "the name is taken (append-only)", ""), ("-", "no code in the reply", ""))
+    page = views.library_page(views.RunRecords("babyai/asi/seed0", (), ()),
+                              [Library(0), Library(1, meta={"method": "asi"}), Library(2, meta={"method": "asi"})],
+                              empty_use(), [0, 2], LIMITS, {1: views.SleepPhase(0, 0, (), ()), **asi_phases})
+    assert "No functions: the sleep phase that made v1 (method asi) recorded nothing and wrote no function." in page
+    assert "<a href='#refused-v2'>2 writes</a>" in page and "the name is taken (append-only)" in page
 
 
 def test_a_page_over_its_size_cap_is_made_smaller_or_refused():
@@ -192,3 +254,146 @@ def check_pages_of_the_workflow_run(wd: Path, snakemake) -> None:
     for name in [library.name, *(p.name for p in pages)]:
         assert f'"name": "{name}"' in report
     assert "The library view of each row" in report and "showResultInfo" in report
+    # and every section of it opens (its two episode pages are the case that used to blank the report)
+    opened = click_through_report(wd / "report.html", wd / "report-shots")
+    assert opened["Libraries"] == 1 and opened["Episodes"] == 2
+
+
+# ---------------------------------------------------------------------------------------- the report
+# Marks the elements the clicks go to: by their text, and the rows of a section's table of results.
+_HELPERS = """
+window.__find = (sel, text) => [...document.querySelectorAll(sel)].find(a => a.textContent.trim() === text);
+window.__rows = () => [...document.querySelectorAll('#app table tbody tr')].filter(tr => tr.querySelector('[role=group]'));
+window.__shown = () => !!document.querySelector('#app') && document.querySelector('#app').innerText.trim().length > 0;
+"""
+
+
+def click_through_report(report: Path, shots: Path) -> dict[str, int]:
+    """Snakemake's report opened in headless Chromium and read the way a newcomer does, by clicking: every link
+    of the landing page, Workflow, Statistics and About, then every section of results (each category, and each
+    subcategory of one that has several), in each section every entry's eye button (its page or picture; a
+    table's downloads, so not clicked) and the first entry's "i" button (its caption). Fails on any console
+    error or uncaught exception, on a report that shows nothing after a click, and on a section whose table
+    does not show each of its results on a row of its own. Returns {section: entries}; screenshots in `shots`."""
+    shots.mkdir(parents=True, exist_ok=True)
+    opened: dict[str, int] = {}
+    with Page() as page:
+        def ok(where: str) -> None:
+            assert not page.errors, f"{where}: {page.errors}"
+            assert page.js("__shown()"), f"{where}: the report shows nothing"
+
+        def to_menu() -> None:  # the "Results" breadcrumb, or the home one where there is none
+            if page.js("app.state.navbarMode") != "menu":
+                page.click("__find('#app nav ol a', 'Results') || document.querySelector('#app nav ol a')")
+            assert page.js("app.state.navbarMode") == "menu"
+
+        page.load(report.resolve().as_uri(), "typeof app !== 'undefined' && document.querySelector('#app a')")
+        page.js(_HELPERS)
+        page.settle(300)
+        ok("the landing page")
+        page.screenshot(shots / "landing.png")
+        links = page.js("[...document.querySelectorAll('#app .prose a')].map(a => a.textContent.trim())")
+        for text in links:
+            page.click(f"__find('#app .prose a', {json.dumps(text)})")
+            ok(f"the landing page's link {text}")
+            state = page.js("app.state")
+            if "." in text:  # a result: its entry opens, with its caption
+                assert state["navbarMode"] == "resultinfo" and state["resultPath"].endswith("/" + text), state
+            else:  # a section
+                assert state["category"] == text and state["navbarMode"] in ("category", "subcategory"), state
+            to_menu()
+        opened["landing page"] = len(links)
+        for item in ("Workflow", "Statistics", "About"):
+            page.click(f"__find('#app ul a', {json.dumps(item)})")
+            ok(item)
+            to_menu()
+        sections = page.js("Object.fromEntries(Object.entries(categories).map(([c, s]) => [c, Object.keys(s).sort()]))")
+        for category, subcategories in sections.items():
+            opened[category] = 0
+            for sub in subcategories:
+                where = category if len(subcategories) == 1 else f"{category} / {sub}"
+                to_menu()
+                page.click(f"__find('#app ul a', {json.dumps(category)})")
+                ok(where)
+                if len(subcategories) > 1:
+                    page.click(f"__find('#app ul a', {json.dumps(sub)})")
+                    ok(where)
+                state = page.js("app.state")
+                assert (state["navbarMode"], state["category"], state["subcategory"]) == ("subcategory", category, sub), state
+                paths = page.js(f"categories[{json.dumps(category)}][{json.dumps(sub)}]")
+                rows = page.js("__rows().length")
+                assert rows == len(paths), f"{where}: {rows} rows for {len(paths)} results"
+                for i in range(rows):
+                    eye = f"__rows()[{i}].querySelectorAll('[role=group] a')[0]"
+                    if page.js(f"{eye}.getAttribute('href')") != "#":
+                        continue
+                    page.click(eye)
+                    ok(f"{where}, entry {i}")
+                    state = page.js("app.state")
+                    assert state["content"] in ("html", "img", "pdf") and state["resultPath"] in paths, state
+                    if i == 0:
+                        page.settle(400)
+                        page.screenshot(shots / f"{where.replace('/', '_').replace(' ', '')}.png")
+                page.click("__rows()[0].querySelectorAll('[role=group] a')[1]")
+                ok(f"{where}, caption")
+                assert page.js("app.state.navbarMode") == "resultinfo"
+                opened[category] += rows
+    return opened
+
+
+TINY = {  # the smallest run that has every section: ReAct and SpeedRunner, one sleep phase, v0 and v1 evaluated
+    "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 2}},
+    "methods": {"react": {"method": "react"}, "speedrunner": {"method": "speedrunner"}},
+    "protocol": {"seeds": [0], "train_rollouts": 1, "sleep_every": 1, "eval_every": 1, "n_test": 1},
+    "budgets": {"rollout_wall_s": 300, "inducer_requests": 1},
+    "inducer": {"last_request_nudge": True},
+    "pricing": {},
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory, llm_cfg, llm_url):
+    """`snakemake all` on TINY against the session's model (about a minute on two cores), then its report as
+    one HTML file and as a zip."""
+    from test_workflow import copy_workflow, snakemake
+
+    wd = tmp_path_factory.mktemp("report")
+    copy_workflow(wd)
+    llm = {"backend": "embedded", "model": llm_cfg.model, "max_tokens": 32, "slots": 2,
+           "ctx_per_slot": llm_cfg.ctx_per_slot, "seed": 1, "threads": llm_cfg.threads}
+    (wd / "tiny.yaml").write_text(yaml.safe_dump({"llm": llm, **TINY}))
+    env = dict(os.environ, SKILLREPRO_LLM_URL=llm_url)
+    snakemake("all", "--cores", "2", "--configfile", "tiny.yaml", cwd=wd, env=env)
+    for report in ("report.html", "report.zip"):
+        snakemake("all", "--configfile", "tiny.yaml", "--report", report, cwd=wd, env=env)
+    with zipfile.ZipFile(wd / "report.zip") as z:
+        z.extractall(wd / "unzipped")
+    return wd
+
+
+@pytest.mark.workflow
+def test_every_section_of_the_report_opens_and_an_empty_library_says_why(tiny_report):
+    wd = tiny_report
+    opened = click_through_report(wd / "report.html", wd / "shots")
+    # landing page: the main table and each figure, and each section; Episodes: two pages per run (v0, v1)
+    assert opened["landing page"] == 2 + 8 + 3 and opened["Tables"] == 8 and opened["Figures"] == 8
+    assert opened["Libraries"] == 2 and opened["Episodes"] == 4
+    for shot in ("Libraries", "Episodes_babyai_speedrunner_seed0"):
+        assert_not_blank((wd / "shots" / f"{shot}.png").read_bytes())
+    # the zip: the same report, with each result a file beside it
+    zipped = click_through_report(wd / "unzipped/report/report.html", wd / "shots-zip")
+    assert zipped == opened, (zipped, opened)
+
+    # Each library page says what its sleep phase did; a write it refused is listed with the reason it got.
+    for variant in ("react", "speedrunner"):
+        page = (wd / f"results/views/library/library.babyai.{variant}.seed0.html").read_text()
+        run = wd / f"results/runs/babyai/{variant}/seed0"
+        lines = [json.loads(t) for t in (run / "induce/v1/transcript.jsonl").read_text().splitlines() if t.strip()]
+        refused = [t for t in lines if t.get("tool") == "write_function" and not t["observation"].startswith("Saved")]
+        assert f"Sleep phase that made v1: {len(lines)} transcript entr" in page
+        assert f"refused {len(refused)}" in page
+        for t in refused:
+            assert html.escape(t["observation"].removeprefix("Error: "), quote=True)[:200] in page
+        if not json.loads((run / "library/v1/manifest.json").read_text())["functions"]:
+            assert "No version of this library has a function:" in page and "<p>No functions.</p>" not in page
+

@@ -1,7 +1,9 @@
 """The library view and the episode view: self-contained HTML pages made from one run's records.
 
 A run's library page shows every library version (functions, the diff from the version before, the call graph
-drawn) and how that version's evaluation episodes used each function. An episode page shows one evaluated
+drawn), what the sleep phase that made it did (the writes it refused, with their reasons, from its
+transcript.jsonl: an empty library says why it is empty) and how that version's evaluation episodes used each
+function. An episode page shows one evaluated
 episode step by step: the actor's output, the observation, the skill call stacks the step triggered (nested),
 tokens and cost, and cards of the functions it called, linked to the library page.
 
@@ -17,6 +19,8 @@ import difflib
 import html
 import io
 import json
+import re
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable
@@ -87,6 +91,11 @@ class RunRecords:
     run_id: str  # bench/variant/seed{n}
     library_dirs: tuple[Path, ...]
     eval_dirs: tuple[Path, ...]
+    transcripts: tuple[Path, ...] = ()  # the sleep phases' induce/v{k}/transcript.jsonl, k >= 1
+
+    def sleep_phases(self) -> dict[int, "SleepPhase"]:
+        """What each sleep phase did, by the library version it made (the v{k} folder its transcript is in)."""
+        return {int(t.parent.name.removeprefix("v")): sleep_phase(t) for t in self.transcripts}
 
     def tables(self, pricing: dict) -> tuple[list[Library], pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         """Libraries, episodes (with their dollar cost), steps, skill-call frames and the actor's LLM calls."""
@@ -152,6 +161,90 @@ def _opened(frame_id: str) -> int:
     return int(n) if dot and n.isdigit() else -1
 
 
+# ------------------------------------------------------------------------------------------ sleep phases
+@dataclass(frozen=True)
+class SleepPhase:
+    """What the sleep phase that made one library version did, as its transcript.jsonl records it: the writes
+    it kept, the writes it refused and why, and what else it did (other tools, replies that named none)."""
+
+    entries: int  # transcript lines: SpeedRunner's inducer requests, ASI's and Voyager's episodes read
+    saved: int  # writes kept
+    refused: tuple[tuple[str, str, str], ...]  # (the functions written, why the write was refused, the code)
+    other: tuple[str, ...]  # everything else, one phrase each
+
+
+_DEF = re.compile(r"^\s*def\s+([A-Za-z_]\w*)", re.MULTILINE)
+
+
+def sleep_phase(transcript: Path) -> SleepPhase:
+    """Reads the transcript of any method: SpeedRunner's tool calls (a `write_function` whose observation is
+    not "Saved ..." was refused, and the observation says why), ASI's and Voyager's `added`/`refused` lists
+    ("name: reason"), Voyager's skipped episodes and a request that failed."""
+    entries = [json.loads(line) for line in Path(transcript).read_text().splitlines() if line.strip()]
+    saved, refused, tools, other = 0, [], Counter(), []
+    for t in entries:
+        if "tool" in t:  # SpeedRunner: one line per inducer request
+            if t["tool"] == "write_function":
+                observation = str(t.get("observation", ""))
+                if observation.startswith("Saved"):
+                    saved += 1
+                else:
+                    code = str(t.get("code") or "")
+                    first = next((line.strip() for line in code.splitlines() if line.strip()), "")
+                    names = ", ".join(_DEF.findall(code)) or (f"no function named ({first})" if first else "no code")
+                    refused.append((names, observation.removeprefix("Error: "), code))
+            else:
+                tools[t["tool"] or "a reply that named no tool"] += 1
+        elif "refused" in t or "added" in t:  # ASI, Voyager: what each episode's reply added and refused
+            saved += len(t.get("added") or [])
+            for r in t.get("refused") or []:
+                name, _, why = str(r).partition(": ")
+                refused.append((name, why, "") if why else ("-", name, ""))
+        if "error" in t and "tool" not in t:
+            other.append(f"request {t.get('request', '?')} failed: {t['error']}")
+        if "skipped" in t:
+            other.append(f"episode {t.get('episode_id', '?')} skipped: {t['skipped']}")
+    other = [f"{name} x{n}" for name, n in tools.items()] + other
+    return SleepPhase(len(entries), saved, tuple(refused), tuple(other))
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def _sleep_html(version: int, phase: SleepPhase, limits: ViewLimits) -> str:
+    """The sleep phase that made v{version}: a line of counts and the refused writes with their reasons."""
+    entries = f"{phase.entries} transcript {'entry' if phase.entries == 1 else 'entries'}"
+    line = (f"<p class='sleep'>Sleep phase that made v{version}: {entries}; writes kept {phase.saved}, refused "
+            f"{len(phase.refused)}"
+            + (f"; also {_e(clip('; '.join(phase.other), limits.text_chars))}" if phase.other else "") + ".</p>")
+    if not phase.refused:
+        return line
+    short = min(limits.text_chars, 600)
+    rows = "".join(f"<tr><td><code>{_e(clip(what, 200))}</code></td><td><pre>{_e(clip(why, limits.text_chars))}</pre></td>"
+                   f"<td><pre>{_e(clip(code, short)) or '-'}</pre></td></tr>" for what, why, code in phase.refused)
+    return (line + f"<table class='refused' id='refused-v{version}'><tr><th>refused write</th><th>why</th>"
+            f"<th>code written</th></tr>{rows}</table>")
+
+
+def _why_empty(lib: Library, phase: SleepPhase | None) -> str:
+    """Why a library version has no functions, from what the sleep phase that made it recorded."""
+    if lib.version == 0:
+        return "No functions: the run starts from an empty library."
+    if phase is None:
+        return "No functions."
+    method = lib.meta.get("method")
+    made = f"the sleep phase that made v{lib.version}" + (f" (method {_e(method)})" if method else "")
+    if phase.refused:
+        return (f"No functions: {made} kept none; it refused <a href='#refused-v{lib.version}'>"
+                f"{_n(len(phase.refused), 'write')}</a> (the reasons are above).")
+    if phase.saved:
+        return f"No functions: {made} saved {_n(phase.saved, 'write')}, then removed what they wrote."
+    if not phase.entries:
+        return f"No functions: {made} recorded nothing and wrote no function."
+    return f"No functions: {made} never wrote a function."
+
+
 # ------------------------------------------------------------------------------------------ call graph
 def callgraph_png(library: Library) -> bytes:
     """The call graph drawn in layers: functions nobody calls on top, each callee below its deepest caller;
@@ -211,8 +304,10 @@ def function_anchor(version: int, name: str) -> str:
 
 
 def library_page(run: RunRecords, libraries: list[Library], use: pd.DataFrame, evaluated: Iterable[int],
-                 limits: ViewLimits) -> str:
+                 limits: ViewLimits, phases: dict[int, SleepPhase] | None = None) -> str:
+    """`phases`: what the sleep phase that made each version did (RunRecords.sleep_phases), by version."""
     evaluated = set(evaluated)
+    phases = phases or {}
     by_use = {(r.version, r.function): r for r in use.itertuples()}
     changed = [lib.version for i, lib in enumerate(libraries)  # an empty library has nothing to draw
                if lib.functions and (i == 0 or graph_of(lib) != graph_of(libraries[i - 1]))]
@@ -231,6 +326,8 @@ def library_page(run: RunRecords, libraries: list[Library], use: pd.DataFrame, e
     for lib in libraries:
         body.append(f"<h2 id='v{lib.version}'>v{lib.version}</h2>")
         body.append(_diff_html(previous, lib, limits))
+        if lib.version in phases:
+            body.append(_sleep_html(lib.version, phases[lib.version], limits))
         if lib.version in drawn:
             png = base64.b64encode(callgraph_png(lib)).decode()
             body.append(f"<img class='graph' alt='call graph of v{lib.version}' src='data:image/png;base64,{png}'>")
@@ -239,8 +336,16 @@ def library_page(run: RunRecords, libraries: list[Library], use: pd.DataFrame, e
                         "the same as the version before." if lib.version not in changed
                         else f"not drawn (only the last {limits.graphs_per_run} changes are, analysis.views.graphs_per_run).")
                         + "</p>")
-        body.append(_functions_table(lib, by_use, lib.version in evaluated, limits))
+        body.append(_functions_table(lib, by_use, lib.version in evaluated, limits, phases.get(lib.version)))
         previous = lib
+    if libraries and not any(lib.functions for lib in libraries):
+        # The page of an empty library says why at the top: every sleep phase's refused writes.
+        refused = sum(len(p.refused) for p in phases.values())
+        method = libraries[-1].meta.get("method")
+        why = (f"its sleep phases refused {_n(refused, 'write')}, listed under the version each phase made, "
+               f"with the reasons" if refused else "no sleep phase wrote a function" if phases
+               else "no sleep phase records were given") + (f" (method {_e(method)})" if method else "")
+        body.insert(2, f"<p class='empty'><b>No version of this library has a function:</b> {why}.</p>")
     return _document(f"Library of {run.run_id}", body)
 
 
@@ -263,9 +368,10 @@ def _diff_html(previous: Library | None, lib: Library, limits: ViewLimits) -> st
             f"{notes}</p>" + (f"<pre class='diff'>{_e(chr(10).join(shown) + more)}</pre>" if lines else ""))
 
 
-def _functions_table(lib: Library, by_use: dict, evaluated: bool, limits: ViewLimits) -> str:
+def _functions_table(lib: Library, by_use: dict, evaluated: bool, limits: ViewLimits,
+                     phase: SleepPhase | None = None) -> str:
     if not lib.functions:
-        return "<p>No functions.</p>"
+        return f"<p>{_why_empty(lib, phase)}</p>"
     use_head = ("<th>calls</th><th>episodes</th><th>success of those episodes</th><th>primitives per call</th>"
                 "<th>errors</th>")
     rows = ["<table class='functions'><tr><th>function</th><th>public</th><th>docstring</th><th>lines</th>"
@@ -414,7 +520,7 @@ body { font-family: sans-serif; margin: 1.5em; max-width: 70em; color: #222; } h
 table { border-collapse: collapse; margin: 0.5em 0; } td, th { border: 1px solid #bbb; padding: 3px 6px;
 vertical-align: top; text-align: left; } th { background: #eef3f8; }
 pre { white-space: pre-wrap; margin: 0; font-size: 0.85em; } .diff { background: #f6f6f6; padding: 0.4em; }
-.note { color: #666; } .bad { color: #b00020; } .step { border-left: 3px solid #2b6ca3; padding-left: 0.8em;
+.note { color: #666; } .empty { background: #fff6d8; padding: 0.4em; } .bad { color: #b00020; } .step { border-left: 3px solid #2b6ca3; padding-left: 0.8em;
 margin: 1em 0; } .card { border: 1px solid #ccc; padding: 0.4em; margin: 0.4em 0; } .graph { max-width: 100%; }
 """
 

@@ -1,4 +1,5 @@
-"""Library view of one run: every library version's functions, diff, call graph and use in evaluation."""
+"""Library view of one run: every library version's functions, diff, call graph, the writes its sleep phase
+refused (and why) and use in evaluation."""
 from pathlib import Path
 
 from skillrepro import views
@@ -9,11 +10,14 @@ log = setup_logging(snakemake)
 limits = views.ViewLimits(**snakemake.params.limits)
 limits.check()
 run = views.RunRecords(snakemake.params.run_id, tuple(Path(m).parent for m in snakemake.input.libraries),
-                       tuple(Path(e).parent for e in snakemake.input.episodes))
+                       tuple(Path(e).parent for e in snakemake.input.episodes),
+                       tuple(Path(t) for t in snakemake.input.transcripts))
 libraries, episodes, steps, frames, calls = run.tables(snakemake.params.pricing)
 use = views.function_use(frames, episodes)
 evaluated = sorted(set(episodes.library_version))
-page = views.fit(lambda lim: views.library_page(run, libraries, use, evaluated, lim), limits)
+phases = run.sleep_phases()  # what each sleep phase kept and refused: an empty library says why
+page = views.fit(lambda lim: views.library_page(run, libraries, use, evaluated, lim, phases), limits)
 write_text(snakemake.output[0], page)
-log.info("%s: %d versions, %d functions called in evaluation, %d KB", snakemake.output[0], len(libraries),
-         len(use), len(page.encode()) // 1024)
+log.info("%s: %d versions, %d functions called in evaluation, %d writes refused in sleep phases, %d KB",
+         snakemake.output[0], len(libraries), len(use), sum(len(p.refused) for p in phases.values()),
+         len(page.encode()) // 1024)
