@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -69,3 +71,59 @@ def run_scaffold(llm_cfg, llm_url):
         return wd
 
     return run
+
+
+# ------------------------------------------------------------------------------- modules in their own process
+# A module marked `pytestmark = pytest.mark.own_process` loads models whose memory torch and the allocator
+# never give back (test_scaffold_grpo's policy: 6.2 GB at its peak): run in this process, every later test
+# would keep it. Its tests run in a pytest process of their own instead, one item here standing for them, so
+# the suite's peak is the largest module's, not their sum. The child's own report is printed when it fails.
+_CHILD = "SKILLREPRO_TEST_OWN_PROCESS"
+
+
+class OwnProcess(pytest.Item):
+    def __init__(self, *, nodeids: list[str], **kwargs):
+        super().__init__(**kwargs)
+        self.nodeids = nodeids
+
+    def runtest(self):
+        root = str(self.config.rootpath)
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", *self.nodeids],
+                              cwd=root, env=dict(os.environ, **{_CHILD: "1"}), capture_output=True, text=True)
+        _SUMMARIES.append(f"{self.path.name}: " + (proc.stdout.strip().splitlines() or ["(no output)"])[-1])
+        if proc.returncode != 0:
+            raise OwnProcessFailed(proc.stdout[-6000:] + proc.stderr[-2000:])
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, OwnProcessFailed):
+            return f"{len(self.nodeids)} test(s) run in their own process failed:\n{excinfo.value}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}: {len(self.nodeids)} test(s) in a process of their own"
+
+
+class OwnProcessFailed(Exception):
+    pass
+
+
+_SUMMARIES: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in _SUMMARIES:  # each counted as one test above
+        terminalreporter.write_line(f"in a process of its own, {line}")
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they will
+def pytest_collection_modifyitems(session, config, items):
+    if os.environ.get(_CHILD):
+        return
+    kept, own = [], {}
+    for item in items:
+        if item.get_closest_marker("own_process"):
+            own.setdefault(item.module, (item.getparent(pytest.Module), []))[1].append(item.nodeid)
+        else:
+            kept.append(item)
+    items[:] = kept + [OwnProcess.from_parent(module, name="in_own_process", nodeids=ids)
+                       for module, ids in own.values()]

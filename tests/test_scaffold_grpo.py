@@ -13,6 +13,8 @@ from skillrepro.studies.scaffold.grpo import (QueryGroup, Sample, assign_advanta
                                               query_advantages)
 from skillrepro.studies.scaffold.settings import TrainSettings
 
+pytestmark = pytest.mark.own_process  # the models it loads stay out of the suite's process
+
 
 def test_eq_11_generator_rewards():
     assert generator_rewards([0.3, -0.2], "grp") == [0.3, -0.2]

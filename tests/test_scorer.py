@@ -17,6 +17,8 @@ from skillrepro.llm.scorer import (
 )
 from skillrepro.progress import PROGRESS_LOGGER, Progress
 
+pytestmark = pytest.mark.own_process  # the models it loads stay out of the suite's process
+
 SYSTEM = "You are an agent in a grid world. Call one function per turn."
 
 
