@@ -1,0 +1,121 @@
+"""A learned skill reaches the next checkpoint's actor (issue 38): through the real rules, a SpeedRunner
+sleep phase whose inducer is scripted to write a known function (the shipped BabyAI reference routine, as
+a model would write it: `write_function(public=True)` and a code block), then the test evaluation at v1
+on the real embedded Qwen2.5-Coder-0.5B with the default run's actor settings.
+
+Only the inducer is scripted: a proxy answers its requests and passes every other one (the actor's, the
+tokenizer's) to the real llama.cpp server. It asserts that the write passed its checks and reached v1, that
+the v1 actor was offered the function and called it, and that the call ran in the sandbox and was recorded
+in skill_calls.parquet; it fails if a written function does not reach the next checkpoint's actor."""
+import http.server
+import json
+import os
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from skillrepro.config import LLMConfig
+from skillrepro.llm import servers
+from test_workflow import copy_workflow, snakemake
+
+ROOT = Path(__file__).resolve().parents[1]
+SKILL = (ROOT / "src/skillrepro/resources/reference/babyai/skills.py").read_text()
+WRITE = f"Thought: one routine for the whole mission.\nAction: write_function(public=True)\n```python\n{SKILL}\n```"
+
+
+class InducerProxy:
+    """Answers the inducer (its system prompt lists execute_code): the write first, then `finish`; relays
+    everything else to `upstream` unchanged."""
+
+    def __init__(self, upstream: str):
+        outer, base = self, upstream.removesuffix("/v1")
+        self.inducer_requests = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                body = json.loads(raw)
+                messages = body.get("messages") or [{}]
+                if self.path.endswith("/chat/completions") and "execute_code" in (messages[0].get("content") or ""):
+                    outer.inducer_requests += 1
+                    text = WRITE if outer.inducer_requests == 1 else "Thought: done.\nAction: finish"
+                    data = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                                       "choices": [{"index": 0, "finish_reason": "stop",
+                                                    "message": {"role": "assistant", "content": text}}],
+                                       "usage": {"prompt_tokens": 100, "completion_tokens": 10}}).encode()
+                    status = 200
+                else:
+                    req = urllib.request.Request(base + self.path, data=raw, headers={"Content-Type": "application/json"})
+                    try:
+                        with urllib.request.urlopen(req, timeout=600) as r:
+                            status, data = r.status, r.read()
+                    except urllib.error.HTTPError as e:
+                        status, data = e.code, e.read()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+@pytest.mark.workflow
+def test_a_function_the_inducer_writes_is_called_by_the_next_checkpoints_actor(tmp_path):
+    copy_workflow(tmp_path)
+    llm = {"backend": "embedded", "model": "qwen2.5-coder-0.5b", "max_tokens": 96, "slots": 1, "ctx_per_slot": 4096,
+           "seed": 1, "tool_calling": "constrained"}
+    cfg = {
+        "llm": llm,
+        "actor": {"restate_skills": True, "stop": ["}\n{", "},\n{"]},  # the default run's actor settings
+        "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 2}},
+        "methods": {"speedrunner": {"method": "speedrunner"}},
+        "protocol": {"seeds": [0], "train_rollouts": 1, "sleep_every": 1, "eval_every": 1, "n_test": 2},
+        "budgets": {"rollout_wall_s": 300, "inducer_requests": 3},
+        "pricing": {},
+    }
+    (tmp_path / "learn.yaml").write_text(yaml.safe_dump(cfg))
+    server = servers.start(LLMConfig(**llm), workdir=tmp_path)
+    proxy = InducerProxy(server.url)
+    run = tmp_path / "results/runs/babyai/speedrunner/seed0"
+    try:
+        snakemake(str(run.relative_to(tmp_path) / "eval/v1/skill_calls.parquet"), "--cores", "2",
+                  "--configfile", "learn.yaml", cwd=tmp_path, env={**os.environ, servers.URL_ENV: proxy.url})
+    finally:
+        proxy.close()
+        server.stop()
+
+    # The sleep phase wrote the function, its checks kept it, and v1 holds it as the only public skill.
+    transcript = [json.loads(line) for line in (run / "induce/v1/transcript.jsonl").read_text().splitlines()]
+    write = next(t for t in transcript if t["tool"] == "write_function")
+    assert write["observation"].startswith("Saved ") and "solve_mission (public)" in write["observation"], write
+    v1 = json.loads((run / "library/v1/manifest.json").read_text())
+    assert [f["name"] for f in v1["functions"] if f["public"]] == ["solve_mission"]
+
+    # The v1 actor (the real model) was offered it and called it; each valid call ran in the sandbox and left
+    # its call stack in skill_calls.parquet, tagged with the step that made it, its frames stepping the env.
+    steps = pq.read_table(run / "eval/v1/steps.parquet").to_pandas()
+    frames = pq.read_table(run / "eval/v1/skill_calls.parquet").to_pandas()
+    calls = pq.read_table(run / "eval/v1/llm_calls.parquet").to_pandas()
+    assert "- solve_mission(mission: str): " in json.loads(calls.prompt.iloc[0])["messages"][0]["content"]
+    called = steps[(steps.action == "solve_mission") & steps.valid]
+    assert len(called) >= 1, steps[["episode_id", "step", "action", "valid"]].to_string()
+    roots = frames[frames.parent_frame_id == ""]
+    assert sorted(zip(roots.episode_id, roots.step)) == sorted(zip(called.episode_id, called.step))
+    assert set(roots.function) == {"solve_mission"} and (frames.primitives.map(json.loads).map(len) > 0).any()
+    # The training batch played v0, which had nothing to call: the skill is what the sleep phase added.
+    assert pd.read_parquet(run / "train/batch0/skill_calls.parquet").empty
