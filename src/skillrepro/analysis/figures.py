@@ -45,14 +45,60 @@ _MARKERS = "os^Dv<>P"
 _LINES = ("-", "--", "-.", ":")
 
 
-def _band(ax, d: pd.DataFrame, x: str, metric: str, label: str, i: int = 0, **kw) -> None:
+def _band(ax, d: pd.DataFrame, x: str, metric: str, label: str, i: int = 0, **kw):
+    """One variant's line (mean over seeds) with its ± 1 s.d. band; returns the line."""
     d = d.sort_values(x)
     mean, sd = d[f"{metric}_mean"].astype(float), d[f"{metric}_sd"].astype(float).fillna(0)
     kw.setdefault("ls", _LINES[i % len(_LINES)])
     # clip_on=False: a value on the axis's edge (a rate of 0 or 1) is drawn over the frame, not hidden by it
     ax.plot(d[x], mean, marker=_MARKERS[i % len(_MARKERS)], markerfacecolor="none", markersize=7 + 2 * (i % 3),
             lw=max(2.4 - 0.5 * i, 1.0), label=label, clip_on=False, zorder=3 + i, **kw)
-    ax.fill_between(d[x], mean - sd, mean + sd, alpha=0.15, color=ax.lines[-1].get_color())
+    line = ax.lines[-1]
+    ax.fill_between(d[x], mean - sd, mean + sd, alpha=0.15, color=line.get_color())
+    return line
+
+
+def _x_from_data(ax) -> None:
+    """The x axis spans the plotted points exactly: it starts at the first and ends at the last (a marker on the
+    edge is drawn over the frame). Where every point has the same x, that x is the only tick, centred."""
+    import numpy as np
+
+    xs = np.unique(np.concatenate([ln.get_xdata().astype(float) for ln in ax.get_lines()] or [np.zeros(0)]))
+    xs = xs[np.isfinite(xs)]
+    if len(xs) > 1:
+        ax.set_xlim(xs[0], xs[-1])
+    elif len(xs) == 1:
+        ax.set_xlim(xs[0] - 1, xs[0] + 1)
+        ax.set_xticks([xs[0]])
+
+
+def coinciding(ax) -> list[list[str]]:
+    """The labels of the panel's lines that lie exactly on top of each other (same points), in groups."""
+    import numpy as np
+
+    groups: list[list] = []
+    for ln in ax.get_lines():
+        if ln.get_label().startswith("_"):  # unlabelled: a line's companion (figure 3's dotted share)
+            continue
+        xy = ln.get_xydata()
+        same = next((g for g in groups if g[0].get_xydata().shape == xy.shape
+                     and np.allclose(g[0].get_xydata(), xy, equal_nan=True)), None)
+        if same is None:
+            groups.append([ln])
+        else:
+            same.append(ln)
+    return [[ln.get_label() for ln in g] for g in groups if len(g) > 1]
+
+
+def _say_coinciding(ax) -> None:
+    """Lines drawn exactly over each other are named under the panel's title: their markers and line styles
+    differ, but a reader should not have to find the one underneath."""
+    groups = coinciding(ax)
+    if groups:
+        same = "; ".join(" and ".join(g) for g in groups)
+        ax.set_title(ax.get_title(), pad=16)  # room for the note between the title and the panel
+        ax.text(0.5, 1.015, f"{same}: identical, drawn on top of each other", transform=ax.transAxes,
+                ha="center", va="bottom", fontsize=8, color="0.3")
 
 
 def _counts_axis(ax, axis: str = "x") -> None:
@@ -95,6 +141,8 @@ def curves(checkpoints: pd.DataFrame, groups: dict[str, list[str]], study: Study
         _from_zero(row[1])
         for ax in row:
             _counts_axis(ax)
+            _x_from_data(ax)
+            _say_coinciding(ax)
         row[0].legend(fontsize=8)
     fig.suptitle(title)
     _save(fig, out)
@@ -121,8 +169,9 @@ def cross_model_figure(checkpoints: pd.DataFrame, model: str, number: int, study
 
 def cost_curves(training: pd.DataFrame, study: Study, out: str | Path, model: str | None = None) -> None:
     """Figure 3: dollars per training episode (the batch's calls + the sleep phase after it) over training,
-    mean ± 1 s.d. over seeds; thin dotted, the batch's own share. Every cost $0 (a model without a price,
-    `model`) is said on the image."""
+    mean ± 1 s.d. over seeds; thin dotted, the batch's own share, drawn only for a variant whose sleep phase
+    cost something (elsewhere it would lie under the full line), and the panel's title mentions it only when
+    one is drawn. Every cost $0 (a model without a price, `model`) is said on the image."""
     title = "Figure 3: dollar cost per episode over training"
     main = {b: study.main_on(b) for b in study.benchmarks}
     training = training[[v in main.get(b, ()) for b, v in zip(training.run_benchmark, training.variant)]]
@@ -131,17 +180,25 @@ def cost_curves(training: pd.DataFrame, study: Study, out: str | Path, model: st
     per = over_seeds(training, ["run_benchmark", "variant", "train_rollouts"], ["cost", "actor_cost"])
     benches = sorted(per.run_benchmark.unique())
     plt = _plt()
+    import numpy as np
+
     fig, axes = plt.subplots(1, len(benches), figsize=(5 * len(benches), 3.6), squeeze=False)
     unpriced = bool((per.cost_mean.fillna(0) == 0).all())
     for ax, bench in zip(axes[0], benches):
         for i, variant in enumerate(main[bench]):
             d = per[(per.run_benchmark == bench) & (per.variant == variant)]
             if not d.empty:
-                _band(ax, d, "train_rollouts", "cost", variant, i)
-                ax.plot(d.sort_values("train_rollouts").train_rollouts, d.sort_values("train_rollouts").actor_cost_mean,
-                        ls=":", lw=1, color=ax.lines[-1].get_color(), clip_on=False, zorder=2)
-        ax.set(title=f"{bench}: $ per episode (thin dotted: without sleep)", xlabel="training rollouts", ylabel="dollars")
+                line = _band(ax, d, "train_rollouts", "cost", variant, i)
+                d = d.sort_values("train_rollouts")
+                if not np.allclose(d.actor_cost_mean.fillna(0), d.cost_mean.fillna(0)):
+                    ax.plot(d.train_rollouts, d.actor_cost_mean, ls=":", lw=1, color=line.get_color(), clip_on=False,
+                            zorder=2, label=f"_{variant} without the sleep phase")
+        dotted = any(ln.get_linestyle() == ":" for ln in ax.get_lines())
+        ax.set(title=f"{bench}: $ per episode" + (" (thin dotted: without sleep)" if dotted else ""),
+               xlabel="training rollouts", ylabel="dollars")
         _counts_axis(ax)
+        _x_from_data(ax)
+        _say_coinciding(ax)
         if unpriced:
             ax.set_ylim(0, 1)
             ax.text(0.5, 0.55, f"All costs are $0: {f'model {model}' if model else 'the model'} has no price\n"
@@ -231,21 +288,27 @@ def plane_figure(mains: dict[str, pd.DataFrame], study: Study, out: str | Path) 
     benches = sorted(data.benchmark.unique())
     plt = _plt()
     fig, axes = plt.subplots(1, len(benches), figsize=(5 * len(benches), 4), squeeze=False)
+    from matplotlib.lines import Line2D
+
     markers = dict(zip(mains, "osD^v<>p*"))
     for ax, bench in zip(axes[0], benches):
         d = data[data.benchmark == bench]
         colours: dict[str, Any] = {}
-        for r in d.itertuples():
+        handles = []
+        for n, r in enumerate(d.itertuples()):
             c = colours.setdefault(r.variant, f"C{len(colours)}")
-            n = len(ax.lines)  # hollow markers, each later one smaller: points at the same place all show
-            ax.errorbar(r.output_tokens_per_episode_mean, r.score_mean, xerr=_nz(r.output_tokens_per_episode_sd),
-                        yerr=_nz(r.score_sd), marker=markers[r.model], color=c, ls="none", markerfacecolor="none",
-                        markersize=max(11 - 2 * n, 4), markeredgewidth=1.5, clip_on=False,
-                        label=f"{r.variant} ({r.model})")
+            # hollow markers, each later one smaller: points at the same place all show
+            look = dict(marker=markers[r.model], color=c, markerfacecolor="none", markersize=max(11 - 2 * n, 4),
+                        markeredgewidth=1.5)
+            # error bars only where seeds differ (a zero-length bar draws nothing, but its legend entry a cross)
+            ax.errorbar(r.output_tokens_per_episode_mean, r.score_mean, xerr=_nz(r.output_tokens_per_episode_sd) or None,
+                        yerr=_nz(r.score_sd) or None, ls="none", clip_on=False, label=f"{r.variant} ({r.model})", **look)
+            # the legend shows each point as it is drawn: its marker, size and colour, nothing else
+            handles.append(Line2D([], [], ls="none", label=f"{r.variant} ({r.model})", **look))
         ax.set(title=bench, xlabel="output tokens per episode", ylabel=study.headline(bench) if bench in study.benchmarks else "score")
         _rate_axis(ax)
         ax.set_xlim(left=0)
-        ax.legend(fontsize=7)
+        ax.legend(handles=handles, fontsize=7)
     fig.suptitle(title)
     _save(fig, out)
 
