@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from scripted import ChatServer, completion
 from skillrepro.skills.sandbox import SandboxError, SandboxLimits, SandboxPolicy, SandboxSession
 
 LIMITS = SandboxLimits(call_wall_s=30, call_cpu_s=10, start_wall_s=120, memory_bytes=4 << 30, output_chars=16000)
@@ -196,48 +197,22 @@ def test_a_required_layer_the_interpreter_lacks_fails_loud(history, monkeypatch)
     s.close()
 
 
-class _ScriptedServer:
-    """An OpenAI-compatible chat endpoint in a thread: the inducer's first request gets a cell over the
-    history, later ones `finish`; the actor always steps forward. Enough to drive the real rules."""
+class _ScriptedServer(ChatServer):
+    """The inducer's first request gets a cell over the history, later ones `finish`; the actor always steps
+    forward. Enough to drive the real rules."""
 
     CELL = "Thought: look at the history.\nAction: execute_code\n```python\nsql('SELECT task_id, success FROM episodes')\n```"
 
     def __init__(self):
-        import http.server
-        import threading
-
-        outer = self
         self.inducer_requests = 0
+        super().__init__(self.answer)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                system = body["messages"][0]["content"]
-                if "execute_code" in system:  # the inducer's system prompt lists its tools
-                    outer.inducer_requests += 1
-                    text = outer.CELL if outer.inducer_requests == 1 else "Action: finish"
-                else:
-                    text = "Thought: go.\nAction: go_forward()"
-                reply = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                         "choices": [{"index": 0, "finish_reason": "stop",
-                                      "message": {"role": "assistant", "content": text}}],
-                         "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
+    def answer(self, path: str, raw: bytes) -> tuple[int, bytes]:
+        body = json.loads(raw)
+        if "execute_code" in body["messages"][0]["content"]:  # the inducer's system prompt lists its tools
+            self.inducer_requests += 1
+            return 200, completion(body["model"], self.CELL if self.inducer_requests == 1 else "Action: finish")
+        return 200, completion(body["model"], "Thought: go.\nAction: go_forward()")
 
 
 @pytest.mark.workflow

@@ -7,10 +7,8 @@ Only the inducer is scripted: a proxy answers its requests and passes every othe
 tokenizer's) to the real llama.cpp server. It asserts that the write passed its checks and reached v1, that
 the v1 actor was offered the function and called it, and that the call ran in the sandbox and was recorded
 in skill_calls.parquet; it fails if a written function does not reach the next checkpoint's actor."""
-import http.server
 import json
 import os
-import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -22,6 +20,7 @@ import yaml
 
 from skillrepro.config import LLMConfig
 from skillrepro.llm import servers
+from scripted import ChatServer, completion
 from test_workflow import copy_workflow, snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,49 +28,25 @@ SKILL = (ROOT / "src/skillrepro/resources/reference/babyai/skills.py").read_text
 WRITE = f"Thought: one routine for the whole mission.\nAction: write_function(public=True)\n```python\n{SKILL}\n```"
 
 
-class InducerProxy:
+class InducerProxy(ChatServer):
     """Answers the inducer (its system prompt lists execute_code): the write first, then `finish`; relays
     everything else to `upstream` unchanged."""
 
     def __init__(self, upstream: str):
-        outer, base = self, upstream.removesuffix("/v1")
-        self.inducer_requests = 0
+        self.base, self.inducer_requests = upstream.removesuffix("/v1"), 0
+        super().__init__(self.answer)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                raw = self.rfile.read(int(self.headers["Content-Length"]))
-                body = json.loads(raw)
-                messages = body.get("messages") or [{}]
-                if self.path.endswith("/chat/completions") and "execute_code" in (messages[0].get("content") or ""):
-                    outer.inducer_requests += 1
-                    text = WRITE if outer.inducer_requests == 1 else "Thought: done.\nAction: finish"
-                    data = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                                       "choices": [{"index": 0, "finish_reason": "stop",
-                                                    "message": {"role": "assistant", "content": text}}],
-                                       "usage": {"prompt_tokens": 100, "completion_tokens": 10}}).encode()
-                    status = 200
-                else:
-                    req = urllib.request.Request(base + self.path, data=raw, headers={"Content-Type": "application/json"})
-                    try:
-                        with urllib.request.urlopen(req, timeout=600) as r:
-                            status, data = r.status, r.read()
-                    except urllib.error.HTTPError as e:
-                        status, data = e.code, e.read()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
+    def answer(self, path: str, raw: bytes) -> tuple[int, bytes]:
+        body = json.loads(raw)
+        if path.endswith("/chat/completions") and "execute_code" in (body["messages"][0].get("content") or ""):
+            self.inducer_requests += 1
+            return 200, completion(body["model"], WRITE if self.inducer_requests == 1 else "Thought: done.\nAction: finish")
+        req = urllib.request.Request(self.base + path, data=raw, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=600) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
 
 
 @pytest.mark.workflow
