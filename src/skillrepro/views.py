@@ -3,9 +3,9 @@
 A run's library page shows every library version (functions, the diff from the version before, the call graph
 drawn), what the sleep phase that made it did (the writes it refused, with their reasons, from its
 transcript.jsonl: an empty library says why it is empty) and how that version's evaluation episodes used each
-function. An episode page shows one evaluated
-episode step by step: the actor's output, the observation, the skill call stacks the step triggered (nested),
-tokens and cost, and cards of the functions it called, linked to the library page.
+function. An episode page shows one evaluated episode step by step: the actor's output, the observation, the
+skill call stacks the step triggered (nested), tokens and cost, and cards of the functions it called, linked to
+the library page.
 
 Pages are single files with their pictures inlined, because Snakemake's `--report report.html` embeds each
 result as one data URI and refuses folders of files. Their size is bounded by `ViewLimits`, not by the run:
