@@ -30,10 +30,11 @@ class Fake:
     """Scripted LLM for unit tests: replays `replies` in a loop and records what it was sent."""
 
     def __init__(self, replies):
-        self.replies, self.seen = itertools.cycle(replies), []
+        self.replies, self.seen, self.extra = itertools.cycle(replies), [], []
 
     def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0, extra_body=None):
         self.seen.append(messages)
+        self.extra.append(extra_body)
         text = next(self.replies)
         rec = LLMCall(uuid.uuid4().hex, session_id, role, "fake", "fake", 100, 0, 20, 0, 0.01, 0, "stop", "0" * 64,
                       json.dumps(messages)[:200], text, 0.0)
@@ -223,6 +224,29 @@ def test_last_request_is_prefilled_when_nothing_was_saved(recorded):
     assert {f.name: f.public for f in lib.functions} == {"turn_around": True, "step_ahead": True}
     log = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     assert "did not parse and were dropped" in log[-1]["observation"]  # the half function cut by the token limit
+
+
+def test_constrained_replies_are_one_json_tool_call_and_the_last_may_only_write(recorded):
+    """llm.tool_calling: constrained decodes each inducer reply under a schema of its tools (the actor's
+    shape, {"name", "arguments"}); code travels as a JSON string. A reply cut off by the token limit keeps
+    its complete functions; the last request of a session that saved nothing may only call write_function."""
+    source = 'def step_ahead():\n    """Step forward."""\n    return go_forward()\n'
+    cut = json.dumps({"name": "write_function", "arguments": {"source": source + "\ndef half(x):\n    if x",
+                                                              "public": True}})[:-25]
+    fake = Fake([json.dumps({"name": "execute_code", "arguments": {"code": "sql('SELECT count(*) AS n FROM steps')"}}),
+                 "not json at all", cut])
+    lib = get_method("speedrunner").induce(ctx_for(recorded, LLMConfig(ctx_per_slot=8192, tool_calling="constrained"),
+                                                   budget=3), client=fake)
+    schemas = [e["response_format"]["json_schema"]["schema"] for e in fake.extra]
+    names = [[c["properties"]["name"]["const"] for c in sch["anyOf"]] for sch in schemas]
+    assert names[0] == ["execute_code", "read_library", "write_function", "delete_function", "finish"] == names[1]
+    assert names[2] == ["write_function"]  # the nudge: nothing saved yet and one request left
+    assert "one JSON object that calls one tool" in fake.seen[0][0]["content"]
+    log = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
+    assert log[0]["tool"] == "execute_code" and "Error" not in log[0]["observation"]
+    assert log[1]["observation"].startswith("Error: the reply is not one complete JSON tool call")
+    assert log[2]["observation"].startswith("Saved step_ahead (public)") and "were dropped" in log[2]["observation"]
+    assert {f.name: f.public for f in lib.functions} == {"turn_around": True, "step_ahead": True}
 
 
 def test_the_inducer_limits_are_settings(recorded):

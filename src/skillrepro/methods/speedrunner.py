@@ -11,6 +11,9 @@ Whatever the model manages, the result is a valid v{k+1}: v{k} plus the writes t
 Small CPU models rarely produce native tool calls, so replies are read with a lenient text protocol
 ("Action: write_function(public=True)" plus a ```python block; a bare `def` or code block is understood
 too). Native tool calls are used when `llm.tool_calling` is native, with the text reading as fallback.
+Under `constrained` each reply is decoded under a JSON schema of the tools (as the actor's are), so a
+`write_function` call is always one well-formed call with its code as a string, and the last request of
+a session that has written nothing may call `write_function` only.
 
 Ablations (method options): prompt asi_style (the ASI-like prompt file), access all_public (every
 function public), interpreter false (no execute_code; the recent trajectories are put in the context).
@@ -107,6 +110,7 @@ class Session:
 
 
 # ------------------------------------------------------------------------------------------ parsing
+TEXT_HINT = "Reply with 'Action: <tool>' and, for execute_code or write_function, one ```python block."
 _ACTION = re.compile(r"action\s*:\s*`*\s*([A-Za-z_]+)\s*(\(([^\n]*)\))?", re.IGNORECASE)
 
 
@@ -139,22 +143,57 @@ def parse_action(text: str, interpreter: bool) -> Action:
             return Action(name)
         if name == "execute_code":
             return Action(name, code)
-        return Action(name, code, problem=f"unknown tool {m.group(1)!r}")
+        return Action(name, code, problem=f"unknown tool {m.group(1)!r}. {TEXT_HINT}")
     if code and re.search(r"^\s*def \w+\s*\(", code, re.MULTILINE):
         return Action("write_function", code)
     if code and interpreter:
         return Action("execute_code", code)
     if re.search(r"\bfinish\b", text, re.IGNORECASE):
         return Action("finish")
-    return Action("", problem="no tool call found")
+    return Action("", problem=f"no tool call found. {TEXT_HINT}")
 
 
 def native_action(name: str, args: dict[str, Any]) -> Action:
     if "__unparsed__" in args:
-        return Action(name, problem=f"could not read the arguments {args['__unparsed__']!r}")
+        return Action(name, problem=f"could not read the arguments {args['__unparsed__']!r}; nothing was done.")
     pub = args.get("public")
     return Action(name, str(args.get("code") or args.get("source") or ""),
                   None if pub is None else bool(pub), str(args.get("name") or ""))
+
+
+def reply_schema(tools: list[dict]) -> dict:
+    """The JSON schema a constrained inducer reply is decoded under: one call of one of `tools` (their
+    native schemas), `{"name": ..., "arguments": {...}}`, the shape the actor's constrained replies take."""
+    def call(t: dict) -> dict:
+        fn = t["function"]
+        return {"type": "object", "properties": {"name": {"const": fn["name"]},
+                                                 "arguments": {**fn["parameters"], "additionalProperties": False}},
+                "required": ["name", "arguments"], "additionalProperties": False}
+
+    return {"anyOf": [call(t) for t in tools]}
+
+
+_SOURCE_PREFIX = re.compile(r'"(?:source|code)"\s*:\s*"((?:[^"\\]|\\.)*)')
+
+
+def json_action(text: str) -> Action:
+    """Read a constrained reply. One cut off by the token limit is not valid JSON: its code string so far is
+    kept (write_function then saves the complete functions in it, as for a text reply)."""
+    try:
+        call = json.loads(text)
+        return native_action(str(call["name"]), call.get("arguments") or {})
+    except (ValueError, KeyError, TypeError):
+        name = re.search(r'"name"\s*:\s*"(\w+)"', text)
+        code = _SOURCE_PREFIX.search(text)
+        if name and code:
+            partial = code.group(1).removesuffix("\\")
+            try:
+                return Action(name.group(1), json.loads(f'"{partial}"'),
+                              True if name.group(1) == "write_function" else None)
+            except ValueError:
+                pass
+        return Action("", problem="the reply is not one complete JSON tool call (cut off by the reply's token "
+                                  "limit?); nothing was done. Write shorter code.")
 
 
 def tool_schemas(interpreter: bool) -> list[dict]:
@@ -348,11 +387,15 @@ def induce(ctx: InduceContext, client=None) -> Library:
                    "Make the few main functions public (the agent sees them) and helpers private (name them "
                    "with a leading underscore and write them with public=False); private functions stay callable "
                    "from other functions but are hidden from the agent.")
-    protocol = (PROMPTS / "inducer_tools_text.txt").read_text().format(
+    native, constrained = ctx.llm.tool_calling == "native", ctx.llm.tool_calling == "constrained"
+    example_code = ("show(\"SELECT task_id, success, n_steps FROM episodes\")" if interpreter else
+                    "def face_and_pick_up():\n    \"\"\"Turn left, then pick up.\"\"\"\n    turn_left()\n    return pick_up()")
+    protocol = (PROMPTS / f"inducer_tools_{'json' if constrained else 'text'}.txt").read_text().format(
         tool_list="\n".join(f"- {TOOL_DOCS[t]}" for t in tools),
         example_tool="execute_code" if interpreter else "write_function(public=True)",
-        example_code=("show(\"SELECT task_id, success, n_steps FROM episodes\")" if interpreter else
-                      "def face_and_pick_up():\n    \"\"\"Turn left, then pick up.\"\"\"\n    turn_left()\n    return pick_up()"))
+        example_code=example_code,
+        example_json=json.dumps({"name": "execute_code", "arguments": {"code": example_code}} if interpreter else
+                                {"name": "write_function", "arguments": {"source": example_code, "public": True}}))
     system = prompt_file.read_text().format(
         environment=bench.describe(),
         primitives="\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives()),
@@ -389,13 +432,14 @@ def induce(ctx: InduceContext, client=None) -> Library:
     task_msg.append("Improve the library now. One tool call per reply.")
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(task_msg)[:ctx_chars // 2]}]
 
-    native = ctx.llm.tool_calling == "native"
-    schemas = tool_schemas(interpreter) if native else None
+    schemas = tool_schemas(interpreter)
+    constrain = lambda allowed: {"response_format": {"type": "json_schema", "json_schema": {  # noqa: E731
+        "name": "inducer_action", "schema": reply_schema(allowed)}}} if constrained else None
     records: list[LLMCall] = []
     try:
         for req in range(ctx.request_budget):
             left = ctx.request_budget - req
-            prefill = ""
+            prefill, allowed = "", schemas
             if left == 1 and sess.writes_ok == 0 and limits.last_request_nudge:
                 # A last reminder: a session that never writes leaves the library unchanged. In the text
                 # protocol the reply is also started for the model (servers continue a trailing assistant
@@ -403,12 +447,15 @@ def induce(ctx: InduceContext, client=None) -> Library:
                 messages.append({"role": "user", "content": "This is your last request and you have not saved a "
                                  "function yet. Reply with Action: write_function(public=True) and one "
                                  "```python block containing a complete function that calls the primitive actions."})
-                prefill = "" if native else LAST_CHANCE_PREFILL
+                # constrained: the reply can only be a write_function call
+                allowed = [t for t in schemas if t["function"]["name"] == "write_function"]
+                prefill = "" if native or constrained else LAST_CHANCE_PREFILL
             sent = _trim(messages, ctx_chars) + ([{"role": "assistant", "content": prefill}] if prefill else [])
             try:
                 # Small models go on to invent the tool's answer: stop them there.
-                reply = client.chat(sent, role="inducer", session_id=session_id, tools=schemas, max_tokens=max_tokens,
-                                    stop=None if native else ["\nObservation:", "\nThought:"])
+                reply = client.chat(sent, role="inducer", session_id=session_id, tools=schemas if native else None,
+                                    max_tokens=max_tokens, stop=None if native or constrained else
+                                    ["\nObservation:", "\nThought:"], extra_body=constrain(allowed))
             except LLMRequestError as e:  # the context overflowed even after trimming
                 sess.transcript.append({"request": req, "error": str(e)})
                 break
@@ -416,6 +463,8 @@ def induce(ctx: InduceContext, client=None) -> Library:
             if reply.tool_calls:
                 tc = reply.tool_calls[0]
                 action = native_action(tc.name, tc.arguments)
+            elif constrained:
+                action = json_action(reply.text)
             else:
                 text = reply.text
                 # Servers differ: some return the continuation only, some a fresh reply (or prefix included).
@@ -451,8 +500,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
 def _apply(action: Action, sess: Session, sandbox, interpreter: bool, bench, task_ids, replay: bool,
            limits: InducerLimits) -> str:
     if action.problem:
-        return (f"Error: {action.problem}. Reply with 'Action: <tool>' and, for execute_code or "
-                f"write_function, one ```python block.")
+        return f"Error: {action.problem}"
     if action.name == "execute_code":
         if not interpreter:
             return "Error: execute_code is not available in this session."
