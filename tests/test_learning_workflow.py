@@ -1,6 +1,6 @@
 """A learned skill reaches the next checkpoint's actor (issue 38): through the real rules, a SpeedRunner
 sleep phase whose inducer is scripted to write a known function (the shipped BabyAI reference routine, as
-a model would write it: `write_function(public=True)` and a code block), then the test evaluation at v1
+a model would write it: one JSON `write_function` call, the default run's constrained protocol), then the test evaluation at v1
 on the real embedded Qwen2.5-Coder-0.5B with the default run's actor settings.
 
 Only the inducer is scripted: a proxy answers its requests and passes every other one (the actor's, the
@@ -25,7 +25,9 @@ from test_workflow import copy_workflow, snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILL = (ROOT / "src/skillrepro/resources/reference/babyai/skills.py").read_text()
-WRITE = f"Thought: one routine for the whole mission.\nAction: write_function(public=True)\n```python\n{SKILL}\n```"
+# As the constrained inducer replies (llm.tool_calling: constrained): one JSON call of a tool.
+WRITE = json.dumps({"name": "write_function", "arguments": {"source": SKILL, "public": True}})
+FINISH = json.dumps({"name": "finish", "arguments": {"summary": "one routine for the whole mission"}})
 
 
 class InducerProxy(ChatServer):
@@ -33,14 +35,15 @@ class InducerProxy(ChatServer):
     everything else to `upstream` unchanged."""
 
     def __init__(self, upstream: str):
-        self.base, self.inducer_requests = upstream.removesuffix("/v1"), 0
+        self.base, self.inducer_requests, self.schemas = upstream.removesuffix("/v1"), 0, []
         super().__init__(self.answer)
 
     def answer(self, path: str, raw: bytes) -> tuple[int, bytes]:
         body = json.loads(raw)
         if path.endswith("/chat/completions") and "execute_code" in (body["messages"][0].get("content") or ""):
             self.inducer_requests += 1
-            return 200, completion(body["model"], WRITE if self.inducer_requests == 1 else "Thought: done.\nAction: finish")
+            self.schemas.append(body.get("response_format", {}).get("type"))
+            return 200, completion(body["model"], WRITE if self.inducer_requests == 1 else FINISH)
         req = urllib.request.Request(self.base + path, data=raw, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=600) as r:
@@ -74,7 +77,9 @@ def test_a_function_the_inducer_writes_is_called_by_the_next_checkpoints_actor(t
         proxy.close()
         server.stop()
 
-    # The sleep phase wrote the function, its checks kept it, and v1 holds it as the only public skill.
+    # The sleep phase asked for constrained replies, wrote the function, its checks kept it, and v1 holds it
+    # as the only public skill.
+    assert proxy.schemas == ["json_schema", "json_schema"]
     transcript = [json.loads(line) for line in (run / "induce/v1/transcript.jsonl").read_text().splitlines()]
     write = next(t for t in transcript if t["tool"] == "write_function")
     assert write["observation"].startswith("Saved ") and "solve_mission (public)" in write["observation"], write
