@@ -179,7 +179,7 @@ def stop_llm_server():
         _server.stop()
 
 
-# The library and episode views of a run (rules/views.smk).
+# The library, sleep phase and episode views of a run (rules/views.smk).
 def library_page(bench, variant, seed):
     """A run's library page: unique by file name, which is how the report's captions link results."""
     return f"results/views/library/library.{bench}.{variant}.seed{seed}.html"
@@ -205,3 +205,29 @@ def view_run_id(wildcards):
 
 def view_library_page(wildcards):
     return library_page(wildcards.bench, wildcards.variant, wildcards.seed)
+
+
+def view_transcripts(wildcards):
+    """What each sleep phase of one run did: induce/v{k}/transcript.jsonl, k = 1 .. the last."""
+    return [run_path(wildcards, f"induce/v{k}/transcript.jsonl") for k in range(1, PROTOCOL.n_cycles + 1)]
+
+
+def sleep_pages(bench, variant, seed):
+    """The folder of a run's sleep phase pages (rule sleep_view)."""
+    return f"results/views/sleep/{bench}/{variant}/seed{seed}"
+
+
+def has_sleep_pages(variant):
+    """Whether a variant's runs get sleep phase pages: its method's sleep phase does work (rule induce), and
+    there is one. A method that learns nothing (react, reference: rule carry_library) writes an empty transcript."""
+    from skillrepro.methods import get_method
+
+    return PROTOCOL.n_cycles > 0 and get_method(METHODS[variant].method).sleeps
+
+
+def view_sleep_pages(wildcards):
+    """The library page's link to the run's sleep phase pages, relative to it; "" when it has none."""
+    if not has_sleep_pages(wildcards.variant):
+        return ""
+    page = library_page(wildcards.bench, wildcards.variant, wildcards.seed)
+    return os.path.relpath(sleep_pages(wildcards.bench, wildcards.variant, wildcards.seed), os.path.dirname(page))

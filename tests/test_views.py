@@ -177,6 +177,151 @@ def test_an_empty_library_page_lists_the_writes_its_sleep_phases_refused_and_why
     assert "<a href='#refused-v2'>2 writes</a>" in page and "the name is taken (append-only)" in page
 
 
+
+def write_transcript(path: Path, lines: list) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join((t if isinstance(t, str) else json.dumps(t)) + "\n" for t in lines))
+    return path
+
+
+def request(n: int, tool: str, code: str, observation: str, reply: str | None = None, **more) -> dict:
+    """A line as SpeedRunner writes it (speedrunner.py, sess.transcript.append)."""
+    return {"request": n, "prefill": "", "reply": reply if reply is not None else
+            json.dumps({"name": tool, "arguments": {"code": code}}), "tool": tool, "code": code, "public": None,
+            "target": "", "observation": observation, "tool_s": 0.25, "prompt_tokens": 900 + n,
+            "completion_tokens": 40 + n, **more}
+
+
+def test_a_sleep_phase_page_shows_each_request_its_reply_tool_code_output_and_verdict(tmp_path):
+    """Every request of a SpeedRunner sleep phase in order: the reply as the model wrote it, the cell and its
+    output, each write's code and the check's verdict (kept, or refused and why), the other tools' answers and
+    a request that failed."""
+    lines = [
+        request(0, "execute_code", "show('SELECT task_id, success FROM episodes')",
+                "task_id success\nbabyai-7 False\nbabyai-9 True"),
+        request(1, "write_function", "def go_to(", "Error: the code does not parse: '(' was never closed (line 1). "
+                "Nothing was saved.", reply="Action: write_function(public=True)\n```python\ndef go_to(\n```"),
+        request(2, "write_function", "def forward():\n    return forward()",
+                "Error: forward would hide a primitive action of the same name. Nothing was saved.", public=True),
+        request(3, "write_function", "def face_ball():\n    \"\"\"Turn to the ball.\"\"\"\n    return turn_left()",
+                "Saved face_ball (public). Library: face_ball.", public=True),
+        request(4, "read_library", "", "def face_ball():\n    ..."),
+        request(5, "delete_function", "", "Error: no function 'go_to'; the library has: face_ball.", target="go_to"),
+        request(6, "", "", "Error: no tool call found. Reply with Action: ...", reply="I think the agent should..."),
+        {"request": 7, "error": "the context overflowed: 9000 tokens > 8192"},
+    ]
+    transcript = write_transcript(tmp_path / "induce/v1/transcript.jsonl", lines)
+    entries = views.read_transcript(transcript)
+    before, made = Library(0, meta={"method": "init"}), Library(1, meta={"method": "speedrunner"})
+    made = made.next_version(functions=parse_functions(lines[3]["code"]))
+    made = Library(1, made.functions, meta={"method": "speedrunner"})
+    page = views.sleep_page("babyai/speedrunner/seed0", entries, before, made, "../library.html", LIMITS)
+    assert views.sleep_page_name("babyai/speedrunner/seed0", 1) == "sleep.babyai.speedrunner.seed0.v1.html"
+    assert "Sleep phase v0 &rarr; v1 of babyai/speedrunner/seed0" in page
+    assert "<a href='../library.html#v1'>v1</a> (method speedrunner): v0 had 0 functions, v1 has 1: added face_ball" in page
+    assert "8 transcript entries; writes kept 1, refused 2" in page
+    # each request in order, each with its anchor and a row in the table of what it came to
+    at = [page.index(f"<div class='request' id='request-{n}'>") for n in range(8)]
+    assert at == sorted(at) and page.count("<div class='request'") == 8
+    for n in range(8):
+        assert f"<a href='#request-{n}'>{n}</a>" in page
+    blocks = page.split("<div class='request'")[1:]
+    cell = blocks[0]
+    assert "<code>execute_code</code>" in cell and "<h4>Cell</h4>" in cell
+    assert html.escape("show('SELECT task_id, success FROM episodes')") in cell
+    assert "<h4>Output</h4><pre>task_id success\nbabyai-7 False\nbabyai-9 True</pre>" in cell
+    assert html.escape(json.dumps({"name": "execute_code", "arguments": {"code": lines[0]["code"]}})) in cell  # the reply
+    assert "900 prompt tokens; 40 output tokens; the tool took 0.25 s" in cell
+    parse = blocks[1]
+    assert "<span class=bad>refused</span>" in parse and "refused, and why" in parse
+    assert "the code does not parse: &#x27;(&#x27; was never closed (line 1)" in parse
+    assert "Action: write_function(public=True)\n```python\ndef go_to(\n```" in parse  # the raw text reply
+    assert "would hide a primitive action of the same name" in blocks[2] and "Code written (public)" in blocks[2]
+    kept = blocks[3]
+    assert "<span class=kept>kept</span>" in kept and "Saved face_ball (public). Library: face_ball." in kept
+    assert "&quot;&quot;&quot;Turn to the ball.&quot;&quot;&quot;" in kept  # the code written
+    assert "<code>read_library</code>" in blocks[4] and "<h4>Observation</h4>" in blocks[4]
+    assert "Target: <code>go_to</code>" in blocks[5] and "no function &#x27;go_to&#x27;" in blocks[5]
+    assert "no tool called" in blocks[6] and "I think the agent should..." in blocks[6]
+    assert "Request 7: <span class=bad>failed</span>" in blocks[7]
+    assert "the context overflowed: 9000 tokens &gt; 8192" in blocks[7]
+    table = page.split("<table class='requests'>")[1].split("</table>")[0]
+    assert "kept: Saved face_ball (public)" in table and "refused: forward would hide a primitive" in table
+    assert "failed: the context overflowed" in table
+    assert "Shortened" not in page
+
+
+def test_a_paper_scale_sleep_phase_fits_its_page_with_every_request_shown(tmp_path):
+    """100 requests whose cells, outputs and replies are long: every request keeps its place on the page, the
+    texts are shortened until the page is under page_kb, and the page says so."""
+    limits = views.ViewLimits(**{**vars(LIMITS), "text_chars": 1000, "page_kb": 150})
+    lines = []
+    for n in range(100):
+        code = f"# cell {n}\n" + "show('SELECT * FROM steps')\n" * 80
+        if n % 2:
+            lines.append(request(n, "execute_code", code, "row " * 2000 + f"END{n}"))
+        else:
+            lines.append(request(n, "write_function", f"def f{n}():\n" + "    turn_left()\n" * 150,
+                                 f"Error: not saved, the check failed: {'x' * 3000}"))
+    entries = views.read_transcript(write_transcript(tmp_path / "induce/v3/transcript.jsonl", lines))
+    page = views.fit(lambda lim: views.sleep_page("babyai/speedrunner/seed0", entries, Library(2), Library(3),
+                                                  "lib.html", lim), limits, views.sleep_shortened)
+    assert len(page.encode()) <= 150 * 1024
+    for n in range(100):
+        assert f"id='request-{n}'" in page and (f"# cell {n}\n" in page if n % 2 else f"def f{n}():" in page)
+    assert "more characters)" in page  # each long text says how much of it was left out
+    assert "Shortened to fit analysis.views.page_kb = 150: at most" in page and "transcript entries" in page
+    assert "entries not shown" not in page
+    # A phase far over paper scale still fits: only its first and last entries are shown, and the page says so.
+    huge = [request(n, "read_library", "", "def f(): ...\n" * 20) for n in range(3000)]
+    page = views.fit(lambda lim: views.sleep_page("babyai/speedrunner/seed0", huge, Library(2), Library(3),
+                                                  "lib.html", lim), limits, views.sleep_shortened)
+    assert len(page.encode()) <= 150 * 1024 and "id='request-0'" in page and "id='request-2999'" in page
+    assert "entries not shown" in page
+
+
+def test_a_sleep_phase_page_shows_other_methods_transcripts_as_written(tmp_path):
+    """ASI's, Voyager's and OPO's transcript lines (common.save_records) are shown by their keys and values; an
+    empty transcript says there was no sleep phase work."""
+    lines = [
+        {"episode_id": "babyai/asi/seed0/c0/e1", "task_id": "t1", "reply": "```python\ndef toggle(): ...\n```",
+         "added": [], "refused": ["toggle: the name is taken (append-only)"]},
+        {"episode_id": "babyai/voyager/seed0/c0/e2", "skipped": "no curriculum goal recorded"},
+        {"request": 0, "episodes": 4, "reply": "Notes: open doors first.", "notes_changed": True},
+        "not json {",
+    ]
+    entries = views.read_transcript(write_transcript(tmp_path / "induce/v1/transcript.jsonl", lines))
+    assert entries[-1] == {"line": "not json {"}
+    page = views.sleep_page("babyai/asi/seed0", entries, Library(0), Library(1, meta={"method": "asi"}), "l.html",
+                            LIMITS)
+    assert "writes kept 0, refused 1" in page and page.count("<table class='entry'>") == 4
+    for key in ("episode_id", "task_id", "added", "refused", "skipped", "episodes", "notes_changed", "line"):
+        assert f"<th>{key}</th>" in page
+    assert "toggle: the name is taken (append-only)" in page and "no curriculum goal recorded" in page
+    assert "Notes: open doors first." in page and "not json {" in page
+    empty = views.sleep_page("babyai/react/seed0", [], Library(0), Library(1), "l.html", LIMITS)
+    assert "No sleep phase work: the transcript is empty." in empty
+
+
+def test_the_library_page_links_each_sleep_phase_page_or_says_there_was_no_sleep_phase_work(tmp_path):
+    sr = write_transcript(tmp_path / "induce/v1/transcript.jsonl",
+                          [request(0, "finish", "", "Finished.")])
+    libs = [Library(0), Library(1, meta={"method": "speedrunner"})]
+    phases = views.RunRecords("babyai/speedrunner/seed0", (), (), (sr,)).sleep_phases()
+    page = views.library_page(views.RunRecords("babyai/speedrunner/seed0", (), ()), libs, empty_use(), [0, 1],
+                              LIMITS, phases, "../sleep/babyai/speedrunner/seed0")
+    href = "href='../sleep/babyai/speedrunner/seed0/sleep.babyai.speedrunner.seed0.v1.html'"
+    assert page.count(href) == 2  # in the table of versions and under v1
+    assert f"<a class='sleep-page' {href}>v0 &rarr; v1</a>" in page
+    # react: its sleep phase (carry_library) writes an empty transcript and gets no page
+    carry = write_transcript(tmp_path / "react/induce/v1/transcript.jsonl", [])
+    phases = views.RunRecords("babyai/react/seed0", (), (), (carry,)).sleep_phases()
+    page = views.library_page(views.RunRecords("babyai/react/seed0", (), ()), libs, empty_use(), [0, 1], LIMITS,
+                              phases, None)
+    assert "sleep-page" not in page and "sleep.babyai" not in page
+    assert "<td>no sleep phase work</td>" in page and "Sleep phase v0 &rarr; v1: no sleep phase work." in page
+
+
 def test_a_page_over_its_size_cap_is_made_smaller_or_refused():
     long = lambda lim: "<body>" + "x" * (lim.text_chars * 40) + "</body>"  # noqa: E731
     page = views.fit(long, views.ViewLimits(**{**vars(LIMITS), "page_kb": 16}))
@@ -376,10 +521,11 @@ def tiny_report(tmp_path_factory, llm_cfg, llm_url):
 def test_every_section_of_the_report_opens_and_an_empty_library_says_why(tiny_report):
     wd = tiny_report
     opened = click_through_report(wd / "report.html", wd / "shots")
-    # landing page: the main table and each figure, and each section; Episodes: two pages per run (v0, v1)
-    assert opened["landing page"] == 2 + 8 + 3 and opened["Tables"] == 8 and opened["Figures"] == 8
-    assert opened["Libraries"] == 2 and opened["Episodes"] == 4
-    for shot in ("Libraries", "Episodes_babyai_speedrunner_seed0"):
+    # landing page: the main table and each figure, and each section; Episodes: two pages per run (v0, v1);
+    # Sleep phases: SpeedRunner's one (react's sleep phase does no work and gets no page)
+    assert opened["landing page"] == 2 + 8 + 4 and opened["Tables"] == 8 and opened["Figures"] == 8
+    assert opened["Libraries"] == 2 and opened["Episodes"] == 4 and opened["Sleep phases"] == 1
+    for shot in ("Libraries", "Episodes_babyai_speedrunner_seed0", "Sleepphases"):
         assert_not_blank((wd / "shots" / f"{shot}.png").read_bytes())
     # the zip: the same report, with each result a file beside it
     zipped = click_through_report(wd / "unzipped/report/report.html", wd / "shots-zip")
@@ -397,4 +543,26 @@ def test_every_section_of_the_report_opens_and_an_empty_library_says_why(tiny_re
             assert html.escape(t["observation"].removeprefix("Error: "), quote=True)[:200] in page
         if not json.loads((run / "library/v1/manifest.json").read_text())["functions"]:
             assert "No version of this library has a function:" in page and "<p>No functions.</p>" not in page
+        # ... and links the page of the sleep phase that made v1, which shows each of its requests
+        sleep = wd / f"results/views/sleep/babyai/{variant}/seed0"
+        if variant == "react":
+            assert not sleep.exists() and "sleep-page" not in page and "<td>no sleep phase work</td>" in page
+            continue
+        assert [p.name for p in sleep.glob("*.html")] == ["sleep.babyai.speedrunner.seed0.v1.html"]
+        assert "href='../sleep/babyai/speedrunner/seed0/sleep.babyai.speedrunner.seed0.v1.html'" in page
+        phase = (sleep / "sleep.babyai.speedrunner.seed0.v1.html").read_text()
+        assert "href='../../../../library/library.babyai.speedrunner.seed0.html#v1'" in phase
+        assert phase.count("<div class='request'") == len(lines) >= 1
+        for t in lines:
+            block = phase.split(f"id='request-{t['request']}'>")[1].split("<div class='request'")[0]
+            if "error" in t:
+                assert html.escape(t["error"], quote=True)[:100] in block
+                continue
+            assert html.escape(t["reply"], quote=True)[:200] in block  # the raw text or the JSON call
+            assert f"<code>{t['tool']}</code>" in block and html.escape(t["observation"], quote=True)[:200] in block
+            if t["tool"] == "write_function":
+                kept = t["observation"].startswith("Saved")
+                assert ("<span class=kept>kept</span>" if kept else "<span class=bad>refused</span>") in block
+                assert html.escape(t["code"], quote=True)[:200] in block
+    assert_not_blank(screenshot(sleep / "sleep.babyai.speedrunner.seed0.v1.html", wd / "sleep.png"))
 

@@ -43,6 +43,10 @@ class ViewLimits:
     diff_lines: int  # lines of each version's diff shown
     graphs_per_run: int  # call graphs drawn on a library page: the latest versions whose graph changed
     page_kb: int  # a page larger than this is made again with every limit above halved, until it fits
+    # Entries (inducer requests) shown on a sleep phase page: its first and last halves. Not a key of
+    # analysis.views (the schema has none for it): halved only once texts are at their floor, so a paper-scale
+    # phase (100 requests) is shown whole, its texts shortened, and a far larger one still fits.
+    requests_per_phase: int = 400
 
     def check(self) -> None:
         for name, value in vars(self).items():
@@ -53,17 +57,20 @@ class ViewLimits:
     def halved(self) -> "ViewLimits":
         return replace(self, steps_per_episode=max(2, self.steps_per_episode // 2),
                        frames_per_step=max(1, self.frames_per_step // 2), text_chars=max(100, self.text_chars // 2),
-                       diff_lines=self.diff_lines // 2, graphs_per_run=self.graphs_per_run // 2)
+                       diff_lines=self.diff_lines // 2, graphs_per_run=self.graphs_per_run // 2,
+                       requests_per_phase=self.requests_per_phase if self.text_chars > 100
+                       else max(2, self.requests_per_phase // 2))
 
 
 class PageTooLarge(ValueError):
     """A page over analysis.views.page_kb even at the smallest limits."""
 
 
-def fit(render: Callable[[ViewLimits], str], limits: ViewLimits) -> str:
+def fit(render: Callable[[ViewLimits], str], limits: ViewLimits,
+        shortened: Callable[[ViewLimits], str] | None = None) -> str:
     """render(limits), made again with halved limits while the page is over page_kb; a page that had to be
-    shortened says so. Bounded: the limits stop halving at their floors, and then a page still too large is
-    an error naming the setting to raise."""
+    shortened says so (`shortened(limits it was made at)` words the limits that page uses). Bounded: the limits
+    stop halving at their floors, and then a page still too large is an error naming the setting to raise."""
     current = limits
     while True:
         page = render(current)
@@ -76,9 +83,10 @@ def fit(render: Callable[[ViewLimits], str], limits: ViewLimits) -> str:
                                f"= {limits.page_kb}; raise it")
         current = smaller
     if current != limits:
-        note = (f"<p class='note'>Shortened to fit analysis.views.page_kb = {limits.page_kb}: at most "
-                f"{current.steps_per_episode} steps, {current.frames_per_step} frames per step, {current.text_chars} "
-                f"characters per text, {current.diff_lines} diff lines, {current.graphs_per_run} call graphs.</p>")
+        at_most = shortened(current) if shortened else (
+            f"{current.steps_per_episode} steps, {current.frames_per_step} frames per step, {current.text_chars} "
+            f"characters per text, {current.diff_lines} diff lines, {current.graphs_per_run} call graphs")
+        note = f"<p class='note'>Shortened to fit analysis.views.page_kb = {limits.page_kb}: at most {at_most}.</p>"
         page = page.replace("<body>", "<body>" + note, 1)
     return page
 
@@ -180,7 +188,25 @@ def sleep_phase(transcript: Path) -> SleepPhase:
     """Reads the transcript of any method: SpeedRunner's tool calls (a `write_function` whose observation is
     not "Saved ..." was refused, and the observation says why), ASI's and Voyager's `added`/`refused` lists
     ("name: reason"), Voyager's skipped episodes and a request that failed."""
-    entries = [json.loads(line) for line in Path(transcript).read_text().splitlines() if line.strip()]
+    return summarize(read_transcript(transcript))
+
+
+def read_transcript(transcript: Path) -> list[dict]:
+    """The lines of a transcript.jsonl in order; a line that is not a JSON object is kept as {"line": its text}."""
+    entries = []
+    for line in Path(transcript).read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = line
+        entries.append(entry if isinstance(entry, dict) else {"line": entry})
+    return entries
+
+
+def summarize(entries: list[dict]) -> SleepPhase:
+    """What the transcript lines `entries` of one sleep phase did (see sleep_phase)."""
     saved, refused, tools, other = 0, [], Counter(), []
     for t in entries:
         if "tool" in t:  # SpeedRunner: one line per inducer request
@@ -304,10 +330,20 @@ def function_anchor(version: int, name: str) -> str:
 
 
 def library_page(run: RunRecords, libraries: list[Library], use: pd.DataFrame, evaluated: Iterable[int],
-                 limits: ViewLimits, phases: dict[int, SleepPhase] | None = None) -> str:
-    """`phases`: what the sleep phase that made each version did (RunRecords.sleep_phases), by version."""
+                 limits: ViewLimits, phases: dict[int, SleepPhase] | None = None, sleep_pages: str | None = None) -> str:
+    """`phases`: what the sleep phase that made each version did (RunRecords.sleep_phases), by version.
+    `sleep_pages`: the folder of the run's sleep phase pages (sleep_page_name), relative to this page; each
+    version made by a sleep phase links its page. Without it, a version whose sleep phase recorded nothing says
+    there was no sleep phase work (react, reference: the library is carried over)."""
     evaluated = set(evaluated)
     phases = phases or {}
+
+    def sleep_link(version: int, text: str) -> str:
+        href = f"{sleep_pages.rstrip('/')}/{sleep_page_name(run.run_id, version)}" if sleep_pages else ""
+        if href:
+            return f"<a class='sleep-page' href='{_e(href)}'>{text}</a>"
+        phase = phases.get(version)
+        return "no sleep phase work" if phase is not None and phase.entries == 0 else "-"
     by_use = {(r.version, r.function): r for r in use.itertuples()}
     changed = [lib.version for i, lib in enumerate(libraries)  # an empty library has nothing to draw
                if lib.functions and (i == 0 or graph_of(lib) != graph_of(libraries[i - 1]))]
@@ -315,12 +351,14 @@ def library_page(run: RunRecords, libraries: list[Library], use: pd.DataFrame, e
     body = [f"<h1>Library of {_e(run.run_id)}</h1>",
             "<p>Every library version of the run: its functions, the diff from the version before, its call graph, "
             "and, for versions that were evaluated, how the evaluation episodes used each function.</p>",
-            "<table><tr><th>version</th><th>functions</th><th>public</th><th>calls between functions</th>"
-            "<th>max depth</th><th>evaluated</th></tr>"]
+            "<table><tr><th>version</th><th>made by the sleep phase</th><th>functions</th><th>public</th>"
+            "<th>calls between functions</th><th>max depth</th><th>evaluated</th></tr>"]
     for lib in libraries:
         s = stats(lib)
-        body.append(f"<tr><td><a href='#v{lib.version}'>v{lib.version}</a></td><td>{s.size}</td><td>{s.n_public}"
-                    f"</td><td>{s.n_edges}</td><td>{s.max_depth}</td><td>{'yes' if lib.version in evaluated else '-'}</td></tr>")
+        made = "-" if lib.version == 0 else sleep_link(lib.version, f"v{lib.version - 1} &rarr; v{lib.version}")
+        body.append(f"<tr><td><a href='#v{lib.version}'>v{lib.version}</a></td><td>{made}</td><td>{s.size}</td>"
+                    f"<td>{s.n_public}</td><td>{s.n_edges}</td><td>{s.max_depth}</td>"
+                    f"<td>{'yes' if lib.version in evaluated else '-'}</td></tr>")
     body.append("</table>")
     previous = None
     for lib in libraries:
@@ -328,6 +366,9 @@ def library_page(run: RunRecords, libraries: list[Library], use: pd.DataFrame, e
         body.append(_diff_html(previous, lib, limits))
         if lib.version in phases:
             body.append(_sleep_html(lib.version, phases[lib.version], limits))
+            link = sleep_link(lib.version, "its page: every request, reply and observation")
+            if link != "-":
+                body.append(f"<p class='note'>Sleep phase v{lib.version - 1} &rarr; v{lib.version}: {link}.</p>")
         if lib.version in drawn:
             png = base64.b64encode(callgraph_png(lib)).decode()
             body.append(f"<img class='graph' alt='call graph of v{lib.version}' src='data:image/png;base64,{png}'>")
@@ -391,6 +432,171 @@ def _functions_table(lib: Library, by_use: dict, evaluated: bool, limits: ViewLi
                     f"<td>{len(f.source.splitlines())}</td><td>{callees}</td>{use}</tr>")
     rows.append("</table>")
     return "".join(rows)
+
+
+# ------------------------------------------------------------------------------------------ sleep phase pages
+def sleep_page_name(run_id: str, version: int) -> str:
+    """The page of the sleep phase that made library v{version}: unique in a report, like the others."""
+    return f"sleep.{run_id.replace('/', '.')}.v{version}.html"
+
+
+def sleep_shortened(limits: ViewLimits) -> str:
+    """What a sleep phase page made at `limits` shows at most (fit's note)."""
+    return f"{limits.text_chars} characters per text, {limits.requests_per_phase} transcript entries"
+
+
+# SpeedRunner's keys (speedrunner.py, sess.transcript.append): each is shown in its place on a request; any other
+# key of a tool line is listed after it.
+_REQUEST_KEYS = {"request", "prefill", "reply", "tool", "code", "public", "target", "observation", "tool_s",
+                 "prompt_tokens", "completion_tokens"}
+
+
+def _is_request(entry: dict) -> bool:
+    return "tool" in entry
+
+
+def _is_failed_request(entry: dict) -> bool:
+    return "error" in entry and set(entry) <= {"request", "error"}
+
+
+def _write_kept(entry: dict) -> bool:
+    return str(entry.get("observation") or "").startswith("Saved")
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
+
+
+def _outcome(entry: dict) -> str:
+    """One line on what a transcript entry came to, for the page's table of requests."""
+    if _is_failed_request(entry):
+        return f"failed: {_first_line(entry['error'])}"
+    if not _is_request(entry):
+        kept, refused = entry.get("added"), entry.get("refused")
+        if kept is not None or refused is not None:
+            return f"kept {len(kept or [])}, refused {len(refused or [])}"
+        return _first_line(entry.get("skipped") or "") or ", ".join(map(str, entry))
+    observation = str(entry.get("observation") or "")
+    if entry.get("tool") == "write_function":
+        return "kept: " + _first_line(observation) if _write_kept(entry) else \
+            "refused: " + _first_line(observation.removeprefix("Error: "))
+    return _first_line(observation) or "(no output)"
+
+
+def _value_text(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+
+
+def _pre(text: str, limit: int) -> str:
+    return f"<pre>{_e(clip(text, limit))}</pre>"
+
+
+def _entry_table(entry: dict, keys: Iterable[str], limits: ViewLimits) -> str:
+    """A transcript line's `keys` and their values, as written (any method's transcript shape)."""
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_pre(_value_text(entry[k]), limits.text_chars)}</td></tr>" for k in keys)
+    return f"<table class='entry'>{rows}</table>" if rows else ""
+
+
+def _request_html(i: int, entry: dict, limits: ViewLimits) -> str:
+    """One transcript line: a SpeedRunner request (its reply, the tool it called and what the tool answered), a
+    request that failed, or another method's line (its keys and values)."""
+    n = entry.get("request", i)
+    anchor = f"request-{_e(n)}"
+    if _is_failed_request(entry):
+        return (f"<div class='request' id='{anchor}'><h3>Request {_e(n)}: <span class=bad>failed</span></h3>"
+                f"<h4>Error</h4>{_pre(_value_text(entry['error']), limits.text_chars)}</div>")
+    if not _is_request(entry):
+        return (f"<div class='request' id='{anchor}'><h3>Entry {i}</h3>"
+                f"{_entry_table(entry, entry, limits)}</div>")
+    tool = entry.get("tool") or ""
+    code, observation = str(entry.get("code") or ""), str(entry.get("observation") or "")
+    verdict = ""
+    if tool == "write_function":
+        verdict = " <span class=kept>kept</span>" if _write_kept(entry) else " <span class=bad>refused</span>"
+    head = f"<code>{_e(tool)}</code>" if tool else "<span class=bad>no tool called</span>"
+    facts = [f"{entry[k]} {w} tokens" for k, w in (("prompt_tokens", "prompt"), ("completion_tokens", "output"))
+             if entry.get(k) is not None]
+    if entry.get("tool_s") is not None and tool:
+        facts.append(f"the tool took {entry['tool_s']} s")
+    parts = [f"<div class='request' id='{anchor}'><h3>Request {_e(n)}: {head}{verdict}</h3>",
+             f"<p class='note'>{_e('; '.join(facts))}</p>" if facts else ""]
+    if entry.get("prefill"):
+        parts.append("<h4>Reply started for the model (prefill)</h4>" + _pre(str(entry["prefill"]), limits.text_chars))
+    reply = str(entry.get("reply") or "")
+    parts.append("<h4>Reply</h4>" + (_pre(reply, limits.text_chars) if reply else
+                                     "<p class='note'>No text: the call came as a native tool call.</p>"))
+    if tool == "execute_code":
+        parts.append("<h4>Cell</h4>" + _pre(code or "(none)", limits.text_chars)
+                     + "<h4>Output</h4>" + _pre(observation or "(no output)", limits.text_chars))
+    elif tool == "write_function":
+        access = {True: " (public)", False: " (private)"}.get(entry.get("public"), "")
+        why = "kept" if _write_kept(entry) else "refused, and why"
+        parts.append(f"<h4>Code written{access}</h4>" + _pre(code or "(none)", limits.text_chars)
+                     + f"<h4>The check's verdict: {why}</h4>" + _pre(observation, limits.text_chars))
+    else:
+        if entry.get("target"):
+            parts.append(f"<p>Target: <code>{_e(entry['target'])}</code></p>")
+        if code:
+            parts.append("<h4>Code</h4>" + _pre(code, limits.text_chars))
+        if not tool:
+            parts.append("<h4>Answer (the reply named no tool)</h4>")
+        else:
+            parts.append("<h4>Observation</h4>")
+        parts.append(_pre(observation or "(none)", limits.text_chars))
+    extra = [k for k in entry if k not in _REQUEST_KEYS]
+    if extra:
+        parts.append("<h4>Also recorded</h4>" + _entry_table(entry, extra, limits))
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def sleep_page(run_id: str, entries: list[dict], before: Library | None, made: Library, library_href: str,
+               limits: ViewLimits) -> str:
+    """The sleep phase that made library `made` from `before`: every line of its transcript in order (for
+    SpeedRunner each inducer request: the reply, the tool it called, the cell and its output or the function
+    written and the check's verdict), after a table of what each request came to."""
+    k = made.version
+    phase = summarize(entries)
+    method = made.meta.get("method")
+    old = {f.name: f for f in before.functions} if before else {}
+    new = {f.name: f for f in made.functions}
+    names = lambda ns: ", ".join(_e(n) for n in ns) or "none"  # noqa: E731
+    grew = (f"v{k - 1} had {_n(len(old), 'function')}, v{k} has {len(new)}: added {names(n for n in new if n not in old)}; "
+            f"removed {names(n for n in old if n not in new)}; edited "
+            f"{names(n for n in new if n in old and new[n].source != old[n].source)}."
+            + (" The notes changed." if before is not None and before.notes != made.notes else ""))
+    body = [f"<h1>Sleep phase v{k - 1} &rarr; v{k} of {_e(run_id)}</h1>",
+            f"<p>Library <a href='{_e(library_href)}#v{k}'>v{k}</a>{f' (method {_e(method)})' if method else ''}: "
+            f"{grew}</p>",
+            f"<p>{_n(phase.entries, 'transcript entry') if phase.entries == 1 else f'{phase.entries} transcript entries'}; "
+            f"writes kept {phase.saved}, refused {len(phase.refused)}"
+            + (f"; also {_e(clip('; '.join(phase.other), limits.text_chars))}" if phase.other else "") + ".</p>"]
+    if not entries:
+        body.append("<p class='empty'>No sleep phase work: the transcript is empty.</p>")
+        return _document(f"Sleep phase v{k - 1} to v{k} of {run_id}", body)
+    shown = list(enumerate(entries))
+    cap = limits.requests_per_phase
+    head, tail = (cap + 1) // 2, cap // 2
+    hidden = len(shown) - head - tail
+    if hidden > 0:
+        shown = shown[:head] + [(-1, {})] + shown[len(shown) - tail:]
+    short = min(limits.text_chars, 160)
+    rows = []
+    for i, entry in shown:
+        if i < 0:
+            rows.append(f"<tr><td colspan='3' class='note'>... {hidden} entries not shown (at most {cap} are)</td></tr>")
+            continue
+        n = entry.get("request", i)
+        what = ("error" if _is_failed_request(entry) else (entry.get("tool") or "(no tool)") if _is_request(entry)
+                else "entry")
+        rows.append(f"<tr><td><a href='#request-{_e(n)}'>{_e(n)}</a></td><td><code>{_e(what)}</code></td>"
+                    f"<td>{_e(clip(_outcome(entry), short))}</td></tr>")
+    body.append("<table class='requests'><tr><th>request</th><th>tool</th><th>what it came to</th></tr>"
+                + "".join(rows) + "</table>")
+    for i, entry in shown:
+        body.append(f"<p class='note'>... {hidden} entries not shown (at most {cap} are shown).</p>" if i < 0
+                    else _request_html(i, entry, limits))
+    return _document(f"Sleep phase v{k - 1} to v{k} of {run_id}", body)
 
 
 def sample_episodes(episodes: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -520,8 +726,11 @@ body { font-family: sans-serif; margin: 1.5em; max-width: 70em; color: #222; } h
 table { border-collapse: collapse; margin: 0.5em 0; } td, th { border: 1px solid #bbb; padding: 3px 6px;
 vertical-align: top; text-align: left; } th { background: #eef3f8; }
 pre { white-space: pre-wrap; margin: 0; font-size: 0.85em; } .diff { background: #f6f6f6; padding: 0.4em; }
-.note { color: #666; } .empty { background: #fff6d8; padding: 0.4em; } .bad { color: #b00020; } .step { border-left: 3px solid #2b6ca3; padding-left: 0.8em;
-margin: 1em 0; } .card { border: 1px solid #ccc; padding: 0.4em; margin: 0.4em 0; } .graph { max-width: 100%; }
+.note { color: #666; } .empty { background: #fff6d8; padding: 0.4em; } .bad { color: #b00020; }
+.kept { color: #1b7a2e; } .step, .request { border-left: 3px solid #2b6ca3; padding-left: 0.8em; margin: 1em 0; }
+.card { border: 1px solid #ccc; padding: 0.4em; margin: 0.4em 0; } .graph { max-width: 100%; }
+.request h3 { margin: 0.3em 0; } .request h4 { margin: 0.6em 0 0.2em; } .request p { margin: 0.2em 0; }
+.request pre { background: #f6f6f6; padding: 0.3em; }
 """
 
 

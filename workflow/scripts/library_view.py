@@ -1,5 +1,5 @@
 """Library view of one run: every library version's functions, diff, call graph, the writes its sleep phase
-refused (and why) and use in evaluation."""
+refused (and why) with a link to that sleep phase's page, and use in evaluation."""
 from pathlib import Path
 
 from skillrepro import views
@@ -16,7 +16,9 @@ libraries, episodes, steps, frames, calls = run.tables(snakemake.params.pricing)
 use = views.function_use(frames, episodes)
 evaluated = sorted(set(episodes.library_version))
 phases = run.sleep_phases()  # what each sleep phase kept and refused: an empty library says why
-page = views.fit(lambda lim: views.library_page(run, libraries, use, evaluated, lim, phases), limits)
+# each version links the page of the sleep phase that made it (rule sleep_view), if its method does such work
+sleep_pages = snakemake.params.sleep_pages or None
+page = views.fit(lambda lim: views.library_page(run, libraries, use, evaluated, lim, phases, sleep_pages), limits)
 write_text(snakemake.output[0], page)
 log.info("%s: %d versions, %d functions called in evaluation, %d writes refused in sleep phases, %d KB",
          snakemake.output[0], len(libraries), len(use), sum(len(p.refused) for p in phases.values()),
