@@ -1,16 +1,21 @@
-"""The library view and the episode view: self-contained HTML pages made from one run's records.
+"""The library view, the sleep phase view and the episode view: self-contained HTML pages made from one run's
+records.
 
 A run's library page shows every library version (functions, the diff from the version before, the call graph
 drawn), what the sleep phase that made it did (the writes it refused, with their reasons, from its
 transcript.jsonl: an empty library says why it is empty) and how that version's evaluation episodes used each
-function. An episode page shows one evaluated episode step by step: the actor's output, the observation, the
+function, and links each sleep phase's page. A sleep phase page shows every line of that phase's transcript in
+order: for SpeedRunner each inducer request (the reply, the tool it called, the cell and its output or the
+function written and the check's verdict, a request that failed); other methods' lines by key and value. An
+episode page shows one evaluated episode step by step: the actor's output, the observation, the
 skill call stacks the step triggered (nested), tokens and cost, and cards of the functions it called, linked to
 the library page.
 
 Pages are single files with their pictures inlined, because Snakemake's `--report report.html` embeds each
 result as one data URI and refuses folders of files. Their size is bounded by `ViewLimits`, not by the run:
-text fields are clipped, a page draws at most `graphs_per_run` call graphs and at most `episodes_per_run`
-episodes of a run get a page, so a paper-scale report stays small enough to open.
+text fields are clipped, a page draws at most `graphs_per_run` call graphs, a sleep phase page shows at most
+`requests_per_phase` transcript entries and at most `episodes_per_run` episodes of a run get a page, so a
+paper-scale report stays small enough to open.
 """
 from __future__ import annotations
 
@@ -34,7 +39,8 @@ from skillrepro.skills.callgraph import graph_of, stats
 
 @dataclass(frozen=True)
 class ViewLimits:
-    """config key analysis.views (defaults and descriptions in schemas/config.schema.yaml)."""
+    """config key analysis.views (defaults and descriptions in schemas/config.schema.yaml), and
+    requests_per_phase, which has no key there yet."""
 
     episodes_per_run: int  # evaluated episodes of a run that get a page
     steps_per_episode: int  # steps shown on an episode page: the first half and the last half
