@@ -489,6 +489,11 @@ def _outcome(entry: dict) -> str:
     return _first_line(observation) or "(no output)"
 
 
+def _line(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters with an ellipsis: a line of a table, shown in full further down."""
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
 def _value_text(value) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
 
@@ -596,7 +601,7 @@ def sleep_page(run_id: str, entries: list[dict], before: Library | None, made: L
         what = ("error" if _is_failed_request(entry) else (entry.get("tool") or "(no tool)") if _is_request(entry)
                 else "entry")
         rows.append(f"<tr><td><a href='#request-{_e(n)}'>{_e(n)}</a></td><td><code>{_e(what)}</code></td>"
-                    f"<td>{_e(clip(_outcome(entry), short))}</td></tr>")
+                    f"<td>{_e(_line(_outcome(entry), short))}</td></tr>")
     body.append("<table class='requests'><tr><th>request</th><th>tool</th><th>what it came to</th></tr>"
                 + "".join(rows) + "</table>")
     for i, entry in shown:
@@ -736,7 +741,8 @@ pre { white-space: pre-wrap; margin: 0; font-size: 0.85em; } .diff { background:
 .kept { color: #1b7a2e; } .step, .request { border-left: 3px solid #2b6ca3; padding-left: 0.8em; margin: 1em 0; }
 .card { border: 1px solid #ccc; padding: 0.4em; margin: 0.4em 0; } .graph { max-width: 100%; }
 .request h3 { margin: 0.3em 0; } .request h4 { margin: 0.6em 0 0.2em; } .request p { margin: 0.2em 0; }
-.request pre { background: #f6f6f6; padding: 0.3em; }
+.request pre { background: #f6f6f6; padding: 0.3em; overflow-wrap: anywhere; }
+.requests td:last-child, .entry td { overflow-wrap: anywhere; }
 """
 
 
