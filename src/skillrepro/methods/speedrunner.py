@@ -453,10 +453,9 @@ def induce(ctx: InduceContext, client=None) -> Library:
             sent = _trim(messages, ctx_chars) + ([{"role": "assistant", "content": prefill}] if prefill else [])
             try:
                 # Small models go on to invent the tool's answer: stop them there.
-                # seed=req: one fixed seed drew the same refused write six times over (the default run)
                 reply = client.chat(sent, role="inducer", session_id=session_id, tools=schemas if native else None,
                                     max_tokens=max_tokens, stop=None if native or constrained else
-                                    ["\nObservation:", "\nThought:"], seed=req, extra_body=constrain(allowed))
+                                    ["\nObservation:", "\nThought:"], extra_body=constrain(allowed))
             except LLMRequestError as e:  # the context overflowed even after trimming
                 sess.transcript.append({"request": req, "error": str(e)})
                 break
