@@ -125,5 +125,6 @@ def pytest_collection_modifyitems(session, config, items):
             own.setdefault(item.module, (item.getparent(pytest.Module), []))[1].append(item.nodeid)
         else:
             kept.append(item)
-    items[:] = kept + [OwnProcess.from_parent(module, name="in_own_process", nodeids=ids)
-                       for module, ids in own.values()]
+    # first: before the session's fixtures (the shared llama.cpp server) hold memory beside them
+    items[:] = [OwnProcess.from_parent(module, name="in_own_process", nodeids=ids)
+                for module, ids in own.values()] + kept
