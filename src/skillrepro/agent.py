@@ -93,15 +93,18 @@ def example_json(tool: Tool) -> str:
     return f'{{"name": "{tool.name}", "arguments": {{{args}}}}}'
 
 
+def call_schema(function: dict[str, Any]) -> dict[str, Any]:
+    """The JSON schema of one constrained call of a tool, from its native schema's `function` entry:
+    `{"name": <its name>, "arguments": <exactly its parameters>}` (the actor's and SpeedRunner's inducer's)."""
+    arguments = {**function["parameters"], "additionalProperties": False}
+    return {"type": "object", "properties": {"name": {"const": function["name"]}, "arguments": arguments},
+            "required": ["name", "arguments"], "additionalProperties": False}
+
+
 def reply_schema(tools: list[Tool]) -> dict[str, Any]:
     """The JSON schema a constrained reply is decoded under: one call of one of `tools`, each call's
     arguments exactly its parameters, skills first (the order the system prompt lists them in)."""
-    def call(t: Tool) -> dict[str, Any]:
-        arguments = {**t.schema()["function"]["parameters"], "additionalProperties": False}
-        return {"type": "object", "properties": {"name": {"const": t.name}, "arguments": arguments},
-                "required": ["name", "arguments"], "additionalProperties": False}
-
-    return {"anyOf": [call(t) for t in sorted(tools, key=lambda t: t.primitive)]}
+    return {"anyOf": [call_schema(t.schema()["function"]) for t in sorted(tools, key=lambda t: t.primitive)]}
 
 
 def example_call(tool: Tool) -> str:

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from skillrepro.agent import call_schema
 from skillrepro.methods import InduceContext, register
 from skillrepro.config import InducerLimits
 from skillrepro.methods.common import (CODE_FENCE, PREFIX_TRIES, SMOKE_LIMITS, client_for, load_check,
@@ -164,13 +165,7 @@ def native_action(name: str, args: dict[str, Any]) -> Action:
 def reply_schema(tools: list[dict]) -> dict:
     """The JSON schema a constrained inducer reply is decoded under: one call of one of `tools` (their
     native schemas), `{"name": ..., "arguments": {...}}`, the shape the actor's constrained replies take."""
-    def call(t: dict) -> dict:
-        fn = t["function"]
-        return {"type": "object", "properties": {"name": {"const": fn["name"]},
-                                                 "arguments": {**fn["parameters"], "additionalProperties": False}},
-                "required": ["name", "arguments"], "additionalProperties": False}
-
-    return {"anyOf": [call(t) for t in tools]}
+    return {"anyOf": [call_schema(t["function"]) for t in tools]}
 
 
 _SOURCE_PREFIX = re.compile(r'"(?:source|code)"\s*:\s*"((?:[^"\\]|\\.)*)')
