@@ -15,8 +15,13 @@ if not workflow.overwrite_configfiles:
 
 
 from skillrepro.check import check_config
+from skillrepro.config import billing_problems
 
-config.update(check_config(config))
+# A billed backend's key and prices are not needed to plan (`-n`): they are listed here, and a real run
+# refuses before its first job without them (on_start, rules/common.smk).
+config.update(check_config(config, billing=False))
+for _need in billing_problems(config):
+    logger.warning(f"a real run will refuse to start until this is fixed: {_need}")
 # Named in report captions and empty-state figures: which configuration produced (or would produce) a result.
 CONFIG_NAME = " ".join(map(str, workflow.overwrite_configfiles)) or "config.yaml"
 

@@ -139,6 +139,12 @@ _server = None
 
 
 def on_start():
+    # A billed backend's key and prices: a dry run plans without them, a real run stops here, before any job.
+    try:
+        cfg.check_billing(config)
+    except cfg.ConfigError as e:
+        logger.error(str(e))
+        raise SystemExit(1) from None
     # Which lock files this run holds (snakemake's own record; absent in other persistence backends).
     pipeline.record_lock_owner(getattr(workflow.persistence, "_lockfile", {}).values())
     pipeline.announce_logs(logger, LLM.backend)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from skillrepro.config import ConfigError, load_yaml, protocol
+from skillrepro.config import ConfigError, billing_problems, check_billing, load_yaml, protocol
 from skillrepro.check import check_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,6 +76,22 @@ def test_openai_backend_needs_key_and_price(monkeypatch):
         check_config(cfg)
     cfg["pricing"] = {"gpt-x": {"input": 0.75, "cached_input": 0.075, "output": 4.5}}
     check_config(cfg)
+
+
+def test_a_plan_needs_no_key_and_no_prices(monkeypatch):
+    """`snakemake -n` checks with billing=False and lists what a real run needs; on_start refuses on it."""
+    cfg = with_change("llm", {"backend": "openai", "model": "gpt-x", "base_url": "http://localhost:1/v1",
+                              "api_key_env": "SKILLREPRO_TEST_KEY"})
+    cfg["pricing"] = {"gpt-x": {"input": 0.0, "cached_input": 0.0, "output": 0.0}}
+    monkeypatch.delenv("SKILLREPRO_TEST_KEY", raising=False)
+    checked = check_config(cfg, billing=False)
+    assert billing_problems(checked) == [
+        "config key llm.api_key_env: environment variable SKILLREPRO_TEST_KEY is not set",
+        "config key pricing.gpt-x: every rate is 0 for a billed model; put your provider's dollars per million "
+        "tokens there"]
+    with pytest.raises(ConfigError, match="SKILLREPRO_TEST_KEY is not set"):
+        check_billing(checked)
+    assert billing_problems(check_config(BASE, billing=False)) == []  # the embedded model bills nothing
 
 
 def test_defaults_are_filled_and_checkpoints_follow_the_protocol():

@@ -26,15 +26,20 @@ def test_lint_is_clean():
     assert "Congratulations" in out.stdout + out.stderr
 
 
-def test_paper_scale_dry_run_builds_every_job():
-    # The paper's model is billed and its preset ships no prices: it refuses to start until they are given.
-    refused = subprocess.run([*SNAKEMAKE, "results/tables/main.csv", "-n", "--configfile", "configs/paper.yaml"],
-                             cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OPENAI_API_KEY": "sk-test"})
-    assert refused.returncode != 0 and "pricing.gpt-5.4-mini" in refused.stdout + refused.stderr
-    # The same study on vLLM (the open-weight preset on top of it) builds every job.
-    out = snakemake("results/tables/main.csv", "-n", "--cores", "8", "--configfile", "configs/paper.yaml",
-                    "configs/paper-vllm.yaml")
+def test_paper_scale_dry_run_builds_every_job(tmp_path):
+    # The paper's model is billed and its preset ships no prices: a user plans before paying, so the dry run
+    # plans without the key and the prices and says what a real run needs ...
+    no_key = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    out = snakemake("results/tables/main.csv", "-n", "--cores", "8", "--configfile", "configs/paper.yaml", env=no_key)
     text = out.stdout
+    for need in ("llm.api_key_env: environment variable OPENAI_API_KEY is not set",
+                 "pricing.gpt-5.4-mini: every rate is 0"):
+        assert f"a real run will refuse to start until this is fixed: config key {need}" in text + out.stderr
+    # ... and a real run refuses before its first job, naming the variable (here with one cheap target).
+    refused = snakemake("--cores", "1", "--configfile", str(ROOT / "configs/paper.yaml"), "--directory", str(tmp_path),
+                        "results/tasks/babyai/seed0/test.json", env=no_key, check=False)
+    assert refused.returncode != 0 and "OPENAI_API_KEY is not set" in refused.stdout + refused.stderr
+    assert not (tmp_path / "results").exists()
     # Every (benchmark, variant, seed) of the preset, and only those, x 3 seeds: react, speedrunner and opo
     # on the 7 benchmarks (T4-after-T3 included); two ablations on babyai; no-interpreter on the 4 main
     # benchmarks (figure 7); asi on 4 (+ asi-crafter), asi_replay on ScienceWorld electricity (G.3), voyager

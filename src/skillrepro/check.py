@@ -21,11 +21,12 @@ from skillrepro.studies.scaffold.settings import (HeldoutConfig, ScaffoldConfig,
                                                   training_iteration)
 
 
-def check_config(config: dict[str, Any], *, check_files: bool = True) -> dict[str, Any]:
+def check_config(config: dict[str, Any], *, check_files: bool = True, billing: bool = True) -> dict[str, Any]:
     """`config` validated (skillrepro.config.validate) and checked against the registries: a shipped model's
     name, each variant's method and options and the benchmarks it runs on, the truncation analysis's
-    options, and the task pools. Returns it with the schema's defaults; nothing is started or written."""
-    config = validate(config, check_files=check_files)
+    options, and the task pools. Returns it with the schema's defaults; nothing is started or written.
+    `billing=False`: a billed backend's key and prices are not asked for (config.check_billing, at a real run's start)."""
+    config = validate(config, check_files=check_files, billing=billing)
     if config.get("scaffold"):  # SkillScaffold's section: its own schema and cross-checks, the same errors
         ScaffoldConfig.from_config(config)
     llm = config["llm"]

@@ -217,10 +217,11 @@ def _check_values(config: Any) -> None:
             stack.extend((f"{where}.{i}", v) for i, v in enumerate(value))
 
 
-def validate(config: dict[str, Any], *, check_files: bool = True) -> dict[str, Any]:
+def validate(config: dict[str, Any], *, check_files: bool = True, billing: bool = True) -> dict[str, Any]:
     """Validate `config` against the schema and the rules a schema can not say that need no registry; return
     it with the schema's defaults. skillrepro.check.check_config adds the checks against the registries
-    (methods, benchmarks, models). Raises ConfigError with one message naming the key; nothing is started."""
+    (methods, benchmarks, models). Raises ConfigError with one message naming the key; nothing is started.
+    `billing=False` leaves out the billed backend's key and prices (`check_billing`): a plan needs neither."""
     _check_values(config)
     config = copy.deepcopy(config)
     schema = yaml.safe_load(SCHEMA.read_text())
@@ -233,7 +234,9 @@ def validate(config: dict[str, Any], *, check_files: bool = True) -> dict[str, A
     validate(config, str(SCHEMA), set_default=True)
 
     llm = LLMConfig.from_dict(config["llm"])
-    _check_llm(llm, config["pricing"], check_files)
+    _check_llm(llm, check_files)
+    if billing:
+        check_billing(config, env=check_files)
     asked = config["budgets"]["trajectory_tokens"]
     room = _trajectory_room(llm, inducer_limits(config))
     if asked is not None and asked > room:
@@ -316,7 +319,7 @@ def _check_phases(config: dict[str, Any]) -> None:
             raise ConfigError(f"config key analysis.truncation.seeds: {extra} are not protocol seeds")
 
 
-def _check_llm(llm: LLMConfig, pricing: dict[str, Any], check_files: bool) -> None:
+def _check_llm(llm: LLMConfig, check_files: bool) -> None:
     # A name from the shipped models is checked by skillrepro.check; here, a .gguf path.
     if llm.backend == "embedded" and llm.model.endswith(".gguf"):
         if check_files and not Path(llm.model).is_file():
@@ -327,18 +330,37 @@ def _check_llm(llm: LLMConfig, pricing: dict[str, Any], check_files: bool) -> No
             if magic != GGUF_MAGIC:
                 raise ConfigError(f"config key llm.model: {llm.model} is not a GGUF file (it starts with "
                                   f"{magic!r}, not {GGUF_MAGIC!r})")
-    if llm.backend == "openai":
-        if not llm.base_url:
-            raise ConfigError("config key llm.base_url: required for backend openai")
-        if check_files and not os.environ.get(llm.api_key_env):
-            raise ConfigError(f"config key llm.api_key_env: environment variable {llm.api_key_env} is not set")
-        if llm.model not in pricing:
-            raise ConfigError(f"config key pricing: no price for model {llm.model!r} (backend openai is billed)")
-        if not any(pricing[llm.model].values()):
-            # A preset ships zeros where the provider's rates go: a billed run priced at $0 would be a wrong
-            # figure 3, not a free one.
-            raise ConfigError(f"config key pricing.{llm.model}: every rate is 0 for a billed model; put your "
-                              "provider's dollars per million tokens there")
+    if llm.backend == "openai" and not llm.base_url:
+        raise ConfigError("config key llm.base_url: required for backend openai")
+
+
+def billing_problems(config: dict[str, Any], *, env: bool = True) -> list[str]:
+    """What a billed backend (openai) still lacks before its first request: the API key's environment variable
+    and the model's prices, each a message naming its key; [] when nothing. A dry run plans without them
+    (the Snakefile lists them); a real run refuses before its first job (its onstart calls `check_billing`).
+    `env=False`: the environment variable is not looked at."""
+    llm = LLMConfig.from_dict(config["llm"])
+    if llm.backend != "openai":
+        return []
+    problems = []
+    if env and not os.environ.get(llm.api_key_env):
+        problems.append(f"config key llm.api_key_env: environment variable {llm.api_key_env} is not set")
+    rates = (config.get("pricing") or {}).get(llm.model)
+    if rates is None:
+        problems.append(f"config key pricing: no price for model {llm.model!r} (backend openai is billed)")
+    elif not any(rates.values()):
+        # A preset ships zeros where the provider's rates go: a billed run priced at $0 would be a wrong
+        # figure 3, not a free one.
+        problems.append(f"config key pricing.{llm.model}: every rate is 0 for a billed model; put your "
+                        "provider's dollars per million tokens there")
+    return problems
+
+
+def check_billing(config: dict[str, Any], *, env: bool = True) -> None:
+    """Raise ConfigError naming the first of `billing_problems` (the key, the variable)."""
+    problems = billing_problems(config, env=env)
+    if problems:
+        raise ConfigError(problems[0])
 
 
 def _trajectory_room(llm: LLMConfig, limits: InducerLimits) -> int:
