@@ -49,6 +49,12 @@ class Recording(LLMClient):
         return super()._with_retries(request)
 
 
+def _cached(calls) -> str:
+    """Mean cached tokens per call, or "unknown" where the server reported none (None is not 0)."""
+    known = [c.cached_tokens for c in calls if c.cached_tokens is not None]
+    return f"{statistics.mean(known):.1f}" if known and len(known) == len(calls) else "unknown"
+
+
 def server_cpu_s(server) -> float:
     """CPU seconds the server process has used: on a shared machine, a cost that does not move with the load
     as wall time does (one thread: llama.cpp's threads spin while they wait for each other)."""
@@ -109,7 +115,7 @@ def per_call(a, cfg: LLMConfig, server, tmp: Path) -> None:
     print(f"{'completion tokens per call':<52}{statistics.mean(c.completion_tokens for c in calls):>10.1f}"
           f"{statistics.mean(n for _, n in direct):>10.1f}")
     print(f"{'prompt tokens per call (cached)':<52}{statistics.mean(c.prompt_tokens for c in calls):>10.1f}"
-          f"{'':>10}  ({statistics.mean(c.cached_tokens for c in calls):.1f} cached)")
+          f"{'':>10}  ({_cached(calls)} cached)")
     print("target: ratio <= 1.2")
 
 

@@ -70,6 +70,24 @@ def test_episode_records_sum_the_calls():
     assert json.loads(rec.steps[0].arguments) == []
 
 
+def test_an_episode_with_an_unreported_cached_count_has_an_unknown_total():
+    """One call whose server reported no cached tokens (None) makes the episode's total unknown, not the
+    partial sum of the others."""
+    import dataclasses
+
+    class OneUnreported(ScriptedClient):
+        def chat(self, *args, **kwargs):
+            reply = super().chat(*args, **kwargs)
+            if len(self.requests) == 2:
+                reply = dataclasses.replace(reply, record=dataclasses.replace(reply.record, cached_tokens=None))
+            return reply
+
+    bench = get_benchmark("babyai")
+    env = bench.make(bench.sample_tasks("train", 1, 42)[0])
+    rec = Actor(OneUnreported(["Action: turn_left()"]), bench.describe(), 3).run(env, primitive_tools(env), SPEC)
+    assert [c.cached_tokens for c in rec.llm_calls] == [5, None, 5] and rec.episode.cached_tokens is None
+
+
 def test_native_tool_calls_are_used_and_answered_as_tool_messages():
     rec, client = run([ToolCall("c1", "turn_left", {}), ToolCall("c2", "fly", {})], budget=2, tool_calling="native")
     assert [s.action for s in rec.steps] == ["turn_left", "fly"]

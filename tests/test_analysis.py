@@ -542,3 +542,21 @@ def test_presets_build_their_dag(preset, tmp_path):
     assert "rule analytics:" in proc.stdout and "rule figure_11:" in proc.stdout
     if preset == "shift":
         assert "rule continue_library:" in proc.stdout and "rule evaluate_on:" in proc.stdout
+
+
+def test_an_unreported_cached_count_is_priced_as_uncached_and_its_ratio_unknown(tmp_path):
+    """A call whose server reported no cached tokens (null) costs the full input price, explicitly (not a null
+    cost), and the checkpoint's cached_ratio is unknown (NaN), not a ratio read from a partial sum."""
+    import dataclasses
+
+    run = "babyai/react/seed0"
+    eps = [dataclasses.replace(episode(run, "test", 0, f"t{i}", True, 50), cached_tokens=None) for i in range(2)]
+    folder = tmp_path / "a"
+    write_batch(folder, eps)
+    calls = [dataclasses.replace(call(e.episode_id, completion=50), cached_tokens=None) for e in eps]
+    write_records(folder / "llm_calls.parquet", calls, LLMCall)
+    pricing = {"m": {"input": 1.0, "cached_input": 0.1, "output": 10.0}}
+    test = analysis.episodes([folder / "episodes.parquet"], [folder / "llm_calls.parquet"], [], pricing)
+    assert list(test.cost) == pytest.approx([(1000 * 1.0 + 50 * 10) / 1e6] * 2)
+    m = analysis.checkpoint_metrics(test, study()).iloc[0]
+    assert pd.isna(m.cached_ratio) and m.cost == pytest.approx((1000 + 500) / 1e6)

@@ -221,3 +221,25 @@ def test_vllm_command_enables_cache_accounting():
     assert "--enable-prompt-tokens-details" in cmd and "--enable-prefix-caching" in cmd
     assert cmd[cmd.index("--port") + 1] == "8123" and cmd[cmd.index("--max-num-seqs") + 1] == "4"
     assert cmd[-2:] == ["--gpu-memory-utilization", "0.8"]
+
+
+def test_an_unreported_cached_count_is_unknown_not_zero(fake_server, tmp_path):
+    """vLLM without --enable-prompt-tokens-details leaves prompt_tokens_details out: the record says None
+    (null in Parquet), and the KV-cache study's client fails at that first reply naming the flag. A reported
+    0 stays 0; llama.cpp's own timings.cache_n counts where the usage field is missing."""
+    from skillrepro.store import LLMCall, read_records, write_records
+    from skillrepro.studies.kvcache.actor import CachedTokensUnreported, RequireCachedTokens
+
+    url, script = fake_server
+    usage = {k: v for k, v in OK_BODY["usage"].items() if k != "prompt_tokens_details"}
+    zero = dict(OK_BODY["usage"], prompt_tokens_details={"cached_tokens": 0})
+    script.actions = [raw(OK_BODY | {"usage": usage}), raw(OK_BODY | {"usage": zero}),
+                      raw(OK_BODY | {"usage": usage, "timings": {"cache_n": 64}}), raw(OK_BODY | {"usage": usage})]
+    c = client(url, backend="vllm")
+    recs = [c.chat([{"role": "user", "content": "hi"}], role="actor", session_id="e").record for _ in range(3)]
+    assert [r.cached_tokens for r in recs] == [None, 0, 64]
+    back = read_records(write_records(tmp_path / "llm_calls.parquet", recs, LLMCall), LLMCall)
+    assert [r.cached_tokens for r in back] == [None, 0, 64]
+    with pytest.raises(CachedTokensUnreported, match="--enable-prompt-tokens-details") as e:
+        RequireCachedTokens(c, "vllm").chat([{"role": "user", "content": "hi"}], role="actor", session_id="e")
+    assert "vllm server at " + url in str(e.value)

@@ -475,7 +475,8 @@ class Actor:
             library_version=spec.library_version, task_id=env.task_id, success=env.success(),
             progression=env.score(), score=env.total_reward, n_steps=len(steps), n_llm_calls=len(calls),
             n_invalid_actions=invalid, prompt_tokens=sum(c.prompt_tokens for c in calls),
-            cached_tokens=sum(c.cached_tokens for c in calls),
+            # unknown (None) when any call's server did not report it: a partial sum would read as measured
+            cached_tokens=None if any(c.cached_tokens is None for c in calls) else sum(c.cached_tokens for c in calls),
             completion_tokens=sum(c.completion_tokens for c in calls),
             reasoning_tokens=sum(c.reasoning_tokens for c in calls), wall_s=time.time() - started,
             termination=termination, history=self.history,

@@ -19,7 +19,8 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 1
+# 2: cached_tokens (llm_calls, episodes) is null where the server did not report it, no longer 0 (issue 35)
+SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -41,7 +42,7 @@ class Episode:
     n_llm_calls: int
     n_invalid_actions: int
     prompt_tokens: int
-    cached_tokens: int
+    cached_tokens: int | None  # None: a call's server did not report its cached tokens (unknown, not 0)
     completion_tokens: int
     reasoning_tokens: int
     wall_s: float
@@ -71,7 +72,9 @@ class LLMCall:
     model: str
     backend: str
     prompt_tokens: int
-    cached_tokens: int
+    # the server's usage.prompt_tokens_details.cached_tokens; None when it reports none (vLLM without
+    # --enable-prompt-tokens-details): unknown, never recorded as 0
+    cached_tokens: int | None
     completion_tokens: int
     reasoning_tokens: int
     latency_s: float
@@ -128,6 +131,9 @@ def schema(cls: type) -> pa.Schema:
     fields = []
     for f in dataclasses.fields(cls):
         t = hints[f.name]
+        args = typing.get_args(t)
+        if type(None) in args and len(args) == 2:  # `X | None`: a nullable X
+            t = next(a for a in args if a is not type(None))
         if typing.get_origin(t) is list:
             fields.append(pa.field(f.name, pa.list_(_ARROW[typing.get_args(t)[0]])))
         else:

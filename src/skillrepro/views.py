@@ -135,6 +135,11 @@ def _read(path: Path, cls: type) -> pd.DataFrame:
     return pd.DataFrame([vars(r) for r in store.read_records(path, cls)], columns=list(cls.__dataclass_fields__))
 
 
+def _count(value) -> str:
+    """A token count for a page: "unknown" where the server did not report it (null, read back as NaN)."""
+    return "unknown" if value is None or pd.isna(value) else str(int(value))
+
+
 def clip(text: str, limit: int) -> str:
     """`text` cut to `limit` characters, saying how many were left out."""
     return text if len(text) <= limit else f"{text[:limit]}\n... ({len(text) - limit} more characters)"
@@ -643,7 +648,7 @@ def episode_page(episode, steps: pd.DataFrame, frames: pd.DataFrame, calls: pd.D
             f"v{episode.library_version}</a>: {ok} ({_e(episode.termination)}) after {episode.n_steps} steps.</p>",
             "<table><tr><th>LLM calls</th><th>prompt tokens</th><th>cached</th><th>output tokens</th><th>cost ($)</th>"
             f"<th>wall (s)</th></tr><tr><td>{episode.llm_calls}</td><td>{episode.prompt_tokens}</td>"
-            f"<td>{episode.cached_tokens}</td><td>{episode.output_tokens}</td><td>{episode.cost:.6f}</td>"
+            f"<td>{_count(episode.cached_tokens)}</td><td>{episode.output_tokens}</td><td>{episode.cost:.6f}</td>"
             f"<td>{episode.wall_s:.1f}</td></tr></table>",
             f"<h2>Task</h2><pre>{_e(clip(task, limits.text_chars))}</pre>", "<h2>Steps</h2>"]
     replies = list(calls.itertuples())
@@ -658,7 +663,7 @@ def episode_page(episode, steps: pd.DataFrame, frames: pd.DataFrame, calls: pd.D
             continue
         reply = replies[st.step] if st.step < len(replies) else None
         output = _reply_text(reply.response) if reply is not None else st.reasoning
-        tokens = (f"{reply.prompt_tokens} prompt ({reply.cached_tokens} cached), {reply.completion_tokens} output tokens"
+        tokens = (f"{reply.prompt_tokens} prompt ({_count(reply.cached_tokens)} cached), {reply.completion_tokens} output tokens"
                   if reply is not None else "no actor call recorded")
         action = f"{st.action}({', '.join(map(repr, json.loads(st.arguments or '[]')))})" if st.action else "(none parsed)"
         body.append(f"<div class='step' id='step-{st.step}'><h3>Step {st.step}: <code>{_e(clip(action, limits.text_chars))}"

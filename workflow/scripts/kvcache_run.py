@@ -25,6 +25,10 @@ else:
                         bank_path=p.kv.bank, templates_dir=p.kv.templates_dir, max_tokens=p.kv.max_tokens,
                         parallel=p.kv.parallel_episodes, wall_s=p.wall_s, log=log.info).stream
 prompt = sum(len(r.token_ids) for r in stream)
-cached = sum(r.server_cached_tokens for r in stream)
-log.info("%s seed %s: %d requests, %d prompt tokens, server cached %d (%.3f)", w.kvfmt, w.kvseed, len(stream),
-         prompt, cached, cached / max(prompt, 1))
+if p.kv.replay:  # no server: nothing measured
+    log.info("%s seed %s: %d requests, %d prompt tokens (replay: no server count)", w.kvfmt, w.kvseed, len(stream),
+             prompt)
+else:  # record_run failed at the first reply without a count: every request has one
+    cached = sum(r.server_cached_tokens for r in stream)
+    log.info("%s seed %s: %d requests, %d prompt tokens, server cached %d (%.3f)", w.kvfmt, w.kvseed, len(stream),
+             prompt, cached, cached / max(prompt, 1))

@@ -26,9 +26,11 @@ from skillrepro.benchmarks import benchmark_class
 
 # Dollar cost of one LLM call from the pricing table; a model without a price costs nothing (the embedded
 # and self-hosted models). check.check_config refuses an unpriced model on a billed backend.
+# A call whose server did not report its cached tokens (null) is priced as if none were cached: the full
+# input price, an upper bound, explicitly.
 _COST = """
-    ((c.prompt_tokens - c.cached_tokens) * coalesce(p.input, 0)
-     + c.cached_tokens * coalesce(p.cached_input, p.input, 0)
+    ((c.prompt_tokens - coalesce(c.cached_tokens, 0)) * coalesce(p.input, 0)
+     + coalesce(c.cached_tokens, 0) * coalesce(p.cached_input, p.input, 0)
      + c.completion_tokens * coalesce(p.output, 0)) / 1e6
 """
 
@@ -321,7 +323,9 @@ def checkpoint_metrics(test: pd.DataFrame, study: Study) -> pd.DataFrame:
                 llm_calls=("llm_calls", "mean"), skill_calls=("skill_calls", "mean"), cost=("cost", "mean"),
                 wall_s=("wall_s", "mean"))
     sums = g[["cached_tokens", "prompt_tokens", "n_invalid_actions", "n_steps"]].sum()
-    out["cached_ratio"] = sums.cached_tokens / sums.prompt_tokens.where(sums.prompt_tokens > 0)
+    # unknown (NaN) where any episode's server did not report cached tokens, never a partial sum read as 0
+    known = test.cached_tokens.notna().groupby([test[k] for k in [*RUN_KEYS, "seed", "library_version"]]).all()
+    out["cached_ratio"] = (sums.cached_tokens / sums.prompt_tokens.where(sums.prompt_tokens > 0)).where(known)
     out["invalid_action_rate"] = sums.n_invalid_actions / sums.n_steps.where(sums.n_steps > 0)
     out = out.reset_index()
     out.insert(out.columns.get_loc("library_version") + 1, "train_rollouts",

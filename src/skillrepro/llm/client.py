@@ -195,7 +195,6 @@ class LLMClient:
             calls.append(ToolCall(tc.get("id") or uuid.uuid4().hex[:8], fn.get("name") or "",
                                   args if isinstance(args, dict) else {"__unparsed__": args}))
         usage = response.get("usage") or {}
-        ptd = usage.get("prompt_tokens_details") or {}
         ctd = usage.get("completion_tokens_details") or {}
         text = msg.get("content") or ""
         response_json = json.dumps({"content": text, "tool_calls": [c.__dict__ for c in calls]}, ensure_ascii=False)
@@ -217,7 +216,7 @@ class LLMClient:
             model=self.cfg.model,
             backend=self.cfg.backend,
             prompt_tokens=prompt_tokens,
-            cached_tokens=int(ptd.get("cached_tokens") or 0),
+            cached_tokens=reported_cached_tokens(response),
             completion_tokens=completion_tokens,
             reasoning_tokens=int(ctd.get("reasoning_tokens") or 0),
             latency_s=latency,
@@ -299,6 +298,19 @@ class LLMClient:
 # The request fields the SDK's `create` takes by name; any other goes in its extra_body.
 _SDK_FIELDS = frozenset({"model", "messages", "seed", "max_tokens", "max_completion_tokens", "temperature", "top_p",
                          "tools", "parallel_tool_calls", "stop", "reasoning_effort"})
+
+
+def reported_cached_tokens(response: dict[str, Any]) -> int | None:
+    """The prompt tokens the server says it served from its cache: `usage.prompt_tokens_details.cached_tokens`
+    (OpenAI, vLLM with --enable-prompt-tokens-details, llama.cpp), else llama.cpp's own `timings.cache_n`;
+    None when the reply carries neither. Unknown is not 0: a vLLM started without the flag must not read as
+    a cache that never hits."""
+    usage = response.get("usage") or {}
+    for value in ((usage.get("prompt_tokens_details") or {}).get("cached_tokens"),
+                  (response.get("timings") or {}).get("cache_n")):
+        if value is not None:
+            return int(value)
+    return None
 
 
 def _error_message(content: bytes) -> str:

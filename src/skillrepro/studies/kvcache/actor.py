@@ -113,6 +113,48 @@ def text_ids_fn(llm: LLMConfig, base_url: str) -> Callable[[str], list[int]]:
                               llm.timeout_s)["tokens"]
 
 
+# -- the server's cached-token count, required -------------------------------------------------------
+
+
+class CachedTokensUnreported(RuntimeError):
+    """A served run's server does not report each request's cached tokens: no measured figure can be made."""
+
+
+# what each backend's server needs to report usage.prompt_tokens_details.cached_tokens
+_COUNTER_HINTS = {
+    "vllm": "start `vllm serve` with --enable-prompt-tokens-details (the project passes it when it starts vLLM "
+            "itself: leave llm.base_url unset to let it)",
+    "embedded": "use a llama.cpp server that reports usage.prompt_tokens_details.cached_tokens or timings.cache_n "
+                "(the shipped xllamacpp does)",
+    "openai": "this API does not report usage.prompt_tokens_details.cached_tokens; serve the model with vLLM "
+              "(--enable-prompt-tokens-details) or llama.cpp instead",
+}
+
+
+def unreported_message(backend: str, where: str) -> str:
+    """Why a served run cannot be measured, naming the server and what it needs."""
+    hint = _COUNTER_HINTS.get(backend, "use a server that reports usage.prompt_tokens_details.cached_tokens")
+    return (f"the {backend} server at {where} does not report cached tokens (usage.prompt_tokens_details."
+            f"cached_tokens): the KV-cache study's measured reuse would read as unknown, not 0; {hint}")
+
+
+class RequireCachedTokens:
+    """The client, failing at the first reply whose server reports no cached-token count, before a whole run
+    is played and recorded as if it had been measured."""
+
+    def __init__(self, client, backend: str):
+        self._client, self._backend = client, backend
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+    def chat(self, *args, **kwargs):
+        reply = self._client.chat(*args, **kwargs)
+        if reply.record.cached_tokens is None:
+            raise CachedTokensUnreported(unreported_message(self._backend, self._client.base_url))
+        return reply
+
+
 # -- runs -----------------------------------------------------------------------------------------------
 
 
@@ -127,7 +169,7 @@ class StreamRequest:
     started_at: float
     token_ids: list[int]
     completion_tokens: int
-    server_cached_tokens: int
+    server_cached_tokens: int | None  # None: no server count (a replay; never a served run, which fails first)
     response_token_ids: list[int] = field(default_factory=list)
     finish_reason: str = ""  # the server's ("length": cut at max_tokens); empty in replays and older streams
 
@@ -263,7 +305,8 @@ def record_run(*, fmt: str, seed: int, bench, llm: LLMConfig, task_ids: list[str
     with session(llm) as client:
         if llm.backend == "vllm":  # the server's own cache counters, before and after this run's requests
             before = vllm_metrics.scrape(client.base_url)
-        run = run_format(formatter=formatter, benchmark=benchmark, task_ids=task_ids, client=client, spec=spec,
+        run = run_format(formatter=formatter, benchmark=benchmark, task_ids=task_ids,
+                         client=RequireCachedTokens(client, llm.backend), spec=spec,
                          call_budget=call_budget, wall_s=wall_s, prompt_ids=prompt_ids_fn(llm, client.base_url),
                          reply_ids=text_ids_fn(llm, client.base_url), parallel=parallel, log=log)
         if llm.backend == "vllm":

@@ -180,7 +180,7 @@ def replay_stream(fmt: str, trajectories: list[Trajectory], encode: Callable[[st
     for tr, t, messages in harness_messages(fmt, trajectories, bank, templates):
         reply_ids = encode(tr.turns[t].reply)
         stream.append(StreamRequest(f"{episode_prefix}{tr.task_id}", t, tr.task_id, F.detect_category(tr.task),
-                                    float(len(stream)), encode(F.render_chatml(messages)), len(reply_ids), 0,
+                                    float(len(stream)), encode(F.render_chatml(messages)), len(reply_ids), None,
                                     reply_ids))
     return stream
 
@@ -262,14 +262,14 @@ def replay_records(fmt: str, seed: int, bench_name: str, split: str, trajectorie
             nxt = tr.turns[t + 1].observation if t + 1 < len(tr.turns) else ""
             steps.append(Step(eid, t, turn.reply, "act", json.dumps([turn.action]), bool(turn.action), nxt,
                               tr.rewards[t], t == len(tr.turns) - 1 and tr.success, 0.0))
-            calls.append(LLMCall(f"{eid}/{t}", eid, "actor", model, "replay", len(r.token_ids), 0,
+            calls.append(LLMCall(f"{eid}/{t}", eid, "actor", model, "replay", len(r.token_ids), None,
                                  r.completion_tokens, 0, 0.0, 0, "stop",
                                  hashlib.sha256(str(r.token_ids).encode()).hexdigest(), "", turn.reply,
                                  r.started_at, list(r.token_ids)))
         termination = "success" if tr.success else "budget"
         episodes.append(Episode(eid, run_id, bench_name, "kvcache", fmt, seed, split, 0, 0, tr.task_id, tr.success,
                                 float(tr.success), sum(tr.rewards), len(tr.turns), len(reqs),
-                                sum(not t.action for t in tr.turns), sum(len(r.token_ids) for r in reqs), 0,
+                                sum(not t.action for t in tr.turns), sum(len(r.token_ids) for r in reqs), None,  # no server: cached unknown
                                 sum(r.completion_tokens for r in reqs), 0, 0.0, termination))
     return episodes, steps, calls
 
