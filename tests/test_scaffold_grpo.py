@@ -186,10 +186,17 @@ def test_internalization_cohort_and_bootstrap():
     later = pd.DataFrame({"task_id": ["a", "a", "b", "b"], "success": [1, 0, 1, 1]})
     r = internalization(early, later, ["a", "b"], n_boot=2000)
     assert r.n_queries == 2 and r.recovery_pp == pytest.approx(50.0)
-    assert r.ci_low == pytest.approx(50.0) and r.ci_high == pytest.approx(50.0)  # both queries gain 50 pp
+    assert math.isnan(r.ci_low) and "too few queries" in r.interval  # 2 queries cannot hold a 95 % interval
     later2 = pd.DataFrame({"task_id": ["a", "a", "b", "b"], "success": [1, 1, 0, 0]})
     r2 = internalization(early, later2, ["a", "b"], n_boot=2000)
-    assert r2.recovery_pp == pytest.approx(25.0) and r2.ci_low == pytest.approx(-50) and r2.ci_high == pytest.approx(100)
+    assert r2.recovery_pp == pytest.approx(25.0)
+    # six queries: each gains 50 pp (a, b, c) or 0 (d, e, f): the expanded interval lies inside the data's range
+    tasks = list("abcdef")
+    early6 = pd.DataFrame({"task_id": tasks, "success": [0.0] * 6})
+    later6 = pd.DataFrame({"task_id": tasks * 2, "success": [1.0] * 3 + [0.0] * 9})
+    r6 = internalization(early6, later6, tasks, n_boot=2000)
+    assert r6.recovery_pp == pytest.approx(25.0) and 0 <= r6.ci_low < 25 < r6.ci_high <= 50
+    assert r6.interval == "95 % expanded-percentile bootstrap, n = 6"
     with pytest.raises(ValueError, match="'z'"):
         internalization(early, later, ["z"])
 

@@ -10,6 +10,7 @@ import pytest
 
 from skillrepro.studies.scaffold.validation import competence_levels, pilot_competence, rollout_outcomes, split_probes
 from skillrepro.studies.scaffold.cohort import benefits, chain_cohort, internalization, recovery
+from skillrepro.studies.scaffold.statistics import MIN_N
 
 RUNS = 200
 
@@ -148,7 +149,7 @@ def _pilot_runs(seed, runs=RUNS, biased=False, **kw):
 
 def test_fig3b_null_effects_are_zero_at_every_competence_level_with_honest_coverage():
     t = _pilot_runs(6)
-    t = t[t.n_queries >= 5]  # levels with enough queries for an interval
+    t = t[t.n_queries >= MIN_N["expanded"]]  # levels with enough queries for an interval (NaN below)
     by = t.groupby("probe_successes").mean_effect.agg(["mean", "std", "size"])
     cover = ((t.mean_effect_ci_low <= 0) & (t.mean_effect_ci_high >= 0)).mean()
     print(f"figure 3(b) null ({RUNS} runs): mean effect per level {by['mean'].round(4).to_dict()}, "

@@ -13,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from skillrepro.studies.scaffold.statistics import MIN_N
+
 N, M, L, STEPS = 2, 2, 1, 2
 HELDOUT = 1  # BabyAI test tasks per policy
 
@@ -77,7 +79,7 @@ def test_iteration_1_is_played_carded_and_scored_by_checkpoint_1(workdir):
 
 def test_internalization_table_has_a_row_per_later_checkpoint(workdir):
     t = pd.read_csv(workdir / "results/tables/scaffold_internalization.csv")
-    assert list(t.columns) == ["benchmark", "variant", "checkpoint", "n", "recovery_pp", "ci_low", "ci_high"]
+    assert list(t.columns) == ["benchmark", "variant", "checkpoint", "n", "recovery_pp", "ci_low", "ci_high", "interval"]
     assert t.checkpoint.tolist() == list(range(1, STEPS + 1)) and set(t.variant) == {"grp"}
     # the early success: fresh skill-free rollouts of the cohort by checkpoint 0, none of them a Scout
     it0 = workdir / "results/scaffold/babyai@grp0"
@@ -87,8 +89,10 @@ def test_internalization_table_has_a_row_per_later_checkpoint(workdir):
     for k in range(1, STEPS + 1):
         played = pd.read_parquet(workdir / f"results/scaffold/babyai/grp/cohort/ckpt{k}/episodes.parquet")
         assert len(played) == N * int(t.n[k - 1])  # N skill-free rollouts per cohort query
-        if t.n[k - 1]:
+        if t.n[k - 1] >= MIN_N["expanded"]:
             assert t.ci_low[k - 1] <= t.recovery_pp[k - 1] <= t.ci_high[k - 1]
+        else:  # too few cohort queries for a 95 % interval: none is printed, and the table says why
+            assert pd.isna(t.ci_low[k - 1]) and "too few queries" in t.interval[k - 1]
 
 
 def test_plain_grpo_chain_trains_the_executor_alone_on_a_dry_run(tmp_path):

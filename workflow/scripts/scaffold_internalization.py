@@ -1,7 +1,8 @@
 """SkillScaffold table 4: later-minus-early skill-free success on each chain's fixed early cohort, per later
-checkpoint, with a 95 % query-level bootstrap interval. The cohort is chosen on the Scouts and Post-Scouts of the
-chain's first `training.cohort_iterations` iterations; its early success comes from fresh skill-free rollouts by
-the checkpoint that chose it (scaffold_cohort_early), never from those Scouts."""
+checkpoint, with a 95 % query-level interval where the cohort has enough queries for one (column `interval`).
+The cohort is chosen on the Scouts and Post-Scouts of the chain's first `training.cohort_iterations` iterations;
+its early success comes from fresh skill-free rollouts by the checkpoint that chose it (scaffold_cohort_early),
+never from those Scouts."""
 import re
 
 import pandas as pd
@@ -42,7 +43,8 @@ for chain in sorted(selections):
         r = internalization(early_eps, read(later[chain][k]), members, chosen_on=chosen_on,
                               interval=snakemake.params.interval)
         rows.append({"benchmark": chain[0], "variant": chain[1], "checkpoint": k, "n": r.n_queries,
-                     "recovery_pp": r.recovery_pp, "ci_low": r.ci_low, "ci_high": r.ci_high})
+                     "recovery_pp": r.recovery_pp, "ci_low": r.ci_low, "ci_high": r.ci_high, "interval": r.interval})
         log.info("%s: %s", chain, rows[-1])
-table = pd.DataFrame(rows, columns=["benchmark", "variant", "checkpoint", "n", "recovery_pp", "ci_low", "ci_high"])
+table = pd.DataFrame(rows, columns=["benchmark", "variant", "checkpoint", "n", "recovery_pp", "ci_low", "ci_high",
+                                   "interval"])
 write_text(snakemake.output[0], table.to_csv(index=False))

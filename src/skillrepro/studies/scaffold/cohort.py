@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from skillrepro.studies.scaffold.statistics import bootstrap_interval
+from skillrepro.studies.scaffold.statistics import interval_label, mean_interval
 
 
 def benefit_cohort(selections: Any, post: Any) -> list[str]:
@@ -42,13 +42,14 @@ def chain_cohort(iterations: dict[int, tuple[Any, Any]]) -> list[tuple[int, str]
 class Recovery:
     n_queries: int
     recovery_pp: float  # later-minus-early skill-free success, percentage points
-    ci_low: float
+    ci_low: float  # NaN below statistics.MIN_N queries
     ci_high: float
+    interval: str = ""  # what the interval is, or why there is none (statistics.interval_label)
 
 
 def internalization(early: Any, later: Any, cohort: Sequence[Any], n_boot: int = 10000, seed: int = 0,
                     chosen_on: Sequence[str] = (), interval: str = "expanded") -> Recovery:
-    """Later-minus-early skill-free success on the fixed cohort with a 95 % query-level bootstrap interval.
+    """Later-minus-early skill-free success on the fixed cohort with a 95 % query-level interval (`recovery`).
 
     `early`: fresh skill-free rollouts (task_id, success, episode_id) of each cohort query by the checkpoint
     whose rollouts chose it, independent of those; `later`: skill-free rollouts by a later checkpoint.
@@ -70,17 +71,17 @@ def internalization(early: Any, later: Any, cohort: Sequence[Any], n_boot: int =
     if missing:
         raise ValueError(f"cohort queries without skill-free evaluations at both checkpoints: {missing[:5]}")
     if not cohort:
-        return Recovery(0, math.nan, math.nan, math.nan)
+        return Recovery(0, math.nan, math.nan, math.nan, interval_label(0, interval))
     return recovery(np.array([lt[task(c)] - e[c] for c in cohort], dtype=float), n_boot, seed, interval)
 
 
 def recovery(diff: Any, n_boot: int = 10000, seed: int = 0, interval: str = "expanded") -> Recovery:
-    """Mean of per-query later-minus-early success rates (fractions), in points, with a 95 % bootstrap
-    interval over queries (`bootstrap_interval`)."""
+    """Mean of per-query later-minus-early success rates (fractions), in points, with a 95 % interval over queries
+    (`mean_interval`: NaN, and `interval` says so, where there are too few queries for it to cover 95 %)."""
     import numpy as np
 
     diff = np.asarray(diff, float) * 100
     if not len(diff):
-        return Recovery(0, math.nan, math.nan, math.nan)
-    lo, hi = bootstrap_interval(diff, n_boot, seed, interval)
-    return Recovery(len(diff), float(diff.mean()), lo, hi)
+        return Recovery(0, math.nan, math.nan, math.nan, interval_label(0, interval))
+    lo, hi = mean_interval(diff, n_boot, seed, interval)
+    return Recovery(len(diff), float(diff.mean()), lo, hi, interval_label(len(diff), interval))

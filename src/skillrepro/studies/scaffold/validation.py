@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from skillrepro.studies.scaffold.statistics import bootstrap_interval
+from skillrepro.studies.scaffold.statistics import interval_label, mean_interval
 
 
 RULES = ("skill_free", "random_injection", "forced_top1", "gated_top1")
@@ -137,7 +137,8 @@ def pilot_rollout_estimates(outcomes: Any, ks: Sequence[int] | None = None) -> A
 
 
 COMPETENCE_COLUMNS = ["benchmark", "variant", "probe_successes", "n_probes", "n_queries", "mean_effect",
-                      "mean_effect_ci_low", "mean_effect_ci_high", "best_effect", "queries_with_mixed_signs"]
+                      "mean_effect_ci_low", "mean_effect_ci_high", "interval", "best_effect", "best_effect_null_mean",
+                      "best_effect_null_low", "best_effect_null_high", "queries_with_mixed_signs"]
 
 
 def split_probes(free: Any, n_eval: int) -> tuple[Any, Any]:
@@ -154,9 +155,9 @@ def pilot_competence(outcomes: Any, probes: Any, n_probes: int = 4, n_boot: int 
     successful probes among `n_probes` independent skill-free probe rollouts of the same policy (`probes`:
     benchmark, task_id, k, success; section 3: "four independent skill-free probe rollouts", never part
     of the baseline, which would tie a query's competence level to its baseline and bias every effect).
-    Reports per competence level the mean effect with a 95 % query-level bootstrap interval, the best
-    effect, and how many queries hold both a positive and a negative candidate (figure 3a). Queries with
-    fewer than `n_probes` probes are left out."""
+    Reports per competence level the mean effect with a 95 % query-level interval (`competence_levels`), the best
+    effect with its permutation null band, and how many queries hold both a positive and a negative candidate
+    (figure 3a). Queries with fewer than `n_probes` probes are left out."""
     import pandas as pd
 
     keys = ["benchmark", "variant", "task_id"]
@@ -183,24 +184,60 @@ def pilot_competence(outcomes: Any, probes: Any, n_probes: int = 4, n_boot: int 
 
 
 def competence_levels(probe_successes: Any, free_rate: Any, cand_rate: Any, n_boot: int = 2000, seed: int = 0,
-                      interval: str = "expanded") -> list[dict[str, Any]]:
+                      interval: str = "expanded", n_perm: int = 2000) -> list[dict[str, Any]]:
     """Figure 3(b) from per-query arrays: probe successes (Q,), skill-free baseline success rate (Q,) and
-    candidate success rates (Q, M; NaN where a candidate was not evaluated). One row per competence level."""
+    candidate success rates (Q, M; NaN where a candidate was not evaluated). One row per competence level: the mean
+    effect with a 95 % interval over the level's queries (`mean_interval`; NaN below its minimum n, and `interval`
+    says so), the mean best effect, and `best_effect_null_*`, where the best effect lies when skills do nothing
+    (`best_effect_null`): the best of M noisy effects is positive on null data, so only a best effect above the
+    band's top says a candidate beats chance."""
     import numpy as np
 
     levels = np.asarray(probe_successes, int)
-    effects = np.asarray(cand_rate, float) - np.asarray(free_rate, float)[:, None]
+    free = np.asarray(free_rate, float)
+    cand = np.asarray(cand_rate, float)
+    effects = cand - free[:, None]
     has = ~np.isnan(effects).all(axis=1)
     rows = []
     for level in sorted(set(levels[has].tolist())):
-        e = effects[has & (levels == level)]
+        at = has & (levels == level)
+        e = effects[at]
         mean = np.nanmean(e, axis=1)
-        lo, hi = bootstrap_interval(mean, n_boot, seed, interval)
+        lo, hi = mean_interval(mean, n_boot, seed, interval)
+        null = best_effect_null(free[at], cand[at], n_perm, seed)
         rows.append({"probe_successes": int(level), "n_queries": len(e), "mean_effect": float(mean.mean()),
-                     "mean_effect_ci_low": lo, "mean_effect_ci_high": hi,
-                     "best_effect": float(np.nanmax(e, axis=1).mean()),
+                     "mean_effect_ci_low": lo, "mean_effect_ci_high": hi, "interval": interval_label(len(e), interval),
+                     "best_effect": float(np.nanmax(e, axis=1).mean()), "best_effect_null_mean": float(null.mean()),
+                     "best_effect_null_low": float(np.percentile(null, 2.5)),
+                     "best_effect_null_high": float(np.percentile(null, 97.5)),
                      "queries_with_mixed_signs": int(((e > 0).any(axis=1) & (e < 0).any(axis=1)).sum())})
     return rows
+
+
+def best_effect_null(free_rate: Any, cand_rate: Any, n_perm: int = 2000, seed: int = 0) -> Any:
+    """The mean best effect of these queries under permutation of their conditions' labels (n_perm values).
+
+    Per query the skill-free baseline and its evaluated candidates (equal rollouts each) are exchangeable when no
+    card changes success: each permutation makes a uniformly drawn one of them the baseline and the others the
+    candidates, and takes the best effect over those. On null data the observed mean best effect is one more draw
+    of this distribution (its 2.5-97.5 % percentiles hold it about 95 % of the time); a card that helps puts the
+    observed value above it."""
+    import numpy as np
+
+    c = np.column_stack([np.asarray(free_rate, float), np.asarray(cand_rate, float)])
+    valid = ~np.isnan(c)
+    order = np.argsort(~valid, axis=1, kind="stable")  # evaluated conditions first
+    packed = np.take_along_axis(c, order, axis=1)
+    v = valid.sum(axis=1)  # conditions per query (>= 2 where a candidate was evaluated)
+    filled = np.where(np.arange(c.shape[1]) < v[:, None], packed, -np.inf)
+    arg1 = filled.argmax(axis=1)
+    top1 = filled.max(axis=1)
+    top2 = np.where(np.arange(c.shape[1]) == arg1[:, None], -np.inf, filled).max(axis=1)
+    rng = np.random.default_rng(seed)
+    b = (rng.random((n_perm, len(c))) * v).astype(int)  # the permuted baseline, one per query and permutation
+    base = np.take_along_axis(packed, b.T, axis=1).T
+    best = np.where(b == arg1, top2, top1) - base
+    return best.mean(axis=1)
 
 
 def eval_table(free: Any, cand: Any, variants: Sequence[str]) -> Any:
