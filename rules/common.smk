@@ -8,6 +8,7 @@ from skillrepro.benchmarks import load_benchmark
 from skillrepro.llm import models
 
 LLM = cfg.llm_config(config)
+INDUCER = cfg.inducer_limits(config)
 PROTOCOL = cfg.protocol(config)
 BENCHMARKS = {b.name: b for b in cfg.benchmarks(config)}
 METHODS = {m.variant: m for m in cfg.methods(config)}
@@ -171,7 +172,8 @@ def start_llm_server():
         return  # no job of this invocation asks for the model (e.g. the KV-cache study's replay mode)
     if LLM.backend == "embedded":  # a first run fetches the model here, with its progress on the console
         try:
-            models.resolve(LLM.model, report=logger.info)
+            for model in {LLM.model, INDUCER.sleep_llm(LLM).model}:  # the sleep phases' too (inducer.model)
+                models.resolve(model, report=logger.info)
         except models.ModelError as e:  # one line naming the model and pip's reason, not a traceback
             logger.error(str(e))
             raise SystemExit(1) from None

@@ -71,7 +71,8 @@ rule induce:
         k=r"[1-9]\d*",  # v0 comes from init_library
         variant=variants_whose_sleep(works=True),
     resources:
-        llm=1,
+        # a model of its own (inducer.model) runs beside the shared server's: nothing else runs meanwhile
+        llm=LLM.slots if INDUCER.own_server(LLM) else 1,
         mem_mb=4000,
         runtime=120,
     log:

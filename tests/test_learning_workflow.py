@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from skillrepro.config import LLMConfig
-from skillrepro.llm import servers
+from skillrepro.llm import models, servers
 from scripted import ChatServer, completion
 from test_workflow import copy_workflow, snakemake
 
@@ -99,3 +99,50 @@ def test_a_function_the_inducer_writes_is_called_by_the_next_checkpoints_actor(t
     assert set(roots.function) == {"solve_mission"} and (frames.primitives.map(json.loads).map(len) > 0).any()
     # The training batch played v0, which had nothing to call: the skill is what the sleep phase added.
     assert pd.read_parquet(run / "train/batch0/skill_calls.parquet").empty
+
+
+class ActorOnly(ChatServer):
+    """The run's shared server: plays every actor turn with one action and counts the requests that are the
+    inducer's (its system prompt lists execute_code), which must go to the sleep phase's own server instead."""
+
+    def __init__(self):
+        self.actor_requests, self.inducer_requests = 0, 0
+        super().__init__(self.answer)
+
+    def answer(self, path: str, raw: bytes) -> tuple[int, bytes]:
+        body = json.loads(raw)
+        if "execute_code" in (body["messages"][0].get("content") or ""):
+            self.inducer_requests += 1
+        else:
+            self.actor_requests += 1
+        return 200, completion(body["model"], "Thought: go.\nAction: go_forward()")
+
+
+@pytest.mark.workflow
+def test_the_sleep_phase_runs_on_inducer_model_on_a_server_of_its_own(tmp_path):
+    """`inducer.model` (a model per role): through the real rules, the actor plays on the run's shared
+    server while the sleep phase starts a real llama.cpp server of its own for the inducer's model, and
+    every inducer request is answered there (recorded under that model), none by the shared server."""
+    copy_workflow(tmp_path)
+    model = tmp_path / "inducer.gguf"  # another model name for the same small file: a server of its own
+    model.symlink_to(models.resolve("smollm2-135m"))
+    cfg = {"llm": {"backend": "embedded", "model": "smollm2-135m", "max_tokens": 32, "slots": 2, "tool_calling": "text"},
+           "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 2}},
+           "methods": {"speedrunner": {"method": "speedrunner"}},
+           "protocol": {"seeds": [0], "train_rollouts": 1, "sleep_every": 1, "eval_every": 1, "n_test": 1},
+           "budgets": {"rollout_wall_s": 120, "inducer_requests": 2},
+           "inducer": {"model": str(model), "min_reply_tokens": 64}, "pricing": {}}
+    (tmp_path / "own.yaml").write_text(yaml.safe_dump(cfg))
+    shared = ActorOnly()
+    run = tmp_path / "results/runs/babyai/speedrunner/seed0"
+    try:
+        snakemake(str(run.relative_to(tmp_path) / "library/v1/manifest.json"), "--cores", "2", "--configfile",
+                  "own.yaml", cwd=tmp_path, env={**os.environ, servers.URL_ENV: shared.url})
+    finally:
+        shared.close()
+    assert shared.actor_requests > 0 and shared.inducer_requests == 0
+    calls = pd.read_parquet(run / "induce/v1/llm_calls.parquet")
+    assert len(calls) == 2 and set(calls.role) == {"inducer"} and set(calls.model) == {str(model)}
+    assert (calls.completion_tokens > 0).all()  # a model answered, not the scripted server
+    log = (tmp_path / "logs/runs/babyai/speedrunner/seed0/induce_v1.log").read_text()
+    assert f"inducer requests on {model}" in log

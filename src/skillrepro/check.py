@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from skillrepro import benchmarks as benchmark_registry
@@ -30,9 +31,12 @@ def check_config(config: dict[str, Any], *, check_files: bool = True, billing: b
     if config.get("scaffold"):  # SkillScaffold's section: its own schema and cross-checks, the same errors
         ScaffoldConfig.from_config(config)
     llm = config["llm"]
-    if llm["backend"] == "embedded" and llm["model"] not in MODELS and not llm["model"].endswith(".gguf"):
-        raise ConfigError(f"config key llm.model: {llm['model']!r} is neither a shipped model "
-                          f"({', '.join(MODELS)}) nor a .gguf file")
+    for key, model in (("llm.model", llm["model"]), ("inducer.model", config["inducer"]["model"])):
+        if model and llm["backend"] == "embedded" and model not in MODELS and not model.endswith(".gguf"):
+            raise ConfigError(f"config key {key}: {model!r} is neither a shipped model "
+                              f"({', '.join(MODELS)}) nor a .gguf file")
+        if model and llm["backend"] == "embedded" and model.endswith(".gguf") and check_files and not Path(model).is_file():
+            raise ConfigError(f"config key {key}: {model} does not exist")
     # Names outside a registry get the schema's message for a value outside a list: the list is the registry
     # (one home), which a new module joins by being there.
     for section, key, known in (("benchmarks", "env", benchmark_registry.names()), ("methods", "method", sorted(registry()))):

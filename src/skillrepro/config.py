@@ -84,9 +84,20 @@ class InducerLimits:
     read_library_chars: int = 6000  # a read_library result
     # the reminder (and text-protocol prefill) before a write-less session's last request; the paper has none
     last_request_nudge: bool = False
+    # the sleep phases' model (a name as llm.model takes); None: llm.model, the paper's one model for both roles
+    model: str | None = None
 
     def reply_tokens(self, llm: "LLMConfig") -> int:
         return max(llm.max_tokens, self.min_reply_tokens)
+
+    def sleep_llm(self, llm: "LLMConfig") -> "LLMConfig":
+        """The sleep phases' model settings: `llm`, with `model` in place of llm.model when one is set."""
+        return llm if not self.model or self.model == llm.model else dataclasses.replace(llm, model=self.model)
+
+    def own_server(self, llm: "LLMConfig") -> bool:
+        """Whether a sleep phase starts a server of its own: its model is not the shared server's and the
+        pipeline starts servers itself (embedded, or vllm without base_url); a served API takes any model id."""
+        return self.sleep_llm(llm) is not llm and llm.backend != "openai" and not llm.base_url
 
     def history_chars(self, llm: "LLMConfig") -> int:
         """Characters of conversation one sleep-phase request may carry (3 characters per token, to be safe)."""

@@ -1,7 +1,9 @@
 """Sleep phase k: the variant's method turns library v{k-1} and the training history into v{k}."""
+from contextlib import nullcontext
 from pathlib import Path
 
 from skillrepro import config as cfg
+from skillrepro.llm.servers import own_server
 from skillrepro.methods import InduceContext, get_method
 from skillrepro.pipeline import run_id, run_settings, setup_logging, training_history
 from skillrepro.progress import Progress
@@ -12,16 +14,20 @@ log = setup_logging(snakemake)
 w, p, out = snakemake.wildcards, snakemake.params, snakemake.output
 previous = Path(snakemake.input.library).parent
 run = run_settings(snakemake, previous)
+limits = cfg.inducer_limits(snakemake.config)
 ctx = InduceContext(
     library=Library.load(previous), cycle=int(w.k) - 1,
     history_dirs=training_history(previous, int(w.k)),
     library_root=previous.parent, out_dir=Path(out.library).parent, record_dir=Path(out.llm_calls).parent,
-    run_id=run_id(w), bench=run.bench, method=run.method, llm=run.llm, request_budget=p.request_budget,
+    run_id=run_id(w), bench=run.bench, method=run.method, llm=limits.sleep_llm(run.llm), request_budget=p.request_budget,
     sandbox=run.sandbox, trajectory_tokens=p.trajectory_tokens, prompts=run.prompts,
-    limits=cfg.inducer_limits(snakemake.config),
+    limits=limits,
 )
 # on the console: the phase's start, a line a minute while it runs, its end
-with Progress(1, f"sleep phase (v{int(w.k) - 1} -> v{w.k}, at most {p.request_budget} inducer requests)") as progress:
+# inducer.model other than the shared server's: this job's own server (the rule then takes every llm unit)
+with own_server(ctx.llm) if limits.own_server(run.llm) else nullcontext(), \
+        Progress(1, f"sleep phase (v{int(w.k) - 1} -> v{w.k}, at most {p.request_budget} inducer requests on "
+                    f"{ctx.llm.model})") as progress:
     library = get_method(run.method.method).induce(ctx)
     progress.update()
 # Every sleep phase leaves the same declared records, even a method that makes no LLM call.
