@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from skillrepro.studies.scaffold.figures import figure6, figure8
 from skillrepro.studies.scaffold.heldout import (heldout_policies, heldout_table, heldout_variant, injection_rates,
-                                                 parse_heldout_variant, table_by_category, table_by_split,
+                                                 paired_difference, parse_heldout_variant, table_by_category, table_by_split,
                                                  table_pass_at_k, table_variants, task_category, training_curve,
                                                  training_exploration)
 from skillrepro.studies.scaffold.records import CandidateRecord, Trajectory, UtilityRecord
 from skillrepro.studies.scaffold.rollouts import split_tasks
 from skillrepro.studies.scaffold.selection import paired_utilities, selection_for_query
 from skillrepro.studies.scaffold.settings import BASELINE, HeldoutConfig, ScaffoldConfig, parse_instance
-from skillrepro.studies.scaffold.statistics import pass_at_k
+from skillrepro.studies.scaffold.statistics import exact_interval, pass_at_k
 
 
 def _cfg(scaffold: dict, benchmarks=None) -> ScaffoldConfig:
@@ -115,13 +116,37 @@ def test_heldout_tables_by_hand():
     t1 = table_by_category(t).set_index(["split", "method"])
     assert t1.loc[("test", "SkillScaffold (grp)"), "cool"] == 100 and t1.loc[("test", "SkillScaffold (grp)"), "avg"] == 75
     t2 = table_by_split(t).set_index("method")
-    assert list(t2.columns[-3:]) == ["other", "test", "avg"] and t2.loc["base model", "other"] == 100
-    t3 = table_variants(t, chains)
+    assert list(t2.columns[-5:]) == ["other", "test", "avg", "avg_ci_low", "avg_ci_high"]
+    assert t2.loc["base model", "other"] == 100 and t2.loc["base model", "n_tasks"] == 3
+    # intervals: exact over tasks, each task counting its success rate (grp: a 1/2, b 1, c 1 -> 2.5 of 3)
+    lo, hi = exact_interval(2.5, 3)
+    assert (row("all", "all", "grp").ci_low_pct, row("all", "all", "grp").ci_high_pct) == pytest.approx((100 * lo, 100 * hi))
+    assert t1.loc[("test", "SkillScaffold (grp)"), "avg_ci_low"] == pytest.approx(100 * exact_interval(1.5, 2)[0])
+    t3 = table_variants(t, chains, _episodes())
     assert t3.chain.tolist() == ["grp"] and t3.success_pct.iloc[0] == pytest.approx(100 * 5 / 6)
+    assert t3.n_tasks.iloc[0] == 3 and t3.ci_high_pct.iloc[0] == pytest.approx(100 * hi)
+    # paired over the 3 tasks vs the base model: +50, +100, 0 -> +50; too few tasks for an interval; no GRPO chain
+    assert t3.vs_base_pp.iloc[0] == pytest.approx(50) and np.isnan(t3.vs_base_ci_low.iloc[0])
+    assert "too few tasks" in t3.paired_interval.iloc[0] and np.isnan(t3.vs_grpo_pp.iloc[0])
     t6 = table_pass_at_k(_episodes(), ks=(1, 2, 4)).set_index(["split", "chain", "k"])
     assert set(t6.index.get_level_values("k")) == {1, 2}  # 2 rollouts per task: no Pass@4
     assert t6.loc[("test", "grp", 2), "pass_at_k_pct"] == 100 and t6.loc[("test", "grp", 1), "pass_at_k_pct"] == 75
     assert t6.loc[("macro", "grp", 1), "pass_at_k_pct"] == pytest.approx((75 + 100) / 2)
+
+
+def test_paired_difference_is_a_t_interval_over_shared_tasks():
+    from scipy.stats import t as student
+
+    wins = {"": [0, 1, 0, 0, 1, 0], "grpo": [1, 1, 0, 1, 1, 1]}
+    eps = pd.DataFrame([{"benchmark": "alf", "task_id": f"gen:heat:{i}", "variant": heldout_variant("test", 0),
+                         "success": bool(w), "chain": c, "checkpoint": 2 if c else 0}
+                        for c, ws in wins.items() for i, w in enumerate(ws)])
+    mean, lo, hi, label = paired_difference(eps, "alf", ("grpo", 2), ("", 0))
+    d = 100 * (np.array(wins["grpo"]) - np.array(wins[""]))
+    half = student.ppf(0.975, 5) * d.std(ddof=1) / np.sqrt(6)
+    assert mean == pytest.approx(50) and (lo, hi) == pytest.approx((50 - half, 50 + half))
+    assert label == "95 % Student t, n = 6"
+    assert paired_difference(eps, "alf", ("grpo", 1), ("", 0)) is None  # no shared task
 
 
 def test_training_curve_and_injection_rates():

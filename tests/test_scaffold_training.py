@@ -160,6 +160,7 @@ def test_every_policy_is_played_skill_free_on_the_held_out_split(workdir):
         chain, k = ("", 0) if policy == "base" else (policy.split("/")[0], STEPS)
         row = pooled.loc[(chain, k)]
         assert row.n_episodes == HELDOUT and row.success_pct == pytest.approx(100 * eps.success.mean())
+        assert row.ci_low_pct <= row.success_pct <= row.ci_high_pct and row.ci_high_pct - row.ci_low_pct > 50  # 1 task
     assert not (s / "babyai/heldout/grp/ckpt1").exists()  # every: STEPS
     t3 = pd.read_csv(workdir / "results/tables/scaffold_table3.csv")
     assert t3.set_index("chain").method.to_dict() == {"grp": "SkillScaffold (grp)"}

@@ -40,7 +40,7 @@ episodes = pd.concat(eps, ignore_index=True)
 # The base model is checkpoint 0 of every chain: its rows stand at checkpoint 0 of each chain's curve too.
 table = heldout_table(episodes, p.envs, chains)
 tables = {"heldout": table, "table1": table_by_category(table), "table2": table_by_split(table),
-          "table3": table_variants(table, chains), "table6": table_pass_at_k(episodes)}
+          "table3": table_variants(table, chains, episodes), "table6": table_pass_at_k(episodes)}
 scouts = pd.concat([pd.read_parquet(f).assign(chain=chain_of(f)[0], iteration=chain_of(f)[1]) for f in i.scouts],
                    ignore_index=True)
 tables["curve"] = training_curve(scouts)

@@ -69,8 +69,9 @@ def exploration_figure(expl: Any, out: str | Path) -> None:
 
 
 def figure1(pooled: Any, inj: Any, benches: list[str], out: str | Path) -> None:
-    """Figure 1: each chain's last checkpoint's held-out skill-free success beside the base model's, with the share of
-    training queries that got a skill. `pooled`: the held-out table's split-all, category-all rows."""
+    """Figure 1: each chain's last checkpoint's held-out skill-free success beside the base model's, with its exact
+    95 % interval over the held-out tasks and the share of training queries that got a skill. `pooled`: the held-out
+    table's split-all, category-all rows."""
     plt = _plt()
     fig, axes = plt.subplots(1, len(benches), figsize=(4.5 * len(benches), 3.6), squeeze=False)
     for ax, b in zip(axes[0], benches):
@@ -79,14 +80,19 @@ def figure1(pooled: Any, inj: Any, benches: list[str], out: str | Path) -> None:
         names = [m if not c else f"{m}\nckpt {k}" for m, c, k in zip(last.method, last.chain, last.checkpoint)]
         ax.bar(range(len(last)), last.success_pct, color=["#999999" if not c else "#4c72b0" if c == "grpo" else "#2a9d8f"
                                                           for c in last.chain])
+        if "ci_low_pct" in last:
+            ax.errorbar(range(len(last)), last.success_pct, yerr=[last.success_pct - last.ci_low_pct,
+                                                                  last.ci_high_pct - last.success_pct],
+                        fmt="none", ecolor="black", elinewidth=0.8, capsize=3)
         for x, (c, v) in enumerate(zip(last.chain, last.success_pct)):
             r = inj[(inj.benchmark == b) & (inj.chain == c)]
             note = f"{v:.1f}" + (f"\ninj. {r.injection_pct.iloc[0]:.0f}%" if len(r) else "")
-            ax.text(x, v, note, ha="center", va="bottom", fontsize=7)
+            ax.text(x + 0.06, v, note, ha="left", va="bottom", fontsize=7)  # beside the interval bar
         ax.set_xticks(range(len(last)), names, fontsize=6, rotation=20)
         ax.set_ylim(0, 110)
         ax.set_ylabel("held-out success (%), skill-free")
-        ax.set_title(f"{b} (n = {int(last.n_episodes.max())} episodes)", fontsize=9)
+        ax.set_title(f"{b} (n = {int(last.n_tasks.max())} tasks, {int(last.n_episodes.max())} episodes; "
+                     "bars: exact 95 %)", fontsize=8)
     _save(fig, out)
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from skillrepro.studies.scaffold.settings import Chain
-from skillrepro.studies.scaffold.statistics import pass_at_k
+from skillrepro.studies.scaffold.settings import BASELINE, Chain
+from skillrepro.studies.scaffold.statistics import exact_interval, interval_label, mean_interval, pass_at_k
 
 
 # ALFRED's task type (an official game's folder name starts with it) -> the benchmark's short name, which its
@@ -30,7 +30,7 @@ def task_category(env: str, task_id: str) -> str:
 
 
 HELDOUT_COLUMNS = ["benchmark", "split", "category", "chain", "method", "checkpoint", "n_tasks", "n_episodes",
-                   "success_pct"]
+                   "success_pct", "ci_low_pct", "ci_high_pct"]
 
 
 def heldout_variant(split: str, rollout: int) -> str:
@@ -63,7 +63,10 @@ def heldout_table(episodes: Any, env_of: dict[str, str], chains: Sequence[Chain]
     """Success per benchmark x split x category x policy, long form. `episodes`: held-out Episode rows with
     `chain` ("" for the base model) and `checkpoint`. Category `all` pools a split's episodes, split `all` a
     benchmark's held-out episodes (the paper's ScienceWorld Avg. is the pooled 230 + 155 episodes: 77.1 from
-    96.2 and 48.8). The base model's row stands for checkpoint 0 of every chain."""
+    96.2 and 48.8). The base model's row stands for checkpoint 0 of every chain.
+
+    ci_low_pct / ci_high_pct: the exact (Clopper-Pearson) 95 % interval over the row's n_tasks tasks, each task
+    counting its success rate (`success_interval`)."""
     import pandas as pd
 
     e = _with_split(episodes)
@@ -74,9 +77,11 @@ def heldout_table(episodes: Any, env_of: dict[str, str], chains: Sequence[Chain]
 
     def add(g: Any, b: str, split: str, cat: str) -> None:
         for (chain, k), h in g.groupby(["chain", "checkpoint"]):
+            lo, hi = success_interval(h)
             rows.append({"benchmark": b, "split": split, "category": cat, "chain": chain,
                          "method": label.get(chain, "base model"), "checkpoint": int(k),
-                         "n_tasks": h.task_id.nunique(), "n_episodes": len(h), "success_pct": 100 * h.success.mean()})
+                         "n_tasks": h.task_id.nunique(), "n_episodes": len(h), "success_pct": 100 * h.success.mean(),
+                         "ci_low_pct": 100 * lo, "ci_high_pct": 100 * hi})
 
     for b, g in e.groupby("benchmark"):
         add(g, b, "all", "all")
@@ -86,6 +91,16 @@ def heldout_table(episodes: Any, env_of: dict[str, str], chains: Sequence[Chain]
                 for cat, c in h.groupby("category"):
                     add(c, b, split, cat)
     return pd.DataFrame(rows, columns=HELDOUT_COLUMNS)
+
+
+def success_interval(episodes: Any) -> tuple[float, float]:
+    """A 95 % interval (fractions) for the success of one policy's held-out episodes: the exact Clopper-Pearson
+    interval of k = the sum of the tasks' success rates in n = their number. With one rollout per task that is the
+    binomial interval of the episodes; with several, rollouts of one task are not independent, and counting each
+    task once as a trial with its mean success is conservative (a task mean varies no more than one Bernoulli
+    trial of the same mean)."""
+    rate = episodes.groupby(["split", "task_id"] if "split" in episodes else "task_id").success.mean()
+    return exact_interval(float(rate.sum()), len(rate))
 
 
 def final_rows(table: Any) -> Any:
@@ -100,35 +115,85 @@ def table_by_category(table: Any) -> Any:
     t = final_rows(table[table.split != "all"])
     wide = t.pivot_table(index=["benchmark", "split", "method", "checkpoint"], columns="category",
                          values="success_pct").reset_index()
-    n = t[t.category == "all"].set_index(["benchmark", "split", "method"]).n_tasks
-    wide["n_tasks"] = [n.get((b, s, m)) for b, s, m in zip(wide.benchmark, wide.split, wide.method)]
-    cats = sorted(c for c in wide.columns if c not in ("benchmark", "split", "method", "checkpoint", "all", "n_tasks"))
+    cats = sorted(c for c in wide.columns if c not in ("benchmark", "split", "method", "checkpoint", "all"))
+    avg = t[t.category == "all"].set_index(["benchmark", "split", "method"])
+    key = list(zip(wide.benchmark, wide.split, wide.method))
+    for col, src in (("n_tasks", "n_tasks"), ("avg_ci_low", "ci_low_pct"), ("avg_ci_high", "ci_high_pct")):
+        wide[col] = [avg[src].get(k) for k in key]
     wide = wide.rename(columns={"all": "avg"})
-    return wide[["benchmark", "split", "method", "checkpoint", "n_tasks"] + cats + ["avg"]]
+    return wide[["benchmark", "split", "method", "checkpoint", "n_tasks"] + cats + ["avg", "avg_ci_low", "avg_ci_high"]]
 
 
 def table_by_split(table: Any) -> Any:
-    """Table 2 (ScienceWorld ID / OOD): success per held-out split and pooled (avg), final checkpoints."""
+    """Table 2 (ScienceWorld ID / OOD): success per held-out split and pooled (avg, with its exact 95 % interval over
+    the pooled n_tasks), final checkpoints."""
     t = final_rows(table[table.category == "all"])
     wide = t.pivot_table(index=["benchmark", "method", "checkpoint"], columns="split", values="success_pct").reset_index()
     splits = sorted(c for c in wide.columns if c not in ("benchmark", "method", "checkpoint", "all"))
-    return wide.rename(columns={"all": "avg"})[["benchmark", "method", "checkpoint"] + splits + ["avg"]]
+    pooled = t[t.split == "all"].set_index(["benchmark", "method"])
+    key = list(zip(wide.benchmark, wide.method))
+    for col, src in (("n_tasks", "n_tasks"), ("avg_ci_low", "ci_low_pct"), ("avg_ci_high", "ci_high_pct")):
+        wide[col] = [pooled[src].get(k) for k in key]
+    return wide.rename(columns={"all": "avg"})[["benchmark", "method", "checkpoint", "n_tasks"] + splits +
+                                               ["avg", "avg_ci_low", "avg_ci_high"]]
 
 
-def table_variants(table: Any, chains: Sequence[Chain]) -> Any:
+VARIANT_COLUMNS = ["benchmark", "chain", "method", "utility_variant", "selection", "gate", "generator_learning",
+                   "inject", "checkpoint", "n_tasks", "n_episodes", "success_pct", "ci_low_pct", "ci_high_pct",
+                   "vs_base_pp", "vs_base_ci_low", "vs_base_ci_high", "vs_grpo_pp", "vs_grpo_ci_low", "vs_grpo_ci_high",
+                   "paired_interval"]
+
+
+def table_variants(table: Any, chains: Sequence[Chain], episodes: Any = None) -> Any:
     """Table 3's metric: each trained chain's pooled held-out success at its last checkpoint, per benchmark,
-    beside the chain's settings (which ablation it is)."""
+    beside the chain's settings (which ablation it is), with its exact 95 % interval. With `episodes` (the held-out
+    episodes `heldout_table` read): the paired difference from the base model and from plain GRPO's last
+    checkpoint over the tasks both played (`paired_difference`)."""
+    import math
+
     import pandas as pd
 
     t = final_rows(table[(table.split == "all") & (table.chain != "")])
+    last = dict(zip(zip(t.benchmark, t.chain), t.checkpoint))
     by = {c.name: c for c in chains}
-    rows = [{"benchmark": r.benchmark, "chain": r.chain, "method": r.method, "utility_variant": by[r.chain].of or "",
-             "selection": by[r.chain].selection if by[r.chain].of else "", "gate": by[r.chain].gate,
-             "generator_learning": by[r.chain].generator_learning, "inject": by[r.chain].inject,
-             "checkpoint": r.checkpoint, "n_episodes": r.n_episodes, "success_pct": r.success_pct}
-            for r in t.itertuples()]
-    return pd.DataFrame(rows, columns=["benchmark", "chain", "method", "utility_variant", "selection", "gate",
-                                       "generator_learning", "inject", "checkpoint", "n_episodes", "success_pct"])
+    rows = []
+    for r in t.itertuples():
+        row = {"benchmark": r.benchmark, "chain": r.chain, "method": r.method, "utility_variant": by[r.chain].of or "",
+               "selection": by[r.chain].selection if by[r.chain].of else "", "gate": by[r.chain].gate,
+               "generator_learning": by[r.chain].generator_learning, "inject": by[r.chain].inject,
+               "checkpoint": r.checkpoint, "n_tasks": r.n_tasks, "n_episodes": r.n_episodes,
+               "success_pct": r.success_pct, "ci_low_pct": r.ci_low_pct, "ci_high_pct": r.ci_high_pct}
+        labels = []
+        for name, other in (("base", ("", 0)), ("grpo", (BASELINE, last.get((r.benchmark, BASELINE))))):
+            d = (paired_difference(episodes, r.benchmark, (r.chain, r.checkpoint), other)
+                 if episodes is not None and other[1] is not None and other[0] != r.chain else None)
+            mean, lo, hi, label = d if d else (math.nan, math.nan, math.nan, "")
+            row.update({f"vs_{name}_pp": mean, f"vs_{name}_ci_low": lo, f"vs_{name}_ci_high": hi})
+            labels += [f"vs {name}: {label}"] if label else []
+        rows.append({**row, "paired_interval": "; ".join(labels)})
+    return pd.DataFrame(rows, columns=VARIANT_COLUMNS)
+
+
+def paired_difference(episodes: Any, benchmark: str, policy: tuple[str, int], other: tuple[str, int],
+                      interval: str = "t") -> tuple[float, float, float, str] | None:
+    """Held-out success of `policy` minus `other` ((chain, checkpoint); ("", 0) is the base model) in points over
+    the tasks both played, each task's success rate differenced (paired), with a 95 % interval over those tasks
+    (`mean_interval`, Student t by default: NaN below its minimum n) and its label. None where no task is shared."""
+    import numpy as np
+
+    e = _with_split(episodes[episodes.benchmark == benchmark])
+    e = e.assign(success=e.success.astype(float))
+
+    def rates(chain: str, k: int) -> Any:
+        return e[(e.chain == chain) & (e.checkpoint == k)].groupby(["split", "task_id"]).success.mean()
+
+    a, b = rates(*policy), rates(*other)
+    both = a.index.intersection(b.index)
+    if not len(both):
+        return None
+    diff = 100 * (a.loc[both] - b.loc[both]).to_numpy()
+    lo, hi = mean_interval(diff, interval=interval)
+    return float(np.mean(diff)), lo, hi, interval_label(len(diff), interval).replace("queries", "tasks")
 
 
 def table_pass_at_k(episodes: Any, ks: Sequence[int] = (1, 4, 8)) -> Any:
