@@ -17,6 +17,7 @@ rule scaffold_all:
         "results/tables/scaffold_pilot_competence.csv",
         "results/figures/scaffold_validation.png",
         "results/figures/scaffold_exploration.png",
+        "results/figures/scaffold_figure3b.png",
 
 
 rule scaffold_queries:
@@ -319,9 +320,11 @@ rule scaffold_figures:
         rules="results/tables/scaffold_rules.csv",
         quintiles="results/tables/scaffold_quintiles.csv",
         exploration="results/tables/scaffold_exploration.csv",
+        competence="results/tables/scaffold_pilot_competence.csv",
     output:
         validation=report("results/figures/scaffold_validation.png", caption="../report/scaffold_validation.rst", category="SkillScaffold"),
         exploration=report("results/figures/scaffold_exploration.png", caption="../report/scaffold_exploration_figure.rst", category="SkillScaffold"),
+        competence=report("results/figures/scaffold_figure3b.png", caption="../report/scaffold_pilot_competence.rst", category="SkillScaffold"),
     log:
         "logs/scaffold/figures.log",
     benchmark:

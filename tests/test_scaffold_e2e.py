@@ -89,7 +89,7 @@ def test_every_record_is_produced(workdir, llm_url):
     expl = pd.read_csv(workdir / "results/tables/scaffold_exploration.csv")
     assert expl.n_queries.sum() == 2 * Q  # every query of both variants sits in one Scout-group kind
     assert (workdir / "results/tables/scaffold_quintiles.csv").exists()
-    for fig in ("scaffold_validation.png", "scaffold_exploration.png"):
+    for fig in ("scaffold_validation.png", "scaffold_exploration.png", "scaffold_figure3b.png"):
         assert (workdir / "results/figures" / fig).stat().st_size > 1000
 
 

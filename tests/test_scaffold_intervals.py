@@ -107,3 +107,16 @@ def test_the_schema_offers_exactly_the_intervals():
 
     schema = yaml.safe_load((Path(__file__).parents[1] / "schemas/scaffold.schema.yaml").read_text())
     assert schema["properties"]["bootstrap_interval"]["enum"] == list(st.INTERVALS)
+
+
+def test_figure3b_draws_levels_with_their_null_band_and_an_empty_table(tmp_path):
+    import pandas as pd
+
+    from skillrepro.studies.scaffold.figures import competence_figure
+    from skillrepro.studies.scaffold.validation import COMPETENCE_COLUMNS
+
+    t = pd.DataFrame([{"benchmark": "b", "variant": "grp", "n_probes": 4, **r} for r in _levels(0, q=25)])
+    assert t.interval.str.contains("too few queries").any() and t.mean_effect_ci_low.notna().any()
+    competence_figure(t[COMPETENCE_COLUMNS], tmp_path / "f.png")
+    competence_figure(pd.DataFrame(columns=COMPETENCE_COLUMNS), tmp_path / "empty.png")
+    assert (tmp_path / "f.png").stat().st_size > 10_000 and (tmp_path / "empty.png").stat().st_size > 1000

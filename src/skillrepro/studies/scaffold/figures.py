@@ -48,6 +48,40 @@ def validation_figure(rules: Any, quint: Any, out: str | Path) -> None:
     _save(fig, out, dpi=150)
 
 
+def competence_figure(comp: Any, out: str | Path) -> None:
+    """Figure 3(b): per skill-free competence level (successful probes), the mean candidate effect with its 95 %
+    interval (none where the level has too few queries) and the mean best effect, over the grey band where the best
+    effect lies when no card changes success (`best_effect_null_*`: the permutation null of `best_effect_null`)."""
+    plt = _plt()
+    groups = list(comp.groupby(["benchmark", "variant"])) if len(comp) else []
+    fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(4.6 * max(1, len(groups)), 3.6), squeeze=False)
+    for ax, ((bench, var), g) in zip(axes[0], groups):
+        g = g.sort_values("probe_successes")
+        x = g.probe_successes
+        ax.fill_between(x, 100 * g.best_effect_null_low, 100 * g.best_effect_null_high, color="#bbbbbb", alpha=0.6,
+                        step="mid", label="best effect by chance (95 % null band)")
+        ax.plot(x, 100 * g.best_effect_null_mean, color="#777777", ls=":", drawstyle="steps-mid")
+        ax.plot(x, 100 * g.best_effect, color="#2a9d8f", marker="^", label="best effect")
+        ok = g.mean_effect_ci_low.notna()
+        ax.errorbar(x[ok], 100 * g.mean_effect[ok], yerr=[100 * (g.mean_effect - g.mean_effect_ci_low)[ok],
+                                                           100 * (g.mean_effect_ci_high - g.mean_effect)[ok]],
+                    color="#4c72b0", marker="o", capsize=3, ls="none", label="mean effect, 95 % interval")
+        ax.plot(x[~ok], 100 * g.mean_effect[~ok], color="#4c72b0", marker="o", mfc="white", ls="none",
+                label="mean effect, too few queries for an interval")
+        for xi, n in zip(x, g.n_queries):
+            ax.text(xi, 0.02, f"n={n}", transform=ax.get_xaxis_transform(), ha="center", fontsize=6)  # queries
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xticks(range(int(g.n_probes.max()) + 1))
+        ax.set_xlabel(f"skill-free competence (successful probes of {int(g.n_probes.max())})")
+        ax.set_ylabel("effect on success (pp)")
+        ax.set_title(f"{bench}/{var}", fontsize=9)
+        ax.legend(fontsize=6)
+    if not groups:
+        axes[0][0].text(0.5, 0.5, "no competence probes (scaffold.n_probes: 0)", ha="center",
+                        transform=axes[0][0].transAxes)
+    _save(fig, out)
+
+
 def exploration_figure(expl: Any, out: str | Path) -> None:
     """The validation batch's exploration view: Scout vs Post-Scout success and injection rate per Scout-group kind."""
     plt = _plt()
