@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from skillrepro.agent import EpisodeSpec
 from skillrepro.config import BenchmarkConfig, LLMConfig
-from skillrepro.methods import InduceContext
-from skillrepro.methods.common import TOKEN_CHARS, Trace, estimate_tokens, read_traces, render_traces
+from skillrepro.methods.common import TOKEN_CHARS, Trace, estimate_tokens, read_traces, render_traces, show_traces
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
 from skillrepro.benchmarks import load_benchmark
@@ -55,6 +54,11 @@ def test_the_budget_holds_and_an_episode_that_does_not_fit_keeps_its_start_and_e
     text, used = render_traces(traces, 500)
     assert used <= 500 and used == estimate_tokens(text)
     assert text.startswith("## Episode on task t9")  # newest first
+    # older episodes are dropped whole, never cut in the middle (issue 34), and the counts say so
+    shown = show_traces(traces, 500)
+    assert shown.text == text and "cut" not in text and text.count("## Episode") == shown.episodes_whole == 2
+    assert (shown.episodes_cut, shown.episodes_dropped) == (0, 8)
+    assert (shown.observations_whole, shown.observations_dropped) == (2 * 2, 8 * 2)  # the opening and one step
     big = Trace("e", "t", 0, True, 1.0, "Mission: the start", [("go_forward", [], "y" * 9000), ("done", [], "the end")])
     text, used = render_traces([big], 1000)
     assert used <= 1000 and "Mission: the start" in text and text.endswith("the end")
@@ -71,9 +75,12 @@ def test_the_budget_fits_the_context_and_a_value_that_does_not_is_refused():
     from skillrepro.check import check_config
     from skillrepro.config import ConfigError, load_yaml, trajectory_tokens
 
-    base = load_yaml(Path(__file__).resolve().parents[1] / "config.yaml")
-    assert trajectory_tokens(check_config(base, check_files=False)) == InduceContext.__dataclass_fields__[
-        "trajectory_tokens"].default == 1500
+    root = Path(__file__).resolve().parents[1]
+    base = load_yaml(root / "config.yaml")
+    # null: half of what the context leaves after a sleep-phase reply (the paper: as many episodes as fit)
+    assert trajectory_tokens(check_config(base, check_files=False)) == (8192 - 256) // 2
+    paper = load_yaml(root / "configs/paper.yaml")  # GPT-5.4-mini's 400k context: 10 BabyAI episodes whole
+    assert trajectory_tokens(check_config(paper, check_files=False, billing=False)) == (400_000 - 1024) // 2
     small = copy.deepcopy(base)
     small["llm"]["ctx_per_slot"] = 2048
     assert trajectory_tokens(check_config(small, check_files=False)) == (2048 - 256) // 2

@@ -22,8 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "schemas" / "config.schema.yaml"
 
 
-DEFAULT_TRAJECTORY_TOKENS = 1500  # budgets.trajectory_tokens when null, context permitting
-
 
 class ConfigError(ValueError):
     """Bad configuration; the message names the key and what is allowed."""
@@ -98,6 +96,11 @@ class InducerLimits:
         """Whether a sleep phase starts a server of its own: its model is not the shared server's and the
         pipeline starts servers itself (embedded, or vllm without base_url); a served API takes any model id."""
         return self.sleep_llm(llm) is not llm and llm.backend != "openai" and not llm.base_url
+
+    def trajectory_room(self, llm: "LLMConfig") -> int:
+        """Estimated tokens of episodes a sleep-phase prompt can hold: half of what the context leaves after a
+        reply (the prompt's other parts need the rest); budgets.trajectory_tokens' default and its limit."""
+        return (llm.ctx_per_slot - self.reply_tokens(llm)) // 2
 
     def history_chars(self, llm: "LLMConfig") -> int:
         """Characters of conversation one sleep-phase request may carry (3 characters per token, to be safe)."""
@@ -249,7 +252,7 @@ def validate(config: dict[str, Any], *, check_files: bool = True, billing: bool 
     if billing:
         check_billing(config, env=check_files)
     asked = config["budgets"]["trajectory_tokens"]
-    room = _trajectory_room(llm, inducer_limits(config))
+    room = inducer_limits(config).trajectory_room(llm)
     if asked is not None and asked > room:
         raise ConfigError(f"config key budgets.trajectory_tokens: {asked} tokens of episodes do not fit a sleep-phase "
                           f"prompt with llm.ctx_per_slot {llm.ctx_per_slot}; at most {room}")
@@ -374,16 +377,11 @@ def check_billing(config: dict[str, Any], *, env: bool = True) -> None:
         raise ConfigError(problems[0])
 
 
-def _trajectory_room(llm: LLMConfig, limits: InducerLimits) -> int:
-    # half the context: the prompt's other parts need the rest
-    return (llm.ctx_per_slot - limits.min_reply_tokens) // 2
-
-
 def trajectory_tokens(config: dict[str, Any]) -> int:
-    """Config key budgets.trajectory_tokens, with its default resolved (see the schema)."""
+    """Config key budgets.trajectory_tokens, with its default resolved: null is what the model's context
+    (llm.ctx_per_slot) holds, so the in-context methods see as many whole episodes as fit, as in the paper."""
     asked = config["budgets"]["trajectory_tokens"]
-    room = _trajectory_room(llm_config(config), inducer_limits(config))
-    return asked if asked is not None else min(DEFAULT_TRAJECTORY_TOKENS, room)
+    return asked if asked is not None else inducer_limits(config).trajectory_room(llm_config(config))
 
 
 def inducer_limits(config: dict[str, Any]) -> InducerLimits:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from skillrepro.agent import Prompts
-from skillrepro.config import (DEFAULT_TRAJECTORY_TOKENS, BenchmarkConfig, ConfigError, InducerLimits, LLMConfig,
+from skillrepro.config import (BenchmarkConfig, ConfigError, InducerLimits, LLMConfig,
                                MethodConfig)
 from skillrepro.skills import Library
 from skillrepro.skills.sandbox import SandboxPolicy
@@ -55,9 +55,13 @@ class InduceContext:
     llm: LLMConfig
     request_budget: int
     sandbox: SandboxPolicy = SandboxPolicy()  # config key sandbox.require, for every sandbox the phase starts
-    trajectory_tokens: int = DEFAULT_TRAJECTORY_TOKENS  # config key budgets.trajectory_tokens
+    trajectory_tokens: int | None = None  # config key budgets.trajectory_tokens; None: what the context holds
     prompts: Prompts = Prompts()  # the actor's (config section actor), for a phase that plays episodes (ASI's replays)
     limits: InducerLimits = InducerLimits()  # config section inducer
+
+    def __post_init__(self) -> None:
+        if self.trajectory_tokens is None:  # as config.trajectory_tokens resolves a null
+            object.__setattr__(self, "trajectory_tokens", self.limits.trajectory_room(self.llm))
 
     @property
     def options(self) -> Any:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from skillrepro.methods import InduceContext, register
 from skillrepro.methods.common import (Trace, append_functions, budget, check_prompt_file, client_for, prompt_text,
-                                        read_traces, render_traces, reply_code, save_records)
+                                        read_traces, reply_code, show_traces, save_records)
 from skillrepro.skills import Library
 from skillrepro.store import LLMCall, read_records
 from skillrepro.benchmarks import load_benchmark
@@ -87,7 +87,8 @@ def _induce(ctx: InduceContext, client, replay: bool) -> Library:
     for n, trace in enumerate(wins):
         system = template.format(environment=bench.describe(), existing=_listing(library),
                                  primitives="\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives()))
-        user, shown = render_traces([trace], ctx.trajectory_tokens)
+        shown = show_traces([trace], ctx.trajectory_tokens)
+        user = shown.text
         reply = client.chat([{"role": "system", "content": system}, {"role": "user", "content": user}],
                             role="inducer", session_id=session_id, max_tokens=max_tokens, seed=n)
         calls.append(reply.record)
@@ -95,8 +96,8 @@ def _induce(ctx: InduceContext, client, replay: bool) -> Library:
         refused += [f"{f.name}: over max_new_per_episode" for f in added[opts.max_new_per_episode:]]
         added = added[: opts.max_new_per_episode]
         entry = {"episode_id": trace.episode_id, "task_id": trace.task_id, "reply": reply.text,
-                 "trajectory_tokens": ctx.trajectory_tokens, "trajectory_tokens_shown": shown,
-                 "added": [f.name for f in added], "refused": refused}
+                 "trajectory_tokens": ctx.trajectory_tokens, "trajectory_tokens_shown": shown.tokens,
+                 **shown.record(), "added": [f.name for f in added], "refused": refused}
         if added and replay:
             candidate = replace(library, functions=library.functions + tuple(added))
             ok, replay_calls = _replay(ctx, client, candidate, trace, n, opts)

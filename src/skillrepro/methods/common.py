@@ -75,24 +75,53 @@ def _call_args(arguments: str) -> str:
         return f"({arguments})"
 
 
-def render_traces(traces: list[Trace], budget_tokens: int, newest_first: bool = True) -> tuple[str, int]:
+@dataclass(frozen=True)
+class Shown:
+    """What a sleep-phase prompt shows of the training episodes (recorded with each call that reads them)."""
+
+    text: str
+    tokens: int  # estimated
+    episodes_whole: int = 0
+    episodes_cut: int = 0  # at most 1: the newest, when not even it fits whole
+    episodes_dropped: int = 0
+    observations_whole: int = 0  # the opening and one per step, of the episodes shown whole
+    observations_cut: int = 0
+    observations_dropped: int = 0
+
+    def record(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in ("episodes_whole", "episodes_cut", "episodes_dropped",
+                                               "observations_whole", "observations_cut", "observations_dropped")}
+
+
+def show_traces(traces: list[Trace], budget_tokens: int, newest_first: bool = True) -> Shown:
     """Whole episodes, newest first, as many as `budget_tokens` (config key budgets.trajectory_tokens, the
-    same for every method) holds; the first one that does not fit loses its middle, saying so. Returns the
-    text and its estimated tokens, which the methods record with each call."""
-    parts, used = [], 0
-    for t in (reversed(traces) if newest_first else traces):
+    same for every method) holds; the older ones are dropped whole, never cut. Only when not even the newest
+    fits is it shown cut (its start and its end, saying so), so that a method still sees something."""
+    order = list(reversed(traces) if newest_first else traces)
+    parts, used, whole, obs = [], 0, 0, 0
+    for t in order:
         text = t.render()
         if used + estimate_tokens(text) > budget_tokens:
-            room = (budget_tokens - used) * TOKEN_CHARS - 120  # the note below fits in the rest
-            if room > 200:  # its start (outcome, opening) and its end (what happened last) are kept
-                cut = len(text) - room
-                parts.append(f"{text[:room // 2]}\n[... {cut} characters of this episode cut: "
-                             f"budgets.trajectory_tokens reached ...]\n{text[-(room - room // 2):]}")
             break
         parts.append(text)
         used += estimate_tokens(text) + 1
+        whole, obs = whole + 1, obs + len(t.steps) + 1
+    cut = cut_obs = 0
+    if not parts and order:
+        text = order[0].render()
+        room = budget_tokens * TOKEN_CHARS - 120  # the note below fits in the rest
+        parts.append(f"{text[:room // 2]}\n[... {len(text) - room} characters of this episode cut: "
+                     f"budgets.trajectory_tokens reached ...]\n{text[-(room - room // 2):]}")
+        cut, cut_obs = 1, len(order[0].steps) + 1
+    rest = order[whole + cut:]
     out = "\n\n".join(parts) or "(no recorded episodes)"
-    return out, estimate_tokens(out)
+    return Shown(out, estimate_tokens(out), whole, cut, len(rest), obs, cut_obs, sum(len(t.steps) + 1 for t in rest))
+
+
+def render_traces(traces: list[Trace], budget_tokens: int, newest_first: bool = True) -> tuple[str, int]:
+    """`show_traces`'s text and its estimated tokens, which the methods record with each call."""
+    shown = show_traces(traces, budget_tokens, newest_first)
+    return shown.text, shown.tokens
 
 
 def read_traces(dirs: tuple[Path, ...] | list[Path]) -> list[Trace]:

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 
 from skillrepro.methods import InduceContext, register
-from skillrepro.methods.common import (budget, check_prompt_file, client_for, prompt_text, read_traces, render_traces,
+from skillrepro.methods.common import (budget, check_prompt_file, client_for, prompt_text, read_traces, show_traces,
                                       save_records)
 from skillrepro.skills import Library
 from skillrepro.benchmarks import load_benchmark
@@ -48,15 +48,16 @@ def induce(ctx: InduceContext, client=None) -> Library:
         environment=bench.describe(), primitives="\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives()),
         max_chars=opts.max_notes_chars)
     current = ctx.library.notes.strip() or "(no notes yet)"
-    episodes, shown = render_traces(traces, ctx.trajectory_tokens)
-    user = f"Current notes:\n{current}\n\nRecent episodes:\n{episodes}"
+    shown = show_traces(traces, ctx.trajectory_tokens)
+    user = f"Current notes:\n{current}\n\nRecent episodes:\n{shown.text}"
     session_id = f"{ctx.run_id}/induce/v{ctx.library.version + 1}"
     reply = client.chat([{"role": "system", "content": system}, {"role": "user", "content": user}],
                         role="optimizer", session_id=session_id, max_tokens=max_tokens)
     new = parse_notes(reply.text)[: opts.max_notes_chars]
     kept = not new
     save_records(ctx.record_dir, [reply.record], [{"request": 0, "episodes": len(traces), "reply": reply.text,
-                                                    "trajectory_tokens": ctx.trajectory_tokens, "trajectory_tokens_shown": shown,
+                                                    "trajectory_tokens": ctx.trajectory_tokens, "trajectory_tokens_shown": shown.tokens,
+                                                    **shown.record(),
                                                     "notes_changed": not kept and new != ctx.library.notes}])
     return ctx.library.next_version(notes=ctx.library.notes if kept else new, meta={
         "method": "opo", "variant": ctx.method.variant, "cycle": ctx.cycle, "session_id": session_id,

@@ -42,7 +42,7 @@ from typing import Literal
 
 from skillrepro.methods import InduceContext, TaskChoice, TaskContext, register
 from skillrepro.methods.common import (TOKEN_CHARS, Trace, append_functions, budget, check_prompt_file, client_for,
-                                       prompt_text, read_traces, render_traces, reply_code, save_records)
+                                       prompt_text, read_traces, reply_code, save_records, show_traces)
 from skillrepro.skills import Library
 from skillrepro.skills.library import SkillFunction
 from skillrepro.store import LLMCall, read_records
@@ -294,7 +294,8 @@ def induce(ctx: InduceContext, client=None) -> Library:
         if not episode_goals:
             transcript.append({"episode_id": trace.episode_id, "skipped": "no curriculum goal recorded"})
             continue
-        episode, shown = render_traces([trace], ctx.trajectory_tokens)
+        shown = show_traces([trace], ctx.trajectory_tokens)
+        episode = shown.text
         for goal in episode_goals:  # each goal judged on the whole episode; a skill for each one reached
             reply = client.chat([{"role": "system", "content": critic_sys},
                                  {"role": "user", "content": f"Goal: {goal}\n\n{episode}"}],
@@ -303,7 +304,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
             calls.append(reply.record)
             ok, critique = parse_verdict(reply.text)
             entry = {"episode_id": trace.episode_id, "goal": goal, "critic": reply.text, "success": ok,
-                     "trajectory_tokens": ctx.trajectory_tokens, "trajectory_tokens_shown": shown}
+                     "trajectory_tokens": ctx.trajectory_tokens, "trajectory_tokens_shown": shown.tokens, **shown.record()}
             if ok:
                 completed.append(goal)
                 skill_sys = prompt_text(opts.skill_prompt_file, "voyager_skill.txt").format(
