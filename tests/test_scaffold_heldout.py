@@ -3,19 +3,20 @@ on the real model in tests/test_scaffold_training.py (held-out episodes of every
 from __future__ import annotations
 
 import itertools
+import random
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from skillrepro.studies.scaffold.figures import figure6, figure8
-from skillrepro.studies.scaffold.heldout import (heldout_policies, heldout_table, heldout_variant, injection_rates,
-                                                 paired_difference, parse_heldout_variant, table_by_category, table_by_split,
-                                                 table_pass_at_k, table_variants, task_category, training_curve,
-                                                 training_exploration)
+from skillrepro.studies.scaffold.heldout import (BASE_METHOD, heldout_policies, heldout_table, heldout_variant,
+                                                 injection_rates, paired_difference, parse_heldout_variant,
+                                                 table_by_category, table_by_split, table_pass_at_k, table_variants,
+                                                 task_category, training_curve, training_exploration)
 from skillrepro.studies.scaffold.records import CandidateRecord, Trajectory, UtilityRecord
 from skillrepro.studies.scaffold.rollouts import split_tasks
-from skillrepro.studies.scaffold.selection import paired_utilities, selection_for_query
+from skillrepro.studies.scaffold.selection import paired_utilities, select_with, selection_for_query
 from skillrepro.studies.scaffold.settings import BASELINE, HeldoutConfig, ScaffoldConfig, parse_instance
 from skillrepro.studies.scaffold.statistics import exact_interval, pass_at_k
 
@@ -100,7 +101,7 @@ def _episodes():
                 name = {"gen:heat:1": "a", "gen:cool:2": "b", "gen:heat:3": "c"}[task]
                 rows.append({"benchmark": "alf", "split": "test", "task_id": task, "variant": heldout_variant(split, r),
                              "success": bool(wins[name]) and not (name == "a" and r == 1), "chain": chain,
-                             "checkpoint": k, "method": "GRPO" if chain else "base model"})
+                             "checkpoint": k, "method": "GRPO" if chain else BASE_METHOD})
     return pd.DataFrame(rows)
 
 
@@ -112,12 +113,12 @@ def test_heldout_tables_by_hand():
     assert row("test", "all", "grp").success_pct == pytest.approx(75) and row("test", "all", "grp").n_episodes == 4
     assert row("test", "heat", "grp").success_pct == pytest.approx(50)
     assert row("all", "all", "grp").success_pct == pytest.approx(100 * 5 / 6)  # pooled over the splits
-    assert row("all", "all", "").success_pct == pytest.approx(100 * 2 / 6) and row("all", "all", "").method == "base model"
+    assert row("all", "all", "").success_pct == pytest.approx(100 * 2 / 6) and row("all", "all", "").method == BASE_METHOD
     t1 = table_by_category(t).set_index(["split", "method"])
     assert t1.loc[("test", "SkillScaffold (grp)"), "cool"] == 100 and t1.loc[("test", "SkillScaffold (grp)"), "avg"] == 75
     t2 = table_by_split(t).set_index("method")
     assert list(t2.columns[-5:]) == ["other", "test", "avg", "avg_ci_low", "avg_ci_high"]
-    assert t2.loc["base model", "other"] == 100 and t2.loc["base model", "n_tasks"] == 3
+    assert t2.loc[BASE_METHOD, "other"] == 100 and t2.loc[BASE_METHOD, "n_tasks"] == 3
     # intervals: exact over tasks, each task counting its success rate (grp: a 1/2, b 1, c 1 -> 2.5 of 3)
     lo, hi = exact_interval(2.5, 3)
     assert (row("all", "all", "grp").ci_low_pct, row("all", "all", "grp").ci_high_pct) == pytest.approx((100 * lo, 100 * hi))
@@ -174,6 +175,18 @@ def test_trained_ablations_are_chains_of_their_own():
                        ({"ablations": {"grp-k2": {"of": "grp"}}, "training": {"ablations": ["grp-k2"]}}, "end in a digit")):
         with pytest.raises(ValueError, match=f"scaffold.training.ablations: .*{match}"):
             _cfg(bad)
+
+
+def test_the_skillrl_style_baseline_is_an_always_on_chain_named_so():
+    cfg = _cfg({"ablations": {"skillrl": {"of": "grp", "selection": "random", "gate": False, "generator_learning": False},
+                              "grp-no_gate": {"of": "grp", "gate": False}},
+                "training": {"ablations": ["skillrl", "grp-no_gate"]}})
+    assert cfg.chain("skillrl").method == "SkillRL-style always-on injection (grp cards)"
+    assert cfg.chain("grp-no_gate").method == "SkillScaffold (grp) w/o gate" and not cfg.chain("grp").skillrl_style
+    # always on: a uniformly drawn valid card even when every utility is negative
+    picks = {select_with([-3.0, -1.0, -2.0], [True, True, False], selection="random", gate=False,
+                         rng=random.Random(s))[0] for s in range(40)}
+    assert picks == {0, 1}
 
 
 def test_shuffled_chain_rewards_its_generator_with_the_utilities_it_selected_by():

@@ -165,7 +165,7 @@ def test_every_policy_is_played_skill_free_on_the_held_out_split(workdir):
     t3 = pd.read_csv(workdir / "results/tables/scaffold_table3.csv")
     assert t3.set_index("chain").method.to_dict() == {"grp": "SkillScaffold (grp)"}
     t1 = pd.read_csv(workdir / "results/tables/scaffold_table1.csv")
-    assert set(t1.method) == {"base model", "SkillScaffold (grp)"} and (t1.n_tasks == HELDOUT).all()
+    assert set(t1.method) == {"ReAct (base model, skill-free)", "SkillScaffold (grp)"} and (t1.n_tasks == HELDOUT).all()
     inj = pd.read_csv(workdir / "results/tables/scaffold_injection.csv")
     assert inj.benchmark.tolist() == ["babyai"] and inj.chain.tolist() == ["grp"] and inj.n_queries[0] == STEPS
     curve = pd.read_csv(workdir / "results/tables/scaffold_training_curve.csv")

@@ -1,14 +1,16 @@
 """SkillScaffold held-out tables: success per split and category for every policy (long form), tables 1, 2, 3
-and 6 from it, figure 7's training curve (each iteration's skill-free Scouts) and figure 1's injection rates."""
+(followed by the paper's own rows, column `source`) and 6 from it, figure 7's training curve (each iteration's skill-free Scouts) and figure 1's injection rates."""
 import re
 
 import pandas as pd
 
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
-from skillrepro.studies.scaffold.heldout import (heldout_table, injection_rates, table_by_category, table_by_split,
-                                                 table_pass_at_k, table_variants, training_curve,
+from skillrepro.studies.scaffold.heldout import (BASE_METHOD, heldout_table, injection_rates, table_by_category,
+                                                 table_by_split, table_pass_at_k, table_variants, training_curve,
                                                  training_exploration)
+from skillrepro.studies.scaffold import paper
+from skillrepro.studies.scaffold.paper import with_paper_rows
 from skillrepro.studies.scaffold.settings import Chain, parse_instance
 
 log = setup_logging(snakemake)
@@ -35,12 +37,15 @@ for f in i.episodes:
     e = pd.read_parquet(f)
     if not (e.benchmark == b).all() or not (e.split == "test").all():
         raise ValueError(f"{f}: held-out episodes of another benchmark or not of split test")
-    eps.append(e.assign(chain=chain, checkpoint=k, method=label.get(chain, "base model")))
+    eps.append(e.assign(chain=chain, checkpoint=k, method=label.get(chain, BASE_METHOD)))
 episodes = pd.concat(eps, ignore_index=True)
 # The base model is checkpoint 0 of every chain: its rows stand at checkpoint 0 of each chain's curve too.
 table = heldout_table(episodes, p.envs, chains)
-tables = {"heldout": table, "table1": table_by_category(table), "table2": table_by_split(table),
-          "table3": table_variants(table, chains, episodes), "table6": table_pass_at_k(episodes)}
+# Tables 1-3: the rows run here, then the paper's own rows for every method (most are not run here), marked so.
+tables = {"heldout": table, "table1": with_paper_rows(table_by_category(table), paper.table1_rows()),
+          "table2": with_paper_rows(table_by_split(table), paper.table2_rows()),
+          "table3": with_paper_rows(table_variants(table, chains, episodes), paper.table3_rows()),
+          "table6": table_pass_at_k(episodes)}
 scouts = pd.concat([pd.read_parquet(f).assign(chain=chain_of(f)[0], iteration=chain_of(f)[1]) for f in i.scouts],
                    ignore_index=True)
 tables["curve"] = training_curve(scouts)

@@ -29,6 +29,9 @@ def task_category(env: str, task_id: str) -> str:
     return "all"
 
 
+# The base model's row: the ReAct agent (the actor every policy plays with) on the untrained model, skill-free; the
+# paper's ReAct row (tables 1 and 2) is the same prompt-based baseline on its base model.
+BASE_METHOD = "ReAct (base model, skill-free)"
 HELDOUT_COLUMNS = ["benchmark", "split", "category", "chain", "method", "checkpoint", "n_tasks", "n_episodes",
                    "success_pct", "ci_low_pct", "ci_high_pct"]
 
@@ -79,7 +82,7 @@ def heldout_table(episodes: Any, env_of: dict[str, str], chains: Sequence[Chain]
         for (chain, k), h in g.groupby(["chain", "checkpoint"]):
             lo, hi = success_interval(h)
             rows.append({"benchmark": b, "split": split, "category": cat, "chain": chain,
-                         "method": label.get(chain, "base model"), "checkpoint": int(k),
+                         "method": label.get(chain, BASE_METHOD), "checkpoint": int(k),
                          "n_tasks": h.task_id.nunique(), "n_episodes": len(h), "success_pct": 100 * h.success.mean(),
                          "ci_low_pct": 100 * lo, "ci_high_pct": 100 * hi})
 

@@ -139,10 +139,21 @@ class Chain:
     gate: bool = True
 
     @property
+    def skillrl_style(self) -> bool:
+        """The SkillRL-style baseline of figures 1, 7 and 8 (always-on injection): every query's Post-Scouts get a
+        card, drawn without regard to utility, from a Generator that no utility trains (the trained ablation
+        {selection: random, gate: false, generator_learning: false}). SkillRL's own cards come from a stronger
+        teacher's SkillBank, and it is evaluated with skills; here the shared policy writes them and every policy
+        is evaluated skill-free (README, deviations)."""
+        return bool(self.of) and not self.gate and self.selection == "random" and not self.generator_learning
+
+    @property
     def method(self) -> str:
         """The row label of the held-out tables."""
         if self.of is None:
             return "GRPO"
+        if self.skillrl_style:
+            return f"SkillRL-style always-on injection ({self.of} cards)"
         label = f"SkillScaffold ({self.of})"
         if self.selection != "utility":
             label += f" {self.selection} selection"
