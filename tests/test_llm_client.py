@@ -95,8 +95,12 @@ def fake_server():
     httpd.shutdown()
 
 
+ROOM = (("low", 2048), ("medium", 8192))  # llm.reasoning_room as configs/paper.yaml sets it
+
+
 def client(url, retries=3, backend="openai"):
-    c = LLMClient(LLMConfig(backend=backend, model="fake-model", max_retries=retries, timeout_s=5), url)
+    c = LLMClient(LLMConfig(backend=backend, model="fake-model", max_retries=retries, timeout_s=5,
+                            reasoning_room=ROOM), url)
     c.backoff_base_s = 0.01
     return c
 
@@ -183,9 +187,42 @@ def test_the_body_on_the_wire_is_the_request_with_server_fields_at_the_top_level
     [(path, body)] = script.requests
     assert path == "/v1/chat/completions"
     assert body == {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "seed": 2,
-                    "max_tokens": 9, "temperature": LLMConfig().temperature, "tools": tools,
+                    "max_tokens": 9 + 2048, "temperature": LLMConfig().temperature, "tools": tools,  # + low's room
                     "parallel_tool_calls": False, "stop": ["\n"], "reasoning_effort": "low",
                     "grammar": 'root ::= "x"', "cache_prompt": True}
+
+
+EMPTY_AT_CAP = raw(OK_BODY | {"choices": [{"index": 0, "finish_reason": "length",
+                                           "message": {"role": "assistant", "content": ""}}],
+                               "usage": {"prompt_tokens": 120, "completion_tokens": 50,
+                                         "completion_tokens_details": {"reasoning_tokens": 50}}})
+
+
+@pytest.mark.parametrize("role, effort, cap", [("actor", "low", 50 + 2048), ("critic", "medium", 50 + 8192),
+                                               ("replay", "low", 50 + 2048), ("optimizer", "medium", 50 + 8192)])
+def test_every_role_sends_an_effort_and_a_reply_empty_at_its_cap_is_asked_again_once(fake_server, role, effort, cap):
+    """A.1 gives actor and inducer their efforts; the other roles take the one they stand in for
+    (config.EFFORT_FROM), each cap leaves llm.reasoning_room for it, and a reasoning model's reply that spent
+    its cap thinking is asked again with llm.cap_retry_factor times the cap, its record summing both."""
+    url, script = fake_server
+    script.actions = [EMPTY_AT_CAP, "ok"]
+    reply = client(url).chat([{"role": "user", "content": "hi"}], role=role, session_id="e", max_tokens=50)
+    [(_, first), (_, second)] = script.requests
+    assert (first["reasoning_effort"], first["max_tokens"], second["max_tokens"]) == (effort, cap, 4 * cap)
+    assert reply.text == "Action: go_forward()" and reply.record.faults == ["empty_at_cap"]
+    assert (reply.record.prompt_tokens, reply.record.completion_tokens, reply.record.reasoning_tokens) == (240, 57, 53)
+    # still empty the second time: returned as it is, finish_reason length, never read as an answer here
+    script.actions, script.seen, script.requests = [EMPTY_AT_CAP, EMPTY_AT_CAP, "ok"], 0, []
+    reply = client(url).chat([{"role": "user", "content": "hi"}], role=role, session_id="e", max_tokens=50)
+    assert (reply.text, reply.finish_reason, reply.record.faults, script.seen) == ("", "length", ["empty_at_cap"], 2)
+
+
+def test_the_embedded_server_gets_no_effort_and_no_room(fake_server):
+    url, script = fake_server
+    client(url, backend="embedded").chat([{"role": "user", "content": "hi"}], role="critic", session_id="e",
+                                         max_tokens=50)
+    [(_, body)] = script.requests
+    assert "reasoning_effort" not in body and body["max_tokens"] == 50
 
 
 def test_retries_give_up_at_the_limit(fake_server):

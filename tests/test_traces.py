@@ -80,7 +80,7 @@ def test_the_budget_fits_the_context_and_a_value_that_does_not_is_refused():
     # null: half of what the context leaves after a sleep-phase reply (the paper: as many episodes as fit)
     assert trajectory_tokens(check_config(base, check_files=False)) == (8192 - 256) // 2
     paper = load_yaml(root / "configs/paper.yaml")  # GPT-5.4-mini's 400k context: 10 BabyAI episodes whole
-    assert trajectory_tokens(check_config(paper, check_files=False, billing=False)) == (400_000 - 1024) // 2
+    assert trajectory_tokens(check_config(paper, check_files=False, billing=False)) == (400_000 - 1024 - 8192) // 2  # less the reasoning room
     small = copy.deepcopy(base)
     small["llm"]["ctx_per_slot"] = 2048
     assert trajectory_tokens(check_config(small, check_files=False)) == (2048 - 256) // 2

@@ -90,6 +90,20 @@ def test_every_curriculum_call_is_recorded_with_its_own_session_and_judged(episo
     assert v1.meta["completed_goals"] == ["Collect wood"] and [f.name for f in v1.functions] == ["hit_twice", "chop"]
 
 
+def test_a_critic_reply_empty_at_its_cap_is_no_verdict_not_a_no(episode):
+    """A reasoning model that spent its cap (asked twice by the client) leaves the goal unjudged: not failed,
+    no skill, and the transcript says why."""
+    import json
+
+    root = episode["root"]
+    fake = tm.RoleFake(critic=["", "Success: no\nCritique: x", ""], skill_writer=["unused"])
+    v1 = get_method("voyager").induce(tm.ctx_for(root, "voyager", "voyager", {"retrieval": "tfidf"},
+                                                 bench=tm.CRAFTER, tag="_empty"), fake)
+    assert v1.meta["completed_goals"] == [] and v1.meta["failed_goals"] == ["Place a table"]
+    entries = [json.loads(line) for line in (root / "induce_empty" / "v1" / "transcript.jsonl").read_text().splitlines()]
+    assert [e.get("no_verdict") for e in entries] == ["empty reply (stop)", None, "empty reply (stop)"]
+
+
 def test_goal_proposal_takes_its_two_modes_only():  # upfront played: test_methods.voyager_run
     opts = get_method("voyager").parse_options({"goal_proposal": "upfront", "max_goals": 3}, "v")
     assert opts.goal_proposal == "upfront"

@@ -27,6 +27,12 @@ class ConfigError(ValueError):
     """Bad configuration; the message names the key and what is allowed."""
 
 
+# The paper gives reasoning efforts for its actor and inducer only (A.1); every other role takes the effort of
+# the one it stands in for, unless llm.reasoning_effort names it: a baseline's learner is its inducer.
+EFFORT_FROM = {"replay": "actor", "optimizer": "inducer", "curriculum": "inducer", "critic": "inducer",
+               "skill_writer": "inducer"}
+
+
 @dataclass(frozen=True)
 class LLMConfig:
     backend: str = "embedded"
@@ -49,6 +55,22 @@ class LLMConfig:
     episodes_in_flight: int = 1  # episodes of one batch played at once (each job takes as many `llm` units)
     # role -> reasoning_effort (A.1); sent only where the backend accepts it (see LLMClient.chat)
     reasoning_effort: tuple[tuple[str, str], ...] = (("actor", "low"), ("inducer", "medium"))
+    # effort -> completion tokens added to a request's cap where that effort is sent (reasoning counts in the cap)
+    reasoning_room: tuple[tuple[str, int], ...] = ()
+    cap_retry_factor: int = 4  # a reply empty at its cap is asked again once with this many times the cap; 1: not
+
+    def effort(self, role: str) -> str | None:
+        """The reasoning_effort sent with `role`'s requests: its own entry in llm.reasoning_effort, else that of
+        the A.1 role it stands in for (EFFORT_FROM); None for the embedded server (llama.cpp ignores it)."""
+        if self.backend == "embedded":
+            return None
+        efforts = dict(self.reasoning_effort)
+        return efforts.get(role) or efforts.get(EFFORT_FROM.get(role, ""))
+
+    def reply_cap(self, role: str, tokens: int) -> int:
+        """A request's completion cap: `tokens` of answer, plus llm.reasoning_room for the effort it sends."""
+        effort = self.effort(role)
+        return tokens + (dict(self.reasoning_room).get(effort, 0) if effort else 0)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LLMConfig":
@@ -56,8 +78,9 @@ class LLMConfig:
         d = {k: v for k, v in d.items() if k in known}
         if "vllm_args" in d:
             d["vllm_args"] = tuple(d["vllm_args"])
-        if "reasoning_effort" in d:
-            d["reasoning_effort"] = tuple(sorted((d["reasoning_effort"] or {}).items()))
+        for key in ("reasoning_effort", "reasoning_room"):
+            if key in d:
+                d[key] = tuple(sorted((d[key] or {}).items()))
         return cls(**d)
 
 
@@ -99,8 +122,9 @@ class InducerLimits:
 
     def trajectory_room(self, llm: "LLMConfig") -> int:
         """Estimated tokens of episodes a sleep-phase prompt can hold: half of what the context leaves after a
-        reply (the prompt's other parts need the rest); budgets.trajectory_tokens' default and its limit."""
-        return (llm.ctx_per_slot - self.reply_tokens(llm)) // 2
+        reply and its reasoning (the prompt's other parts need the rest); budgets.trajectory_tokens' default
+        and its limit."""
+        return max(0, llm.ctx_per_slot - llm.reply_cap("inducer", self.reply_tokens(llm))) // 2
 
     def history_chars(self, llm: "LLMConfig") -> int:
         """Characters of conversation one sleep-phase request may carry (3 characters per token, to be safe)."""

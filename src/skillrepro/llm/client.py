@@ -163,7 +163,9 @@ class LLMClient:
             seed=(self.cfg.seed + seed) % 2**31,
         )
         # Which fields a model accepts is a per-model setting (llm.max_tokens_param, llm.send_temperature).
-        request[self.cfg.max_tokens_param] = max_tokens or self.cfg.max_tokens
+        # The cap leaves room for the reasoning the role's effort asks for (llm.reasoning_room).
+        cap = self.cfg.reply_cap(role, max_tokens or self.cfg.max_tokens)
+        request[self.cfg.max_tokens_param] = cap
         if self.cfg.send_temperature:
             request["temperature"] = self.cfg.temperature
         if self.cfg.top_p is not None:
@@ -173,8 +175,8 @@ class LLMClient:
             request["parallel_tool_calls"] = False
         if stop:
             request["stop"] = stop
-        effort = dict(self.cfg.reasoning_effort).get(role)
-        if effort and self.cfg.backend != "embedded":  # llama.cpp accepts and ignores it: not sent
+        effort = self.cfg.effort(role)  # None for the embedded llama.cpp, which accepts and ignores it
+        if effort:
             request["reasoning_effort"] = effort
         if extra_body:
             request.update(extra_body)
@@ -182,6 +184,14 @@ class LLMClient:
         prompt_json = json.dumps({"messages": messages, "tools": tools or [], **(extra_body or {})}, ensure_ascii=False)
         started = time.time()
         response, faults = self._with_retries(request)
+        spent = (0, 0, 0, 0)  # a first request's usage, when it came back empty at its cap and was asked again
+        if _empty_at_cap(response) and self.cfg.cap_retry_factor > 1:
+            spent = _usage_numbers(response)
+            request[self.cfg.max_tokens_param] = cap * self.cfg.cap_retry_factor
+            log.warning("empty reply at its cap of %d tokens (role %s); asking again with %d", cap, role,
+                        request[self.cfg.max_tokens_param])
+            response, more = self._with_retries(request)
+            faults = [*faults, "empty_at_cap", *more]
         latency = time.time() - started
         choice = response["choices"][0]
         msg = choice["message"]
@@ -207,6 +217,8 @@ class LLMClient:
                         "server's tokenizer (0 where it has none)", self.base_url, prompt_tokens, completion_tokens)
         else:
             prompt_tokens, completion_tokens = int(usage["prompt_tokens"]), int(usage["completion_tokens"])
+        # both requests are billed: the record counts what they cost together
+        prompt_tokens, completion_tokens = prompt_tokens + spent[0], completion_tokens + spent[2]
         record = LLMCall(
             call_id=uuid.uuid4().hex,
             session_id=session_id,
@@ -216,9 +228,9 @@ class LLMClient:
             model=self.cfg.model,
             backend=self.cfg.backend,
             prompt_tokens=prompt_tokens,
-            cached_tokens=reported_cached_tokens(response),
+            cached_tokens=_plus(reported_cached_tokens(response), spent[1]),
             completion_tokens=completion_tokens,
-            reasoning_tokens=int(ctd.get("reasoning_tokens") or 0),
+            reasoning_tokens=int(ctd.get("reasoning_tokens") or 0) + spent[3],
             latency_s=latency,
             retries=len(faults),
             finish_reason=choice.get("finish_reason") or "",
@@ -319,6 +331,27 @@ def _error_message(content: bytes) -> str:
         return str(json.loads(content)["error"]["message"])
     except (ValueError, KeyError, TypeError):
         return content[:300].decode("utf-8", "replace")
+
+
+def _empty_at_cap(response: dict[str, Any]) -> bool:
+    """A reply that stopped at its cap with neither content nor a tool call (a reasoning model that spent the
+    cap thinking): nothing in it can be read as an answer."""
+    choice = response["choices"][0]
+    msg = choice["message"]
+    return choice.get("finish_reason") == "length" and not (msg.get("content") or "").strip() \
+        and not msg.get("tool_calls")
+
+
+def _usage_numbers(response: dict[str, Any]) -> tuple[int, int, int, int]:
+    """(prompt, cached, completion, reasoning) tokens a reply reports (0 where it does not)."""
+    usage = response.get("usage") or {}
+    ctd = usage.get("completion_tokens_details") or {}
+    return (int(usage.get("prompt_tokens") or 0), reported_cached_tokens(response) or 0,
+            int(usage.get("completion_tokens") or 0), int(ctd.get("reasoning_tokens") or 0))
+
+
+def _plus(cached: int | None, more: int) -> int | None:
+    return cached if cached is None else cached + more  # unknown stays unknown
 
 
 def _check_reply(response: dict[str, Any]) -> None:

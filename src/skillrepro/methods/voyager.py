@@ -305,6 +305,10 @@ def induce(ctx: InduceContext, client=None) -> Library:
             ok, critique = parse_verdict(reply.text)
             entry = {"episode_id": trace.episode_id, "goal": goal, "critic": reply.text, "success": ok,
                      "trajectory_tokens": ctx.trajectory_tokens, "trajectory_tokens_shown": shown.tokens, **shown.record()}
+            if not reply.text.strip():  # nothing to read (a reasoning model that spent its cap, asked twice):
+                # no verdict, so the goal is neither completed nor failed, and no skill is written
+                transcript.append(entry | {"success": None, "no_verdict": f"empty reply ({reply.finish_reason})"})
+                continue
             if ok:
                 completed.append(goal)
                 skill_sys = prompt_text(opts.skill_prompt_file, "voyager_skill.txt").format(
