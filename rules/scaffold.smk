@@ -516,6 +516,7 @@ rule scaffold_heldout_eval:
         tasks=f"{SC_HO}/tasks.json",
         library=f"{SC_HO}/library/v0/manifest.json",
         policy=scaffold_heldout_input,
+        card=scaffold_heldout_card,
     output:
         episodes=f"{SC_HO}/{{hpolicy}}/episodes.parquet",
     wildcard_constraints:

@@ -7,8 +7,8 @@ import re
 from skillrepro import config as scaffold_cfg
 from skillrepro.check import scaffold_fingerprint
 from skillrepro.studies.scaffold.heldout import heldout_policies
-from skillrepro.studies.scaffold.settings import (BASELINE, ScaffoldConfig, checkpoint_dir, instance_policy,
-                                                  parse_instance)
+from skillrepro.studies.scaffold.settings import (BASELINE, DIRECT_POLICY, ScaffoldConfig, checkpoint_dir,
+                                                  instance_policy, parse_instance)
 
 # The section checked against schemas/scaffold.schema.yaml and the rest of the config (a ConfigError naming the
 # key, before anything is scheduled); the jobs rebuild the same settings (skillrepro.check.scaffold_job).
@@ -204,14 +204,17 @@ def scaffold_cohort_policy(wildcards):
 # task. Part of scaffold_grpo.
 SC_HO = "results/scaffold/{hbench}/heldout"
 # benchmark -> (policy folder, chain, checkpoint) of every evaluated policy: base, {chain}/ckpt{k}
-SC_HO_POLICIES = {b: heldout_policies(SCAFFOLD.chains, SCAFFOLD.heldout.checkpoints(SC_STEPS[b])) for b in SC_BENCH}
+# (and base-skill: the base model with the card of scaffold.heldout.skills, the direct-skill-prompting baseline)
+SC_HO_POLICIES = {b: heldout_policies(SCAFFOLD.chains, SCAFFOLD.heldout.checkpoints(SC_STEPS[b]),
+                                      b in SCAFFOLD.heldout.skills) for b in SC_BENCH}
 SC_HO_CONSTRAINTS = dict(hbench="|".join(SC_BENCH) or "none",
-                         hpolicy="base|(?:" + "|".join(SC_CHAIN_NAMES) + r")/ckpt[1-9]\d*")
+                         hpolicy=f"base|{DIRECT_POLICY}|(?:" + "|".join(SC_CHAIN_NAMES) + r")/ckpt[1-9]\d*")
 
 
 def scaffold_heldout_policy(wildcards):
-    """The checkpoint a held-out policy folder ({chain}/ckpt{k}) plays ("" for base: llm.model on the shared server)."""
-    if wildcards.hpolicy == "base":
+    """The checkpoint a held-out policy folder ({chain}/ckpt{k}) plays ("" for base and base-skill: llm.model on the
+    shared server)."""
+    if wildcards.hpolicy in ("base", DIRECT_POLICY):
         return ""
     chain, k = re.fullmatch(r"(.+)\Wckpt(\d+)", wildcards.hpolicy).groups()  # {chain}/ckpt{k}
     return checkpoint_dir(wildcards.hbench, chain, k)
@@ -220,6 +223,11 @@ def scaffold_heldout_policy(wildcards):
 def scaffold_heldout_input(wildcards):
     """A held-out job played by a checkpoint reads it."""
     return scaffold_heldout_policy(wildcards) or []
+
+
+def scaffold_heldout_card(wildcards):
+    """The card file base-skill plays with (none for every other policy)."""
+    return [SCAFFOLD.heldout.skills[wildcards.hbench]] if wildcards.hpolicy == DIRECT_POLICY else []
 
 
 def scaffold_heldout_units(wildcards):

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from skillrepro.studies.scaffold.figures import figure6, figure8
-from skillrepro.studies.scaffold.heldout import (BASE_METHOD, heldout_policies, heldout_table, heldout_variant,
+from skillrepro.studies.scaffold.heldout import (BASE_METHOD, DIRECT_METHOD, heldout_policies, heldout_table, heldout_variant,
                                                  injection_rates, paired_difference, parse_heldout_variant,
                                                  table_by_category, table_by_split, table_pass_at_k, table_variants,
                                                  task_category, training_curve, training_exploration)
@@ -53,6 +53,17 @@ def test_heldout_checkpoints_include_the_last():
     assert HeldoutConfig().checkpoints(2) == [0, 1, 2]
     pols = heldout_policies(_cfg({}).chains, [0, 2])
     assert pols == [("base", "", 0), ("grp/ckpt2", "grp", 2), ("grpo/ckpt2", "grpo", 2)]
+    assert heldout_policies(_cfg({}).chains, [0, 2], direct=True)[1] == ("base-skill", "direct", 0)
+
+
+def test_direct_skill_prompting_needs_a_card_file_of_a_scaffold_benchmark(tmp_path):
+    card = tmp_path / "card.txt"
+    card.write_text("# Skill: x")
+    assert _cfg({"heldout": {"skills": {"babyai": str(card)}}}).heldout.skills == {"babyai": str(card)}
+    with pytest.raises(ValueError, match="heldout.skills.babyai: no card file"):
+        _cfg({"heldout": {"skills": {"babyai": str(tmp_path / "none.txt")}}})
+    with pytest.raises(ValueError, match="heldout.skills.alf: not one of scaffold.benchmarks"):
+        _cfg({"heldout": {"skills": {"alf": str(card)}}})
 
 
 @pytest.mark.parametrize("heldout, match", [
@@ -129,6 +140,11 @@ def test_heldout_tables_by_hand():
     # paired over the 3 tasks vs the base model: +50, +100, 0 -> +50; too few tasks for an interval; no GRPO chain
     assert t3.vs_base_pp.iloc[0] == pytest.approx(50) and np.isnan(t3.vs_base_ci_low.iloc[0])
     assert "too few tasks" in t3.paired_interval.iloc[0] and np.isnan(t3.vs_grpo_pp.iloc[0])
+    # direct skill prompting: a row of its own in tables 1-2, not a trained chain of table 3
+    direct = _episodes().query("chain == ''").assign(chain="direct", success=True)
+    td = heldout_table(pd.concat([_episodes(), direct]), {"alf": "alfworld"}, chains)
+    assert td[(td.chain == "direct") & (td.split == "all")].method.iloc[0] == DIRECT_METHOD
+    assert DIRECT_METHOD in set(table_by_split(td).method) and table_variants(td, chains).chain.tolist() == ["grp"]
     t6 = table_pass_at_k(_episodes(), ks=(1, 2, 4)).set_index(["split", "chain", "k"])
     assert set(t6.index.get_level_values("k")) == {1, 2}  # 2 rollouts per task: no Pass@4
     assert t6.loc[("test", "grp", 2), "pass_at_k_pct"] == 100 and t6.loc[("test", "grp", 1), "pass_at_k_pct"] == 75

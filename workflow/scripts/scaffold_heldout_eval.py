@@ -1,5 +1,6 @@
 """SkillScaffold held-out evaluation: one policy (the base model or a GRPO checkpoint) plays every held-out task of a
-benchmark skill-free, `heldout.rollouts` times (the deployment of section 4: no Generator, no skill)."""
+benchmark skill-free, `heldout.rollouts` times (the deployment of section 4: no Generator, no skill); base-skill, the
+direct-skill-prompting baseline, is the base model with the card of `scaffold.heldout.skills` in its notes."""
 import json
 from pathlib import Path
 
@@ -16,11 +17,13 @@ log = setup_logging(snakemake)
 job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
 i, p, w = snakemake.input, snakemake.params, snakemake.wildcards
 tasks = json.loads(Path(i.tasks).read_text())
+cards = [i.card] if isinstance(i.card, str) else list(i.card)
+card = Path(cards[0]).read_text().strip() if cards else ""  # skill-free unless base-skill
 out = Path(snakemake.output.episodes).parent
 parts = []
 with policy_server(job.llm, job.policy):  # one server for every rollout of a checkpoint
     for r in range(p.rollouts):
-        plan = [(t, "", heldout_variant(split, r)) for split, ts in tasks.items() for t in ts]
+        plan = [(t, card, heldout_variant(split, r)) for split, ts in tasks.items() for t in ts]
         parts.append(play(bench=job.bench, llm=phase_seed(job.llm, "heldout", r), library_dir=Path(i.library).parent,
                           plan=plan, run_id=f"scaffold/{w.hbench}/heldout/{w.hpolicy}", cycle=r,
                           out_dir=out / f"rollout{r}", wall_s=p.wall_s, logger=log, split="test"))

@@ -6,23 +6,24 @@ import pandas as pd
 
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
-from skillrepro.studies.scaffold.heldout import (BASE_METHOD, heldout_table, injection_rates, table_by_category,
+from skillrepro.studies.scaffold.heldout import (BASE_METHOD, DIRECT_METHOD, heldout_table, injection_rates, table_by_category,
                                                  table_by_split, table_pass_at_k, table_variants, training_curve,
                                                  training_exploration)
 from skillrepro.studies.scaffold import paper
 from skillrepro.studies.scaffold.paper import with_paper_rows
-from skillrepro.studies.scaffold.settings import Chain, parse_instance
+from skillrepro.studies.scaffold.settings import DIRECT, DIRECT_POLICY, Chain, parse_instance
 
 log = setup_logging(snakemake)
 i, p = snakemake.input, snakemake.params
 chains = [Chain(**c) for c in p.chains]
-label = {c.name: c.method for c in chains}
+label = {c.name: c.method for c in chains} | {DIRECT: DIRECT_METHOD}
 
 
 def policy_of(path: str) -> tuple[str, str, int]:
     """(benchmark, chain, checkpoint) of results/scaffold/{bench}/heldout/{policy}/episodes.parquet."""
-    m = re.search(r"results/scaffold/([^/]+)/heldout/(?:base|(.+)/ckpt(\d+))/episodes\.parquet$", path)
-    return m.group(1), m.group(2) or "", int(m.group(3) or 0)
+    m = re.search(rf"results/scaffold/([^/]+)/heldout/(?:base|({DIRECT_POLICY})|(.+)/ckpt(\d+))/episodes\.parquet$",
+                  path)
+    return m.group(1), DIRECT if m.group(2) else m.group(3) or "", int(m.group(4) or 0)
 
 
 def chain_of(path: str) -> tuple[str, int, str]:

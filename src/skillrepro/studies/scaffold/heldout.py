@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from skillrepro.studies.scaffold.settings import BASELINE, Chain
+from skillrepro.studies.scaffold.settings import BASELINE, DIRECT, DIRECT_POLICY, Chain
 from skillrepro.studies.scaffold.statistics import exact_interval, interval_label, mean_interval, pass_at_k
 
 
@@ -32,6 +32,8 @@ def task_category(env: str, task_id: str) -> str:
 # The base model's row: the ReAct agent (the actor every policy plays with) on the untrained model, skill-free; the
 # paper's ReAct row (tables 1 and 2) is the same prompt-based baseline on its base model.
 BASE_METHOD = "ReAct (base model, skill-free)"
+# The paper's "direct skill prompting" (table 1's "w/ Skill"): the base model played with a card in its notes.
+DIRECT_METHOD = "direct skill prompting (base model, with a card)"
 HELDOUT_COLUMNS = ["benchmark", "split", "category", "chain", "method", "checkpoint", "n_tasks", "n_episodes",
                    "success_pct", "ci_low_pct", "ci_high_pct"]
 
@@ -56,10 +58,13 @@ def _with_split(episodes: Any) -> Any:
         parse_heldout_variant(episodes.variant.reset_index(drop=True)))
 
 
-def heldout_policies(chains: Sequence[Chain], checkpoints: Sequence[int]) -> list[tuple[str, str, int]]:
+def heldout_policies(chains: Sequence[Chain], checkpoints: Sequence[int], direct: bool = False
+                     ) -> list[tuple[str, str, int]]:
     """(policy folder, chain, checkpoint) of every evaluated policy: `base` (llm.model, checkpoint 0 of every
-    chain, played once) and `{chain}/ckpt{k}`."""
-    return [("base", "", 0)] + [(f"{c.name}/ckpt{k}", c.name, k) for c in chains for k in checkpoints if k > 0]
+    chain, played once), with `direct` the base model with a card (DIRECT_POLICY, chain DIRECT), and
+    `{chain}/ckpt{k}`."""
+    return ([("base", "", 0)] + ([(DIRECT_POLICY, DIRECT, 0)] if direct else [])
+            + [(f"{c.name}/ckpt{k}", c.name, k) for c in chains for k in checkpoints if k > 0])
 
 
 def heldout_table(episodes: Any, env_of: dict[str, str], chains: Sequence[Chain]) -> Any:
@@ -75,7 +80,7 @@ def heldout_table(episodes: Any, env_of: dict[str, str], chains: Sequence[Chain]
     e = _with_split(episodes)
     e = e.assign(category=[task_category(env_of[b], t) for b, t in zip(e.benchmark, e.task_id)],
                  success=e.success.astype(float))
-    label = {c.name: c.method for c in chains}
+    label = {c.name: c.method for c in chains} | {DIRECT: DIRECT_METHOD}
     rows = []
 
     def add(g: Any, b: str, split: str, cat: str) -> None:
@@ -156,7 +161,7 @@ def table_variants(table: Any, chains: Sequence[Chain], episodes: Any = None) ->
 
     import pandas as pd
 
-    t = final_rows(table[(table.split == "all") & (table.chain != "")])
+    t = final_rows(table[(table.split == "all") & (table.chain != "") & (table.chain != DIRECT)])
     last = dict(zip(zip(t.benchmark, t.chain), t.checkpoint))
     by = {c.name: c for c in chains}
     rows = []

@@ -4,6 +4,7 @@ value the workflow cannot honour is refused here, before any work, with a Config
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -112,6 +113,9 @@ class HeldoutConfig:
     splits: dict[str, dict[str, int | None]] = field(default_factory=dict)
     rollouts: int = 1
     every: int = 1
+    # benchmark -> card file: the direct-skill-prompting baseline, the base model played with that card (policy
+    # folder DIRECT_POLICY)
+    skills: dict[str, str] = field(default_factory=dict)
 
     def of(self, benchmark: str) -> dict[str, int | None]:
         return self.splits.get(benchmark) or {"test": None}
@@ -124,6 +128,10 @@ class HeldoutConfig:
 # Post-Scouts as a SkillScaffold chain, with no Generator and no injection, so the Executor group is N + L
 # skill-free trajectories.
 BASELINE = "grpo"
+# The direct-skill-prompting baseline's held-out policy folder and its `chain` in the held-out tables: the base
+# model with a card (scaffold.heldout.skills), never trained.
+DIRECT_POLICY = "base-skill"
+DIRECT = "direct"
 
 
 @dataclass(frozen=True)
@@ -255,7 +263,8 @@ class ScaffoldConfig:
                                   f"'of' ({a.of}) must be one of scaffold.variants")
         heldout = s.pop("heldout", {}) or {}
         s["heldout"] = HeldoutConfig({b: dict(d) for b, d in (heldout.get("splits") or {}).items()},
-                                     int(heldout.get("rollouts", 1)), int(heldout.get("every", 1)))
+                                     int(heldout.get("rollouts", 1)), int(heldout.get("every", 1)),
+                                     {b: str(f) for b, f in (heldout.get("skills") or {}).items()})
         for name in (s.get("training") or {}).get("ablations", ()):
             if name not in ablations:
                 raise ConfigError(f"config key scaffold.training.ablations: {name!r} is not in scaffold.ablations")
@@ -342,6 +351,11 @@ def check_heldout(cfg: ScaffoldConfig, config: dict[str, Any]) -> None:
     h = cfg.heldout
     if h.rollouts < 1 or h.every < 1:
         raise ConfigError("config key scaffold.heldout.rollouts/every: must be at least 1")
+    for b, path in h.skills.items():
+        if b not in cfg.benchmarks:
+            raise ConfigError(f"config key scaffold.heldout.skills.{b}: not one of scaffold.benchmarks")
+        if not Path(path).is_file():
+            raise ConfigError(f"config key scaffold.heldout.skills.{b}: no card file {path!r}")
     for b, splits in h.splits.items():
         if b not in cfg.benchmarks:
             raise ConfigError(f"config key scaffold.heldout.splits.{b}: not one of scaffold.benchmarks")
