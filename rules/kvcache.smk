@@ -357,6 +357,7 @@ rule kvcache_figures:
 
 rule kvcache_models:
     input:
+        headline=expand("results/tables/kvcache/{kvmodel}/headline.csv", kvmodel=_KV_LLMS),  # measured first
         reuse=expand("results/tables/kvcache/{kvmodel}/reuse.csv", kvmodel=_KV_LLMS),
         success=expand("results/tables/kvcache/{kvmodel}/success.csv", kvmodel=_KV_LLMS),
         overload=expand("results/tables/kvcache/{kvmodel}/overload.csv", kvmodel=_KV_LLMS),

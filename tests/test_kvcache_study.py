@@ -311,6 +311,15 @@ def test_every_kvcache_caption_says_simulator_only_in_replay_mode():
                                        wildcards=types.SimpleNamespace(kvmodel="m"))
             text = env.from_string(path.read_text()).render(snakemake=sm)
             assert ("Simulator only" in text) is expect, path.name
+            # every caption names its source; on a served run the seminar's measured outputs name the server
+            source = text[text.index("**Source:**"):]
+            measured = path.name in {f"kvcache_{n}.rst" for n in (
+                "reuse", "reuse_steps", "steps_table", "recomputed", "preemptions", "models", "models_table", "server",
+                "server_table", "headline_table")}
+            if measured and not replay:
+                assert "measured" in source and "vllm server" in source, path.name
+            else:
+                assert "measured on" not in source and (not replay or "vllm server" not in source), path.name
 
 
 def test_harness_prompts_equal_the_actors_and_a_planted_difference_is_found(alfworld, tmp_path):
@@ -368,3 +377,89 @@ def test_headline_is_the_servers_numbers_with_the_simulators_beside():
     r = r.set_index("format")
     assert r.source.str.startswith("simulated only").all() and r.measured_reuse_ratio.isna().all()
     assert r.reuse_ratio.to_dict() == {"a": 0.7, "b": 0.3} and r.difference.isna().all()
+
+
+def _synthetic_run_tables(server_cached):
+    """One format, two seeds, two steps each: simulation outputs, episodes and the server's counts."""
+    import pandas as pd
+
+    sett = dict(policy="retain", capacity_tokens=1000, concurrency=2)
+    summary = pd.DataFrame([dict(format="a", seed=s, **sett, requests=4, prompt_tokens=400, cached_tokens=c,
+                                 recomputed_tokens=r, preemptions=p)
+                            for s, c, r, p in ((0, 100, 350, 1), (1, 200, 200, 0))])
+    steps = pd.DataFrame([dict(format="a", seed=s, **sett, step=k, requests=2, prompt_tokens=200, cached_tokens=50 * k)
+                          for s in (0, 1) for k in (0, 1)])
+    load = pd.DataFrame([dict(format="a", seed=s, step=k, running=2, prompt_tokens=200, completion_tokens=20,
+                              total_tokens=220) for s in (0, 1) for k in (0, 1)])
+    episodes = pd.DataFrame(dict(variant=["a"] * 4, seed=[0, 0, 1, 1], success=[True, False, True, True], n_steps=2))
+    server = pd.DataFrame(dict(format="a", seed=[0, 0, 1, 1], episode=["e0", "e0", "e1", "e1"], step=[0, 1, 0, 1],
+                               prompt_tokens=[100, 120, 100, 130], server_cached_tokens=server_cached,
+                               sim_llamacpp_cached_tokens=[0, 90, 0, 100], sim_vllm_cached_tokens=[0, 96, 0, 96]))
+    return dict(summary=summary, steps=steps, load=load, episodes=episodes, server=server, capacities=(1000,))
+
+
+def test_served_tables_put_the_servers_counts_first_and_split_recompute():
+    t = study.tables(**_synthetic_run_tables([0, 96, 0, 112]), backend="embedded", policies=("retain",))
+    st = t["steps"]
+    m = st[st.policy == "server"].set_index("step")
+    # per-step reuse from the server's counts (both seeds pooled), beside the simulator's, each labelled
+    assert m.loc[1, "reuse_ratio"] == pytest.approx((96 + 112) / 250) and m.loc[0, "reuse_ratio"] == 0
+    assert m.source.str.startswith("measured: the embedded server").all()
+    assert st[st.policy == "retain"].source.str.startswith("simulated: vLLM").all()
+    # recomputed = prefix misses at first scheduling + recompute after preemption (the preempted seed's 50)
+    r = t["reuse"].iloc[0]
+    assert r.prefix_miss_tokens_per_run == 250 and r.preemption_recompute_tokens_per_run == 25
+    assert r.prefix_miss_tokens_per_run + r.preemption_recompute_tokens_per_run == r.recomputed_tokens_per_run
+    srv = t["server"].set_index("seed")
+    assert list(srv.server_prefix_miss_tokens) == [220 - 96, 230 - 112]
+    # the models' comparison: measured reuse first, the simulator's for the same requests beside it
+    kv = study.KVConfig.from_config({"kvcache": dict(
+        benchmark="alfworld", formats=["a"], n_games=1, split="test", task_seed=1, seeds=[0, 1], call_budget=2,
+        max_tokens=None, parallel_episodes=1, bank=None, templates_dir=None, prefix_step=2, prefix_tokenizer="qwen2.5",
+        block_size=16, capacity_tokens=[1000], policies=["retain"], concurrency=[2], max_num_seqs=8,
+        max_num_batched_tokens=100, server_slots=1)})
+    tag = lambda df: df.assign(model="m")  # noqa: E731
+    mc = study.model_comparison(tag(t["reuse"]), tag(t["success"]), tag(t["overload"]), kv,
+                                headline=tag(t["headline"])).iloc[0]
+    assert mc.measured_reuse_ratio == pytest.approx(208 / 450) and mc.source.startswith("measured on the embedded")
+    assert mc.measured_minus_simulated == pytest.approx((208 - 190) / 450)
+
+
+def test_a_served_run_without_the_servers_counts_stops_before_any_table():
+    from skillrepro.studies.kvcache.actor import CachedTokensUnreported
+
+    with pytest.raises(CachedTokensUnreported, match=r"vllm server .*--enable-prompt-tokens-details.*2 of 4"):
+        study.tables(**_synthetic_run_tables([0, None, 0, None]), backend="vllm", policies=("retain",))
+    # a replay has no server: unknown is its honest value, and the server columns stay empty
+    t = study.tables(**_synthetic_run_tables([None] * 4), backend="replay", policies=("retain",))
+    assert t["server"].server_reuse_ratio.isna().all() and set(t["steps"].policy) == {"retain"}
+
+
+def test_served_figures_show_the_server_first_and_name_their_source(monkeypatch, tmp_path):
+    from skillrepro.studies.kvcache import figures
+
+    shown = {}
+
+    def keep(fig, path):  # the figure's title and legend labels, instead of a PNG
+        ax = fig.axes[0]
+        shown[path] = (ax.get_title(), [t.get_text() for t in ax.get_legend().get_texts()])
+
+    monkeypatch.setattr(figures, "_save", keep)
+    kv = study.KVConfig.from_config({"kvcache": dict(
+        benchmark="alfworld", formats=["a"], n_games=1, split="test", task_seed=1, seeds=[0, 1], call_budget=2,
+        max_tokens=None, parallel_episodes=1, bank=None, templates_dir=None, prefix_step=2, prefix_tokenizer="qwen2.5",
+        block_size=16, capacity_tokens=[1000], policies=["retain"], concurrency=[2], max_num_seqs=8,
+        max_num_batched_tokens=100, server_slots=1)})
+    for backend in ("embedded", "replay"):
+        cached = [0, 96, 0, 112] if backend == "embedded" else [None] * 4
+        t = study.tables(**_synthetic_run_tables(cached), backend=backend, policies=("retain",))
+        for name in ("reuse_steps", "recomputed", "preemptions", "server"):
+            figures.FIGURES[name](t, kv, f"{backend}/{name}")
+    for name in ("reuse_steps", "recomputed", "server"):
+        title, labels = shown[f"embedded/{name}"]
+        assert "measured by the embedded server" in title and labels[0].startswith("a: measured (embedded)"
+                                                                                   if name == "reuse_steps" else "measured (embedded)"), name
+        title, labels = shown[f"replay/{name}"]
+        assert "SIMULATED ONLY" in title and not any("measured" in x for x in labels), name
+    assert "after preemption" in " ".join(shown["embedded/recomputed"][1])  # the preempted seed's recompute
+    assert "llama.cpp slots never preempt" in shown["embedded/preemptions"][0]

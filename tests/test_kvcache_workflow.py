@@ -47,6 +47,17 @@ def test_kvcache_study_end_to_end(tmp_path):
     assert head.reuse_ratio.to_dict() == pytest.approx((srv.server_cached_tokens / srv.prompt_tokens).to_dict())
     assert head.difference.to_dict() == pytest.approx(
         ((srv.server_cached_tokens - srv.sim_llamacpp_cached_tokens) / srv.prompt_tokens).to_dict())
+    # per-step reuse, recompute and the models' comparison: the server's counts first, the simulator's beside
+    steps = pd.read_csv(t / "steps.csv")
+    measured = steps[steps.policy == "server"].groupby("format")[["prompt_tokens", "cached_tokens"]].sum()
+    assert measured.to_dict() == srv[["prompt_tokens", "server_cached_tokens"]].rename(
+        columns={"server_cached_tokens": "cached_tokens"}).to_dict()
+    assert steps[steps.policy == "server"].source.str.startswith("measured: the embedded server").all()
+    assert (server.server_prefix_miss_tokens == server.prompt_tokens - server.server_cached_tokens).all()
+    assert (reuse.prefix_miss_tokens_per_run + reuse.preemption_recompute_tokens_per_run
+            == reuse.recomputed_tokens_per_run).all()
+    models = pd.read_csv(tmp_path / "results/tables/kvcache_models.csv").set_index("format")
+    assert models.measured_reuse_ratio.to_dict() == pytest.approx(head.measured_reuse_ratio.to_dict())
 
 
 @pytest.mark.workflow
@@ -69,7 +80,9 @@ def test_kvcache_study_replayed_without_a_model(tmp_path):
     assert pd.isna(over.loc[("noskill", 65536), "first_step_over"])
     assert over.loc[("evoskill", 4240), "first_step_over"] == 3 and pd.isna(over.loc[("skillrl", 4240), "first_step_over"])
     server = pd.read_csv(t / "server.csv")
-    assert (server.backend == "replay").all() and (server.server_cached_tokens == 0).all()
+    # no server: its columns are unknown (empty), never 0
+    assert (server.backend == "replay").all() and server.server_cached_tokens.isna().all()
+    assert set(pd.read_csv(t / "steps.csv").policy) == {"retain", "flush"}  # no measured rows in a replay
     success = pd.read_csv(t / "success.csv")
     assert (success.success_rate == 1.0).all()  # the planner solves both games
     counters = pd.read_csv(t / "counters.csv")  # no server to ask: only the simulator's counters

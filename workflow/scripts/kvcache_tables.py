@@ -16,7 +16,7 @@ def cat(paths):
 tables = study.tables(summary=cat(inp.summary), steps=cat(inp.steps), load=cat(inp.load), server=cat(inp.server),
                       episodes=cat(inp.episodes), backend=snakemake.params.backend,
                       capacities=snakemake.params.kv.capacity_tokens, counters=cat(inp.counters),
-                      policies=snakemake.params.kv.policies)
+                      policies=snakemake.params.kv.policies, vllm_version=snakemake.params.kv.vllm_version)
 for name, df in tables.items():
     write_text(snakemake.output[name], df.assign(model=snakemake.wildcards.kvmodel).to_csv(index=False))
 log.info("headline (measured first):\n%s", tables["headline"].to_string(index=False))

@@ -1,7 +1,9 @@
 """The seminar's figures (seed 001, 2-1..2-3) from the study's tables; each function writes one PNG.
 
 `FIGURES` maps an output name of the `kvcache_figures` rule to its function(tables, kv, path), where
-`tables` holds the CSVs as DataFrames (headline, reuse, prefix, steps, load, success, server, overload).
+`tables` holds the CSVs as DataFrames (headline, reuse, prefix, steps, load, success, server, overload,
+counters). On a served run each figure the seminar measured shows the server's numbers first and the
+simulator's beside them, labelled; its title names the source.
 """
 from __future__ import annotations
 
@@ -84,42 +86,99 @@ def load(tables, kv, path) -> None:
     _save(fig, path)
 
 
+def _served(tables) -> str | None:
+    """The backend whose server measured this model's runs, or None for a replay (simulated only)."""
+    h = tables["headline"]
+    return str(h.backend.iloc[0]) if len(h) and h.measured_reuse_ratio.notna().any() else None
+
+
 def reuse_steps(tables, kv, path) -> None:
-    """Reuse ratio per step, retain (2-3)."""
+    """Reuse ratio per episode step (2-3): on a served run the server's counts (solid), the simulator's
+    headline setting beside (dashed, same colour); a replay's lines are the simulator's and the title says so."""
     t = tables["steps"]
-    t = t[(t.policy == kv.policies[0]) & (t.capacity_tokens == max(kv.capacity_tokens))
-          & (t.concurrency == max(kv.concurrency))]
+    sim = t[(t.policy == kv.policies[0]) & (t.capacity_tokens == max(kv.capacity_tokens))
+            & (t.concurrency == max(kv.concurrency))]
+    served = _served(tables)
+    measured = t[t.policy == "server"] if served else t.iloc[:0]
     fig, ax = plt.subplots(figsize=(8, 4))
-    for f, g in t.groupby("format", sort=False):
-        ax.plot(g.step, g.reuse_ratio, marker=".", label=f)
+    for i, (f, g) in enumerate(sim.groupby("format", sort=False)):
+        m = measured[measured.format == f]
+        if len(m):
+            ax.plot(m.step, m.reuse_ratio, marker=".", color=f"C{i}", label=f"{f}: measured ({served})")
+        ax.plot(g.step, g.reuse_ratio, marker=".", color=f"C{i}", linestyle="--" if len(m) else "-",
+                label=f"{f}: simulated")
     ax.set_ylim(0, 1)
     ax.set_xlabel("step")
     ax.set_ylabel("reuse ratio")
     ax.legend(fontsize=7)
-    ax.set_title(f"Reuse per step ({kv.policies[0]})")
+    sim_name = f"simulated vLLM {kv.vllm_version}, {kv.policies[0]}, {max(kv.concurrency)} in lockstep"
+    ax.set_title(f"Reuse per step: measured by the {served} server, {sim_name} dashed" if served
+                 else f"Reuse per step: SIMULATED ONLY ({sim_name}; replay, no server)", fontsize=9)
     _save(fig, path)
 
 
-def _per_setting(tables, kv, path, column: str, ylabel: str, title: str) -> None:
-    t = tables["reuse"]
-    t = t[t.policy == kv.policies[0]]
-    fmts = list(dict.fromkeys(t.format))
-    series = {f"cap {c:,} x{n}": [t[(t.format == f) & (t.capacity_tokens == c) & (t.concurrency == n)][column].sum()
-                                  for f in fmts]
-              for c in kv.capacity_tokens for n in kv.concurrency}
-    fig, ax = plt.subplots(figsize=(8, 4))
-    _grouped_bars(ax, fmts, series, ylabel)
-    ax.set_title(title)
-    _save(fig, path)
+def _settings(kv):
+    return [(c, n) for c in kv.capacity_tokens for n in kv.concurrency]
 
 
 def recomputed(tables, kv, path) -> None:
-    _per_setting(tables, kv, path, "recomputed_tokens_per_run", "recomputed tokens per run",
-                 f"Prompt tokens computed per run ({kv.policies[0]})")
+    """Prompt tokens computed per run, split into prefix misses (the cache had them not) and recompute after
+    preemption: the server's measured misses first on a served run, then each simulated setting stacked."""
+    t = tables["reuse"]
+    t = t[t.policy == kv.policies[0]]
+    fmts = list(dict.fromkeys(t.format))
+    served = _served(tables)
+    bars = []  # (label, misses per format, preemption recompute per format or None)
+    if served:
+        srv = tables["server"].groupby("format", sort=False).server_prefix_miss_tokens.mean()
+        bars.append((f"measured ({served}): prefix misses", [float(srv.get(f, 0.0)) for f in fmts], None))
+    for c, n in _settings(kv):
+        row = [t[(t.format == f) & (t.capacity_tokens == c) & (t.concurrency == n)] for f in fmts]
+        bars.append((f"sim cap {c:,} x{n}", [float(r.prefix_miss_tokens_per_run.sum()) for r in row],
+                     [float(r.preemption_recompute_tokens_per_run.sum()) for r in row]))
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.8 / max(len(bars), 1)
+    for i, (label, miss, pre) in enumerate(bars):
+        xs = [x + (i - (len(bars) - 1) / 2) * width for x in range(len(fmts))]
+        ax.bar(xs, miss, width, label=label, color=f"C{i}")
+        if pre is not None and any(pre):
+            ax.bar(xs, pre, width, bottom=miss, color=f"C{i}", hatch="//", edgecolor="white",
+                   label=f"{label}: after preemption")
+    ax.set_xticks(range(len(fmts)))
+    ax.set_xticklabels(fmts, rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("prompt tokens computed per run")
+    ax.legend(fontsize=7)
+    where = f"measured by the {served} server beside" if served else "SIMULATED ONLY (replay, no server):"
+    ax.set_title(f"Recomputed tokens per run, {where} vLLM {kv.vllm_version} simulated "
+                 f"({kv.policies[0]}); hatched: recompute after preemption", fontsize=9)
+    _save(fig, path)
 
 
 def preemptions(tables, kv, path) -> None:
-    _per_setting(tables, kv, path, "preemptions_per_run", "preemptions per run", f"Preemptions ({kv.policies[0]})")
+    """Preemptions per run: vLLM's own counter (its /metrics, per run) first where the server has one, then
+    each simulated setting. llama.cpp has no such counter: its slots never preempt (a request waits)."""
+    t = tables["reuse"]
+    t = t[t.policy == kv.policies[0]]
+    fmts = list(dict.fromkeys(t.format))
+    series = {}
+    served = _served(tables)
+    c = tables.get("counters")
+    if c is not None and len(c) and c.server_preemptions.notna().any():
+        per = c.groupby("format", sort=False).server_preemptions.mean()
+        series[f"measured ({served}, /metrics)"] = [float(per.get(f, float("nan"))) for f in fmts]
+    for cap, n in _settings(kv):
+        series[f"sim cap {cap:,} x{n}"] = [
+            t[(t.format == f) & (t.capacity_tokens == cap) & (t.concurrency == n)].preemptions_per_run.sum() for f in fmts]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    _grouped_bars(ax, fmts, series, "preemptions per run")
+    if series and next(iter(series)).startswith("measured"):
+        where = f"measured by the {served} server beside"
+    elif served:
+        where = f"the {served} server counts none (llama.cpp slots never preempt):"
+    else:
+        where = "SIMULATED ONLY (replay, no server):"
+    ax.set_title(f"Preemptions, {where} vLLM {kv.vllm_version} simulated ({kv.policies[0]})", fontsize=9)
+    _save(fig, path)
 
 
 def success(tables, kv, path) -> None:
@@ -140,13 +199,16 @@ def success(tables, kv, path) -> None:
 
 
 def server(tables, kv, path) -> None:
-    """Simulated vs server-reported cached tokens, per format (summed over seeds)."""
+    """Simulated vs server-reported cached tokens, per format (summed over seeds); no server bar in a replay."""
     t = tables["server"].groupby("format", sort=False)[
-        ["server_cached_tokens", "sim_llamacpp_cached_tokens", "sim_vllm_cached_tokens"]].sum()
+        ["server_cached_tokens", "sim_llamacpp_cached_tokens", "sim_vllm_cached_tokens"]].sum(min_count=1)
+    served = _served(tables)
+    series = {f"measured ({served})": t.server_cached_tokens} if served else {}
+    series |= {"sim: llama.cpp slots": t.sim_llamacpp_cached_tokens, "sim: vLLM blocks": t.sim_vllm_cached_tokens}
     fig, ax = plt.subplots(figsize=(8, 4))
-    _grouped_bars(ax, list(t.index), {"server": t.server_cached_tokens, "sim: llama.cpp slots": t.sim_llamacpp_cached_tokens,
-                                      "sim: vLLM blocks": t.sim_vllm_cached_tokens}, "cached tokens")
-    ax.set_title("Cached tokens: server-reported vs simulated")
+    _grouped_bars(ax, list(t.index), series, "cached tokens")
+    ax.set_title(f"Cached tokens: measured by the {served} server vs simulated, requests in arrival order" if served
+                 else "Cached tokens: SIMULATED ONLY (replay, no server), requests in arrival order", fontsize=9)
     _save(fig, path)
 
 
@@ -164,9 +226,17 @@ def models(table, kv, path) -> None:
     def series(column):
         return {m: [table[(table.model == m) & (table.format == f)][column].sum() for f in fmts] for m in names}
 
-    _grouped_bars(a, fmts, series(col), f"reuse ratio ({kv.policies[0]})")
+    measured = "measured_reuse_ratio" in table and table.measured_reuse_ratio.notna().any()
+    if measured:  # each model's server first, the simulator's headline setting beside
+        reuse = {f"{m}: measured": v for m, v in series("measured_reuse_ratio").items()}
+        reuse |= {f"{m}: simulated": v for m, v in series(col).items()}
+    else:
+        reuse = series(col)
+    _grouped_bars(a, fmts, reuse, f"reuse ratio ({'measured, ' if measured else ''}{kv.policies[0]} simulated)")
     a.set_ylim(0, 1)
-    a.set_title(f"Reuse per model, capacity {max(kv.capacity_tokens):,} tokens")
+    a.set_title(f"Reuse per model: measured by each server, simulated vLLM {kv.vllm_version} beside" if measured
+                else f"Reuse per model: SIMULATED ONLY (vLLM {kv.vllm_version}, capacity "
+                     f"{max(kv.capacity_tokens):,} tokens)", fontsize=9)
     _grouped_bars(b, fmts, series("success_mean"), "success (mean over seeds)")
     b.set_ylim(0, 1)
     b.set_title("Success per model")

@@ -23,7 +23,7 @@ import numpy as np
 from skillrepro.config import BenchmarkConfig, LLMConfig
 from skillrepro.progress import Progress
 from skillrepro.studies.kvcache import sim
-from skillrepro.studies.kvcache.actor import StreamRequest
+from skillrepro.studies.kvcache.actor import CachedTokensUnreported, StreamRequest, unreported_message
 from skillrepro.studies.kvcache.formats import load_bank
 
 
@@ -272,7 +272,7 @@ class ServerRow:
     step: int
     started_at: float
     prompt_tokens: int
-    server_cached_tokens: int
+    server_cached_tokens: int | None  # None: no server count (a replay)
     sim_llamacpp_cached_tokens: int
     sim_vllm_cached_tokens: int
 
@@ -551,22 +551,67 @@ def headline(reuse, server, counters, backend: str, policies: Sequence[str]):
     return out
 
 
-def tables(*, summary, steps, load, server, episodes, backend: str, capacities: Sequence[int] = (),
-           counters=None, policies: Sequence[str] = ("retain", "flush")) -> dict:
-    """The study's CSV tables (pandas DataFrames) from every run's simulation outputs and episodes."""
+def require_server_counts(server, backend: str) -> None:
+    """A served run whose requests lack the server's cached-token count stops here, before any table or figure
+    (an older stream, or one recorded by hand): unknown must not be summed as 0."""
+    if backend in MEASURED_BACKENDS and server.server_cached_tokens.isna().any():
+        bad = server[server.server_cached_tokens.isna()]
+        runs = ", ".join(sorted({f"{f}/seed{s}" for f, s in zip(bad.format, bad.seed)}))
+        raise CachedTokensUnreported(unreported_message(backend, f"that served run(s) {runs}")
+                                     + f" ({len(bad)} of {len(server)} requests without a count)")
 
+
+def simulated_source(vllm_version: str) -> str:
+    return f"simulated: vLLM {vllm_version} scheduler, lockstep"
+
+
+def measured_source(backend: str) -> str:
+    return f"measured: the {backend} server's cached tokens"
+
+
+def measured_steps(server, backend: str):
+    """Reuse per episode step from the server's per-request counts (every run of a format pooled): the
+    seminar's per-step reuse as the server reported it, in the steps table's columns (policy "server")."""
+    st = server.groupby(["format", "step"], sort=False)[["prompt_tokens", "server_cached_tokens"]].agg(
+        requests=("prompt_tokens", "size"), prompt_tokens=("prompt_tokens", "sum"),
+        cached_tokens=("server_cached_tokens", "sum")).reset_index().sort_values(["format", "step"], kind="stable")
+    st.insert(1, "policy", "server")
+    st.insert(2, "capacity_tokens", None)
+    st.insert(3, "concurrency", None)
+    st["reuse_ratio"] = st.cached_tokens / st.prompt_tokens.clip(lower=1)
+    st["source"] = measured_source(backend)
+    return st
+
+
+def tables(*, summary, steps, load, server, episodes, backend: str, capacities: Sequence[int] = (),
+           counters=None, policies: Sequence[str] = ("retain", "flush"), vllm_version: str = sim.VLLM_VERSION) -> dict:
+    """The study's CSV tables (pandas DataFrames) from every run's simulation outputs and episodes. On a served
+    run, what the server reports comes first: per-step reuse (`steps`, policy "server") and prefix misses
+    (`server`) from its counts, beside the simulator's; each row's `source` says which."""
+    import pandas as pd
+
+    require_server_counts(server, backend)
+    measured = backend in MEASURED_BACKENDS
     setting = ["format", "policy", "capacity_tokens", "concurrency"]
-    s = summary.assign(run_reuse=summary.cached_tokens / summary.prompt_tokens.clip(lower=1))
+    s = summary.assign(run_reuse=summary.cached_tokens / summary.prompt_tokens.clip(lower=1),
+                       prefix_miss=summary.prompt_tokens - summary.cached_tokens)
     reuse = s.groupby(setting, sort=False).agg(
         seeds=("seed", "nunique"), requests=("requests", "sum"), prompt_tokens=("prompt_tokens", "sum"),
         cached_tokens=("cached_tokens", "sum"), reuse_ratio_sd=("run_reuse", "std"),
-        recomputed_tokens_per_run=("recomputed_tokens", "mean"), preemptions_per_run=("preemptions", "mean"),
-        preemptions_max=("preemptions", "max")).reset_index()
+        recomputed_tokens_per_run=("recomputed_tokens", "mean"), prefix_miss_tokens_per_run=("prefix_miss", "mean"),
+        preemptions_per_run=("preemptions", "mean"), preemptions_max=("preemptions", "max")).reset_index()
     reuse.insert(len(setting) + 4, "reuse_ratio", reuse.cached_tokens / reuse.prompt_tokens.clip(lower=1))
     reuse["reuse_ratio_sd"] = reuse.reuse_ratio_sd.fillna(0.0)
+    # recomputed = prompt tokens missed at a request's first scheduling + what preemption made it compute again
+    reuse.insert(reuse.columns.get_loc("prefix_miss_tokens_per_run") + 1, "preemption_recompute_tokens_per_run",
+                 reuse.recomputed_tokens_per_run - reuse.prefix_miss_tokens_per_run)
+    reuse["source"] = simulated_source(vllm_version)
 
     st = steps.groupby(setting + ["step"], sort=False)[["requests", "prompt_tokens", "cached_tokens"]].sum().reset_index()
     st["reuse_ratio"] = st.cached_tokens / st.prompt_tokens.clip(lower=1)
+    st["source"] = simulated_source(vllm_version)
+    if measured:  # the server's per-step reuse first, the simulated settings after
+        st = pd.concat([measured_steps(server, backend), st], ignore_index=True)
 
     ld = load.groupby(["format", "step"], sort=False).agg(
         seeds=("seed", "nunique"), running=("running", "mean"), prompt_tokens=("prompt_tokens", "mean"),
@@ -589,6 +634,14 @@ def tables(*, summary, steps, load, server, episodes, backend: str, capacities: 
     srv.insert(2, "backend", backend)
     srv["server_reuse_ratio"] = srv.server_cached_tokens / srv.prompt_tokens.clip(lower=1)
     srv["sim_reuse_ratio"] = srv[sim_col] / srv.prompt_tokens.clip(lower=1)
+    # the prompt tokens the server computed because its cache missed them (measured prefix misses)
+    srv["server_prefix_miss_tokens"] = srv.prompt_tokens - srv.server_cached_tokens
+    srv["sim_prefix_miss_tokens"] = srv.prompt_tokens - srv[sim_col]
+    if not measured:  # no server: its columns are unknown, not 0
+        srv[["server_cached_tokens", "server_reuse_ratio", "server_prefix_miss_tokens"]] = float("nan")
+        srv["requests_matching"] = float("nan")
+    srv["source"] = (f"{measured_source(backend)}; sim: {'llama.cpp slots' if backend == 'embedded' else 'vLLM blocks'}"
+                     " in arrival order" if measured else "simulated only: no server (kvcache.replay)")
     out = {"reuse": reuse, "steps": st, "load": ld, "success": success, "server": srv,
            "overload": overload(ld, capacities)}
     if counters is not None:
@@ -605,20 +658,35 @@ def tables(*, summary, steps, load, server, episodes, backend: str, capacities: 
     return out
 
 
-def model_comparison(reuse, success, overload, kv: KVConfig):
-    """One row per (model, format) from the models' tables (each with its `model` column): reuse with the
-    cache retained and flushed at the headline setting (largest capacity and concurrency), preemptions and
-    the first step over capacity at the smallest capacity, and success (seed 001, 2-3 compares models)."""
+def model_comparison(reuse, success, overload, kv: KVConfig, headline=None):
+    """One row per (model, format) from the models' tables (each with its `model` column): first, on a served
+    run, the reuse each model's server measured (`headline`), the simulator's prediction for the same requests
+    and their difference; then reuse with the cache retained and flushed at the headline setting (largest
+    capacity and concurrency, simulated), preemptions and the first step over capacity at the smallest
+    capacity, and success (seed 001, 2-3 compares models). `source` says which numbers are measured."""
+    import pandas as pd
+
     cap, small, n = max(kv.capacity_tokens), min(kv.capacity_tokens), max(kv.concurrency)
     keys = ["model", "format"]
     head = reuse[(reuse.capacity_tokens == cap) & (reuse.concurrency == n)]
     out = head.pivot_table(index=keys, columns="policy", values="reuse_ratio", sort=False)
     out.columns = [f"reuse_ratio_{p}" for p in out.columns]
+    if headline is not None:
+        h = headline.set_index(keys)
+        out.insert(0, "backend", h.backend.reindex(out.index))
+        out.insert(1, "measured_reuse_ratio", h.measured_reuse_ratio.reindex(out.index))
+        out.insert(2, "simulated_same_requests_reuse_ratio", h.predicted_reuse_ratio.reindex(out.index))
+        out.insert(3, "measured_minus_simulated", out.measured_reuse_ratio - out.simulated_same_requests_reuse_ratio)
+        out.insert(0, "source", [f"measured on the {b} server; reuse_ratio_<policy>, preemptions, recompute: "
+                                 f"simulated (vLLM {kv.vllm_version})" if pd.notna(m) else
+                                 f"simulated only (vLLM {kv.vllm_version}): no server"
+                                 for b, m in zip(out.backend, out.measured_reuse_ratio)])
     per_req = head.groupby(keys, sort=False).agg(requests=("requests", "max"), prompt_tokens=("prompt_tokens", "max"))
     out = out.join(per_req.assign(prompt_tokens_per_request=per_req.prompt_tokens / per_req.requests.clip(lower=1))
                    [["requests", "prompt_tokens_per_request"]])
     tight = reuse[(reuse.capacity_tokens == small) & (reuse.concurrency == n) & (reuse.policy == kv.policies[0])]
-    out = out.join(tight.set_index(keys)[["preemptions_per_run", "recomputed_tokens_per_run"]]
+    split = [c for c in ("prefix_miss_tokens_per_run", "preemption_recompute_tokens_per_run") if c in tight]
+    out = out.join(tight.set_index(keys)[["preemptions_per_run", "recomputed_tokens_per_run", *split]]
                    .add_suffix(f"_at_{small}"))
     over = overload[overload.capacity_tokens == small].set_index(keys)[["first_step_over", "peak_tokens"]]
     out = out.join(over.rename(columns={"first_step_over": f"first_step_over_{small}"}))
