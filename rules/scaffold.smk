@@ -459,6 +459,38 @@ rule scaffold_cohort_eval:
         "../workflow/scripts/scaffold_cohort_eval.py"
 
 
+rule scaffold_cohort_control:
+    """Table 4's plain-GRPO control: chain {svariant}'s cohort played skill-free by plain GRPO's checkpoint k (same
+    query batches, no skill pathway), so a reader can tell internalization from what ordinary RL gives the cohort."""
+    input:
+        selections=scaffold_cohort_files("results/scaffold/{chain}{j}/{v}/selection.parquet"),
+        post=scaffold_cohort_files("results/scaffold/{chain}{j}/{v}/post/l{i}/episodes.parquet"),
+        library="results/scaffold/{sbench}@{svariant}0/library/v0/manifest.json",
+        policy=f"results/scaffold/{{sbench}}/{BASELINE}/grpo/ckpt{{k}}",
+    output:
+        episodes="results/scaffold/{sbench}/{svariant}/cohort_grpo/ckpt{k}/episodes.parquet",
+    wildcard_constraints:
+        sbench="|".join(SC_BENCH) or "none",
+        svariant="|".join(SCAFFOLD.variants),
+        k=r"[1-9]\d*",
+    params:
+        settings=scaffold_settings("play"),
+        policy=scaffold_control_policy,
+        rollouts=SCAFFOLD.n_scouts,
+        wall_s=SC_WALL,
+        played_by=BASELINE,
+    resources:
+        llm=SC_LLM.slots,  # a server of its own (see scaffold_llm_units)
+    log:
+        "logs/scaffold/{sbench}/{svariant}/cohort_control_{k}.log",
+    benchmark:
+        "results/timings/scaffold/{sbench}/{svariant}/cohort_control_{k}.tsv"
+    conda:
+        "../envs/scaffold.yaml"
+    script:
+        "../workflow/scripts/scaffold_cohort_eval.py"
+
+
 rule scaffold_internalization:
     input:
         selections=[f"results/scaffold/{b}@{v}{j}/{v}/selection.parquet" for b, v in SC_CHAINS
@@ -471,6 +503,9 @@ rule scaffold_internalization:
                for j in range(SC_COHORT_ITERS)],
         later=[f"results/scaffold/{b}/{v}/cohort/ckpt{k}/episodes.parquet" for b, v in SC_CHAINS
                for k in scaffold_later(b)],
+        # with plain GRPO trained (training.baseline): its checkpoints on the same cohorts, the control rows
+        control=[f"results/scaffold/{b}/{v}/cohort_grpo/ckpt{k}/episodes.parquet" for b, v in SC_CHAINS
+                 for k in scaffold_later(b) if any(c.name == BASELINE for c in SCAFFOLD.chains)],
     params:
         interval=SCAFFOLD.bootstrap_interval,
     output:

@@ -198,6 +198,11 @@ def scaffold_cohort_policy(wildcards):
     return checkpoint_dir(wildcards.sbench, wildcards.svariant, wildcards.k)
 
 
+def scaffold_control_policy(wildcards):
+    """Checkpoint k of plain GRPO, which table 4's control plays on a SkillScaffold chain's cohort."""
+    return checkpoint_dir(wildcards.sbench, BASELINE, wildcards.k)
+
+
 # Held-out evaluation (appendix A.1): every policy, the base model (llm.model: checkpoint 0 of every chain) and
 # each evaluated checkpoint of every chain (plain GRPO included), played skill-free on each benchmark's held-out
 # splits (scaffold.heldout; ALFWorld valid_unseen, ScienceWorld Test-ID / Test-OOD), `heldout.rollouts` times per

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from skillrepro.studies.scaffold.validation import competence_levels, pilot_competence, rollout_outcomes, split_probes
-from skillrepro.studies.scaffold.cohort import benefits, chain_cohort, internalization, recovery
+from skillrepro.studies.scaffold.cohort import benefits, chain_cohort, internalization, later_difference, recovery
 from skillrepro.studies.scaffold.statistics import MIN_N
 
 RUNS = 200
@@ -72,6 +72,32 @@ def test_table4_old_construction_is_biased():
     """The same simulation detects regression to the mean when the cohort's Scouts are its early success."""
     _, rec, cover = _recoveries(4, runs=100, biased=True)
     assert rec.mean() > 10 and cover < 0.5
+
+
+def _control(seed, runs=RUNS, extra=0.0):
+    """Table 4's plain-GRPO control: both chains learn +0.2 on every query, SkillScaffold `extra` more on its cohort;
+    `later_difference` on the records (the cohort's later success by each) estimates `extra`."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for r in range(runs):
+        c = _chain(rng, learning=0.2)
+        its, _, later, _, _ = _frames(c)
+        members = chain_cohort(its)
+        grpo = later.assign(success=(rng.random(len(later)) < np.clip(np.repeat(c["p"], c["n"]) + 0.2, 0, 1)) * 1.0)
+        grp = later.assign(success=(rng.random(len(later)) < np.clip(np.repeat(c["p"], c["n"]) + 0.2 + extra, 0, 1)) * 1.0)
+        out.append(later_difference(grp, grpo, members, n_boot=500, seed=r))
+    return out
+
+
+def test_table4_control_difference_is_zero_when_both_chains_learn_alike_and_finds_extra_internalization():
+    null = _control(10, runs=120)
+    d = np.array([x.recovery_pp for x in null])
+    cover = np.mean([x.ci_low <= 0 <= x.ci_high for x in null])
+    print(f"table 4 control null ({len(d)} runs): SkillScaffold minus GRPO {d.mean():+.2f} pp, CI covers 0 in {cover:.3f}")
+    assert abs(d.mean()) < 3 * d.std() / np.sqrt(len(d)) and 0.90 <= cover <= 0.99
+    planted = _control(11, runs=30, extra=0.25)
+    assert np.mean([x.recovery_pp for x in planted]) == pytest.approx(25, abs=4)
+    assert np.mean([x.ci_low > 0 for x in planted]) > 0.8
 
 
 def _frames(c):

@@ -79,7 +79,9 @@ def test_iteration_1_is_played_carded_and_scored_by_checkpoint_1(workdir):
 
 def test_internalization_table_has_a_row_per_later_checkpoint(workdir):
     t = pd.read_csv(workdir / "results/tables/scaffold_internalization.csv")
-    assert list(t.columns) == ["benchmark", "variant", "checkpoint", "n", "recovery_pp", "ci_low", "ci_high", "interval"]
+    assert list(t.columns) == ["benchmark", "variant", "checkpoint", "n", "recovery_pp", "ci_low", "ci_high", "interval",
+                               "policy"]
+    assert set(t.policy) == {"SkillScaffold"}  # no plain-GRPO chain here (training.baseline: false), so no control
     assert t.checkpoint.tolist() == list(range(1, STEPS + 1)) and set(t.variant) == {"grp"}
     # the early success: fresh skill-free rollouts of the cohort by checkpoint 0, none of them a Scout
     it0 = workdir / "results/scaffold/babyai@grp0"

@@ -1,7 +1,8 @@
 """SkillScaffold internalization (table 4): the fixed cohort of a chain's early iterations (the queries that
 skill-assisted exploration helped, chosen on their Scouts and Post-Scouts), played skill-free N times each.
 Rule scaffold_cohort_early: by the checkpoint that chose it, on fresh rollouts (the early success);
-rule scaffold_cohort_eval: by a later checkpoint."""
+rule scaffold_cohort_eval: by a later checkpoint; rule scaffold_cohort_control: by plain GRPO's checkpoint of the same
+index (table 4's control; params.played_by)."""
 import re
 from pathlib import Path
 
@@ -33,7 +34,8 @@ ckpt = getattr(w, "k", None)
 out = Path(snakemake.output.episodes).parent
 parts = [play(bench=job.bench, llm=phase_seed(job.llm, "cohort", r), library_dir=Path(i.library).parent,
               plan=[(t, "", "cohort/free") for t in cohort],
-              run_id=f"scaffold/{w.sbench}/{w.svariant}/" + (f"ckpt{ckpt}" if ckpt else "cohort_early"),
+              run_id=f"scaffold/{w.sbench}/{w.svariant}/" + (f"ckpt{ckpt}" if ckpt else "cohort_early")
+              + (f"/{p.played_by}" if hasattr(p, "played_by") else ""),
               cycle=int(ckpt) if ckpt else parse_instance(w.sbench)[2], out_dir=out / f"rollout{r}", wall_s=p.wall_s, logger=log,
               policy=job.policy)
          for r in range(p.rollouts)]

@@ -2,14 +2,16 @@
 checkpoint, with a 95 % query-level interval where the cohort has enough queries for one (column `interval`).
 The cohort is chosen on the Scouts and Post-Scouts of the chain's first `training.cohort_iterations` iterations;
 its early success comes from fresh skill-free rollouts by the checkpoint that chose it (scaffold_cohort_early),
-never from those Scouts."""
+never from those Scouts. With plain GRPO trained, two control rows per checkpoint: plain GRPO's checkpoint of the same
+index on the same cohort (its recovery from the same early success) and SkillScaffold minus plain GRPO, the paired
+per-query difference of their later skill-free success (the early success cancels)."""
 import re
 
 import pandas as pd
 
 from skillrepro.pipeline import setup_logging
 from skillrepro.store import write_text
-from skillrepro.studies.scaffold.cohort import chain_cohort, internalization
+from skillrepro.studies.scaffold.cohort import chain_cohort, internalization, later_difference
 
 log = setup_logging(snakemake)
 i = snakemake.input
@@ -19,7 +21,7 @@ def where(path: str) -> tuple[tuple[str, str], int]:
     """((benchmark, variant), iteration or checkpoint) of a path under results/scaffold/{bench}@{variant}{j}/
     or results/scaffold/{bench}/{variant}/cohort/ckpt{k}/."""
     m = re.search(r"results/scaffold/([^/@]+)@([a-z]+)(\d+)/", path) or re.search(
-        r"results/scaffold/([^/]+)/([a-z]+)/cohort/ckpt(\d+)/", path)
+        r"results/scaffold/([^/]+)/([a-z]+)/cohort(?:_grpo)?/ckpt(\d+)/", path)
     return (m.group(1), m.group(2)), int(m.group(3))
 
 
@@ -33,18 +35,27 @@ def by_chain(files):
 
 read = lambda files: pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)  # noqa: E731
 selections, post, scouts = by_chain(i.selections), by_chain(i.post), by_chain(i.scouts)
-early, later = by_chain(i.early), by_chain(i.later)
+early, later, control = by_chain(i.early), by_chain(i.later), by_chain(i.control)
 rows = []
 for chain in sorted(selections):
     members = chain_cohort({j: (read(selections[chain][j]), read(post[chain][j])) for j in selections[chain]})
     early_eps = pd.concat([read(fs).assign(iteration=j) for j, fs in early[chain].items()], ignore_index=True)
     chosen_on = pd.concat([read(fs) for d in (scouts, post) for fs in d[chain].values()]).episode_id.tolist()
     for k in sorted(later.get(chain, {})):
-        r = internalization(early_eps, read(later[chain][k]), members, chosen_on=chosen_on,
-                              interval=snakemake.params.interval)
-        rows.append({"benchmark": chain[0], "variant": chain[1], "checkpoint": k, "n": r.n_queries,
-                     "recovery_pp": r.recovery_pp, "ci_low": r.ci_low, "ci_high": r.ci_high, "interval": r.interval})
-        log.info("%s: %s", chain, rows[-1])
+        lt = read(later[chain][k])
+        found = [("SkillScaffold", internalization(early_eps, lt, members, chosen_on=chosen_on,
+                                                   interval=snakemake.params.interval))]
+        if k in control.get(chain, {}):
+            grpo = read(control[chain][k])
+            found += [("plain GRPO (control)", internalization(early_eps, grpo, members, chosen_on=chosen_on,
+                                                               interval=snakemake.params.interval)),
+                      ("SkillScaffold minus plain GRPO", later_difference(lt, grpo, members,
+                                                                          interval=snakemake.params.interval))]
+        for policy, r in found:
+            rows.append({"benchmark": chain[0], "variant": chain[1], "checkpoint": k, "n": r.n_queries,
+                         "recovery_pp": r.recovery_pp, "ci_low": r.ci_low, "ci_high": r.ci_high,
+                         "interval": r.interval, "policy": policy})
+            log.info("%s: %s", chain, rows[-1])
 table = pd.DataFrame(rows, columns=["benchmark", "variant", "checkpoint", "n", "recovery_pp", "ci_low", "ci_high",
-                                   "interval"])
+                                   "interval", "policy"])
 write_text(snakemake.output[0], table.to_csv(index=False))

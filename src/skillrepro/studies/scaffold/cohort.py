@@ -75,6 +75,21 @@ def internalization(early: Any, later: Any, cohort: Sequence[Any], n_boot: int =
     return recovery(np.array([lt[task(c)] - e[c] for c in cohort], dtype=float), n_boot, seed, interval)
 
 
+def later_difference(later: Any, other: Any, cohort: Sequence[Any], n_boot: int = 10000, seed: int = 0,
+                     interval: str = "expanded") -> Recovery:
+    """Table 4's control: per cohort query, `later`'s skill-free success minus `other`'s (plain GRPO's checkpoint of
+    the same index on the same queries), in points, with the interval of `recovery`. The early success is common to
+    both and cancels. A query drawn in two cohort iterations counts twice, as in `internalization`."""
+    import numpy as np
+
+    a, b = later.groupby("task_id").success.mean(), other.groupby("task_id").success.mean()
+    tasks = [c[1] if isinstance(c, tuple) else c for c in cohort]
+    missing = [t for t in tasks if t not in a.index or t not in b.index]
+    if missing:
+        raise ValueError(f"cohort queries without skill-free evaluations by both policies: {missing[:5]}")
+    return recovery(np.array([a[t] - b[t] for t in tasks], dtype=float), n_boot, seed, interval)
+
+
 def recovery(diff: Any, n_boot: int = 10000, seed: int = 0, interval: str = "expanded") -> Recovery:
     """Mean of per-query later-minus-early success rates (fractions), in points, with a 95 % interval over queries
     (`mean_interval`: NaN, and `interval` says so, where there are too few queries for it to cover 95 %)."""

@@ -111,7 +111,7 @@ def figure1(pooled: Any, inj: Any, benches: list[str], out: str | Path) -> None:
     for ax, b in zip(axes[0], benches):
         g = pooled[pooled.benchmark == b]
         last = g[g.checkpoint == g.groupby("chain").checkpoint.transform("max")].sort_values(["chain"])
-        names = [m if not c else f"{m}\nckpt {k}" for m, c, k in zip(last.method, last.chain, last.checkpoint)]
+        names = [m if not k else f"{m}\nckpt {k}" for m, k in zip(last.method, last.checkpoint)]  # untrained: no ckpt
         ax.bar(range(len(last)), last.success_pct, color=["#999999" if not c else "#4c72b0" if c == "grpo" else "#2a9d8f"
                                                           for c in last.chain])
         if "ci_low_pct" in last:
