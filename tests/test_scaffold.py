@@ -827,6 +827,21 @@ def test_config_ablations_splits_and_executor():
         ScaffoldConfig.from_config(_cfg(card={"max_words": 25}))
 
 
+def test_figure2_ks_fit_n_eval_at_config_time():
+    """Figure 2(a) compares two disjoint halves of K rollouts: K = 8 with n_eval 8 was a NaN column; now the
+    default K are the powers of two whose 2K fit, and a configured K that does not is refused naming the key."""
+    from skillrepro.config import ConfigError
+
+    assert ScaffoldConfig.from_config(_cfg(n_eval=8)).figure2_ks == (1, 2, 4)
+    assert ScaffoldConfig.from_config(_cfg(n_eval=1)).figure2_ks == ()
+    assert ScaffoldConfig.from_config(_cfg(n_eval=9, pilot_ks=[4, 2])).figure2_ks == (4, 2)
+    with pytest.raises(ConfigError, match=r"scaffold.pilot_ks: K = 8 needs 2K .*scaffold.n_eval is 8"):
+        ScaffoldConfig.from_config(_cfg(n_eval=8, pilot_ks=[1, 8]))
+    o = _outcomes({("q1", -1): [0, 1], ("q1", 0): [1, 0]})
+    assert pilot_rollout_estimates(o, ScaffoldConfig.from_config(_cfg(n_eval=2)).figure2_ks).K.tolist() == [1]
+    assert pilot_rollout_estimates(o, ()).empty  # n_eval 1: no K fits, no row (not the default list)
+
+
 def test_generator_reply_is_the_papers_per_benchmark_unless_configured():
     cfg = ScaffoldConfig.from_config(_cfg())
     assert cfg.generator_reply == {"babyai": "tagged", "scienceworld": "tagged"}  # appendix D: <skill> tags

@@ -19,7 +19,7 @@ free, probes = split_probes(read_k(i.eval_free), p.n_eval)
 cand = read_k(i.evals)
 evals = eval_table(free, cand, p.variants)
 outcomes = rollout_outcomes(free, cand, p.variants)
-pilot_rollout_estimates(outcomes).to_csv(snakemake.output.pilot_rollout, index=False)
+pilot_rollout_estimates(outcomes, p.pilot_ks).to_csv(snakemake.output.pilot_rollout, index=False)
 (pilot_competence(outcomes, probes, p.n_probes, interval=p.interval) if p.n_probes
  else pd.DataFrame(columns=COMPETENCE_COLUMNS)).to_csv(snakemake.output.pilot_competence, index=False)
 rules = decision_rules(utils, evals, p.threshold)

@@ -185,6 +185,8 @@ class ScaffoldConfig:
     n_post: int = 4  # L
     n_eval: int = 2  # downstream evaluation rollouts per condition (validation only)
     n_probes: int = 4  # figure 3(b): skill-free probe rollouts per query, separate from the n_eval baseline
+    # figure 2(a): rollout budgets K of the pilot, each with 2K <= n_eval; None: every power of two that fits
+    pilot_ks: tuple[int, ...] | None = None
     bootstrap_interval: str = "expanded"  # expanded | percentile (bootstrap_interval)
     threshold: float = 0.0
     evidence_max_chars: int = 6000
@@ -210,6 +212,14 @@ class ScaffoldConfig:
     training: dict[str, Any] = field(default_factory=dict)  # table 5's RL settings, read by the GRPO stage
     webshop_data: str | None = None  # WebShop's data folder: the category split of appendix A.1
     heldout: HeldoutConfig = HeldoutConfig()  # the held-out evaluation of every policy (tables 1-3, 6)
+
+    @property
+    def figure2_ks(self) -> tuple[int, ...]:
+        """Figure 2(a)'s K values: `pilot_ks`, else every power of two whose two disjoint halves (2K rollouts)
+        fit in the n_eval rollouts of each condition."""
+        if self.pilot_ks is not None:
+            return self.pilot_ks
+        return tuple(2 ** i for i in range(self.n_eval.bit_length()) if 2 ** (i + 1) <= self.n_eval)
 
     @property
     def selection_variants(self) -> tuple[str, ...]:
@@ -261,6 +271,14 @@ class ScaffoldConfig:
             if name in VARIANTS or a.of not in s.get("variants", ["grp"]):
                 raise ConfigError(f"config key scaffold.ablations.{name}: the name must differ from grp/anc and "
                                   f"'of' ({a.of}) must be one of scaffold.variants")
+        if s.get("pilot_ks") is not None:
+            n_eval = s.get("n_eval", 2)
+            over = [k for k in s["pilot_ks"] if 2 * k > n_eval]
+            if over:
+                raise ConfigError(f"config key scaffold.pilot_ks: K = {', '.join(map(str, over))} needs 2K rollouts per "
+                                  f"condition (figure 2(a) compares two disjoint halves of K), but scaffold.n_eval is "
+                                  f"{n_eval}: raise n_eval to {2 * max(over)} or drop those K")
+            s["pilot_ks"] = tuple(s["pilot_ks"])
         heldout = s.pop("heldout", {}) or {}
         s["heldout"] = HeldoutConfig({b: dict(d) for b, d in (heldout.get("splits") or {}).items()},
                                      int(heldout.get("rollouts", 1)), int(heldout.get("every", 1)),
