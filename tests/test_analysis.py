@@ -560,3 +560,6 @@ def test_an_unreported_cached_count_is_priced_as_uncached_and_its_ratio_unknown(
     assert list(test.cost) == pytest.approx([(1000 * 1.0 + 50 * 10) / 1e6] * 2)
     m = analysis.checkpoint_metrics(test, study()).iloc[0]
     assert pd.isna(m.cached_ratio) and m.cost == pytest.approx((1000 + 500) / 1e6)
+    from skillrepro.config import Price
+
+    assert Price(1.0, 10.0, 0.1).cost(1000, None, 50) == Price(1.0, 10.0, 0.1).cost(1000, 0, 50) == test.cost[0]

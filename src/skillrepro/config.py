@@ -158,7 +158,10 @@ class Price:
     output: float
     cached_input: float | None = None
 
-    def cost(self, prompt: int, cached: int, completion: int) -> float:
+    def cost(self, prompt: int, cached: int | None, completion: int) -> float:
+        """Dollars for one call; `cached` None (the server did not report it) is priced as 0 cached: the
+        full input price, explicitly (analysis._COST does the same in SQL)."""
+        cached = 0 if cached is None else cached
         cached_rate = self.input if self.cached_input is None else self.cached_input
         return ((prompt - cached) * self.input + cached * cached_rate + completion * self.output) / 1e6
 
