@@ -282,3 +282,31 @@ def test_sample_tasks_is_seeded_and_splits_are_disjoint():
     assert not set(bench.sample_tasks("test", 30, 43)) & set(train)
     with pytest.raises(TaskError, match="split"):
         bench.sample_tasks("dev", 3, 42)
+
+
+@pytest.mark.parametrize("observe", ["paper", "every_step"])
+def test_d2_every_prompt_says_what_an_action_returns(observe):
+    """Issue 34: the listings (`-> None` in the paper's mode), the actor's system prompt and the skill writers'
+    prompts follow D.2; `every_step` keeps the old text (each call returns the observation)."""
+    from skillrepro.agent import Actor, primitive_tools
+    from skillrepro.benchmarks import primitive_returns
+    from skillrepro.methods.common import PROMPTS, Trace
+    from skillrepro.methods.voyager import progress
+
+    bench = get_benchmark("crafter", observe=observe)
+    env = bench.make(bench.sample_tasks("train", 1, 0)[0])
+    listing = {p.name: p.signature for p in bench.primitives()}
+    paper = observe == "paper"
+    assert listing["do"] == ("do() -> None" if paper else "do() -> str")
+    assert listing["get_current_observation"] == "get_current_observation() -> str"
+    system = Actor(None, bench.describe(), 5).system_prompt(primitive_tools(env))
+    assert ("- do() -> None:" in system) == paper and ("listed `-> None` returns None" in system) == paper
+    assert ("Each call returns what you observe afterwards." in system) == (not paper)
+    for name in ("asi_inducer.txt", "voyager_skill.txt"):
+        text = (PROMPTS / name).read_text().format(environment="", primitives="", existing="",
+                                                   returns=primitive_returns(bench.primitives()))
+        assert ("returns the observation text that follows it" in text) == (not paper), name
+    # Voyager's curriculum is shown the last thing each recent episode saw, not the "None" of its last action
+    trace = Trace("e", "1", 0, False, 0.1, "start", [("get_current_observation", [], "You see a tree."),
+                                                        ("do", [], "None")])
+    assert progress([trace], 1).endswith("You see a tree.")

@@ -42,20 +42,32 @@ class Tool:
     # what is left of the episode's wall clock: a skill call stops when it runs out (a primitive ignores it).
     run: Callable[..., str]
     primitive: bool = False  # an env primitive (listed under the primitives), or a library skill
+    returns: str = "str"  # "None": a primitive that returns nothing (Crafter's game-advancing actions, D.2)
 
     @property
     def signature(self) -> str:
-        return f"{self.name}({', '.join(f'{n}: {t}' for n, t in self.params)})"
+        tail = "" if self.returns == "str" else f" -> {self.returns}"
+        return f"{self.name}({', '.join(f'{n}: {t}' for n, t in self.params)}){tail}"
 
     def schema(self) -> dict[str, Any]:
         return Primitive(self.name, self.params, self.doc, True).json_schema()
+
+
+def returns_sentence(primitives: list[Tool]) -> str:
+    """What the actor's system prompt says a call returns ("{returns}"): true for the listing, and the
+    sentence it always had where every primitive returns its observation (Crafter's `observe: every_step`)."""
+    if all(t.returns == "str" for t in primitives):
+        return "Each call returns what you observe afterwards."
+    return ("A call of a function listed `-> None` returns None (it changes the world; the environment above "
+            "says how to look); each other call returns what you observe.")
 
 
 def primitive_tools(env: Env) -> list[Tool]:
     def runner(name: str) -> Callable[..., str]:
         return lambda args, wall_s=None: env.step(name, args).observation
 
-    return [Tool(p.name, p.params, p.doc, runner(p.name), primitive=True) for p in env.primitives()]
+    return [Tool(p.name, p.params, p.doc, runner(p.name), primitive=True, returns=p.returns)
+            for p in env.listed_primitives()]
 
 
 def skill_tools(library: Library, env: Env, record: Callable[[SkillCall], None], policy: SandboxPolicy,
@@ -131,7 +143,7 @@ class Prompts:
     extra_arguments: str = "refuse"
 
     # The placeholders each prompt is formatted with (native_protocol is used as written).
-    PLACEHOLDERS = {"system": ("environment", "skills", "tools", "notes", "protocol"), "text_protocol": ("example",),
+    PLACEHOLDERS = {"system": ("environment", "skills", "tools", "notes", "protocol", "returns"), "text_protocol": ("example",),
                     "json_protocol": ("example",), "native_protocol": None, "skills": ("skills",), "skill_reminder": ("skills",)}
 
     @classmethod
@@ -311,7 +323,8 @@ class Actor:
         notes = f"\nNotes from earlier episodes:\n{self.notes}\n" if self.notes.strip() else ""
         skill_block = self.prompts.skills.format(skills=listing(skills)) if skills else ""
         return self.prompts.system.format(environment=self.environment_text, skills=skill_block,
-                                          tools=listing(primitives), notes=notes, protocol=protocol)
+                                          tools=listing(primitives), notes=notes, protocol=protocol,
+                                          returns=returns_sentence(primitives))
 
     def reminder(self, tools: list[Tool]) -> str:
         """What follows every observation: the skill reminder with the skills' signatures, if there are skills."""

@@ -14,7 +14,7 @@ import pkgutil
 from typing import Any
 
 from skillrepro.benchmarks.base import (ActionError, Benchmark, Env, Primitive, StepResult, TaskError, primitive,
-                                        prompt_path)
+                                        primitive_returns, prompt_path)
 from skillrepro.config import BenchmarkConfig
 
 _NOT_BENCHMARKS = ("base", "cli")
@@ -145,4 +145,4 @@ def check_benchmark(env: str, **options: Any) -> None:
 
 __all__ = ["ActionError", "Benchmark", "ContractError", "Env", "Primitive", "StepResult", "TaskError",
            "benchmark_class", "call_budget", "check_benchmark", "get_benchmark", "load_benchmark", "names",
-           "primitive", "prompt_path"]
+           "primitive", "primitive_returns", "prompt_path"]

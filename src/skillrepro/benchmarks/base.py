@@ -31,11 +31,12 @@ class Primitive:
     params: tuple[tuple[str, str], ...]  # (name, type name)
     doc: str
     advances: bool  # False for read-only actions such as Crafter's get_current_observation
+    returns: str = "str"  # "None" where a call returns nothing (Crafter's game-advancing actions, D.2)
 
     @property
     def signature(self) -> str:
         args = ", ".join(f"{n}: {t}" for n, t in self.params)
-        return f"{self.name}({args}) -> str"
+        return f"{self.name}({args}) -> {self.returns}"
 
     def json_schema(self) -> dict[str, Any]:
         """OpenAI function-calling schema (every parameter is required)."""
@@ -146,6 +147,10 @@ class Env(ABC):
     def release(self) -> None:
         """Free what the episode holds (engines, JVM hold). Not `close`: ScienceWorld has a primitive of that name."""
 
+    def listed_primitives(self) -> tuple[Primitive, ...]:
+        """The primitives as this episode's agent is told of them (what each returns may depend on options)."""
+        return self.primitives()
+
 
 class Benchmark(ABC):
     """A benchmark family: task sampling and the Env class that plays one task."""
@@ -213,6 +218,15 @@ def env_prompt(benchmark: str, choice: str, names: tuple[str, ...], **fields: An
     except (KeyError, IndexError, ValueError) as e:
         raise TaskError(f"{benchmark}: prompt file {path} has a placeholder that cannot be filled ({e}); "
                         f"known: {', '.join(sorted(fields)) or 'none'}") from None
+
+
+def primitive_returns(primitives: tuple[Primitive, ...] | list[Primitive]) -> str:
+    """What calling these primitives returns, in words a skill writer's prompt uses ("{returns}"): true for
+    every listing, and the sentence prompts always had where every primitive returns its observation."""
+    if all(p.returns == "str" for p in primitives):
+        return "each returns the observation text that follows it"
+    return ("each listed `-> None` returns None (it changes the world: read the world as the environment "
+            "says), each listed `-> str` returns the text it shows")
 
 
 def check_split(split: str) -> None:

@@ -13,10 +13,12 @@ we order it by position (see `_World._balance_chunk`).
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 
-from skillrepro.benchmarks.base import Benchmark, Env, StepResult, TaskError, check_split, env_prompt, primitive
+from skillrepro.benchmarks.base import (Benchmark, Env, Primitive, StepResult, TaskError, check_split, env_prompt,
+                                        primitive)
 
 MAX_STEPS = 2000
 VIEW_RADIUS = 4  # the 9x9 egocentric view of appendix D.3
@@ -201,6 +203,12 @@ def _title(name: str) -> str:
     return name.replace("_", " ").title()
 
 
+def _as_observed(primitives: tuple[Primitive, ...], observe: str) -> tuple[Primitive, ...]:
+    """D.2: in the paper's mode (`observe: paper`) each game-advancing primitive returns None, listed `-> None`;
+    `every_step` keeps `-> str` (each returns the observation after it)."""
+    return tuple(replace(p, returns="None") if p.advances and observe == "paper" else p for p in primitives)
+
+
 class CrafterEnv(Env):
     """One Crafter world, keyed by its integer seed."""
 
@@ -222,6 +230,9 @@ class CrafterEnv(Env):
         self.done, self.total_reward, self.n_primitive_steps = False, 0.0, 0
         self._unseen: list[str] = []
         return self.observation()
+
+    def listed_primitives(self) -> tuple[Primitive, ...]:
+        return _as_observed(self.primitives(), self.observe)
 
     def observation(self, new_achievements: list[str] = ()) -> str:
         return render_observation(self.world, self.world._step, self.max_steps, new_achievements)
@@ -425,6 +436,9 @@ class CrafterBenchmark(Benchmark):
         check_split(split)
         lo, hi = self._SEED_RANGES[split]
         return [str(s) for s in random.Random(seed).sample(range(lo, hi), n)]
+
+    def primitives(self) -> tuple[Primitive, ...]:
+        return _as_observed(super().primitives(), self.observe)
 
     def make(self, task_id: str) -> CrafterEnv:
         _parse_seed(task_id)

@@ -24,7 +24,7 @@ from skillrepro.methods.common import (Trace, append_functions, budget, check_pr
                                         read_traces, reply_code, show_traces, save_records)
 from skillrepro.skills import Library
 from skillrepro.store import LLMCall, read_records
-from skillrepro.benchmarks import load_benchmark
+from skillrepro.benchmarks import load_benchmark, primitive_returns
 from skillrepro.agent import EpisodeSpec
 from skillrepro.runner import run_batch
 
@@ -86,7 +86,8 @@ def _induce(ctx: InduceContext, client, replay: bool) -> Library:
     stats = {"episodes": len(batch), "successful": len(wins), "induced": 0, "replays": 0, "replays_solved": 0}
     for n, trace in enumerate(wins):
         system = template.format(environment=bench.describe(), existing=_listing(library),
-                                 primitives="\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives()))
+                                 primitives="\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives()),
+                                 returns=primitive_returns(bench.primitives()))
         shown = show_traces([trace], ctx.trajectory_tokens)
         user = shown.text
         reply = client.chat([{"role": "system", "content": system}, {"role": "user", "content": user}],

@@ -46,7 +46,7 @@ from skillrepro.methods.common import (TOKEN_CHARS, Trace, append_functions, bud
 from skillrepro.skills import Library
 from skillrepro.skills.library import SkillFunction
 from skillrepro.store import LLMCall, read_records
-from skillrepro.benchmarks import load_benchmark
+from skillrepro.benchmarks import load_benchmark, primitive_returns
 
 FALLBACK_GOAL = "Unlock an achievement you have not unlocked yet."
 CURRICULUM_REPLY_TOKENS = 256  # a sentence of reasoning and a short line per goal
@@ -190,7 +190,8 @@ def progress(traces: list[Trace], recent: int) -> str:
     unlocked_so_far = sorted(set().union(*map(unlocked, traces)))
     lines = [f"Achievements unlocked so far: {', '.join(unlocked_so_far) if unlocked_so_far else 'none'}."]
     for t in traces[-recent:] if recent else []:
-        final = t.steps[-1][2] if t.steps else t.opening
+        # the last thing the agent saw: a game-advancing step returns None (D.2), not the world
+        final = next((obs for _, _, obs in reversed(t.steps) if obs.strip() != "None"), t.opening)
         lines.append(f"End of a recent episode ({len(t.steps)} steps, progression {t.progression:.2f}):\n{final[:800]}")
     return "\n".join(lines)
 
@@ -312,7 +313,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
             if ok:
                 completed.append(goal)
                 skill_sys = prompt_text(opts.skill_prompt_file, "voyager_skill.txt").format(
-                    environment=bench.describe(), primitives=prim_text,
+                    environment=bench.describe(), primitives=prim_text, returns=primitive_returns(bench.primitives()),
                     existing=("\n".join(f"- {f.signature}" for f in library.functions) or "(none yet)")[:2000])
                 written = client.chat([{"role": "system", "content": skill_sys},
                                        {"role": "user", "content": f"Goal: {goal}\n\n{episode}"}],
