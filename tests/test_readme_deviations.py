@@ -112,3 +112,17 @@ def test_the_rule_catches_a_renamed_key_and_reads_paths_as_documented():
     assert "no key 'restate_skill'" in verdicts[0] and "no key 'basline'" in verdicts[1]
     assert verdicts[2:] == ["", "", "", ""]
     assert "no key 'nope'" in resolve(schema, ["llm", "nope"])  # a closed section refuses an unknown name
+
+
+def test_every_method_option_is_named_in_the_deviations():
+    """Each option of each registered method (a named setting: an ablation, a deviation or a replaced prompt) is
+    named in the section, in backticks (`name` or `name: value`), so that a new option says what it changes."""
+    import dataclasses
+
+    from skillrepro.methods import get_method, registry
+
+    section = deviations_section((ROOT / "README.md").read_text())
+    missing = [f"{name}.{f.name}" for name in sorted(registry())
+               if dataclasses.is_dataclass(options := get_method(name).parse_options({}, name))
+               for f in dataclasses.fields(options) if f"`{f.name}`" not in section and f"`{f.name}:" not in section]
+    assert not missing, f"method options the README's deviations do not name: {missing}"

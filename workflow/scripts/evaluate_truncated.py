@@ -1,12 +1,13 @@
 """Appendix F: a final library re-evaluated on the test set with only its last N skills shown to the actor
 (N clipped to the library's size; n "all": every visible skill, table 8's full-library row, evaluated under the
-same options as the truncated rows); the others stay callable from the visible ones."""
+same options as the truncated rows, a retrieval top_k raised to N); the others stay callable from the visible ones."""
 import json
 from dataclasses import replace
 from pathlib import Path
 
 from skillrepro.agent import EpisodeSpec
 from skillrepro.analysis.tables import truncate
+from skillrepro.methods import get_method
 from skillrepro.pipeline import run_id, run_settings, setup_logging
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library
@@ -19,6 +20,10 @@ method = replace(run.method, options={**run.method.options, **p.options})
 final = Library.load(final_dir)
 shown = truncate(final, len(final.public()) if w.n == "all" else int(w.n))
 shown.write(Path(out.library).parent)
+# Every row shows its N skills whole (the paper's "only the last N"), whatever a retrieval top_k would list
+top_k = getattr(get_method(method.method).parse_options(method.options, w.variant), "top_k", None)
+if top_k is not None:
+    method = replace(method, options={**method.options, "top_k": max(top_k, shown.meta["truncated_to"])})
 log.info("v%d: showing %d of %d visible skills", final.version, shown.meta["truncated_to"], shown.meta["visible_before"])
 task_ids = json.loads(Path(snakemake.input.tasks).read_text())
 # Same split and cycle as the final checkpoint: the same sampling draws, only the visible skills differ.
