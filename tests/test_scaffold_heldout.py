@@ -149,6 +149,8 @@ def test_heldout_tables_by_hand():
     assert set(t6.index.get_level_values("k")) == {1, 2}  # 2 rollouts per task: no Pass@4
     assert t6.loc[("test", "grp", 2), "pass_at_k_pct"] == 100 and t6.loc[("test", "grp", 1), "pass_at_k_pct"] == 75
     assert t6.loc[("macro", "grp", 1), "pass_at_k_pct"] == pytest.approx((75 + 100) / 2)
+    assert t6.loc[("test", "grp", 1), "ci_low_pct"] == pytest.approx(100 * exact_interval(1.5, 2)[0])  # 0.5 + 1 of 2
+    assert np.isnan(t6.loc[("macro", "grp", 1), "ci_low_pct"])
 
 
 def test_paired_difference_is_a_t_interval_over_shared_tasks():

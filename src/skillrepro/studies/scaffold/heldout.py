@@ -207,7 +207,9 @@ def paired_difference(episodes: Any, benchmark: str, policy: tuple[str, int], ot
 def table_pass_at_k(episodes: Any, ks: Sequence[int] = (1, 4, 8)) -> Any:
     """Table 6: Pass@k (%) per benchmark x split x policy, the mean over tasks of `pass_at_k` from the task's
     held-out rollouts, for every k up to the rollouts per task; split `macro` averages the splits (the paper's
-    tau2 Average columns are macro averages over its domains)."""
+    tau2 Average columns are macro averages over its domains). ci_low_pct / ci_high_pct: the exact 95 % interval
+    of `success_interval` over the tasks (a task's Pass@k lies in [0, 1], so counting it as one trial is
+    conservative); none for `macro`."""
     import pandas as pd
 
     e = _with_split(episodes)
@@ -216,13 +218,16 @@ def table_pass_at_k(episodes: Any, ks: Sequence[int] = (1, 4, 8)) -> Any:
     for (b, split, chain, method, ckpt), g in per.groupby(level=[0, 1, 2, 3, 4]):
         for k in ks:
             if k <= g["size"].min():
+                total = float(sum(pass_at_k(n, c, k) for n, c in zip(g["size"], g["sum"])))
+                lo, hi = exact_interval(total, len(g))
                 rows.append({"benchmark": b, "split": split, "chain": chain, "method": method, "checkpoint": int(ckpt),
-                             "k": k, "n_tasks": len(g),
-                             "pass_at_k_pct": 100 * float(sum(pass_at_k(n, c, k) for n, c in zip(g["size"], g["sum"])) / len(g))})
-    out = pd.DataFrame(rows, columns=["benchmark", "split", "chain", "method", "checkpoint", "k", "n_tasks", "pass_at_k_pct"])
+                             "k": k, "n_tasks": len(g), "pass_at_k_pct": 100 * total / len(g),
+                             "ci_low_pct": 100 * lo, "ci_high_pct": 100 * hi})
+    out = pd.DataFrame(rows, columns=["benchmark", "split", "chain", "method", "checkpoint", "k", "n_tasks", "pass_at_k_pct",
+                                      "ci_low_pct", "ci_high_pct"])
     macro = (out.groupby(["benchmark", "chain", "method", "checkpoint", "k"])
              .agg(n_tasks=("n_tasks", "sum"), pass_at_k_pct=("pass_at_k_pct", "mean")).reset_index().assign(split="macro"))
-    return pd.concat([out, macro[out.columns]], ignore_index=True)
+    return pd.concat([out, macro.reindex(columns=out.columns)], ignore_index=True)
 
 
 def training_curve(scouts: Any, smoothing: float = 0.6) -> Any:
