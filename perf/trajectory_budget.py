@@ -5,6 +5,8 @@ training batch: rendered episodes against each preset's trajectory budget (budge
 
 Episodes are played without an LLM, as the records would hold them (skillrepro.methods.common.Trace):
 - BabyAI: uniformly random primitives for the benchmark's 30 calls (C.3) or until the episode ends;
+- ScienceWorld (electricity): 100 calls (B.3) of look_around, inventory or go(<a room>), uniformly
+  (focus_on is never called: a wrong focus ends the episode);
 - Crafter (the paper's observation mode, D.2): get_current_observation() then a random game-advancing
   primitive, for up to `--crafter-calls` actor calls (D.4: 2,000) or until the episode ends (death).
 Prints each episode's characters and estimated tokens (3 characters a token, the methods' estimate), then
@@ -27,8 +29,12 @@ PRESETS = {"config.yaml": ["config.yaml"], "configs/paper.yaml": ["configs/paper
 OLD_DEFAULT = 1500  # the budget every preset resolved to before issue 34 (min(1500, half the context))
 
 
+ROOMS = ["kitchen", "hallway", "workshop", "outside", "art studio", "greenhouse", "bedroom", "living room",
+         "bathroom", "foundry"]
+
+
 def play(env_name: str, seed: int, calls: int) -> Trace:
-    bench = get_benchmark(env_name)
+    bench = get_benchmark(env_name, **({"family": "electricity"} if env_name == "scienceworld" else {}))
     task = bench.sample_tasks("train", 1, seed)[0]
     env = bench.make(task)
     rng = random.Random(seed)
@@ -39,6 +45,9 @@ def play(env_name: str, seed: int, calls: int) -> Trace:
         while not env.done and len(steps) < calls:
             if env_name == "crafter" and len(steps) % 2 == 0:
                 name, args = "get_current_observation", []
+            elif env_name == "scienceworld":
+                name = rng.choice(["look_around", "inventory", "go"])
+                args = [rng.choice(ROOMS)] if name == "go" else []
             else:
                 p = rng.choice(acts)
                 name, args = p.name, ["ball"] * len(p.params)
@@ -62,6 +71,7 @@ def main() -> None:
     ap.add_argument("--crafter-calls", type=int, default=2000)
     a = ap.parse_args()
     played = {"babyai": [play("babyai", s, 30) for s in range(a.episodes)],
+              "scienceworld": [play("scienceworld", s, 100) for s in range(a.episodes)],
               "crafter": [play("crafter", s, a.crafter_calls) for s in range(a.episodes)]}
     for env_name, traces in played.items():
         for t in traces:
