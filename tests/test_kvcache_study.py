@@ -254,6 +254,52 @@ def test_parallel_episodes_share_the_engine_safely(alfworld):
     assert len(run.stream) == 9 and len({r.episode for r in run.stream}) == 3
 
 
+def test_a_lockstep_live_run_sends_each_step_of_a_group_together(alfworld):
+    """kvcache.lockstep: groups of `parallel` games one after another, step t of every episode of a group
+    before any step t+1: the order the simulator's lockstep concurrency assumes. Free-running, a fast episode
+    runs ahead of a slow one."""
+    import threading
+
+    bench, tasks = alfworld
+
+    class Slow(ScriptedClient):
+        """The episode that asks first gets its first reply only once another episode has sent three requests
+        (at most `wait_s`): free-running, the other runs ahead meanwhile; in lockstep it cannot."""
+
+        def __init__(self, replies, wait_s):
+            super().__init__(replies)
+            self.order: list[str] = []
+            self.ahead, self.wait_s = threading.Event(), wait_s
+
+        def chat(self, messages, *, session_id, **kw):
+            self.order.append(session_id)
+            if sum(s != self.order[0] for s in self.order) >= 3:  # (in lockstep: never within the group)
+                self.ahead.set()
+            if session_id == self.order[0] and self.order.count(session_id) == 1:
+                self.ahead.wait(self.wait_s)
+            return super().chat(messages, session_id=session_id, **kw)
+
+    def steps_in_order(lockstep, games, budget):
+        # in lockstep the other episode cannot run ahead: the slow one's wait ends after 3 s, in which a
+        # free-running episode sends its next requests (each step takes about 1 s here)
+        client = Slow(["<action>look</action>"], 3.0 if lockstep else 60.0)
+        run = run_format(formatter=AlfWorldFormatter("skillrl"), benchmark=bench, task_ids=games, client=client,
+                         spec=SPEC, call_budget=budget, parallel=2, lockstep=lockstep)
+        game = {r.episode.episode_id: tasks.index(r.episode.task_id) for r in run.records}
+        seen: dict[int, int] = {}
+        out = []
+        for sid in client.order:  # (game, its step) in the order the server got them
+            seen[game[sid]] = seen.get(game[sid], -1) + 1
+            out.append((game[sid], seen[game[sid]]))
+        return out
+
+    locked = steps_in_order(True, tasks, 3)
+    assert [s for g, s in locked if g < 2] == [0, 0, 1, 1, 2, 2]  # the first group's rounds, in step order
+    assert [g for g, _ in locked][-3:] == [2, 2, 2]  # the second group after it
+    free = steps_in_order(False, tasks[:2], 3)
+    assert [s for g, s in free if g < 2] == [0, 0, 1, 2, 1, 2]  # free-running: the fast game runs ahead
+
+
 def test_schema_lists_every_format():
     import yaml
 

@@ -20,10 +20,13 @@ if p.kv.replay:
                         trajectories=snakemake.input.trajectories, out_dir=out_dir, tokenizer=p.kv.prefix_tokenizer,
                         bank_path=p.kv.bank, templates_dir=p.kv.templates_dir)
 else:
+    log.info("live run: %s", f"lockstep, groups of {p.kv.parallel_episodes}" if p.kv.lockstep and
+             p.kv.parallel_episodes > 1 else f"free-running, {p.kv.parallel_episodes} episode(s) in flight")
     stream = record_run(fmt=w.kvfmt, seed=int(w.kvseed), bench=p.bench, llm=seeded(p.llm, w.kvseed),
                         task_ids=tasks["tasks"], call_budget=p.kv.call_budget, out_dir=out_dir, split=tasks["split"],
                         bank_path=p.kv.bank, templates_dir=p.kv.templates_dir, max_tokens=p.kv.max_tokens,
-                        parallel=p.kv.parallel_episodes, wall_s=p.wall_s, log=log.info).stream
+                        parallel=p.kv.parallel_episodes, lockstep=p.kv.lockstep, wall_s=p.wall_s,
+                        log=log.info).stream
 prompt = sum(len(r.token_ids) for r in stream)
 if p.kv.replay:  # no server: nothing measured
     log.info("%s seed %s: %d requests, %d prompt tokens (replay: no server count)", w.kvfmt, w.kvseed, len(stream),

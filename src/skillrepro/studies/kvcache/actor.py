@@ -180,27 +180,86 @@ class FormatRun:
     stream: list[StreamRequest]
 
 
+class Lockstep:
+    """The episodes of one group advance step by step together, as the simulator's lockstep batches do
+    (`study.lockstep_requests`): an episode's request for step t goes out only once every episode of its group
+    still playing has reached step t; an episode that ends leaves the group."""
+
+    def __init__(self, members):
+        self._cond = threading.Condition()
+        self._active, self._arrived = set(members), set()
+        self.round = 0
+
+    def _release_if_all_arrived(self) -> None:
+        if self._arrived and self._arrived >= self._active:
+            self._arrived.clear()
+            self.round += 1
+            self._cond.notify_all()
+
+    def arrive(self, member) -> None:
+        with self._cond:
+            here = self.round
+            self._arrived.add(member)
+            self._release_if_all_arrived()
+            self._cond.wait_for(lambda: self.round != here)
+
+    def leave(self, member) -> None:
+        with self._cond:
+            self._active.discard(member)
+            self._arrived.discard(member)
+            self._release_if_all_arrived()
+
+
+class _LockstepClient:
+    """One episode's client: each request waits for its group's round (Lockstep.arrive)."""
+
+    def __init__(self, client, lockstep: Lockstep, member):
+        self._client, self._lockstep, self._member = client, lockstep, member
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+    def chat(self, *args, **kwargs):
+        self._lockstep.arrive(self._member)
+        return self._client.chat(*args, **kwargs)
+
+
 def run_format(*, formatter: AlfWorldFormatter, benchmark, task_ids: list[str], client, spec: EpisodeSpec,
                call_budget: int, wall_s: float = 1800.0, prompt_ids: Callable[[list[dict]], list[int]] | None = None,
-               reply_ids: Callable[[str], list[int]] | None = None, parallel: int = 1,
+               reply_ids: Callable[[str], list[int]] | None = None, parallel: int = 1, lockstep: bool = False,
                log: Callable[[str], None] | None = None) -> FormatRun:
     """Play `task_ids` with `formatter`'s prompts; `parallel` episodes at a time (a batching server such as
-    vLLM serves them together). Records come back in task order; the stream in request start order."""
+    vLLM serves them together). Free-running (the default), a new episode starts as soon as one ends and each
+    sends its next request when its last reply is in; `lockstep`: the games in groups of `parallel` (in task
+    order), a group after the one before it has ended, its episodes' step-t requests sent together once all of
+    them reached step t: the request order the simulator's lockstep concurrency `parallel` assumes. Records
+    come back in task order; the stream in request start order."""
     lock = threading.Lock()
 
-    def play(task_id: str) -> tuple[str, EpisodeRecords]:
-        with lock:
-            env = benchmark.make(task_id)
-        if parallel > 1:
-            env = _Serialized(env, lock)
-        actor = Actor(client, benchmark.describe(), call_budget, wall_s, "text", formatter=formatter,
-                      prompt_token_ids=prompt_ids)
-        rec = actor.run(env, primitive_tools(env), spec, log)
+    def play(task_id: str, group: Lockstep | None = None, member: int = 0) -> tuple[str, EpisodeRecords]:
+        try:
+            with lock:
+                env = benchmark.make(task_id)
+            if parallel > 1:
+                env = _Serialized(env, lock)
+            actor = Actor(client if group is None else _LockstepClient(client, group, member), benchmark.describe(),
+                          call_budget, wall_s, "text", formatter=formatter, prompt_token_ids=prompt_ids)
+            rec = actor.run(env, primitive_tools(env), spec, log)
+        finally:
+            if group is not None:  # ended (or failed): the group's next rounds no longer wait for it
+                group.leave(member)
         progress.update()
         return F.detect_category(env.task), rec
 
     with Progress(len(task_ids), f"{spec.variant} episodes") as progress:  # episodes done of N on the console
-        if parallel > 1:
+        if lockstep and parallel > 1:
+            played = []
+            with ThreadPoolExecutor(parallel) as pool:
+                for g in range(0, len(task_ids), parallel):
+                    members = range(g, min(g + parallel, len(task_ids)))  # the group's episodes, by task index
+                    group = Lockstep(members)
+                    played += list(pool.map(lambda i, grp=group: play(task_ids[i], grp, i), members))
+        elif parallel > 1:
             with ThreadPoolExecutor(parallel) as pool:
                 played = list(pool.map(play, task_ids))
         else:
@@ -290,7 +349,7 @@ def format_benchmark(bench):
 
 def record_run(*, fmt: str, seed: int, bench, llm: LLMConfig, task_ids: list[str], call_budget: int,
                out_dir: str, split: str = "test", bank_path: str | None = None, templates_dir: str | None = None,
-               max_tokens: int | None = None, parallel: int = 1, wall_s: float = 1800.0,
+               max_tokens: int | None = None, parallel: int = 1, wall_s: float = 1800.0, lockstep: bool = False,
                log: Callable[[str], None] | None = None) -> FormatRun:
     """One (format, seed) run of the study: play the games with the server this job may use, record every
     request's prompt and reply token ids, and write episodes/steps/llm_calls.parquet and requests.jsonl."""
@@ -308,7 +367,8 @@ def record_run(*, fmt: str, seed: int, bench, llm: LLMConfig, task_ids: list[str
         run = run_format(formatter=formatter, benchmark=benchmark, task_ids=task_ids,
                          client=RequireCachedTokens(client, llm.backend), spec=spec,
                          call_budget=call_budget, wall_s=wall_s, prompt_ids=prompt_ids_fn(llm, client.base_url),
-                         reply_ids=text_ids_fn(llm, client.base_url), parallel=parallel, log=log)
+                         reply_ids=text_ids_fn(llm, client.base_url), parallel=parallel, lockstep=lockstep,
+                         log=log)
         if llm.backend == "vllm":
             after = vllm_metrics.scrape(client.base_url)
             counters.update(before=dataclasses.asdict(before), after=dataclasses.asdict(after),

@@ -366,6 +366,7 @@ class KVConfig:
     group_size: int = 1  # GRPO-style: each game this many times in its lockstep batch (lockstep_requests)
     draw_pool: int | None = None  # each episode slot draws its game from this many, with replacement
     vllm_version: str = sim.VLLM_VERSION  # whose scheduler the simulator follows (sim.VLLM_VERSIONS)
+    lockstep: bool = False  # a served run's episodes advance in lockstep groups (actor.run_format), not free-running
 
     @classmethod
     def from_config(cls, config: dict) -> "KVConfig":
