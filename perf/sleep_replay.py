@@ -3,8 +3,9 @@ setting's inducer wrote: functions written, refused (and why), kept, and what th
 
 The run folder is one the workflow made (the default run's: results/runs/babyai/speedrunner/seed0); its
 library v{k-1} and training batches 0..k-1 are read, nothing in it is written. Each setting is a list of
-overrides of the config's `llm` section or the variant's method options (`tool_calling=text`,
-`model=qwen2.5-coder-1.5b`, `interpreter=false`), run on a server of its own model.
+overrides of the config's `llm` section, its `inducer` section (`inducer.example_steps=6`) or the variant's
+method options (`tool_calling=text`, `model=qwen2.5-coder-1.5b`, `interpreter=false`), run on a server of
+its own model (inducer.model's where one is set).
     python perf/sleep_replay.py results/runs/babyai/speedrunner/seed0 --k 1 \
         --setting tool_calling=text --setting tool_calling=constrained
 """
@@ -45,12 +46,17 @@ history = training_history(previous, a.k)
 llm_keys = {f.name for f in fields(cfg.LLMConfig)}
 
 
-def parse(setting: str) -> tuple[dict, dict]:
-    llm, options = {}, {}
+def parse(setting: str) -> tuple[dict, dict, dict]:
+    """A setting's overrides of llm.*, of the config's inducer section (keys `inducer.<name>`) and of the
+    method's options."""
+    llm, inducer, options = {}, {}, {}
     for item in filter(None, setting.split(",")):
         key, _, value = item.partition("=")
-        (llm if key in llm_keys else options)[key] = yaml.safe_load(value)
-    return llm, options
+        if key.startswith("inducer."):
+            inducer[key.removeprefix("inducer.")] = yaml.safe_load(value)
+        else:
+            (llm if key in llm_keys else options)[key] = yaml.safe_load(value)
+    return llm, inducer, options
 
 
 def reason(observation: str) -> str:
@@ -61,8 +67,9 @@ def reason(observation: str) -> str:
 
 rows = []
 for setting in a.setting or [""]:
-    over_llm, over_options = parse(setting)
-    base = replace(cfg.llm_config(config), **over_llm)
+    over_llm, over_inducer, over_options = parse(setting)
+    limits = replace(cfg.inducer_limits(config), **over_inducer)
+    base = limits.sleep_llm(replace(cfg.llm_config(config), **over_llm))
     work = Path(tempfile.mkdtemp(prefix="sleep_replay."))
     server = servers.start(base, workdir=work)
     try:
@@ -74,7 +81,7 @@ for setting in a.setting or [""]:
                 out_dir=work / f"v{a.k}", record_dir=record, run_id=f"replay/{variant}", bench=bench,
                 method=replace(method, options={**(method.options or {}), **over_options}), llm=llm,
                 request_budget=config["budgets"]["inducer_requests"], trajectory_tokens=cfg.trajectory_tokens(config),
-                limits=cfg.inducer_limits(config))
+                limits=limits)
             t0 = time.time()
             new = get_method(method.method).induce(ctx, LLMClient(llm, server.url))
             wall = time.time() - t0

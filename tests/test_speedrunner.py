@@ -310,3 +310,25 @@ def test_an_actor_reply_the_parser_chokes_on_is_an_invalid_action():
 
     action = parse_text_action("Action: go_to(" + "-" * 3500 + "1)", ["go_to"])
     assert action.name == "go_to" and "could not read the arguments" in action.problem
+
+
+def test_the_notebook_calls_the_library_and_the_first_message_can_show_an_episode(recorded):
+    """A cell can call the working library's functions (v0's from the start, a new one once written), and a
+    primitive there raises, saying why; `inducer.example_steps` puts one recorded episode's first steps, each
+    action with what it returned, in the first message (0, the paper's behaviour, puts none)."""
+    fake = Fake(["Action: execute_code\n```python\nturn_around.__doc__\n```",
+                 "Action: execute_code\n```python\nturn_around()\n```",
+                 GOOD,
+                 "Action: execute_code\n```python\nmission_parts('go to the blue key after you pick up the red ball')\n```",
+                 "Action: finish"])
+    get_method("speedrunner").induce(ctx_for(recorded, budget=5, limits=InducerLimits(example_steps=2)), client=fake)
+    obs = [json.loads(x)["observation"] for x in (recorded / "induce/v1/transcript.jsonl").read_text().splitlines()]
+    assert "Turn twice." in obs[0]
+    assert "turn_left() steps the environment" in obs[1]
+    assert obs[2].startswith("Saved mission_parts") and "('red ball', 'blue key')" in obs[3]
+    first = fake.seen[0][1]["content"]
+    assert "Opening observation:\n" in first and "turn_around() returned:\n" in first
+    assert "go_forward() returned:\n" in first and "pick_up() returned" not in first  # its first 2 steps only
+    fake = Fake(["Action: finish"])
+    get_method("speedrunner").induce(ctx_for(recorded, budget=1), client=fake)
+    assert "Opening observation" not in fake.seen[0][1]["content"]

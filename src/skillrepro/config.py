@@ -107,6 +107,8 @@ class InducerLimits:
     last_request_nudge: bool = False
     # the sleep phases' model (a name as llm.model takes); None: llm.model, the paper's one model for both roles
     model: str | None = None
+    # SpeedRunner: the first message shows one recorded training episode's opening and first steps; the paper: 0
+    example_steps: int = 0
 
     def reply_tokens(self, llm: "LLMConfig") -> int:
         return max(llm.max_tokens, self.min_reply_tokens)

@@ -18,6 +18,10 @@ a session that has written nothing may call `write_function` only.
 Ablations (method options): prompt asi_style (the ASI-like prompt file), access all_public (every
 function public), interpreter false (no execute_code; the recent trajectories are put in the context).
 
+The notebook defines the working library's functions (after every write), with each primitive raising
+there, so a cell can try a function's parsing on recorded observations. `inducer.example_steps` (a
+deviation, 0 in the paper) puts one recorded episode's first steps in the first message.
+
 Records: the session's LLM calls go to <run>/induce/v{k+1}/llm_calls.parquet (role "inducer") and every
 tool call, its input and its output to transcript.jsonl beside it.
 """
@@ -57,6 +61,7 @@ HELPER_API = """In execute_code these names are predefined (a notebook: your var
   sql(query, limit=50) -> list of row dicts     show(query, limit=20)   prints a compact table
   library_source(version) -> str                library_versions() -> list[int]
   db: the DuckDB connection (read-only data; external files and network are switched off)
+  every function of the library as it is now (the primitives raise there: no environment runs in the notebook)
 Tables: {tables}
 Files outside a private scratch folder cannot be written; there is no network."""
 
@@ -240,6 +245,43 @@ def _history_facts(files: dict[str, list[str]]) -> tuple[list[dict], list[str]]:
     return [dict(zip(cols, r)) for r in rows], tasks
 
 
+def _example_episode(files: dict[str, list[str]], openings: dict[str, str], n_steps: int) -> str:
+    """One recorded training episode as the agent saw it, a failed one where there is one (the latest): its
+    opening observation and its first `n_steps` steps, each action with what it returned (option
+    inducer.example_steps; the paper shows none and the inducer reads episodes with its interpreter)."""
+    import duckdb
+
+    if n_steps <= 0 or not files["episodes"] or not files["steps"]:
+        return ""
+    con = duckdb.connect()
+    for view, table in (("e", "episodes"), ("s", "steps")):
+        listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files[table])
+        con.execute(f"CREATE VIEW {view} AS SELECT * FROM read_parquet([{listing}], union_by_name=true)")
+    row = con.execute("SELECT episode_id, task_id, success FROM e WHERE split = 'train' "
+                      "ORDER BY success, cycle DESC, episode_id LIMIT 1").fetchone()
+    if row is None:
+        return ""
+    episode, task, success = row
+    steps = con.execute("SELECT step, action, arguments, observation FROM s WHERE episode_id = ? ORDER BY step "
+                        "LIMIT ?", [episode, n_steps]).fetchall()
+    lines = [f"One recorded episode (task {task}, {'solved' if success else 'failed'}), as the agent saw it "
+             f"(the steps table has every one):", f"Opening observation:\n{openings.get(task, '(not recorded)')}"]
+    for step, action, arguments, observation in steps:
+        args = ", ".join(repr(a) for a in json.loads(arguments or "[]"))
+        lines.append(f"Step {step}: {action}({args}) returned:\n{observation}")
+    return "\n".join(lines)
+
+
+def _notebook_library(sess: Session) -> str:
+    """Code that defines the working library in the interpreter, so a cell can try its functions (their
+    parsing, on recorded observations). There is no environment there: each primitive raises, saying so."""
+    why = ("steps the environment, and execute_code has none (a finished task is never re-run); try the "
+           "parts of a function that read observations on recorded ones instead")
+    stubs = "\n".join(f"def {p}(*args, **kwargs):\n    raise RuntimeError({(p + '() ' + why)!r})"
+                      for p in sorted(sess.primitives))
+    return stubs + "\n\n" + Library(0, tuple(sess.functions.values())).source
+
+
 # ------------------------------------------------------------------------------------------ tools
 def smoke_check(functions: dict[str, SkillFunction], new: list[str], bench, task_ids: list[str],
                 policy: SandboxPolicy) -> str:
@@ -401,6 +443,10 @@ def induce(ctx: InduceContext, client=None) -> Library:
     task_msg = [f"Training so far (per cycle):\n{facts}",
                 f"Current library (version {ctx.library.version}):\n{sess.library_text()[:limits.library_chars]}"]
     sandbox, shown = None, None
+    openings = dict(_openings(bench, task_ids)) if interpreter or limits.example_steps else {}
+    example = _example_episode(files, openings, limits.example_steps)
+    if example:
+        task_msg.append(example)
     if interpreter:
         empty = {t: [(f.name, str(f.type)) for f in schema(cls)] for t, cls in _tables().items()}
         tables = ", ".join(f"{t}({', '.join(c for c, _ in empty[t])})" for t in HISTORY_TABLES)
@@ -410,7 +456,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
             site_packages=True, limits=interpreter_limits(limits), policy=ctx.sandbox,
             db={"tables": files, "empty_schemas": {t: _duck_types(c) for t, c in empty.items()},
                 # resets only: each task's first observation, nothing is stepped
-                "inline": {"openings": [{"task_id": t, "opening": o} for t, o in _openings(bench, task_ids)]},
+                "inline": {"openings": [{"task_id": t, "opening": o} for t, o in openings.items()]},
                 "library_versions": {str(v): str(ctx.library_root / f"v{v}" / "skills.py")
                                      for v in range(ctx.library.version + 1)}})
         # The interpreter is this method's defining tool: one that cannot start, or lacks a required layer,
@@ -420,6 +466,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
         except BaseException:
             sandbox.close()
             raise
+        sandbox.exec_code(_notebook_library(sess))
     else:
         # the interpreter-off ablation reads what every comparison method reads, under the same budget
         traj, shown = render_traces(read_traces(ctx.history_dirs), ctx.trajectory_tokens)
@@ -504,10 +551,15 @@ def _apply(action: Action, sess: Session, sandbox, interpreter: bool, bench, tas
         return render_exec(sandbox.exec_code(action.code), limits.tool_output_chars)
     if action.name == "read_library":
         return sess.library_text()[:limits.read_library_chars]
-    if action.name == "write_function":
-        return write_function(sess, action.code, action.public, bench, task_ids, replay)
-    if action.name == "delete_function":
-        return delete_function(sess, action.target)
+    if action.name in ("write_function", "delete_function"):
+        if action.name == "write_function":
+            out = write_function(sess, action.code, action.public, bench, task_ids, replay)
+        else:
+            out = delete_function(sess, action.target)
+        if sandbox is not None and not out.startswith("Error"):  # the notebook holds what the library now holds
+            gone = f"globals().pop({action.target!r}, None)\n" if action.name == "delete_function" else ""
+            sandbox.exec_code(gone + _notebook_library(sess))
+        return out
     if action.name == "finish":
         sess.finished = True
         return "Finished."
