@@ -41,6 +41,7 @@ rule kvcache_all:
         expand("results/figures/kvcache/{kvmodel}/{name}.png", kvmodel=_KV_LLMS, name=_KV_FIGURE_NAMES),
         "results/tables/kvcache_prefix.csv",
         "results/tables/kvcache_segments.csv",
+        "results/figures/kvcache_segments.png",  # the seminar's 2-3 prompt example
         "results/tables/kvcache_share.csv",
         expand("results/tables/kvcache/{kvmodel}/breaks.csv", kvmodel=_KV_LLMS),
         expand("results/tables/kvcache/{kvmodel}/locations.csv", kvmodel=_KV_LLMS),
@@ -178,7 +179,8 @@ rule kvcache_segments:
         tasks="results/kvcache/tasks.json",
         **({"trajectories": "results/kvcache/trajectories.json"} if KV.replay else {}),
     output:
-        report("results/tables/kvcache_segments.csv", caption="../report/kvcache_segments_table.rst", category="KV cache"),
+        table=report("results/tables/kvcache_segments.csv", caption="../report/kvcache_segments_table.rst", category="KV cache"),
+        figure=report("results/figures/kvcache_segments.png", caption="../report/kvcache_segments.rst", category="KV cache"),
     params:
         bench=_KV_BENCH,
         kv=KV,

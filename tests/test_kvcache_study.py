@@ -509,3 +509,30 @@ def test_served_figures_show_the_server_first_and_name_their_source(monkeypatch,
         assert "SIMULATED ONLY" in title and not any("measured" in x for x in labels), name
     assert "after preemption" in " ".join(shown["embedded/recomputed"][1])  # the preempted seed's recompute
     assert "llama.cpp slots never preempt" in shown["embedded/preemptions"][0]
+
+
+def test_prompt_example_figure_draws_each_formats_segments_in_order(monkeypatch):
+    """The seminar's 2-3 prompt example: one bar per format (the first game), its segments in prompt order,
+    their widths the segments table's tokens, the skill sections blue."""
+    import pandas as pd
+    from matplotlib.colors import to_rgba
+
+    from skillrepro.studies.kvcache import figures
+
+    rows = [("skillrl", "g1", ["system", "task", "general", "category", "mistakes", "history_1", "observation"],
+             [20, 10, 300, 200, 150, 40, 30]),
+            ("evoskill", "g1", ["system", "task", "template", "history_1", "documents"], [20, 10, 5, 40, 600]),
+            ("skillrl", "g2", ["system", "task"], [20, 99])]  # another game: not drawn
+    table = pd.DataFrame([dict(format=f, episode=e, order=i, segment=s, tokens=t)
+                          for f, e, segs, toks in rows for i, (s, t) in enumerate(zip(segs, toks))])
+    shown = {}
+    monkeypatch.setattr(figures, "_save", lambda fig, path: shown.update(ax=fig.axes[0]))
+    figures.segments(table, 2, "qwen2.5", "x.png")
+    bars = [(round(p.get_y() + p.get_height() / 2), p.get_x(), p.get_width(), p.get_facecolor())
+            for p in shown["ax"].patches]
+    for y, total, skills in ((0, 750, 650), (1, 675, 600)):
+        mine = sorted((b for b in bars if b[0] == y), key=lambda b: b[1])
+        assert sum(b[2] for b in mine) == total and mine[0][1] == 0  # from the prompt's start, every token
+        assert all(a[1] + a[2] == b[1] for a, b in zip(mine, mine[1:]))  # in prompt order, end to end
+        assert sum(b[2] for b in mine if b[3] == to_rgba("tab:blue")) == skills
+    assert "step 2" in shown["ax"].get_title() and "no model or cache" in shown["ax"].get_title()

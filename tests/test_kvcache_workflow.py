@@ -100,6 +100,7 @@ def test_kvcache_study_replayed_without_a_model(tmp_path):
     assert breaks.loc["skillrl", "break_fraction_median"] > 3 * breaks.loc["noskill", "break_fraction_median"]
     assert 0 < breaks.loc["skillrl", "reuse_ceiling"] < breaks.loc["skillrl", "break_fraction_median"]
     # 1-1: the segments of a prompt add up to it, and the skill sections are where the format puts them
+    assert (tmp_path / "results/figures/kvcache_segments.png").stat().st_size > 5000  # the 2-3 prompt example
     seg = pd.read_csv(tmp_path / "results/tables/kvcache_segments.csv")
     first = seg[(seg.format == "skillrl") & (seg.episode == seg.episode.iloc[0])]
     assert list(first[first.segment.isin(["task", "general", "category", "mistakes"])].segment) == [

@@ -1,7 +1,9 @@
-"""Per-segment token breakdown of every format's prompt at kvcache.prefix_step (seed 001, 1-1 and 2-3)."""
+"""Per-segment token breakdown of every format's prompt at kvcache.prefix_step (seed 001, 1-1 and 2-3), and the
+2-3 prompt example figure (one request per format of the first game)."""
 
 import pandas as pd
 
+from skillrepro.studies.kvcache import figures
 from skillrepro.studies.kvcache import formats as F
 from skillrepro.studies.kvcache.replay import prefix_views
 from skillrepro.studies.kvcache.tokenizers import get_tokenizer
@@ -19,6 +21,7 @@ for fmt in kv.formats:
             rows.append(dict(format=fmt, episode=v.episode, category=v.category, order=i, segment=name,
                              chars=chars, tokens=tokens))
 table = pd.DataFrame(rows).assign(step=kv.prefix_step, tokenizer=kv.prefix_tokenizer, bank=F.bank_summary(bank))
-write_text(snakemake.output[0], table.to_csv(index=False))
+write_text(snakemake.output.table, table.to_csv(index=False))
+figures.segments(table, kv.prefix_step, kv.prefix_tokenizer, snakemake.output.figure)  # the 2-3 prompt example
 named = table[table.segment != "template"].groupby(["format", "segment"], sort=False).tokens.mean().round(1)
 log.info("mean tokens per named segment:\n%s", named.to_string())

@@ -243,6 +243,42 @@ def models(table, kv, path) -> None:
     _save(fig, path)
 
 
+# segment -> (group, colour) for the prompt-example figure: skills blue, history orange (seminar 2-3's colours)
+_SEGMENT_GROUPS = {"general": "skills", "category": "skills", "mistakes": "skills", "documents": "skills",
+                   "task": "task", "observation": "observation and actions", "actions": "observation and actions"}
+_GROUP_COLOURS = {"skills": "tab:blue", "history": "tab:orange", "task": "tab:green",
+                  "observation and actions": "tab:purple", "frame": "lightgrey"}
+
+
+def segments(table, step: int, tokenizer: str, path) -> None:
+    """The seminar's prompt example (2-3): one request per format, the same game at the same step, each a bar
+    of its segments in prompt order (left: the prompt's start), sized in tokens; skills blue, history orange."""
+    fmts = list(dict.fromkeys(table.format))
+    game = table.episode.iloc[0]
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(fmts) + 1.6))
+    seen = set()
+    for y, f in enumerate(fmts):
+        g = table[(table.format == f) & (table.episode == game)].sort_values("order")
+        left = 0
+        for name, tokens in zip(g.segment, g.tokens):
+            group = "history" if name.startswith("history") else _SEGMENT_GROUPS.get(name, "frame")
+            ax.barh(y, tokens, left=left, color=_GROUP_COLOURS[group], edgecolor="white", linewidth=0.5,
+                    label=None if group in seen else group)
+            seen.add(group)
+            left += tokens
+        skills = int(g[g.segment.map(lambda n: _SEGMENT_GROUPS.get(n) == "skills")].tokens.sum())
+        ax.text(left, y, f"  {left:,} tokens ({skills:,} skills)", va="center", fontsize=8)
+    ax.set_yticks(range(len(fmts)))
+    ax.set_yticklabels(fmts, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"prompt tokens ({tokenizer}), from the prompt's start")
+    ax.set_xlim(0, ax.get_xlim()[1] * 1.25)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"One request per format: game {game}, step {step} (segments in prompt order; no model or cache)",
+                 fontsize=9)
+    _save(fig, path)
+
+
 def blend(table, summary, path) -> None:
     """Non-prefix reuse (2-4): K rel per chunk and context, K rel per layer, samples whose action moved."""
     chunks = list(dict.fromkeys(summary.chunk))
