@@ -450,6 +450,8 @@ def test_served_tables_put_the_servers_counts_first_and_split_recompute():
     m = st[st.policy == "server"].set_index("step")
     # per-step reuse from the server's counts (both seeds pooled), beside the simulator's, each labelled
     assert m.loc[1, "reuse_ratio"] == pytest.approx((96 + 112) / 250) and m.loc[0, "reuse_ratio"] == 0
+    assert m.loc[1, "simulated_same_requests_reuse_ratio"] == pytest.approx(190 / 250)  # llama.cpp slots
+    assert m.loc[1, "measured_minus_simulated"] == pytest.approx((208 - 190) / 250)
     assert m.source.str.startswith("measured: the embedded server").all()
     assert st[st.policy == "retain"].source.str.startswith("simulated: vLLM").all()
     # recomputed = prefix misses at first scheduling + recompute after preemption (the preempted seed's 50)

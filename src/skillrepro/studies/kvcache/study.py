@@ -572,14 +572,20 @@ def measured_source(backend: str) -> str:
 
 def measured_steps(server, backend: str):
     """Reuse per episode step from the server's per-request counts (every run of a format pooled): the
-    seminar's per-step reuse as the server reported it, in the steps table's columns (policy "server")."""
-    st = server.groupby(["format", "step"], sort=False)[["prompt_tokens", "server_cached_tokens"]].agg(
+    seminar's per-step reuse as the server reported it, in the steps table's columns (policy "server"), with
+    the simulator's prediction for the same requests (the server table's: llama.cpp slots on the embedded
+    backend, vLLM blocks elsewhere) and the difference."""
+    sim_col = "sim_llamacpp_cached_tokens" if backend == "embedded" else "sim_vllm_cached_tokens"
+    st = server.groupby(["format", "step"], sort=False).agg(
         requests=("prompt_tokens", "size"), prompt_tokens=("prompt_tokens", "sum"),
-        cached_tokens=("server_cached_tokens", "sum")).reset_index().sort_values(["format", "step"], kind="stable")
+        cached_tokens=("server_cached_tokens", "sum"), sim=(sim_col, "sum")).reset_index().sort_values(
+        ["format", "step"], kind="stable")
     st.insert(1, "policy", "server")
     st.insert(2, "capacity_tokens", None)
     st.insert(3, "concurrency", None)
     st["reuse_ratio"] = st.cached_tokens / st.prompt_tokens.clip(lower=1)
+    st["simulated_same_requests_reuse_ratio"] = st.pop("sim") / st.prompt_tokens.clip(lower=1)
+    st["measured_minus_simulated"] = st.reuse_ratio - st.simulated_same_requests_reuse_ratio
     st["source"] = measured_source(backend)
     return st
 
