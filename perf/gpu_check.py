@@ -153,11 +153,15 @@ def main() -> None:
 
         calls = sorted(str(p) for p in (workdir / "results" / "runs").rglob("llm_calls.parquet"))
         if calls:
-            n, lat, cached, prompt = duckdb.sql(
-                f"SELECT count(*), avg(latency_s), sum(cached_tokens), sum(prompt_tokens) FROM read_parquet({calls})"
+            n, lat, cached, prompt, unknown = duckdb.sql(
+                f"SELECT count(*), avg(latency_s), sum(cached_tokens), sum(prompt_tokens), "
+                f"count(*) FILTER (WHERE cached_tokens IS NULL) FROM read_parquet({calls})"
             ).fetchone()
             print(f"{'LLM calls recorded / mean latency s':<44}{n:>10}{lat:>8.2f}")
-            print(f"{'cached share the requests reported':<44}{cached / max(prompt, 1):>10.3f}")
+            if unknown:  # a server without --enable-prompt-tokens-details: unknown, not 0
+                print(f"{'cached share the requests reported':<44}{'unknown':>10} ({unknown} of {n} calls without a count)")
+            else:
+                print(f"{'cached share the requests reported':<44}{(cached or 0) / max(prompt, 1):>10.3f}")
     except Exception as e:  # the summary above stands without the records
         print(f"(records not read: {e})")
     print(f"snakemake exit {run.returncode}; its log: {workdir / 'snakemake.out'}")
