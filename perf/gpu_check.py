@@ -156,7 +156,7 @@ def main() -> None:
             n, lat, cached, prompt, unknown = duckdb.sql(
                 f"SELECT count(*), avg(latency_s), sum(cached_tokens), sum(prompt_tokens), "
                 f"count(*) FILTER (WHERE cached_tokens IS NULL) FROM read_parquet({calls})"
-            ).fetchone()
+            ).fetchall()[0]  # duckdb 2.0's relations have no fetchone()
             print(f"{'LLM calls recorded / mean latency s':<44}{n:>10}{lat:>8.2f}")
             if unknown:  # a server without --enable-prompt-tokens-details: unknown, not 0
                 print(f"{'cached share the requests reported':<44}{'unknown':>10} ({unknown} of {n} calls without a count)")
