@@ -39,11 +39,11 @@ from skillrepro.agent import call_schema
 from skillrepro.methods import InduceContext, register
 from skillrepro.config import InducerLimits
 from skillrepro.methods.common import (CODE_FENCE, PREFIX_TRIES, SMOKE_LIMITS, client_for, load_check,
-                                      longest_parsing_prefix, read_traces, render_traces)
+                                      longest_parsing_prefix, read_traces, show_traces)
 from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
 from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession
 from skillrepro.store import TABLES, LLMCall, schema, write_records, write_text
-from skillrepro.benchmarks import load_benchmark
+from skillrepro.benchmarks import load_benchmark, primitive_returns
 from skillrepro.llm.client import LLMRequestError
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
@@ -436,7 +436,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
     system = prompt_file.read_text().format(
         environment=bench.describe(),
         primitives="\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives()),
-        access_rule=access_rule, tools=protocol)
+        returns=primitive_returns(bench.primitives()), access_rule=access_rule, tools=protocol)
     limits = ctx.limits
     max_tokens, ctx_chars = limits.reply_tokens(ctx.llm), limits.history_chars(ctx.llm)
     facts = "\n".join(json.dumps(r, default=str) for r in summary) or "(no episodes yet)"
@@ -469,8 +469,8 @@ def induce(ctx: InduceContext, client=None) -> Library:
         sandbox.exec_code(_notebook_library(sess))
     else:
         # the interpreter-off ablation reads what every comparison method reads, under the same budget
-        traj, shown = render_traces(read_traces(ctx.history_dirs), ctx.trajectory_tokens)
-        task_msg.append(f"Recent episodes:\n{traj}")
+        shown = show_traces(read_traces(ctx.history_dirs), ctx.trajectory_tokens)
+        task_msg.append(f"Recent episodes:\n{shown.text}")
     task_msg.append("Improve the library now. One tool call per reply.")
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(task_msg)[:ctx_chars // 2]}]
 
@@ -536,7 +536,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
         "requests": len(records), "writes_accepted": sess.writes_ok, "finished": sess.finished,
         "prompt": style, "access": "all_public" if all_public else "split", "interpreter": interpreter,
         "replay_check": opts.replay_check, "trajectory_tokens": ctx.trajectory_tokens, "limits": asdict(limits),
-        "trajectory_tokens_shown": shown})
+        "trajectory_tokens_shown": shown.tokens if shown else None, **(shown.record() if shown else {})})
 
 
 def _apply(action: Action, sess: Session, sandbox, interpreter: bool, bench, task_ids, replay: bool,
