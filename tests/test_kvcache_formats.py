@@ -211,6 +211,17 @@ def test_prompt_segments_cover_the_prompt_in_order():
         # token merging across a boundary moves one token to the later segment
         assert abs(seg["history_1"] - len(TOK.encode(F.history_items(hist[:2])[0]))) <= 1 and seg["history_1"] > 30
         assert abs(seg["general"] - len(TOK.encode(F.general_section(BANK)))) <= 1
+    # evoskill's conversation: the skill list, then its turns in order with the category's SKILL.md (the Skill
+    # tool's result) after the first reply: skills between the history, as the seminar's 2-3 example shows
+    for fmt in ("evoskill", "evoskill_common_top"):
+        segs = F.prompt_segments(fmt, BANK, view, TOK.encode)
+        names = list(dict.fromkeys(n for n, _, _ in segs if n != "template"))
+        want = ["skill_list", *(["core_document"] if fmt.endswith("top") else []), "task", "history_1", "instruction",
+                "documents", "history_2", "observation", "actions"]
+        assert names == want, fmt
+        assert sum(t for _, _, t in segs) == len(prompt_ids(fmt, task, 2)), fmt
+        doc = F.skill_docs(BANK, fmt.endswith("top"))[F.skill_name(view.category)]
+        assert abs(dict((n, t) for n, _, t in segs)["documents"] - len(TOK.encode(doc))) <= 1, fmt
 
 
 def test_share_of_prompt_counts_the_shared_prefix_against_the_whole_and_the_fixed_part():

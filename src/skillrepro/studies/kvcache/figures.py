@@ -147,10 +147,12 @@ def recomputed(tables, kv, path) -> None:
     ax.set_xticks(range(len(fmts)))
     ax.set_xticklabels(fmts, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("prompt tokens computed per run")
-    ax.legend(fontsize=7)
+    top = max([m + (p or 0) for _, miss, pre in bars for m, p in zip(miss, pre or [0] * len(miss))] or [1])
+    ax.set_ylim(0, top * 1.35)  # room for the legend above the bars
+    ax.legend(fontsize=7, ncol=2, loc="upper left")
     where = f"measured by the {served} server beside" if served else "SIMULATED ONLY (replay, no server):"
-    ax.set_title(f"Recomputed tokens per run, {where} vLLM {kv.vllm_version} simulated "
-                 f"({kv.policies[0]}); hatched: recompute after preemption", fontsize=9)
+    ax.set_title(f"Recomputed tokens per run, {where} vLLM {kv.vllm_version} simulated ({kv.policies[0]})\n"
+                 "solid: prefix misses; hatched: recompute after preemption", fontsize=9)
     _save(fig, path)
 
 
@@ -171,13 +173,15 @@ def preemptions(tables, kv, path) -> None:
             t[(t.format == f) & (t.capacity_tokens == cap) & (t.concurrency == n)].preemptions_per_run.sum() for f in fmts]
     fig, ax = plt.subplots(figsize=(8, 4))
     _grouped_bars(ax, fmts, series, "preemptions per run")
+    peak = max([v for vals in series.values() for v in vals if v == v] or [0])
+    ax.set_ylim(0, max(peak, 1) * 1.3)  # none at all reads as a floor at 0, not an axis around it
     if series and next(iter(series)).startswith("measured"):
         where = f"measured by the {served} server beside"
     elif served:
         where = f"the {served} server counts none (llama.cpp slots never preempt):"
     else:
         where = "SIMULATED ONLY (replay, no server):"
-    ax.set_title(f"Preemptions, {where} vLLM {kv.vllm_version} simulated ({kv.policies[0]})", fontsize=9)
+    ax.set_title(f"Preemptions, {where}\nvLLM {kv.vllm_version} simulated ({kv.policies[0]})", fontsize=9)
     _save(fig, path)
 
 
@@ -245,9 +249,10 @@ def models(table, kv, path) -> None:
 
 # segment -> (group, colour) for the prompt-example figure: skills blue, history orange (seminar 2-3's colours)
 _SEGMENT_GROUPS = {"general": "skills", "category": "skills", "mistakes": "skills", "documents": "skills",
+                   "core_document": "skills", "skill_list": "skills",
                    "task": "task", "observation": "observation and actions", "actions": "observation and actions"}
 _GROUP_COLOURS = {"skills": "tab:blue", "history": "tab:orange", "task": "tab:green",
-                  "observation and actions": "tab:purple", "frame": "lightgrey"}
+                  "observation and actions": "tab:purple", "frame: system, instruction, headers, chat markers": "lightgrey"}
 
 
 def segments(table, step: int, tokenizer: str, path) -> None:
@@ -261,7 +266,7 @@ def segments(table, step: int, tokenizer: str, path) -> None:
         g = table[(table.format == f) & (table.episode == game)].sort_values("order")
         left = 0
         for name, tokens in zip(g.segment, g.tokens):
-            group = "history" if name.startswith("history") else _SEGMENT_GROUPS.get(name, "frame")
+            group = "history" if name.startswith("history") else _SEGMENT_GROUPS.get(name, "frame: system, instruction, headers, chat markers")
             ax.barh(y, tokens, left=left, color=_GROUP_COLOURS[group], edgecolor="white", linewidth=0.5,
                     label=None if group in seen else group)
             seen.add(group)
@@ -273,7 +278,7 @@ def segments(table, step: int, tokenizer: str, path) -> None:
     ax.invert_yaxis()
     ax.set_xlabel(f"prompt tokens ({tokenizer}), from the prompt's start")
     ax.set_xlim(0, ax.get_xlim()[1] * 1.25)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=5, frameon=False)
     ax.set_title(f"One request per format: game {game}, step {step} (segments in prompt order; no model or cache)",
                  fontsize=9)
     _save(fig, path)

@@ -381,6 +381,33 @@ def _evoskill(fmt: str, bank: SkillBank, category: str, history: list[Turn], obs
     return msgs
 
 
+def _evoskill_pieces(fmt: str, bank: SkillBank, view: "EpisodeView", tpl: Templates) -> list[tuple[str, str]]:
+    """The named parts of an evoskill conversation in order (for `prompt_segments`): the system message's skill
+    list and always-loaded core document (evoskill_common_top), the first step's actions, then each earlier
+    reply and the observation turn after it, with the category's SKILL.md (the Skill tool's result) after the first reply;
+    the last turn is the current observation and actions."""
+    docs = skill_docs(bank, always_loaded_core=fmt == "evoskill_common_top")
+    listing = "\n".join(f"- {skill_name(c)}: How to solve ALFWorld {_title(c)} tasks."
+                        for c in bank.task_specific_skills)
+    out = [("skill_list", listing)]  # the system message's skill names and descriptions
+    if fmt == "evoskill_common_top":
+        out.append(("core_document", docs["alfworld-core"]))
+    history = list(view.history)
+    if not history:
+        return out
+    # the first observation quotes the task sentence (found first, as `task`); its actions list is history
+    out.append(("history_1", format_actions(list(history[0].admissible))))
+    for i, t in enumerate(history):
+        out.append((f"history_{i + 1}", t.reply_text()))
+        if i == 0:
+            out.append(("documents", docs[skill_name(view.category)]))
+        if i + 1 < len(history):
+            nxt = history[i + 1]
+            out.append((f"history_{i + 2}", tpl.fill("evoskill_turn", observation=nxt.observation,
+                                                     actions=format_actions(list(nxt.admissible)))))
+    return out
+
+
 def render_chatml(messages: list[dict], default_system: str | None = QWEN_DEFAULT_SYSTEM) -> str:
     """The prompt text Qwen2.5's chat template produces (no tools), ending with the assistant header."""
     parts = []
@@ -517,21 +544,30 @@ def prompt_segments(fmt: str, bank: SkillBank, view: EpisodeView, encode: Callab
     items = history_items(history)
     header = format_progress(history, len(history))
     header = header[: header.index(items[0])] if items else header
-    pieces = [("system", QWEN_DEFAULT_SYSTEM), ("task", view.task), ("general", general_section(bank)),
-              ("category", category_section(bank, view.category)), ("mistakes", mistakes_section(bank))]
+    pieces = [("system", QWEN_DEFAULT_SYSTEM), ("task", view.task)]
+    if fmt.startswith("evoskill"):
+        pieces += _evoskill_pieces(fmt, bank, view, tpl)
+    else:
+        pieces += [("general", general_section(bank)), ("category", category_section(bank, view.category)),
+                   ("mistakes", mistakes_section(bank))]
     if fmt.startswith("wikiskill"):
         pieces.append(("documents", _wiki_documents(bank)))
-    pieces += [("progress_header", header) if items else ("", "")]
-    pieces += [(f"history_{i + 1}", t) for i, t in enumerate(items)]
+    pieces += [("progress_header", header) if items and not fmt.startswith("evoskill") else ("", "")]
+    pieces += [(f"history_{i + 1}", t) for i, t in enumerate(items) if not fmt.startswith("evoskill")]
     pieces += [("observation", view.observation), ("actions", format_actions(list(view.admissible))),
                ("instruction", tpl.raw("instruction"))]
     spans = []
+    cursor = 0  # a conversation's turns (evoskill) are found in order: a short reply may repeat
     for name, text in pieces:
         if not name or not text:
             continue
-        at = prompt.rfind(text) if name in ("observation", "actions", "instruction") else prompt.find(text)
+        ordered = name.startswith(("history", "documents", "core_document", "skill_list"))
+        at = (prompt.rfind(text) if name in ("observation", "actions", "instruction")
+              else prompt.find(text, cursor) if ordered else prompt.find(text))
         if at >= 0 and not any(a < at + len(text) and at < b for _, a, b in spans):
             spans.append((name, at, at + len(text)))
+            if ordered:
+                cursor = at + len(text)
     spans.sort(key=lambda s: s[1])
     bounds, pos = [], 0
     for name, a, b in spans:
