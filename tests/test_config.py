@@ -92,6 +92,10 @@ def test_a_plan_needs_no_key_and_no_prices(monkeypatch):
     with pytest.raises(ConfigError, match="SKILLREPRO_TEST_KEY is not set"):
         check_billing(checked)
     assert billing_problems(check_config(BASE, billing=False)) == []  # the embedded model bills nothing
+    # the sleep phases' own model (inducer.model) is billed too
+    cfg["inducer"] = {"model": "gpt-y"}
+    assert "config key pricing: no price for model 'gpt-y' (backend openai is billed)" in billing_problems(
+        check_config(cfg, billing=False))
 
 
 def test_defaults_are_filled_and_checkpoints_follow_the_protocol():

@@ -388,14 +388,15 @@ def billing_problems(config: dict[str, Any], *, env: bool = True) -> list[str]:
     problems = []
     if env and not os.environ.get(llm.api_key_env):
         problems.append(f"config key llm.api_key_env: environment variable {llm.api_key_env} is not set")
-    rates = (config.get("pricing") or {}).get(llm.model)
-    if rates is None:
-        problems.append(f"config key pricing: no price for model {llm.model!r} (backend openai is billed)")
-    elif not any(rates.values()):
-        # A preset ships zeros where the provider's rates go: a billed run priced at $0 would be a wrong
-        # figure 3, not a free one.
-        problems.append(f"config key pricing.{llm.model}: every rate is 0 for a billed model; put your "
-                        "provider's dollars per million tokens there")
+    for model in dict.fromkeys((llm.model, (config.get("inducer") or {}).get("model") or llm.model)):
+        rates = (config.get("pricing") or {}).get(model)
+        if rates is None:
+            problems.append(f"config key pricing: no price for model {model!r} (backend openai is billed)")
+        elif not any(rates.values()):
+            # A preset ships zeros where the provider's rates go: a billed run priced at $0 would be a wrong
+            # figure 3, not a free one.
+            problems.append(f"config key pricing.{model}: every rate is 0 for a billed model; put your "
+                            "provider's dollars per million tokens there")
     return problems
 
 
