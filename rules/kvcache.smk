@@ -13,7 +13,7 @@ KV = KVConfig.from_config(config)
 _KV_LLM = _kv_cfg.llm_config(config)
 _KV_LLMS = KV.model_llms(config)  # model name -> its llm settings
 _KV_BENCH = KV.bench(config)
-_KV_WALL = config.get("budgets", {}).get("rollout_wall_s", 1800)
+_KV_WALL = config.get("budgets", {}).get("rollout_wall_s", _kv_cfg.ROLLOUT_WALL_S)
 # Snakemake leaves the `kv` dataclass param out of what it compares between runs: this digest of the study's
 # settings (and of the job's model's llm settings) is what reruns a job whose settings changed.
 _kv_settings = lambda w: _kv_cfg.fingerprint([KV, _KV_BENCH, _KV_LLMS[w.kvmodel] if hasattr(w, "kvmodel") else _KV_LLMS])  # noqa: E731

@@ -15,7 +15,7 @@ from skillrepro.studies.scaffold.settings import (BASELINE, DIRECT_POLICY, Scaff
 SCAFFOLD = ScaffoldConfig.from_config(config)
 SC_LLM = scaffold_cfg.llm_config(config)
 SC_BENCH = [b for b in config.get("benchmarks", {}) if b in SCAFFOLD.benchmarks]
-SC_WALL = config.get("budgets", {}).get("rollout_wall_s", 1800)
+SC_WALL = config.get("budgets", {}).get("rollout_wall_s", scaffold_cfg.ROLLOUT_WALL_S)
 SC_TASK_SEED = config.get("protocol", {}).get("task_seed", 42)
 SC_SCORER_LLM = SCAFFOLD.scorer_backend == "vllm" or (SCAFFOLD.scorer_backend == "auto" and SC_LLM.backend == "vllm")
 SC_GPU = SC_LLM.backend == "vllm"

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from skillrepro.config import ConfigError, billing_problems, check_billing, load_yaml, protocol
+from skillrepro.config import (ROLLOUT_WALL_S, SCHEMA, ConfigError, billing_problems, check_billing, load_yaml,
+                               protocol)
 from skillrepro.check import check_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,6 +107,16 @@ def test_defaults_are_filled_and_checkpoints_follow_the_protocol():
     p = protocol(cfg)
     assert p.n_cycles == 20
     assert p.checkpoints == [0, 5, 10, 15, 20]
+
+
+def test_the_episode_wall_clock_default_is_written_once():
+    """budgets.rollout_wall_s's default is config.ROLLOUT_WALL_S: the schema's, the rules' and the functions'."""
+    schema = load_yaml(SCHEMA)
+    default = schema["properties"]["budgets"]["properties"]["rollout_wall_s"]["default"]
+    assert default == ROLLOUT_WALL_S and type(default) is type(ROLLOUT_WALL_S)
+    cfg = copy.deepcopy(BASE)
+    cfg["budgets"].pop("rollout_wall_s", None)
+    assert check_config(cfg)["budgets"]["rollout_wall_s"] == ROLLOUT_WALL_S
 
 
 def test_method_options_are_checked_by_the_methods_options_class():

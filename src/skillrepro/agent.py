@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from skillrepro.benchmarks.base import ActionError, Env, Primitive
-from skillrepro.config import ActorConfig
+from skillrepro.config import ROLLOUT_WALL_S, ActorConfig
 from skillrepro.llm.client import LLMClient, LLMRequestError
 from skillrepro.skills.library import Library, parse_untrusted
 from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession, render_outcome
@@ -296,7 +296,7 @@ class Actor:
     client: LLMClient
     environment_text: str
     call_budget: int
-    wall_s: float = 1800.0
+    wall_s: float = float(ROLLOUT_WALL_S)
     # native: the server's tool calls; text: "Action: name(args)" read from the reply; constrained: the
     # reply is decoded under reply_schema (one JSON call of a listed tool), so it cannot name another
     tool_calling: str = "text"

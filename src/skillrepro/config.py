@@ -20,6 +20,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "schemas" / "config.schema.yaml"
+# One episode's wall clock, in seconds: budgets.rollout_wall_s's default (the schema's, under test) and every
+# function's default for it. An int as the schema writes it; the functions take float(ROLLOUT_WALL_S).
+ROLLOUT_WALL_S = 1800
 
 
 

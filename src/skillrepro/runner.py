@@ -35,7 +35,7 @@ from typing import Any, Iterable
 
 from skillrepro import skills
 from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, Prompts, primitive_tools, skill_tools
-from skillrepro.config import OPERATIONAL_LLM_KEYS, BenchmarkConfig, LLMConfig, MethodConfig
+from skillrepro.config import OPERATIONAL_LLM_KEYS, ROLLOUT_WALL_S, BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.llm.client import LLMClient, session
 from skillrepro.methods import TaskContext, default_next_task, get_method
 from skillrepro.progress import Progress
@@ -67,7 +67,7 @@ def run_batch(
     task_ids: list[str],
     spec: EpisodeSpec,
     out_dir: str | Path,
-    wall_s: float = 1800.0,
+    wall_s: float = float(ROLLOUT_WALL_S),
     prompts: Prompts | None = None,
     notes: str | None = None,
     method: MethodConfig | None = None,

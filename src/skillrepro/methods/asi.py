@@ -19,6 +19,7 @@ import re
 import shutil
 from dataclasses import dataclass, replace
 
+from skillrepro.config import ROLLOUT_WALL_S
 from skillrepro.methods import InduceContext, register
 from skillrepro.methods.common import (Trace, append_functions, budget, check_prompt_file, client_for, prompt_text,
                                         read_traces, reply_code, show_traces, save_records)
@@ -45,7 +46,7 @@ class Options:
 
 @dataclass(frozen=True)
 class ReplayOptions(Options):
-    replay_wall_s: float = 1800.0  # wall clock of one replay episode (as budgets.rollout_wall_s)
+    replay_wall_s: float = float(ROLLOUT_WALL_S)  # wall clock of one replay episode (as budgets.rollout_wall_s)
 
 
 def solved(trace_or_episode, opts: Options) -> bool:

@@ -19,7 +19,7 @@ from typing import Callable
 
 from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, ParsedAction, PromptTurn, Tool, primitive_tools
 from skillrepro.benchmarks import get_benchmark
-from skillrepro.config import LLMConfig
+from skillrepro.config import ROLLOUT_WALL_S, LLMConfig
 from skillrepro.llm.client import session
 from skillrepro.progress import Progress
 from skillrepro.store import Episode, LLMCall, Step, write_records, write_text
@@ -225,7 +225,8 @@ class _LockstepClient:
 
 
 def run_format(*, formatter: AlfWorldFormatter, benchmark, task_ids: list[str], client, spec: EpisodeSpec,
-               call_budget: int, wall_s: float = 1800.0, prompt_ids: Callable[[list[dict]], list[int]] | None = None,
+               call_budget: int, wall_s: float = float(ROLLOUT_WALL_S),
+               prompt_ids: Callable[[list[dict]], list[int]] | None = None,
                reply_ids: Callable[[str], list[int]] | None = None, parallel: int = 1, lockstep: bool = False,
                log: Callable[[str], None] | None = None) -> FormatRun:
     """Play `task_ids` with `formatter`'s prompts; `parallel` episodes at a time (a batching server such as
@@ -349,8 +350,8 @@ def format_benchmark(bench):
 
 def record_run(*, fmt: str, seed: int, bench, llm: LLMConfig, task_ids: list[str], call_budget: int,
                out_dir: str, split: str = "test", bank_path: str | None = None, templates_dir: str | None = None,
-               max_tokens: int | None = None, parallel: int = 1, wall_s: float = 1800.0, lockstep: bool = False,
-               log: Callable[[str], None] | None = None) -> FormatRun:
+               max_tokens: int | None = None, parallel: int = 1, wall_s: float = float(ROLLOUT_WALL_S),
+               lockstep: bool = False, log: Callable[[str], None] | None = None) -> FormatRun:
     """One (format, seed) run of the study: play the games with the server this job may use, record every
     request's prompt and reply token ids, and write episodes/steps/llm_calls.parquet and requests.jsonl."""
     import dataclasses

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from skillrepro.agent import EpisodeSpec
 from skillrepro.benchmarks import load_benchmark
-from skillrepro.config import ConfigError
+from skillrepro.config import ROLLOUT_WALL_S, ConfigError
 from skillrepro.llm.servers import own_server
 from skillrepro.progress import Progress
 from skillrepro.runner import RECORD_TABLES, run_batch
@@ -96,7 +96,7 @@ def policy_server(llm: Any, policy: str | None):
 
 
 def play(*, bench: Any, llm: Any, library_dir: str | Path, plan: Sequence[tuple[str, str, str]], run_id: str,
-         cycle: int, out_dir: str | Path, wall_s: float = 1800.0, logger: Any = None, policy: str = "",
+         cycle: int, out_dir: str | Path, wall_s: float = float(ROLLOUT_WALL_S), logger: Any = None, policy: str = "",
          split: str = "train") -> Path:
     """Play (task_id, notes, episode variant) items and merge their records into `out_dir`.
 
