@@ -6,6 +6,7 @@ from skillrepro import config as cfg
 from skillrepro import pipeline
 from skillrepro.benchmarks import load_benchmark
 from skillrepro.llm import models
+from skillrepro.skills.sandbox import SandboxLimits
 
 LLM = cfg.llm_config(config)
 INDUCER = cfg.inducer_limits(config)
@@ -29,10 +30,73 @@ def llm_units(n_episodes, split):
     return units
 
 
+# ---- What an LLM job asks a cluster for (mem_mb, cpus_per_task): every figure in this one block.
+# A job needs its own Python process, an environment per episode in flight, room for one sandboxed skill call,
+# and the model server it starts on its node, if any. It starts none where the model is served: llm.base_url,
+# backend openai, or SKILLREPRO_LLM_URL exported before snakemake (sbatch --export=ALL hands it to every job).
+# A job without LLM work asks for the profile's default-resources.
+JOB_MB = {"rollout": 300, "evaluate": 300, "induce": 400}  # the job's Python; measured max_rss 130-260 MB
+ENV_MB = {"babyai": 50, "crafter": 300, "scienceworld": 600, "alfworld": 400}  # per environment (scienceworld:
+# a JVM at -Xmx512m, measured 350-480 MB; the others estimated); an env not listed here counts 500
+SANDBOX_MB = SandboxLimits().memory_bytes >> 20  # a skill call's memory limit (skills.sandbox), once a job
+# The embedded llama.cpp server: its GGUF file, its KV cache (f16, kB per token of context: layers x KV heads
+# x head size x 2 x 2 bytes) for slots x ctx_per_slot tokens, and 250 MB of runtime (SmolLM2 at 2 x 4096
+# tokens: 94 + 184 + 250 = 528 MB against 430-600 MB measured). A .gguf path counts its size and 64 kB/token.
+EMBEDDED = {"smollm2-135m": (94, 22.5), "qwen2.5-coder-0.5b": (469, 12), "qwen2.5-coder-1.5b": (1066, 28)}
+EMBEDDED_RUNTIME_MB = 250
+VLLM_MB, VLLM_CPUS = 16000, 4  # `vllm serve` on the job's node: host memory and CPUs beside its GPU (estimate)
+HEADROOM = 1.5  # Slurm kills a job over its memory: ask half as much again
+
+
+def served(llm=LLM) -> bool:
+    """Whether LLM jobs reach a served model instead of starting a server on their node."""
+    from skillrepro.llm import servers
+
+    return bool(llm.base_url) or llm.backend == "openai" or bool(os.environ.get(servers.URL_ENV))
+
+
 # The GPU an LLM job asks a cluster for. Off the local machine every LLM job starts its own server on the
-# node it is given (skillrepro.llm.client.session): `vllm serve` needs a GPU, the embedded llama.cpp runs
-# on the job's CPUs, and a served model (llm.base_url, backend openai) needs nothing on the node.
-LLM_GPUS = 1 if LLM.backend == "vllm" and not LLM.base_url else 0
+# node it is given (skillrepro.llm.client.session) unless the model is served: `vllm serve` needs a GPU, the
+# embedded llama.cpp runs on the job's CPUs, and a served model needs nothing on the node.
+LLM_GPUS = 1 if LLM.backend == "vllm" and not served() else 0
+
+
+def server_mb(llm) -> int:
+    """Memory of the server an LLM job starts on its node for `llm` (0 where it starts none)."""
+    if served(llm):
+        return 0
+    if llm.backend == "vllm":
+        return VLLM_MB
+    gguf_mb, kv_kb = EMBEDDED.get(llm.model) or (os.path.getsize(llm.model) >> 20, 64)
+    return gguf_mb + int(kv_kb * llm.slots * llm.ctx_per_slot / 1024) + EMBEDDED_RUNTIME_MB
+
+
+def server_cpus(llm) -> int:
+    """CPUs of the server an LLM job starts on its node: llama.cpp's threads, vLLM's engine and API processes."""
+    return 0 if served(llm) else VLLM_CPUS if llm.backend == "vllm" else llm.threads
+
+
+def _job_llm(kind):
+    """The model settings a job of `kind` starts a server for: a sleep phase's own model (inducer.model)."""
+    return INDUCER.sleep_llm(LLM) if kind == "induce" and INDUCER.own_server(LLM) else LLM
+
+
+def job_mem_mb(kind, units=None):
+    """mem_mb of an LLM job of `kind` (a JOB_MB key); `units` (the rule's `llm` units, llm_units) gives the
+    episodes it plays at once, one for a sleep phase."""
+
+    def mem_mb(wildcards):
+        episodes = units(wildcards) if units else 1
+        env = ENV_MB.get(BENCHMARKS[wildcards.bench].env, 500) if kind != "induce" else 0
+        need = JOB_MB[kind] + episodes * env + SANDBOX_MB + server_mb(_job_llm(kind))
+        return int(-(-need * HEADROOM // 100) * 100)  # rounded up to 100 MB
+
+    return mem_mb
+
+
+def job_cpus(kind):
+    """cpus_per_task of an LLM job of `kind`: one for the job, and its node's server's."""
+    return 1 + server_cpus(_job_llm(kind))
 
 
 def request_gpus(rules):

@@ -12,7 +12,8 @@ rule evaluate:
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
         llm=llm_units(PROTOCOL.n_test, "test"),
-        mem_mb=4000,
+        mem_mb=job_mem_mb("evaluate", llm_units(PROTOCOL.n_test, "test")),
+        cpus_per_task=job_cpus("evaluate"),
         runtime=240,
     log:
         "logs/runs/{bench}/{variant}/seed{seed}/evaluate_v{k}.log",

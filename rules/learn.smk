@@ -39,7 +39,8 @@ rule rollout:
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
         llm=llm_units(PROTOCOL.sleep_every, "train"),
-        mem_mb=4000,
+        mem_mb=job_mem_mb("rollout", llm_units(PROTOCOL.sleep_every, "train")),
+        cpus_per_task=job_cpus("rollout"),
         runtime=240,
     log:
         "logs/runs/{bench}/{variant}/seed{seed}/rollout_batch{k}.log",
@@ -73,7 +74,8 @@ rule induce:
     resources:
         # a model of its own (inducer.model) runs beside the shared server's: nothing else runs meanwhile
         llm=LLM.slots if INDUCER.own_server(LLM) else 1,
-        mem_mb=4000,
+        mem_mb=job_mem_mb("induce"),
+        cpus_per_task=job_cpus("induce"),
         runtime=120,
     log:
         "logs/runs/{bench}/{variant}/seed{seed}/induce_v{k}.log",

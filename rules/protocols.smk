@@ -46,7 +46,8 @@ rule evaluate_on:
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
         llm=1,
-        mem_mb=4000,
+        mem_mb=job_mem_mb("evaluate"),
+        cpus_per_task=job_cpus("evaluate"),
         runtime=240,
     log:
         "logs/runs/{bench}/{variant}/seed{seed}/evaluate_on_{target}_v{k}.log",
@@ -76,7 +77,8 @@ rule evaluate_truncated:
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
         llm=1,
-        mem_mb=4000,
+        mem_mb=job_mem_mb("evaluate"),
+        cpus_per_task=job_cpus("evaluate"),
         runtime=240,
     log:
         "logs/runs/{bench}/{variant}/seed{seed}/evaluate_truncated_n{n}.log",

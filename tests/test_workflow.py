@@ -66,23 +66,31 @@ def gpus_per_rule(dry_run: str) -> dict[str, set[int]]:
     return asked
 
 
+# The environment of a user who exported no server URL (the session's llm_url fixture exports one): LLM jobs
+# then start their server on their node, and ask for it.
+UNSERVED = {k: v for k, v in os.environ.items() if k != "SKILLREPRO_LLM_URL"}
+
+
 def test_slurm_profile_dry_run():
     # --forceall: list every job even when an earlier local run left results/ behind.
-    out = snakemake("--profile", "profiles/slurm", "-n", "--forceall", "results/tables/main.csv")
+    out = snakemake("--profile", "profiles/slurm", "-n", "--forceall", "results/tables/main.csv", env=UNSERVED)
     assert "rollout" in out.stdout and "This was a dry-run" in out.stdout
     # The embedded model runs on the job's CPUs: no job asks the cluster for a GPU.
     asked = gpus_per_rule(out.stdout)
     assert {"rollout", "induce", "evaluate", "tables"} <= set(asked)
     assert set().union(*asked.values()) == {0}
     # Resources follow what a job does: react's and reference's sleep phases (carry_library) do nothing and
-    # ask for the defaults, not the inducer's 32 GB and 8 CPUs; no job asks for Snakemake's 50 GB of disk.
+    # ask for the defaults; SpeedRunner's (induce) asks for its own process, a sandboxed call and the 0.5B
+    # model's llama.cpp server on its node (rules/common.smk: (400 + 1024 + 469 + 192 + 250) x 1.5 MB, 1 + 2
+    # threads), not the 32 GB and 8 CPUs the profile once gave every LLM job; no job asks for Snakemake's
+    # 50 GB of disk.
     jobs = [(re.search(r"(?:local)?rule (\w+):", block), re.search(r"variant=(\w+)", block),
              re.search(r"resources: (.*)", block)) for block in re.split(r"\n(?=(?:local)?rule \w+:)", out.stdout)]
     jobs = [(rule[1], variant[1] if variant else None, dict(kv.split("=", 1) for kv in res[1].split(", ")))
             for rule, variant, res in jobs if rule and res]
     sleeps = {(rule, variant): (res["mem_mb"], res["cpus_per_task"]) for rule, variant, res in jobs
               if rule in ("induce", "carry_library")}
-    assert sleeps == {("induce", "speedrunner"): ("32000", "8"), ("carry_library", "react"): ("4000", "1"),
+    assert sleeps == {("induce", "speedrunner"): ("3600", "3"), ("carry_library", "react"): ("4000", "1"),
                       ("carry_library", "reference"): ("4000", "1")}
     assert all(res["disk_mb"] in ("1000", "<TBD>") for _, _, res in jobs), {r["disk_mb"] for _, _, r in jobs}
 
@@ -92,12 +100,19 @@ def test_slurm_profile_asks_a_gpu_only_for_llm_jobs_that_start_vllm(tmp_path):
     cfg["llm"].update(backend="vllm", base_url=None)  # (with a base_url, none: rules/common.smk LLM_GPUS)
     path = tmp_path / "vllm.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    out = snakemake("--profile", "profiles/slurm", "-n", "--forceall", "results/tables/main.csv", "--configfile", str(path))
+    args = ("--profile", "profiles/slurm", "-n", "--forceall", "results/tables/main.csv", "--configfile", str(path))
+    out = snakemake(*args, env=UNSERVED)
     asked = gpus_per_rule(out.stdout)
     llm_jobs = {"rollout", "induce", "evaluate"}
     # each LLM job starts `vllm serve` on its node; no other job needs a GPU
     assert {rule: asked[rule] for rule in llm_jobs} == {rule: {1} for rule in llm_jobs}
     assert set().union(*(v for rule, v in asked.items() if rule not in llm_jobs)) == {0}
+    # With one long-lived server exported to the jobs (README, Cluster), none asks for a GPU, and an
+    # induce job asks for its own process and a sandboxed call only: (400 + 1024) x 1.5 MB, one CPU.
+    out = snakemake(*args, env=dict(UNSERVED, SKILLREPRO_LLM_URL="http://gpu-node:8000/v1"))
+    assert set().union(*gpus_per_rule(out.stdout).values()) == {0}
+    induce = re.search(r"rule induce:\n(?:    .*\n)*?    resources: (.*)", out.stdout)[1]
+    assert "mem_mb=2200," in induce and "cpus_per_task=1," in induce, induce
 
 
 def test_bad_config_stops_before_any_job(tmp_path):
