@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 import time
 
@@ -19,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slots", type=int, default=2)
     p.add_argument("--ctx-per-slot", type=int, default=8192)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on: 0.0.0.0 for jobs on other nodes of a cluster (README, Cluster)")
+    p.add_argument("--port", type=int, default=0, help="0: an ephemeral port")
     p.set_defaults(func=_serve)
 
 
@@ -35,8 +39,11 @@ def _models(a: argparse.Namespace) -> int:
 
 
 def _serve(a: argparse.Namespace) -> int:
-    server = serve_embedded(a.model, a.slots, a.ctx_per_slot, a.threads)
-    print(f"export {URL_ENV}={server.listening_address}/v1", flush=True)
+    server = serve_embedded(a.model, a.slots, a.ctx_per_slot, a.threads, a.host, a.port)
+    address = server.listening_address
+    if a.host in ("0.0.0.0", "::"):  # every interface: name this node, which other nodes can route to
+        address = address.replace(a.host, socket.gethostname(), 1)
+    print(f"export {URL_ENV}={address}/v1", flush=True)
     try:
         while True:
             time.sleep(3600)

@@ -127,8 +127,12 @@ def own_server(cfg: LLMConfig, workdir: str | Path = "."):
             os.environ[URL_ENV] = before
 
 
-def serve_embedded(model: str, slots: int, ctx_per_slot: int, threads: int):
-    """Start llama.cpp's server in this process on an ephemeral 127.0.0.1 port; return the xllamacpp Server."""
+def serve_embedded(model: str, slots: int, ctx_per_slot: int, threads: int, host: str = "127.0.0.1", port: int = 0,
+                   cache_prompt: bool = True):
+    """Start llama.cpp's server in this process on `host` (127.0.0.1: this machine only; 0.0.0.0: every
+    interface, for jobs on other nodes) and `port` (0: an ephemeral one); return the xllamacpp Server.
+    `cache_prompt=False` computes every prompt afresh: with one slot, a reply then depends on its request
+    alone, not on which requests came before (a run's records are then the same whatever the job order)."""
     import xllamacpp
 
     p = xllamacpp.CommonParams()
@@ -137,9 +141,10 @@ def serve_embedded(model: str, slots: int, ctx_per_slot: int, threads: int):
     p.n_parallel = slots
     p.cpuparams.n_threads = threads
     p.cpuparams_batch.n_threads = threads
-    p.port = 0
+    p.hostnames = [host]
+    p.port = port
     p.use_jinja = True  # the GGUF's own chat template, which carries the tool-calling format
-    p.cache_prompt = True
+    p.cache_prompt = cache_prompt
     return xllamacpp.Server(p)
 
 
