@@ -177,6 +177,39 @@ def test_a_reply_without_usage_is_flagged_and_counted_by_the_servers_tokenizer(f
     assert rec.retries == 0
 
 
+def test_every_llamacpp_tokenize_call_goes_through_one_function_with_its_callers_flags(fake_server, monkeypatch):
+    """llama_tokenize is the one llama.cpp /tokenize request; each caller keeps its own flags: the client's usage
+    fallback and the KV-cache `server` tokenizer parse specials, the KV-cache prompts add them too, its replies
+    neither, and the SkillScaffold card counter leaves parse_special to the server."""
+    from skillrepro.llm import client as client_module
+    from skillrepro.llm.client import llama_tokenize
+    from skillrepro.studies.kvcache.actor import prompt_ids_fn, text_ids_fn
+    from skillrepro.studies.kvcache.tokenizers import ServerTokenizer
+    from skillrepro.studies.scaffold.cards import server_token_counter
+
+    url, script = fake_server
+    root = url.removesuffix("/v1")
+    llm = LLMConfig(backend="embedded", timeout_s=5)
+    assert llama_tokenize(root, "a b c", add_special=True, parse_special=None, timeout_s=5) == [0, 1, 2]
+    assert ServerTokenizer("server", root).encode("a b") == [0, 1]
+    assert prompt_ids_fn(llm, url)([{"role": "user", "content": "hi"}]) == [0, 1, 2]
+    assert text_ids_fn(llm, url)("x y") == [0, 1]
+    assert server_token_counter(url, "embedded", "m")("p q r") == 3
+    script.actions = [raw(NO_USAGE)]
+    client(url, backend="embedded").chat([{"role": "user", "content": "hi"}], role="actor", session_id="e")
+    bodies = [{k: v for k, v in body.items() if k != "content"} for path, body in script.requests
+              if path == "/tokenize"]
+    assert bodies == [{"add_special": True},
+                      {"add_special": False, "parse_special": True},
+                      {"add_special": True, "parse_special": True},
+                      {"add_special": False, "parse_special": False},
+                      {"add_special": False},
+                      {"add_special": False, "parse_special": True}, {"add_special": False, "parse_special": True}]
+    # a token given with its piece counts by its id
+    monkeypatch.setattr(client_module, "_post_json", lambda url, body, timeout: {"tokens": [{"id": 7, "piece": "a"}, 8]})
+    assert llama_tokenize(root, "a b", add_special=False, parse_special=True, timeout_s=5) == [7, 8]
+
+
 def test_the_body_on_the_wire_is_the_request_with_server_fields_at_the_top_level(fake_server):
     """The SDK takes the fields it names; the rest (extra_body: a llama.cpp grammar, cache_prompt) still
     arrive beside them, unnested, and nothing else is added."""

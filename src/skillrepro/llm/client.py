@@ -289,8 +289,7 @@ class LLMClient:
             if self.cfg.backend == "embedded":
                 prompt = _post_json(base + "/apply-template", {"messages": messages}, timeout)["prompt"]
                 return tuple(  # type: ignore[return-value]
-                    len(_post_json(base + "/tokenize", {"content": t, "add_special": False, "parse_special": True},
-                                   timeout)["tokens"])
+                    len(llama_tokenize(base, t, add_special=False, parse_special=True, timeout_s=timeout))
                     for t in (prompt, completion)
                 )
             if self.cfg.backend == "vllm":
@@ -398,6 +397,18 @@ def _post_json(url: str, body: dict[str, Any], timeout: float) -> Any:
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return json.load(r)
+
+
+def llama_tokenize(root: str, text: str, *, add_special: bool, parse_special: bool | None,
+                   timeout_s: float) -> list[int]:
+    """`text`'s token ids by llama.cpp's /tokenize at `root` (the server's address without /v1): `add_special`
+    adds the model's BOS/EOS, `parse_special` reads special-token text (`<|im_start|>`) as those tokens (None:
+    not sent, the server's default). A token given as {"id", "piece"} counts by its id. The request's errors
+    (OSError, a reply that is not JSON or has no tokens) reach the caller."""
+    body: dict[str, Any] = {"content": text, "add_special": add_special}
+    if parse_special is not None:
+        body["parse_special"] = parse_special
+    return [t if isinstance(t, int) else t["id"] for t in _post_json(root + "/tokenize", body, timeout_s)["tokens"]]
 
 
 @contextmanager

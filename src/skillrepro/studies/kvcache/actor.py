@@ -20,7 +20,7 @@ from typing import Callable
 from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, ParsedAction, PromptTurn, Tool, primitive_tools
 from skillrepro.benchmarks import get_benchmark
 from skillrepro.config import ROLLOUT_WALL_S, LLMConfig
-from skillrepro.llm.client import session
+from skillrepro.llm.client import llama_tokenize, session
 from skillrepro.progress import Progress
 from skillrepro.store import Episode, LLMCall, Step, write_records, write_text
 from skillrepro.studies.kvcache import formats as F
@@ -84,15 +84,21 @@ def _post(url: str, body: dict, timeout_s: float) -> dict:
         raise RuntimeError(f"prompt token ids: {url} failed: {e}") from e
 
 
+def _llama_ids(base: str, text: str, *, add_special: bool, parse_special: bool, timeout_s: float) -> list[int]:
+    """llama_tokenize, its connection errors named as `_post` names them."""
+    try:
+        return llama_tokenize(base, text, add_special=add_special, parse_special=parse_special, timeout_s=timeout_s)
+    except OSError as e:
+        raise RuntimeError(f"prompt token ids: {base}/tokenize failed: {e}") from e
+
+
 def prompt_ids_fn(llm: LLMConfig, base_url: str) -> Callable[[list[dict]], list[int]]:
     """messages -> the prompt token ids the server computes for them (chat template applied)."""
     base = base_url.rstrip("/").removesuffix("/v1")
     if llm.backend == "embedded":
         def ids(messages: list[dict]) -> list[int]:
             prompt = _post(base + "/apply-template", {"messages": messages}, llm.timeout_s)["prompt"]
-            out = _post(base + "/tokenize", {"content": prompt, "add_special": True, "parse_special": True},
-                        llm.timeout_s)["tokens"]
-            return [t if isinstance(t, int) else t["id"] for t in out]
+            return _llama_ids(base, prompt, add_special=True, parse_special=True, timeout_s=llm.timeout_s)
         return ids
     if llm.backend == "vllm":
         def ids(messages: list[dict]) -> list[int]:
@@ -107,8 +113,7 @@ def text_ids_fn(llm: LLMConfig, base_url: str) -> Callable[[str], list[int]]:
     """text -> token ids without special handling (for replies, which the server generated as plain text)."""
     base = base_url.rstrip("/").removesuffix("/v1")
     if llm.backend == "embedded":
-        return lambda text: [t if isinstance(t, int) else t["id"] for t in _post(
-            base + "/tokenize", {"content": text, "add_special": False, "parse_special": False}, llm.timeout_s)["tokens"]]
+        return lambda text: _llama_ids(base, text, add_special=False, parse_special=False, timeout_s=llm.timeout_s)
     return lambda text: _post(base + "/tokenize", {"model": llm.model, "prompt": text, "add_special_tokens": False},
                               llm.timeout_s)["tokens"]
 

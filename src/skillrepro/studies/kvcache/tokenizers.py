@@ -8,13 +8,13 @@
 """
 from __future__ import annotations
 
-import json
 import os
-import urllib.request
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
+
+from skillrepro.llm.client import llama_tokenize
 
 # Qwen2's pre-tokeniser: like cl100k's, but digits are split one by one.
 QWEN_PATTERN = (
@@ -63,15 +63,10 @@ class ServerTokenizer:
     timeout_s: float = 60
 
     def encode(self, text: str) -> list[int]:
-        body = json.dumps({"content": text, "add_special": False, "parse_special": True}).encode()
-        req = urllib.request.Request(self.base_url + "/tokenize", data=body,
-                                     headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                out = json.load(r)
+            return llama_tokenize(self.base_url, text, add_special=False, parse_special=True, timeout_s=self.timeout_s)
         except OSError as e:
             raise RuntimeError(f"tokenizer {self.name}: {self.base_url}/tokenize failed: {e}") from e
-        return [t if isinstance(t, int) else t["id"] for t in out["tokens"]]
 
 
 def qwen_bpe_file() -> Path:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from skillrepro.config import ConfigError
+from skillrepro.llm.client import llama_tokenize
 from skillrepro.studies.scaffold.records import CandidateRecord, EvidenceRecord
 
 
@@ -454,9 +455,10 @@ def server_token_counter(base_url: str, backend: str, model: str) -> Callable[[s
     seen: dict[str, int] = {}
 
     def count(text: str) -> int:
-        if text not in seen:
-            body = ({"content": text, "add_special": False} if backend == "embedded"
-                    else {"model": model, "prompt": text, "add_special_tokens": False})
+        if text not in seen and backend == "embedded":  # parse_special not sent: the server's default
+            seen[text] = len(llama_tokenize(root, text, add_special=False, parse_special=None, timeout_s=60))
+        elif text not in seen:  # vLLM
+            body = {"model": model, "prompt": text, "add_special_tokens": False}
             req = urllib.request.Request(root + "/tokenize", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=60) as r:
