@@ -2,8 +2,8 @@
 slurmd, no accounting database) runs the tiny workflow through snakemake-executor-plugin-slurm with
 `--profile profiles/slurm`, against a real llama.cpp server (SmolLM2) reached by its URL, as jobs on other nodes
 reach a served model. One evaluation is cancelled with scancel while it plays; the rerun redoes it and nothing
-that had finished, and main.csv equals the same workflow's local result. Cost: 10 min 37 s on a loaded 2-core
-machine (README, Cluster).
+that had finished, and main.csv equals the same workflow's local result. Cost: 10.6 and 12.1 min in two runs on
+a loaded 2-core machine (README, Cluster).
 
 Needs root and Debian's slurm-wlm and munge (.ci/run installs them); without them it fails, naming what is missing.
 """
