@@ -36,8 +36,9 @@ class Fake:
         self.seen.append(messages)
         self.extra.append(extra_body)
         text = next(self.replies)
+        # the prompt as the real client records it: past episodes' openings are read back from it
         rec = LLMCall(uuid.uuid4().hex, session_id, role, "fake", "fake", 100, 0, 20, 0, 0.01, 0, "stop", "0" * 64,
-                      json.dumps(messages)[:200], text, 0.0)
+                      json.dumps({"messages": messages, "tools": tools or []}), text, 0.0)
         return Reply(text, [], "stop", rec)
 
 
@@ -144,7 +145,8 @@ def test_session_writes_checks_and_records(recorded):
     assert tree_hash(recorded / "library" / "v0") == v0_before
     log = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     obs = [t["observation"] for t in log]
-    assert "success" in obs[0] and "go to" in obs[0]  # the episodes table and the missions (openings) reached the model
+    # the episodes table and the missions (openings, read back from the records) reached the model
+    assert "success" in obs[0] and "'Mission: " in obs[0]
     assert "PermissionError" in obs[1] and not Path("/tmp/evil_inducer.txt").exists()
     assert "Permission" in obs[2] or "Error" in obs[2]  # outside the run's history nothing is readable
     assert "does not parse" in obs[3] and obs[4].startswith("Saved crashes (public)")
@@ -332,3 +334,22 @@ def test_the_notebook_calls_the_library_and_the_first_message_can_show_an_episod
     fake = Fake(["Action: finish"])
     get_method("speedrunner").induce(ctx_for(recorded, budget=1), client=fake)
     assert "Opening observation" not in fake.seen[0][1]["content"]
+
+
+def test_native_history_keeps_each_call_and_the_summary_reports_progression(recorded):
+    """In native tool-calling mode the conversation keeps each call with its code and arguments (the next
+    request sees what was written, public or not), and the first message's per-cycle summary reports
+    progression beside success (Crafter is scored by progression)."""
+    from scripted import ScriptedClient
+    from skillrepro.llm.client import ToolCall
+
+    code = 'def _twice():\n    """Two steps."""\n    go_forward()\n    return go_forward()\n'
+    client = ScriptedClient([ToolCall("c1", "write_function", {"source": code, "public": False}),
+                             ToolCall("c2", "finish", {"summary": "done"})])
+    lib = get_method("speedrunner").induce(ctx_for(recorded, llm=LLMConfig(ctx_per_slot=8192, tool_calling="native"),
+                                                   budget=2), client=client)
+    assert {f.name: f.public for f in lib.functions}["_twice"] is False
+    said = client.requests[1][2]
+    assert said["role"] == "assistant" and json.loads(said["content"]) == {
+        "name": "write_function", "arguments": {"source": code, "public": False}}
+    assert '"mean_progression": 0.0' in client.requests[0][1]["content"]

@@ -39,7 +39,7 @@ from skillrepro.agent import call_schema
 from skillrepro.methods import InduceContext, register
 from skillrepro.config import InducerLimits
 from skillrepro.methods.common import (CODE_FENCE, PREFIX_TRIES, SMOKE_LIMITS, client_for, load_check,
-                                      longest_parsing_prefix, read_traces, show_traces)
+                                      longest_parsing_prefix, read_traces, show_traces, Trace)
 from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
 from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession
 from skillrepro.store import TABLES, LLMCall, schema, write_records, write_text
@@ -218,16 +218,6 @@ def history_files(history_dirs: tuple[Path, ...]) -> dict[str, list[str]]:
     return {t: [str(d / f"{t}.parquet") for d in history_dirs if (d / f"{t}.parquet").is_file()] for t in HISTORY_TABLES}
 
 
-def _openings(bench, task_ids: list[str]) -> list[tuple[str, str]]:
-    """Each training task's opening observation (mission and first view): the steps table starts after it."""
-    out = []
-    for t in task_ids:
-        env = bench.make(t)
-        out.append((t, env.reset()))
-        env.release()
-    return out
-
-
 def _history_facts(files: dict[str, list[str]]) -> tuple[list[dict], list[str]]:
     """Per-cycle success summary and the training task ids, read in the parent with DuckDB."""
     import duckdb
@@ -238,37 +228,26 @@ def _history_facts(files: dict[str, list[str]]) -> tuple[list[dict], list[str]]:
     listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files["episodes"])
     con.execute(f"CREATE VIEW e AS SELECT * FROM read_parquet([{listing}], union_by_name=true)")
     rows = con.execute("SELECT cycle, library_version, count(*) n, avg(success::INT) success_rate, "
-                       "avg(n_steps) mean_steps, avg(completion_tokens) mean_output_tokens "
+                       "avg(progression) mean_progression, avg(n_steps) mean_steps, "
+                       "avg(completion_tokens) mean_output_tokens "
                        "FROM e WHERE split = 'train' GROUP BY ALL ORDER BY cycle").fetchall()
-    cols = ["cycle", "library_version", "episodes", "success_rate", "mean_steps", "mean_output_tokens"]
+    cols = ["cycle", "library_version", "episodes", "success_rate", "mean_progression", "mean_steps",
+            "mean_output_tokens"]
     tasks = [r[0] for r in con.execute("SELECT DISTINCT task_id FROM e WHERE split = 'train' ORDER BY task_id").fetchall()]
     return [dict(zip(cols, r)) for r in rows], tasks
 
 
-def _example_episode(files: dict[str, list[str]], openings: dict[str, str], n_steps: int) -> str:
+def _example_episode(traces: list[Trace], n_steps: int) -> str:
     """One recorded training episode as the agent saw it, a failed one where there is one (the latest): its
     opening observation and its first `n_steps` steps, each action with what it returned (option
     inducer.example_steps; the paper shows none and the inducer reads episodes with its interpreter)."""
-    import duckdb
-
-    if n_steps <= 0 or not files["episodes"] or not files["steps"]:
+    if n_steps <= 0 or not traces:
         return ""
-    con = duckdb.connect()
-    for view, table in (("e", "episodes"), ("s", "steps")):
-        listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files[table])
-        con.execute(f"CREATE VIEW {view} AS SELECT * FROM read_parquet([{listing}], union_by_name=true)")
-    row = con.execute("SELECT episode_id, task_id, success FROM e WHERE split = 'train' "
-                      "ORDER BY success, cycle DESC, episode_id LIMIT 1").fetchone()
-    if row is None:
-        return ""
-    episode, task, success = row
-    steps = con.execute("SELECT step, action, arguments, observation FROM s WHERE episode_id = ? ORDER BY step "
-                        "LIMIT ?", [episode, n_steps]).fetchall()
-    lines = [f"One recorded episode (task {task}, {'solved' if success else 'failed'}), as the agent saw it "
-             f"(the steps table has every one):", f"Opening observation:\n{openings.get(task, '(not recorded)')}"]
-    for step, action, arguments, observation in steps:
-        args = ", ".join(repr(a) for a in json.loads(arguments or "[]"))
-        lines.append(f"Step {step}: {action}({args}) returned:\n{observation}")
+    t = min(traces, key=lambda t: (t.success, -t.cycle, t.episode_id))
+    lines = [f"One recorded episode (task {t.task_id}, {'solved' if t.success else 'failed'}), as the agent saw it "
+             f"(the steps table has every one):", f"Opening observation:\n{t.opening}"]
+    for step, (action, args, observation) in enumerate(t.steps[:n_steps]):
+        lines.append(f"Step {step}: {action}({', '.join(map(repr, args))}) returned:\n{observation}")
     return "\n".join(lines)
 
 
@@ -443,8 +422,9 @@ def induce(ctx: InduceContext, client=None) -> Library:
     task_msg = [f"Training so far (per cycle):\n{facts}",
                 f"Current library (version {ctx.library.version}):\n{sess.library_text()[:limits.library_chars]}"]
     sandbox, shown = None, None
-    openings = dict(_openings(bench, task_ids)) if interpreter or limits.example_steps else {}
-    example = _example_episode(files, openings, limits.example_steps)
+    # every past episode from the records (the online protocol never re-runs a task, not even to reset it)
+    traces = read_traces(ctx.history_dirs)
+    example = _example_episode(traces, limits.example_steps)
     if example:
         task_msg.append(example)
     if interpreter:
@@ -456,7 +436,8 @@ def induce(ctx: InduceContext, client=None) -> Library:
             site_packages=True, limits=interpreter_limits(limits), policy=ctx.sandbox,
             db={"tables": files, "empty_schemas": {t: _duck_types(c) for t, c in empty.items()},
                 # resets only: each task's first observation, nothing is stepped
-                "inline": {"openings": [{"task_id": t, "opening": o} for t, o in openings.items()]},
+                "inline": {"openings": [{"task_id": t, "opening": o} for t, o in
+                                        {t.task_id: t.opening for t in traces}.items()]},
                 "library_versions": {str(v): str(ctx.library_root / f"v{v}" / "skills.py")
                                      for v in range(ctx.library.version + 1)}})
         # The interpreter is this method's defining tool: one that cannot start, or lacks a required layer,
@@ -469,7 +450,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
         sandbox.exec_code(_notebook_library(sess))
     else:
         # the interpreter-off ablation reads what every comparison method reads, under the same budget
-        shown = show_traces(read_traces(ctx.history_dirs), ctx.trajectory_tokens)
+        shown = show_traces(traces, ctx.trajectory_tokens)
         task_msg.append(f"Recent episodes:\n{shown.text}")
     task_msg.append("Improve the library now. One tool call per reply.")
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(task_msg)[:ctx_chars // 2]}]
@@ -519,8 +500,12 @@ def induce(ctx: InduceContext, client=None) -> Library:
                                     "public": action.public, "target": action.target, "observation": observation,
                                     "tool_s": round(time.time() - t0, 3), "prompt_tokens": reply.record.prompt_tokens,
                                     "completion_tokens": reply.record.completion_tokens})
-            messages.append({"role": "assistant", "content": reply.text or json.dumps(
-                {"tool": action.name, "code": action.code})})
+            said = reply.text
+            if reply.tool_calls:  # native: the call itself, its code and arguments, stays in the conversation
+                call = json.dumps({"name": reply.tool_calls[0].name, "arguments": reply.tool_calls[0].arguments})
+                said = f"{said}\n{call}" if said else call
+            messages.append({"role": "assistant", "content": said or json.dumps(
+                {"name": action.name, "arguments": {"code": action.code}})})
             if sess.finished:
                 break
             messages.append({"role": "user", "content": f"Observation:\n{observation}"})
