@@ -166,6 +166,10 @@ def test_paired_difference_is_a_t_interval_over_shared_tasks():
     assert mean == pytest.approx(50) and (lo, hi) == pytest.approx((50 - half, 50 + half))
     assert label == "95 % Student t, n = 6"
     assert paired_difference(eps, "alf", ("grpo", 1), ("", 0)) is None  # no shared task
+    # every task the same difference (both fail everything): no zero-width interval is printed as a 95 % one
+    eps["success"] = False
+    mean, lo, hi, label = paired_difference(eps, "alf", ("grpo", 2), ("", 0))
+    assert mean == 0 and np.isnan(lo) and np.isnan(hi) and label == "no interval: all 6 tasks differ by the same"
 
 
 def test_training_curve_and_injection_rates():

@@ -200,6 +200,10 @@ def paired_difference(episodes: Any, benchmark: str, policy: tuple[str, int], ot
     if not len(both):
         return None
     diff = 100 * (a.loc[both] - b.loc[both]).to_numpy()
+    if len(diff) > 1 and np.ptp(diff) == 0:
+        # every task differs alike (both chains fail every task, say): the interval would have no width, a 95 %
+        # claim the data cannot support, so none is printed
+        return float(diff[0]), float("nan"), float("nan"), f"no interval: all {len(diff)} tasks differ by the same"
     lo, hi = mean_interval(diff, interval=interval)
     return float(np.mean(diff)), lo, hi, interval_label(len(diff), interval).replace("queries", "tasks")
 
