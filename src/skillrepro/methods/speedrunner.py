@@ -435,7 +435,7 @@ def induce(ctx: InduceContext, client=None) -> Library:
         sandbox = SandboxSession(
             site_packages=True, limits=interpreter_limits(limits), policy=ctx.sandbox,
             db={"tables": files, "empty_schemas": {t: _duck_types(c) for t, c in empty.items()},
-                # resets only: each task's first observation, nothing is stepped
+                # each training task's first observation, from its episode's first actor prompt
                 "inline": {"openings": [{"task_id": t, "opening": o} for t, o in
                                         {t.task_id: t.opening for t in traces}.items()]},
                 "library_versions": {str(v): str(ctx.library_root / f"v{v}" / "skills.py")
@@ -537,13 +537,11 @@ def _apply(action: Action, sess: Session, sandbox, interpreter: bool, bench, tas
     if action.name == "read_library":
         return sess.library_text()[:limits.read_library_chars]
     if action.name in ("write_function", "delete_function"):
-        if action.name == "write_function":
-            out = write_function(sess, action.code, action.public, bench, task_ids, replay)
-        else:
-            out = delete_function(sess, action.target)
+        deleting = action.name == "delete_function"
+        out = (delete_function(sess, action.target) if deleting
+               else write_function(sess, action.code, action.public, bench, task_ids, replay))
         if sandbox is not None and not out.startswith("Error"):  # the notebook holds what the library now holds
-            gone = f"globals().pop({action.target!r}, None)\n" if action.name == "delete_function" else ""
-            sandbox.exec_code(gone + _notebook_library(sess))
+            sandbox.exec_code((f"globals().pop({action.target!r}, None)\n" if deleting else "") + _notebook_library(sess))
         return out
     if action.name == "finish":
         sess.finished = True
