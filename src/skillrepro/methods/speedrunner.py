@@ -218,12 +218,12 @@ def history_files(history_dirs: tuple[Path, ...]) -> dict[str, list[str]]:
     return {t: [str(d / f"{t}.parquet") for d in history_dirs if (d / f"{t}.parquet").is_file()] for t in HISTORY_TABLES}
 
 
-def _history_facts(files: dict[str, list[str]]) -> tuple[list[dict], list[str]]:
-    """Per-cycle success summary and the training task ids, read in the parent with DuckDB."""
+def _history_facts(files: dict[str, list[str]]) -> list[dict]:
+    """Per-cycle success summary, read in the parent with DuckDB."""
     import duckdb
 
     if not files["episodes"]:
-        return [], []
+        return []
     con = duckdb.connect()
     listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files["episodes"])
     con.execute(f"CREATE VIEW e AS SELECT * FROM read_parquet([{listing}], union_by_name=true)")
@@ -233,8 +233,7 @@ def _history_facts(files: dict[str, list[str]]) -> tuple[list[dict], list[str]]:
                        "FROM e WHERE split = 'train' GROUP BY ALL ORDER BY cycle").fetchall()
     cols = ["cycle", "library_version", "episodes", "success_rate", "mean_progression", "mean_steps",
             "mean_output_tokens"]
-    tasks = [r[0] for r in con.execute("SELECT DISTINCT task_id FROM e WHERE split = 'train' ORDER BY task_id").fetchall()]
-    return [dict(zip(cols, r)) for r in rows], tasks
+    return [dict(zip(cols, r)) for r in rows]
 
 
 def _example_episode(traces: list[Trace], n_steps: int) -> str:
@@ -392,7 +391,10 @@ def induce(ctx: InduceContext, client=None) -> Library:
         raise FileNotFoundError(f"method {ctx.method.variant}: inducer prompt file {prompt_file} does not exist")
     bench = load_benchmark(ctx.bench)
     files = history_files(ctx.history_dirs)
-    summary, task_ids = _history_facts(files)
+    summary = _history_facts(files)
+    # every past episode from the records (the online protocol never re-runs a task, not even to reset it)
+    traces = read_traces(ctx.history_dirs)
+    task_ids = sorted({t.task_id for t in traces})
     primitives = {p.name for p in bench.primitives()}
     sess = Session({f.name: f for f in ctx.library.functions}, primitives, all_public, ctx.sandbox)
     session_id = f"{ctx.run_id}/induce/v{ctx.library.version + 1}"
@@ -422,8 +424,6 @@ def induce(ctx: InduceContext, client=None) -> Library:
     task_msg = [f"Training so far (per cycle):\n{facts}",
                 f"Current library (version {ctx.library.version}):\n{sess.library_text()[:limits.library_chars]}"]
     sandbox, shown = None, None
-    # every past episode from the records (the online protocol never re-runs a task, not even to reset it)
-    traces = read_traces(ctx.history_dirs)
     example = _example_episode(traces, limits.example_steps)
     if example:
         task_msg.append(example)
