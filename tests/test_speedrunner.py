@@ -14,7 +14,7 @@ import pytest
 from skillrepro.agent import EpisodeSpec
 from skillrepro.config import BenchmarkConfig, InducerLimits, LLMConfig, MethodConfig
 from skillrepro.methods import InduceContext, get_method
-from skillrepro.methods.speedrunner import parse_action
+from skillrepro.methods.speedrunner import LAST_CHANCE_PREFILL, parse_action
 from skillrepro.llm.client import Reply
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
@@ -210,19 +210,25 @@ def test_real_model_session_writes_a_valid_v1(recorded, llm_cfg, llm_url, tmp_pa
     print("model tools:", [t["tool"] for t in log], "accepted:", v1.meta["writes_accepted"], "new functions:", new)
     for t in log:
         print("---", t["tool"], "|", t["reply"][:300].replace("\n", "\\n"), "=>", t["observation"][:200].replace("\n", "\\n"))
-    # Either SmolLM2 wrote a function on its own, or the last request (pre-filled with the start of a
-    # write_function call, tested with a fake above) made it complete one: v1 gained a checked function.
-    assert new, "no reply yielded a function that passed the checks"
-    assert v1.meta["writes_accepted"] >= 1
+    # Either SmolLM2 saved a function on its own, or the last request was the nudge, pre-filled with the start of
+    # a write_function call, and its reply was read as that call (saved, or refused with the reason named). Whether
+    # a 135M model's code then passes the checks is a draw: over seeds 1-6 at this commit, 3 of 6 sessions saved a
+    # function; a test that needs the draw to go one way breaks on every prompt change.
+    if new:
+        assert v1.meta["writes_accepted"] >= 1
+    else:
+        assert log[-1]["prefill"].startswith("Action: write_function") and log[-1]["tool"] == "write_function"
+        assert log[-1]["observation"].startswith("Error:")  # every refusal names its reason after this
 
 
 def test_last_request_is_prefilled_when_nothing_was_saved(recorded):
-    # The server answers a trailing assistant message with its continuation only.
+    # The server answers a trailing assistant message with its continuation only (the name's leading space
+    # included: the prefill ends at "def", not "def ", so that the model is not asked to start a word mid-token).
     fake = Fake(["I think the library is fine.",
-                 'step_ahead():\n    """Step forward."""\n    return go_forward()\n\ndef cut_off(x):\n    if x'])
+                 ' step_ahead():\n    """Step forward."""\n    return go_forward()\n\ndef cut_off(x):\n    if x'])
     ctx = ctx_for(recorded, budget=2)
     lib = get_method("speedrunner").induce(ctx, client=fake)
-    assert fake.seen[1][-1] == {"role": "assistant", "content": "Action: write_function(public=True)\n```python\ndef "}
+    assert fake.seen[1][-1] == {"role": "assistant", "content": LAST_CHANCE_PREFILL}
     assert {f.name: f.public for f in lib.functions} == {"turn_around": True, "step_ahead": True}
     log = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     assert "did not parse and were dropped" in log[-1]["observation"]  # the half function cut by the token limit

@@ -51,7 +51,8 @@ class Trace:
     def render(self) -> str:
         """The episode as every method reads it: whole observations, and under a skill call its stack."""
         outcome = "SUCCESS" if self.success else f"failure (progression {self.progression:.2f})"
-        lines = [f"## Episode on task {self.task_id}: {outcome} in {len(self.steps)} steps", f"Start: {self.opening}"]
+        lines = [f"## Episode on task {self.task_id}: {outcome} in {len(self.steps)} steps",
+                 _hanging(f"Start: {self.opening}", "   ")]
         for i, (action, args, obs) in enumerate(self.steps):
             lines.append(_hanging(f"{i}. {action}({', '.join(map(repr, args))}) -> {obs}", "   "))
             for f in self.frames.get(i, []):

@@ -48,7 +48,9 @@ from skillrepro.llm.client import LLMRequestError
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 HISTORY_TABLES = ("episodes", "steps", "llm_calls", "skill_calls")
-LAST_CHANCE_PREFILL = "Action: write_function(public=True)\n```python\ndef "
+# Ends at "def", not "def ": tokenizers fold the space into the name's token, so a trailing space asks the model
+# to start a word mid-token (SmolLM2 then wrote "def  # ..." or "def \nwrite_function(" on 3 of 6 seeds).
+LAST_CHANCE_PREFILL = "Action: write_function(public=True)\n```python\ndef"
 
 
 def interpreter_limits(limits: InducerLimits) -> SandboxLimits:
