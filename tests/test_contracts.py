@@ -117,13 +117,13 @@ def test_every_method_runs_one_cycle_and_returns_a_library_that_loads(name, tmp_
 
 # ------------------------------------------------------------------------------------------ README
 def test_the_readme_example_benchmark_works_as_written(tmp_path, monkeypatch):
-    """The README's "Add a benchmark": its module saved in a benchmarks folder and its prompt file in a prompts
-    folder in tmp_path (the package searches that benchmarks folder too; the prompts folder is tmp_path's), then
-    the one config entry. The registry finds it, it passes the contract, the config check accepts it and
-    reaches its pools, the tables know its headline, and a scripted actor that adds one until the target plays
-    a test task to success."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Add a benchmark", 1)[1].split("\n## ", 1)[0]
+    """docs/methods.md's "Add a benchmark" (in the README until issue 33): its module saved in a benchmarks folder
+    and its prompt file in a prompts folder in tmp_path (the package searches that benchmarks folder too; the
+    prompts folder is tmp_path's), then the one config entry. The registry finds it, it passes the contract, the
+    config check accepts it and reaches its pools, the tables know its headline, and a scripted actor that adds
+    one until the target plays a test task to success."""
+    doc = (ROOT / "docs" / "methods.md").read_text()
+    section = doc.split("## Add a benchmark", 1)[1].split("\n## ", 1)[0]
     module = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
     prompt = re.search(r"```text\n(.*?)```", section, re.DOTALL).group(1)
     entry = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1))

@@ -1,5 +1,5 @@
 """The comparison methods OPO, ASI (online and with replay) and Voyager: their sleep phases on a scripted
-LLM over recorded episodes, what the actor is shown, and the README's "Add a method" example."""
+LLM over recorded episodes, what the actor is shown, and the "Add a method" example of docs/methods.md."""
 from __future__ import annotations
 
 import json
@@ -344,12 +344,12 @@ def test_the_readme_example_method_works_as_written(run, monkeypatch):
     from skillrepro import methods
 
     monkeypatch.setattr(methods, "_REGISTRY", dict(methods._REGISTRY))  # the example leaves no method behind
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Add a method", 1)[1].split("\n## ", 1)[0]
+    doc = (ROOT / "docs" / "methods.md").read_text()
+    section = doc.split("## Add a method", 1)[1].split("\n## ", 1)[0]
     code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
     module = types.ModuleType("readme_scribe")  # what importing methods/scribe.py would make
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    exec(compile(code, "README.md", "exec"), module.__dict__)
+    exec(compile(code, "docs/methods.md", "exec"), module.__dict__)
     method = get_method("scribe")
     # its one config entry is all the config check needs (the registry is the list of method names)
     entry = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1))

@@ -1,7 +1,9 @@
-"""README's "Deviations from the papers" names real config keys: a renamed or removed key breaks this test.
+"""The deviations from the papers (docs/deviations.md, moved out of the README in issue 33) name real config keys:
+a renamed or removed key breaks this test.
 
 Key-extraction rule (kept simple on purpose):
-- the section is README.md from the heading "## Deviations from the papers" to the next "## " heading;
+- the section is docs/deviations.md from its title "# Deviations from the papers" to the next "## " heading (none:
+  its subsections are "### "), i.e. the whole file;
 - every `backticked` span there is read from its start: a dotted path whose first segment is a top-level
   config section (`llm`, `actor`, `kvcache`, `scaffold`, ...) and which has at least one more segment is a
   config key; whatever follows the path (`: value`, ` + s`) is ignored. Segments are names, `<placeholder>`s
@@ -23,7 +25,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-HEADING = "## Deviations from the papers"
+DEVIATIONS = ROOT / "docs" / "deviations.md"
+HEADING = "# Deviations from the papers"
 SEGMENT = re.compile(r"\.([A-Za-z_][\w-]*|<[^>`]+>)|(\[[^\]`]*\])")
 HEAD = re.compile(r"[A-Za-z_][\w-]*")
 
@@ -38,10 +41,11 @@ def merged_schema() -> dict:
     return schema
 
 
-def deviations_section(readme: str) -> str:
-    start = readme.index(HEADING)
-    end = readme.find("\n## ", start + len(HEADING))
-    return readme[start:] if end < 0 else readme[start:end]
+def deviations_section(text: str) -> str:
+    assert text.startswith(HEADING + "\n"), f"{DEVIATIONS} no longer starts with {HEADING!r}"
+    start = text.index(HEADING)
+    end = text.find("\n## ", start + len(HEADING))
+    return text[start:] if end < 0 else text[start:end]
 
 
 def config_keys(section: str, top_level: set[str]) -> list[list[str]]:
@@ -91,12 +95,12 @@ def resolve(schema: dict, segments: list[str]) -> str:
 
 def test_every_config_key_in_the_deviations_section_exists():
     schema = merged_schema()
-    keys = config_keys(deviations_section((ROOT / "README.md").read_text()), set(schema["properties"]))
+    keys = config_keys(deviations_section(DEVIATIONS.read_text()), set(schema["properties"]))
     names = {dotted(k) for k in keys}
     # the extraction itself works (a broken rule would otherwise pass on nothing)
     assert {"actor.restate_skills", "scaffold.training.baseline", "kvcache.bank"} <= names, sorted(names)
     problems = [f"`{dotted(k)}`: {why}" for k in keys if (why := resolve(schema, k))]
-    assert not problems, "README deviations name keys the schemas lack:\n" + "\n".join(problems)
+    assert not problems, "docs/deviations.md names keys the schemas lack:\n" + "\n".join(problems)
 
 
 def test_the_rule_catches_a_renamed_key_and_reads_paths_as_documented():
@@ -121,8 +125,8 @@ def test_every_method_option_is_named_in_the_deviations():
 
     from skillrepro.methods import get_method, registry
 
-    section = deviations_section((ROOT / "README.md").read_text())
+    section = deviations_section(DEVIATIONS.read_text())
     missing = [f"{name}.{f.name}" for name in sorted(registry())
                if dataclasses.is_dataclass(options := get_method(name).parse_options({}, name))
                for f in dataclasses.fields(options) if f"`{f.name}`" not in section and f"`{f.name}:" not in section]
-    assert not missing, f"method options the README's deviations do not name: {missing}"
+    assert not missing, f"method options docs/deviations.md does not name: {missing}"

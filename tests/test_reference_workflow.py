@@ -7,7 +7,7 @@ It asserts the science: the actor called the skill, the call ran in the sandbox 
 an episode was solved through it, main.csv reports the final checkpoint's episodes, and table 8's re-evaluations
 (the evaluate_truncated rule) played the tasks with the skills they show; it would fail if the
 skill path, the success metric or the tables broke. Sampling is seeded; with 5 episodes and the 0.5B model
-solving about 5 of 6 through the skill (README, "Results on a laptop"), all failing is unlikely."""
+solving about 5 of 6 through the skill (docs/results.md, "The positive control"), all failing is unlikely."""
 import json
 import os
 

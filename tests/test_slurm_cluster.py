@@ -3,7 +3,7 @@ slurmd, no accounting database) runs the tiny workflow through snakemake-executo
 `--profile profiles/slurm`, against a real llama.cpp server (SmolLM2) reached by its URL, as jobs on other nodes
 reach a served model. One evaluation is cancelled with scancel while it plays; the rerun redoes it and nothing
 that had finished, and main.csv equals the same workflow's local result. Cost: 10.6 and 12.1 min in two runs on
-a loaded 2-core machine (README, Cluster).
+a loaded 2-core machine (docs/cluster.md).
 
 Needs root and Debian's slurm-wlm and munge (.ci/run installs them); without them it fails, naming what is missing.
 """
@@ -168,7 +168,7 @@ def test_tiny_workflow_on_slurm_survives_scancel_and_equals_the_local_run(cluste
 
 
 def test_shared_embedded_server_listens_where_other_nodes_reach_it():
-    """`skillrepro serve --host 0.0.0.0` (README, Cluster: the shared server for jobs on other nodes) answers on
+    """`skillrepro serve --host 0.0.0.0` (docs/cluster.md: the shared server for jobs on other nodes) answers on
     this machine's network address, not only on 127.0.0.1, and prints a URL that names this node."""
     import urllib.request
 

@@ -107,7 +107,7 @@ def test_slurm_profile_asks_a_gpu_only_for_llm_jobs_that_start_vllm(tmp_path):
     # each LLM job starts `vllm serve` on its node; no other job needs a GPU
     assert {rule: asked[rule] for rule in llm_jobs} == {rule: {1} for rule in llm_jobs}
     assert set().union(*(v for rule, v in asked.items() if rule not in llm_jobs)) == {0}
-    # With one long-lived server exported to the jobs (README, Cluster), none asks for a GPU, and an
+    # With one long-lived server exported to the jobs (docs/cluster.md), none asks for a GPU, and an
     # induce job asks for its own process and a sandboxed call only: (400 + 1024) x 1.5 MB, one CPU.
     out = snakemake(*args, env=dict(UNSERVED, SKILLREPRO_LLM_URL="http://gpu-node:8000/v1"))
     assert set().union(*gpus_per_rule(out.stdout).values()) == {0}
