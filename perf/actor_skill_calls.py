@@ -4,7 +4,7 @@ One request per BabyAI test task (the opening prompt of an episode, as the runne
 interface: the text, native or constrained protocol (llm.tool_calling), with or without the skill reminder
 (actor.restate_skills). It
 prints, per interface, the replies that called `solve_mission` and those that passed it the mission text.
-The README's "positive control" figures come from this script; sampling at the configured temperature
+The "positive control" figures (docs/results.md) come from this script; sampling at the configured temperature
 makes single runs of 8 tasks swing by a few calls.
 
     python perf/actor_skill_calls.py [--model qwen2.5-coder-0.5b] [--tasks 8] [--temperature 0.7]

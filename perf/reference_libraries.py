@@ -12,7 +12,7 @@ that only calls the top skill would play it:
   the episode ends or `--crafter-calls` calls; progression (achievements unlocked / 22) and the achievements.
 Beside each figure: the baseline an LLM-free actor gets without the library (BabyAI and ScienceWorld: 0,
 an episode that does nothing is never a success; Crafter: measured here, uniformly random primitives for
-as many steps as the library used), and ReAct's figure where the README has one (the shipped 0.5B model:
+as many steps as the library used), and ReAct's figure where docs/results.md has one (the shipped 0.5B model:
 0 on BabyAI's default run).
 """
 from __future__ import annotations

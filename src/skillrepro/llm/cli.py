@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ctx-per-slot", type=int, default=8192)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on: 0.0.0.0 for jobs on other nodes of a cluster (README, Cluster)")
+                   help="address to listen on: 0.0.0.0 for jobs on other nodes of a cluster (docs/cluster.md)")
     p.add_argument("--port", type=int, default=0, help="0: an ephemeral port")
     p.set_defaults(func=_serve)
 

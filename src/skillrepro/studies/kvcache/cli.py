@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "--max-batched-tokens is the old spelling")
     s.add_argument("--vllm-version", choices=sim.VLLM_VERSIONS, default=sim.VLLM_VERSION,
                    help="whose scheduler and block pool to follow: 0.11.0 (default, the seminar's pin) or 0.33.0 "
-                        "(what `pip install vllm` gives; differences in sim.py's docstring and the README)")
+                        "(what `pip install vllm` gives; differences in sim.py's docstring and docs/deviations.md)")
     s.add_argument("--vocab-size", type=int,
                    help="token ids must lie below it (default: the tokenizer's vocabulary, else 2**63)")
     s.add_argument("--out", required=True, help="folder for per_request.parquet")

@@ -323,7 +323,7 @@ def counter_row(counters: dict, rows: Sequence[SimRow], kv: "KVConfig") -> Count
 PLACEHOLDER_HINTS = {
     "bank": "set it to SkillRL's ALFWorld skill bank, memory_data/alfworld/claude_style_skills.json of "
             "github.com/aiming-lab/SkillRL (55 entries), or to null for the shipped default bank (34 entries, "
-            "our wording; README, Deviations)",
+            "our wording; docs/deviations.md)",
     # kvcache.models[<name>].llm.model in the GPU preset: the seminar's three models (seed 001, 2-0)
     "model": "set it to the model's folder (a Hugging Face checkpoint vllm serve can load) or its Hugging Face id; "
              "the seminar's models are Qwen2.5-7B-Instruct (the base model) and SkillRL's SFT and RL checkpoints "

@@ -98,7 +98,7 @@ def webshop_splits(goals: Sequence[WebShopGoal], other_train: int = 1000, other_
     """Appendix A.1's category-generalization split: train = ID-domain goals from index 1,500 on;
     id_val / ood_val = ID / OOD-domain goals of the validation pool (indices 0-1,499). Other is cut to
     `other_train` / `other_val` goals by a seeded uniform draw (the paper uses farthest-point sampling
-    over sentence embeddings; see the README's deviations)."""
+    over sentence embeddings; see docs/deviations.md)."""
     rng = random.Random(seed)
 
     def cap_other(gs: list[WebShopGoal], n: int) -> list[WebShopGoal]:

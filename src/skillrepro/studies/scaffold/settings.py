@@ -152,7 +152,7 @@ class Chain:
         card, drawn without regard to utility, from a Generator that no utility trains (the trained ablation
         {selection: random, gate: false, generator_learning: false}). SkillRL's own cards come from a stronger
         teacher's SkillBank, and it is evaluated with skills; here the shared policy writes them and every policy
-        is evaluated skill-free (README, deviations)."""
+        is evaluated skill-free (docs/deviations.md)."""
         return bool(self.of) and not self.gate and self.selection == "random" and not self.generator_learning
 
     @property
