@@ -359,3 +359,33 @@ def test_native_history_keeps_each_call_and_the_summary_reports_progression(reco
     assert said["role"] == "assistant" and json.loads(said["content"]) == {
         "name": "write_function", "arguments": {"source": code, "public": False}}
     assert '"mean_progression": 0.0' in client.requests[0][1]["content"]
+
+
+def test_a_repeated_call_is_answered_with_a_pointer_until_the_library_changes(recorded):
+    """inducer.repeat_notice: the same cell or read again, with nothing changed, gets 'the same call as request N'
+    instead of the same output; after a saved write the same read answers again (the library changed)."""
+    cell = "Action: execute_code\n```python\nprint(6 * 7)\n```"
+    fake = Fake([cell, cell, "Action: read_library()", "Action: read_library()",
+                 'Action: write_function(public=True)\n```python\ndef step_ahead():\n    """Step."""\n    return go_forward()\n```',
+                 "Action: read_library()"])
+    get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(repeat_notice=True), budget=6), client=fake)
+    obs = [json.loads(x)["observation"] for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
+    assert obs[0].startswith("42") and obs[1].startswith("The same call as request 1,")
+    assert "turn_around" in obs[2] and obs[3].startswith("The same call as request 3,")
+    assert obs[4].startswith("Saved step_ahead") and "step_ahead" in obs[5]
+    # off (the paper): every call is answered by its tool
+    fake = Fake([cell, cell])
+    get_method("speedrunner").induce(ctx_for(recorded, budget=2), client=fake)
+    obs = [json.loads(x)["observation"] for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
+    assert obs[0].startswith("42") and obs[1].startswith("42")
+
+
+def test_the_inducer_may_speak_its_own_protocol_on_the_shared_server():
+    """inducer.tool_calling replaces llm.tool_calling for the sleep phases only; the model stays, so no server
+    of its own is started."""
+    llm = LLMConfig(tool_calling="constrained")
+    limits = InducerLimits(tool_calling="text")
+    assert limits.sleep_llm(llm).tool_calling == "text" and limits.sleep_llm(llm).model == llm.model
+    assert not limits.own_server(llm) and InducerLimits().sleep_llm(llm) is llm
+    both = InducerLimits(tool_calling="text", model="qwen2.5-coder-1.5b")
+    assert both.own_server(llm) and both.sleep_llm(llm).model == "qwen2.5-coder-1.5b"

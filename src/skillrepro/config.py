@@ -112,18 +112,24 @@ class InducerLimits:
     model: str | None = None
     # SpeedRunner: the first message shows one recorded training episode's opening and first steps; the paper: 0
     example_steps: int = 0
+    # the sleep phases' reply protocol (as llm.tool_calling); None: llm.tool_calling, the actor's
+    tool_calling: str | None = None
+    # SpeedRunner: a tool call repeated word for word is answered with a pointer to its first answer; the paper: no
+    repeat_notice: bool = False
 
     def reply_tokens(self, llm: "LLMConfig") -> int:
         return max(llm.max_tokens, self.min_reply_tokens)
 
     def sleep_llm(self, llm: "LLMConfig") -> "LLMConfig":
-        """The sleep phases' model settings: `llm`, with `model` in place of llm.model when one is set."""
-        return llm if not self.model or self.model == llm.model else dataclasses.replace(llm, model=self.model)
+        """The sleep phases' model settings: `llm`, with `model` and `tool_calling` in place where set."""
+        changes = {k: v for k, v in (("model", self.model), ("tool_calling", self.tool_calling))
+                   if v is not None and v != getattr(llm, k)}
+        return dataclasses.replace(llm, **changes) if changes else llm
 
     def own_server(self, llm: "LLMConfig") -> bool:
         """Whether a sleep phase starts a server of its own: its model is not the shared server's and the
         pipeline starts servers itself (embedded, or vllm without base_url); a served API takes any model id."""
-        return self.sleep_llm(llm) is not llm and llm.backend != "openai" and not llm.base_url
+        return self.sleep_llm(llm).model != llm.model and llm.backend != "openai" and not llm.base_url
 
     def trajectory_room(self, llm: "LLMConfig") -> int:
         """Estimated tokens of episodes a sleep-phase prompt can hold: half of what the context leaves after a

@@ -110,6 +110,8 @@ class Session:
     transcript: list[dict] = field(default_factory=list)
     writes_ok: int = 0
     finished: bool = False
+    # inducer.repeat_notice: (tool, code) -> the request that first ran it since the library last changed
+    asked: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def library_text(self) -> str:
         if not self.functions:
@@ -497,7 +499,15 @@ def induce(ctx: InduceContext, client=None) -> Library:
                     text = prefill + text
                 action = parse_action(text, interpreter)
             t0 = time.time()
-            observation = _apply(action, sess, sandbox, interpreter, bench, task_ids, opts.replay_check, limits)
+            first = sess.asked.get((action.name, action.code)) if limits.repeat_notice else None
+            if first is not None and action.name in ("execute_code", "read_library") and not action.problem:
+                observation = (f"The same call as request {first + 1}, and nothing has changed since: its answer is "
+                               "above. Do something new: query other columns or episodes, or write a function.")
+            else:
+                observation = _apply(action, sess, sandbox, interpreter, bench, task_ids, opts.replay_check, limits)
+                if action.name in ("write_function", "delete_function") and not observation.startswith("Error"):
+                    sess.asked.clear()  # the library changed: a read or a cell may now answer otherwise
+                sess.asked.setdefault((action.name, action.code), req)
             sess.transcript.append({"request": req, "prefill": prefill, "reply": reply.text, "tool": action.name, "code": action.code,
                                     "public": action.public, "target": action.target, "observation": observation,
                                     "tool_s": round(time.time() - t0, 3), "prompt_tokens": reply.record.prompt_tokens,
