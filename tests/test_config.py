@@ -242,3 +242,10 @@ def test_study_sections_are_checked_with_the_main_configs_errors():
     with pytest.raises(ConfigError, match=r"config key kvcache.vllm_version: '9.9.9' is not allowed"):
         validate_section({"kvcache": {"vllm_version": "9.9.9"}}, "kvcache")
     assert validate_section({}, "kvcache")["vllm_version"] == "0.11.0"
+
+
+def test_the_laptop_learning_preset_is_the_default_run_over_three_seeds():
+    preset = load_yaml(ROOT / "configs" / "laptop-learning.yaml")
+    assert preset["protocol"].pop("seeds") == [0, 1, 2]
+    default = dict(BASE, protocol={k: v for k, v in BASE["protocol"].items() if k != "seeds"})
+    assert preset == default

@@ -1,7 +1,8 @@
 """A learned skill reaches the next checkpoint's actor (issue 38): through the real rules, a SpeedRunner
 sleep phase whose inducer is scripted to write a known function (the shipped BabyAI reference routine, as
-a model would write it: one JSON `write_function` call, the default run's constrained protocol), then the test evaluation at v1
-on the real embedded Qwen2.5-Coder-0.5B with the default run's actor settings.
+a model would write it in the default run's sleep-phase protocol, `inducer.tool_calling: text`: an Action line and
+a ```python block), then the test evaluation at v1 on the real embedded Qwen2.5-Coder-0.5B with the default run's
+actor settings (constrained JSON calls).
 
 Only the inducer is scripted: a proxy answers its requests and passes every other one (the actor's, the
 tokenizer's) to the real llama.cpp server. It asserts that the write passed its checks and reached v1, that
@@ -25,9 +26,9 @@ from test_workflow import copy_workflow, snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILL = (ROOT / "src/skillrepro/resources/reference/babyai/skills.py").read_text()
-# As the constrained inducer replies (llm.tool_calling: constrained): one JSON call of a tool.
-WRITE = json.dumps({"name": "write_function", "arguments": {"source": SKILL, "public": True}})
-FINISH = json.dumps({"name": "finish", "arguments": {"summary": "one routine for the whole mission"}})
+# As the default run's inducer replies (inducer.tool_calling: text).
+WRITE = f"Thought: one routine for the whole mission.\nAction: write_function(public=True)\n```python\n{SKILL}```"
+FINISH = 'Thought: done.\nAction: finish("one routine for the whole mission")'
 
 
 class InducerProxy(ChatServer):
@@ -64,6 +65,7 @@ def test_a_function_the_inducer_writes_is_called_by_the_next_checkpoints_actor(t
         "methods": {"speedrunner": {"method": "speedrunner"}},
         "protocol": {"seeds": [0], "train_rollouts": 1, "sleep_every": 1, "eval_every": 1, "n_test": 2},
         "budgets": {"rollout_wall_s": 300, "inducer_requests": 3},
+        "inducer": {"tool_calling": "text"},
         "pricing": {},
     }
     (tmp_path / "learn.yaml").write_text(yaml.safe_dump(cfg))
@@ -77,9 +79,9 @@ def test_a_function_the_inducer_writes_is_called_by_the_next_checkpoints_actor(t
         proxy.close()
         server.stop()
 
-    # The sleep phase asked for constrained replies, wrote the function, its checks kept it, and v1 holds it
-    # as the only public skill.
-    assert proxy.schemas == ["json_schema", "json_schema"]
+    # The sleep phase asked for text replies (the actor's stay constrained), wrote the function, its checks
+    # kept it, and v1 holds it as the only public skill.
+    assert proxy.schemas == [None, None]
     transcript = [json.loads(line) for line in (run / "induce/v1/transcript.jsonl").read_text().splitlines()]
     write = next(t for t in transcript if t["tool"] == "write_function")
     assert write["observation"].startswith("Saved ") and "solve_mission (public)" in write["observation"], write
