@@ -68,7 +68,7 @@ def test_v0_is_the_library_folder_and_no_sleep_phase_changes_it(tmp_path):
                         library_root=tmp_path / "lib", out_dir=tmp_path / "lib" / "v1", record_dir=tmp_path / "rec",
                         run_id="babyai/ref/seed0", bench=BABYAI, method=MethodConfig("ref", "reference"),
                         llm=LLMConfig(), request_budget=0)
-    v1 = REFERENCE.induce(ctx)
+    v1 = REFERENCE.sleep(ctx)
     assert v1.version == 1 and v1.functions == v0.functions and v1.notes == v0.notes
 
 

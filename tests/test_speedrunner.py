@@ -196,7 +196,7 @@ def test_real_model_session_writes_a_valid_v1(recorded, llm_cfg, llm_url, tmp_pa
     shutil.copytree(recorded / "batches", run / "batches")
     v0_before = tree_hash(run / "library" / "v0")
     ctx = ctx_for(run, llm=llm_cfg, budget=3)
-    lib = get_method("speedrunner").induce(ctx)
+    lib = get_method("speedrunner").sleep(ctx)
     lib.write(ctx.out_dir)
     v1 = Library.load(ctx.out_dir)
     assert tree_hash(run / "library" / "v0") == v0_before

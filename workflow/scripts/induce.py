@@ -28,7 +28,7 @@ ctx = InduceContext(
 with own_server(ctx.llm) if limits.own_server(run.llm) else nullcontext(), \
         Progress(1, f"sleep phase (v{int(w.k) - 1} -> v{w.k}, at most {p.request_budget} inducer requests on "
                     f"{ctx.llm.model})") as progress:
-    library = get_method(run.method.method).induce(ctx)
+    library = get_method(run.method.method).sleep(ctx)
     progress.update()
 # Every sleep phase leaves the same declared records, even a method that makes no LLM call.
 if not Path(out.llm_calls).exists():

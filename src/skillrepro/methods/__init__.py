@@ -7,7 +7,7 @@ A method is one module in this folder. At import it registers itself:
     class Options:                 # methods.<variant>.options, checked field by field
         rounds: int = 1
 
-    def induce(ctx: InduceContext) -> Library: ...   # library v{k} + training history -> v{k+1}
+    def induce(ctx: InduceContext, client) -> Library: ...   # library v{k} + training history -> v{k+1}
 
     register("mymethod", Options, induce)
 
@@ -37,6 +37,7 @@ from typing import Any, Callable
 from skillrepro.agent import Prompts
 from skillrepro.config import (BenchmarkConfig, ConfigError, InducerLimits, LLMConfig,
                                MethodConfig)
+from skillrepro.llm.client import session
 from skillrepro.skills import Library
 from skillrepro.skills.sandbox import SandboxPolicy
 
@@ -123,7 +124,7 @@ class NoOptions:
 class Method:
     name: str
     options: type
-    induce: Callable[[InduceContext], Library]
+    induce: Callable[[InduceContext, Any], Library]  # (ctx, the LLM client: None for a method that sleeps=False)
     notes: Callable[[Library, Any], str] = default_notes
     visible: Callable[[Library, Any], list[str]] = default_visible
     next_task: Callable[[TaskContext], TaskChoice] = default_next_task
@@ -133,6 +134,14 @@ class Method:
     # the workflow runs it as a local job that asks a cluster for nothing (rules/learn.smk, carry_library).
     sleeps: bool = True
 
+    def sleep(self, ctx: InduceContext, client: Any = None) -> Library:
+        """One sleep phase, v{k} -> v{k+1}, on `client`; None opens the run's shared LLM server (or one started
+        for this job) for a method that calls a model. The one place a phase's client is opened."""
+        if client is not None or not self.sleeps:
+            return self.induce(ctx, client)
+        with session(ctx.llm) as opened:
+            return self.induce(ctx, opened)
+
     def parse_options(self, raw: dict[str, Any] | None, variant: str) -> Any:
         """`raw` as an instance of the options class; a ConfigError names the key otherwise."""
         return parse_options(self.options, raw or {}, f"methods.{variant}.options")
@@ -141,7 +150,7 @@ class Method:
 _REGISTRY: dict[str, Method] = {}
 
 
-def register(name: str, options: type, induce: Callable[[InduceContext], Library], **hooks: Any) -> Method:
+def register(name: str, options: type, induce: Callable[[InduceContext, Any], Library], **hooks: Any) -> Method:
     if name in _REGISTRY and _REGISTRY[name].induce.__module__ != induce.__module__:
         raise ValueError(f"method {name!r} is registered twice ({_REGISTRY[name].induce.__module__}, {induce.__module__})")
     if not dataclasses.is_dataclass(options):

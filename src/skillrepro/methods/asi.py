@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from skillrepro.config import ROLLOUT_WALL_S
 from skillrepro.methods import InduceContext, register
-from skillrepro.methods.common import (Trace, append_functions, budget, check_prompt_file, client_for, prompt_text,
+from skillrepro.methods.common import (Trace, append_functions, budget, check_prompt_file, prompt_text,
                                         read_traces, reply_code, show_traces, save_records)
 from skillrepro.skills import Library
 from skillrepro.store import LLMCall, read_records
@@ -60,18 +60,15 @@ def _listing(library: Library, chars: int = 3000) -> str:
     return ("\n".join(lines) or "(none yet)")[:chars]
 
 
-def induce(ctx: InduceContext, client=None) -> Library:
+def induce(ctx: InduceContext, client) -> Library:
     return _induce(ctx, client, replay=False)
 
 
-def induce_replay(ctx: InduceContext, client=None) -> Library:
+def induce_replay(ctx: InduceContext, client) -> Library:
     return _induce(ctx, client, replay=True)
 
 
 def _induce(ctx: InduceContext, client, replay: bool) -> Library:
-    if client is None:
-        with client_for(ctx.llm) as c:
-            return _induce(ctx, c, replay)
     opts: Options = ctx.options
     bench = load_benchmark(ctx.bench)
     primitives = {p.name for p in bench.primitives()}

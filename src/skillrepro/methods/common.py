@@ -13,7 +13,6 @@ from skillrepro.config import InducerLimits
 from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
 from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession
 from skillrepro.store import LLMCall, write_records, write_text
-from skillrepro.llm.client import session
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 TOKEN_CHARS = 3  # characters per token: every sleep-phase budget's estimate (no tokenizer for every model)
@@ -271,8 +270,3 @@ def save_records(record_dir: Path, calls: list[LLMCall], transcript: list[dict[s
     """The sleep phase's LLM calls (each with its role) and what it did, beside the new version."""
     write_records(record_dir / "llm_calls.parquet", calls, LLMCall)
     write_text(record_dir / "transcript.jsonl", "".join(json.dumps(t, default=str) + "\n" for t in transcript))
-
-
-def client_for(llm):
-    """The run's shared LLM server, or one started for this job."""
-    return session(llm)

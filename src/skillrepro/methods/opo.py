@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 
 from skillrepro.methods import InduceContext, register
-from skillrepro.methods.common import (budget, check_prompt_file, client_for, prompt_text, read_traces, show_traces,
+from skillrepro.methods.common import (budget, check_prompt_file, prompt_text, read_traces, show_traces,
                                       save_records)
 from skillrepro.skills import Library
 from skillrepro.benchmarks import load_benchmark
@@ -36,10 +36,7 @@ def parse_notes(reply: str) -> str:
     return (m.group(1) if m else reply).strip()
 
 
-def induce(ctx: InduceContext, client=None) -> Library:
-    if client is None:
-        with client_for(ctx.llm) as c:
-            return induce(ctx, c)
+def induce(ctx: InduceContext, client) -> Library:
     opts: Options = ctx.options
     bench = load_benchmark(ctx.bench)
     max_tokens, _ = budget(ctx.llm, ctx.limits)

@@ -5,7 +5,7 @@ from skillrepro.methods import InduceContext, NoOptions, register
 from skillrepro.skills import Library
 
 
-def induce(ctx: InduceContext) -> Library:
+def induce(ctx: InduceContext, client=None) -> Library:
     return ctx.library.next_version(meta={"method": "react", "cycle": ctx.cycle})
 
 

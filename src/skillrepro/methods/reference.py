@@ -80,7 +80,7 @@ def initial(bench: BenchmarkConfig, options: Options) -> Library:
                    meta={"method": "reference", "library": str(folder)})
 
 
-def induce(ctx: InduceContext) -> Library:
+def induce(ctx: InduceContext, client=None) -> Library:
     return ctx.library.next_version(meta={"method": "reference", "cycle": ctx.cycle,
                                            "library": ctx.library.meta.get("library", "")})
 

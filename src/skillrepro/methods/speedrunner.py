@@ -38,7 +38,7 @@ from typing import Any, Literal
 from skillrepro.agent import call_schema
 from skillrepro.methods import InduceContext, register
 from skillrepro.config import InducerLimits
-from skillrepro.methods.common import (CODE_FENCE, PREFIX_TRIES, SMOKE_LIMITS, client_for, load_check,
+from skillrepro.methods.common import (CODE_FENCE, PREFIX_TRIES, SMOKE_LIMITS, load_check,
                                       longest_parsing_prefix, read_traces, show_traces, Trace)
 from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
 from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession
@@ -381,11 +381,8 @@ def _trim(messages: list[dict], budget_chars: int) -> list[dict]:
     return head + kept
 
 
-def induce(ctx: InduceContext, client=None) -> Library:
+def induce(ctx: InduceContext, client) -> Library:
     """Run one inducer session on library v{k} and return v{k+1} (not yet written)."""
-    if client is None:
-        with client_for(ctx.llm) as c:
-            return induce(ctx, c)
     opts: Options = ctx.options
     interpreter = opts.interpreter
     all_public = opts.access == "all_public"

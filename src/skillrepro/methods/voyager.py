@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from skillrepro.methods import InduceContext, TaskChoice, TaskContext, register
-from skillrepro.methods.common import (TOKEN_CHARS, Trace, append_functions, budget, check_prompt_file, client_for,
+from skillrepro.methods.common import (TOKEN_CHARS, Trace, append_functions, budget, check_prompt_file,
                                        prompt_text, read_traces, reply_code, save_records, show_traces)
 from skillrepro.skills import Library
 from skillrepro.skills.library import SkillFunction
@@ -271,10 +271,7 @@ def _renamed(code: str, taken: set[str]) -> str:
     return re.sub(r"^def (\w+)\(", fresh, code, count=1, flags=re.MULTILINE)
 
 
-def induce(ctx: InduceContext, client=None) -> Library:
-    if client is None:
-        with client_for(ctx.llm) as c:
-            return induce(ctx, c)
+def induce(ctx: InduceContext, client) -> Library:
     opts: Options = ctx.options
     bench = load_benchmark(ctx.bench)
     primitives = {p.name for p in bench.primitives()}
