@@ -23,12 +23,14 @@ ctx = InduceContext(
     sandbox=run.sandbox, trajectory_tokens=p.trajectory_tokens, prompts=run.prompts,
     limits=limits,
 )
+method = get_method(run.method.method)
+what = (f"sleep phase (v{int(w.k) - 1} -> v{w.k}, at most {p.request_budget} inducer requests on {ctx.llm.model})"
+        if method.sleeps else f"sleep phase (v{int(w.k) - 1} -> v{w.k}: {method.name} carries its library forward)")
 # on the console: the phase's start, a line a minute while it runs, its end
 # inducer.model other than the shared server's: this job's own server (the rule then takes every llm unit)
-with own_server(ctx.llm) if limits.own_server(run.llm) else nullcontext(), \
-        Progress(1, f"sleep phase (v{int(w.k) - 1} -> v{w.k}, at most {p.request_budget} inducer requests on "
-                    f"{ctx.llm.model})") as progress:
-    library = get_method(run.method.method).sleep(ctx)
+with own_server(ctx.llm) if method.sleeps and limits.own_server(run.llm) else nullcontext(), \
+        Progress(1, what) as progress:
+    library = method.sleep(ctx)
     progress.update()
 # Every sleep phase leaves the same declared records, even a method that makes no LLM call.
 if not Path(out.llm_calls).exists():
