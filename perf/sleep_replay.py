@@ -12,7 +12,6 @@ its own model (inducer.model's where one is set).
 import argparse
 import collections
 import json
-import re
 import tempfile
 import time
 from dataclasses import fields, replace
@@ -25,6 +24,7 @@ from skillrepro.check import check_config
 from skillrepro.llm import servers
 from skillrepro.llm.client import LLMClient
 from skillrepro.methods import InduceContext, get_method
+from skillrepro.methods.speedrunner import refusal_kind
 from skillrepro.pipeline import training_history
 from skillrepro.skills import Library
 
@@ -59,12 +59,6 @@ def parse(setting: str) -> tuple[dict, dict, dict]:
     return llm, inducer, options
 
 
-def reason(observation: str) -> str:
-    """A refusal's kind: its message with names, numbers and quoted text taken out."""
-    text = re.sub(r"\(line \d+\)|'[^']*'|\"[^\"]*\"|\d+", "_", observation.removeprefix("Error: ").split(". ")[0])
-    return text[:70]
-
-
 rows = []
 for setting in a.setting or [""]:
     over_llm, over_inducer, over_options = parse(setting)
@@ -87,7 +81,7 @@ for setting in a.setting or [""]:
             wall = time.time() - t0
             log = [json.loads(line) for line in (record / "transcript.jsonl").read_text().splitlines()]
             writes = [t for t in log if t.get("tool") == "write_function"]
-            refused = collections.Counter(reason(t["observation"]) for t in writes
+            refused = collections.Counter(refusal_kind(t["observation"]) for t in writes
                                           if not t["observation"].startswith("Saved"))
             kept = sorted({f.name for f in new.functions if f.public} - {f.name for f in ctx.library.functions})
             rows.append({"setting": setting or "(config)", "seed": llm.seed, "requests": len(log),

@@ -296,6 +296,13 @@ def smoke_check(functions: dict[str, SkillFunction], new: list[str], bench, task
         env.release()
 
 
+def refusal_kind(observation: str) -> str:
+    """A refused write's reason with its names, numbers and quoted text taken out, for counting refusals
+    by kind across sessions (perf/sleep_replay.py, perf/learning_report.py)."""
+    text = re.sub(r"\(line \d+\)|'[^'\n]*'|\"[^\"\n]*\"|\d+", "_", observation.removeprefix("Error: ").split(". ")[0])
+    return text[:70]
+
+
 def write_function(sess: Session, code: str, public: bool | None, bench, task_ids: list[str],
                    replay: bool = False) -> str:
     if not code.strip():
