@@ -389,3 +389,20 @@ def test_the_inducer_may_speak_its_own_protocol_on_the_shared_server():
     assert not limits.own_server(llm) and InducerLimits().sleep_llm(llm) is llm
     both = InducerLimits(tool_calling="text", model="qwen2.5-coder-1.5b")
     assert both.own_server(llm) and both.sleep_llm(llm).model == "qwen2.5-coder-1.5b"
+
+
+def test_require_action_refuses_a_public_function_that_reaches_no_primitive(recorded):
+    """inducer.require_action: `return 'pick_up()'` (what the 1.5B inducer wrote) is refused with the reason;
+    a public function acting through a private helper, and a private helper that only parses, are kept."""
+    idle = 'Action: write_function(public=True)\n```python\ndef pick_up_object():\n    return "pick_up()"\n```'
+    acting = ('Action: write_function(public=True)\n```python\ndef _target(mission):\n    return mission.split()[-1]\n\n'
+              'def grab_twice():\n    """Pick up, turn, pick up."""\n    _step()\n    return pick_up()\n\n'
+              'def _step():\n    return turn_left()\n```')
+    fake = Fake([idle, acting])
+    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=2), fake)
+    obs = [json.loads(x)["observation"] for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
+    assert obs[0].startswith("Error: pick_up_object call(s) no primitive action") and "Nothing was saved" in obs[0]
+    assert obs[1].startswith("Saved") and {"grab_twice", "_target", "_step"} <= {f.name for f in lib.functions}
+    # off (the paper): the idle function is kept
+    lib = get_method("speedrunner").induce(ctx_for(recorded, budget=1), Fake([idle]))
+    assert "pick_up_object" in {f.name for f in lib.functions}

@@ -116,6 +116,8 @@ class InducerLimits:
     tool_calling: str | None = None
     # SpeedRunner: a tool call repeated word for word is answered with a pointer to its first answer; the paper: no
     repeat_notice: bool = False
+    # SpeedRunner: a public function that reaches no primitive action is refused (it cannot act); the paper: no
+    require_action: bool = False
 
     def reply_tokens(self, llm: "LLMConfig") -> int:
         return max(llm.max_tokens, self.min_reply_tokens)

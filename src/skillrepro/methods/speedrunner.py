@@ -107,6 +107,7 @@ class Session:
     primitives: set[str]
     all_public: bool
     policy: SandboxPolicy = SandboxPolicy()  # what every sandbox the session starts must have
+    require_action: bool = False  # inducer.require_action: a public function must reach a primitive
     transcript: list[dict] = field(default_factory=list)
     writes_ok: int = 0
     finished: bool = False
@@ -296,6 +297,14 @@ def smoke_check(functions: dict[str, SkillFunction], new: list[str], bench, task
         env.release()
 
 
+def _acts(name: str, library: dict[str, SkillFunction], primitives: set[str], seen: frozenset = frozenset()) -> bool:
+    """Whether function `name` calls a primitive action, itself or through the library functions it calls."""
+    called = {c.func.id for c in ast.walk(parse_untrusted(library[name].source))
+              if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+    return bool(called & primitives) or any(_acts(c, library, primitives, seen | {name})
+                                            for c in called & set(library) - seen - {name})
+
+
 def refusal_kind(observation: str) -> str:
     """A refused write's reason with its names, numbers and quoted text taken out, for counting refusals
     by kind across sessions (perf/sleep_replay.py, perf/learning_report.py)."""
@@ -337,6 +346,12 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
     # Callees were computed within the written block; recompute over the whole library.
     whole = {f.name: f for f in parse_functions(Library(0, tuple(candidate.values())).source)}
     candidate = {n: SkillFunction(n, c.public, c.signature, c.doc, c.source, whole[n].callees) for n, c in candidate.items()}
+    idle = [f.name for f in parsed if sess.require_action and candidate[f.name].public
+            and not _acts(f.name, candidate, sess.primitives)]
+    if idle:
+        return (f"Error: {', '.join(idle)} call(s) no primitive action, directly or through library functions: a "
+                f"skill acts by calling them ({', '.join(sorted(sess.primitives)[:4])}, ...; returning an action's "
+                "name as text does nothing). Nothing was saved.")
     problem = (smoke_check(candidate, [f.name for f in parsed], bench, task_ids, sess.policy) if replay
                else load_check(candidate, sess.policy))
     if problem:
@@ -404,7 +419,8 @@ def induce(ctx: InduceContext, client) -> Library:
     traces = read_traces(ctx.history_dirs)
     task_ids = sorted({t.task_id for t in traces})
     primitives = {p.name for p in bench.primitives()}
-    sess = Session({f.name: f for f in ctx.library.functions}, primitives, all_public, ctx.sandbox)
+    sess = Session({f.name: f for f in ctx.library.functions}, primitives, all_public, ctx.sandbox,
+                   require_action=ctx.limits.require_action)
     session_id = f"{ctx.run_id}/induce/v{ctx.library.version + 1}"
     record_dir = ctx.record_dir
 
