@@ -25,8 +25,11 @@ def with_change(path: str, value):
 def test_default_and_shipped_configs_are_valid():
     check_config(BASE)
     for preset in sorted((ROOT / "configs").glob("*.yaml")):
-        merged = copy.deepcopy(BASE)
-        merged.update(load_yaml(preset))
+        # A preset given with --configfile replaces config.yaml (Snakefile); one that says it goes after
+        # another ("add configs/x.yaml after this file") is checked over that one.
+        base = next((load_yaml(p) for p in (ROOT / "configs").glob("*.yaml")
+                     if f"add configs/{preset.name} after this file" in p.read_text()), {})
+        merged = {**base, **load_yaml(preset)}
         for bench in merged["benchmarks"].values():
             # Official data the user supplies (scaffold-paper's ALFWorld): its absence is an error that names
             # the option (tests/test_env_alfworld.py); the rest of the preset is checked without it.
@@ -63,9 +66,16 @@ def test_bad_values_name_the_key(path, value, expected):
     assert expected in str(err.value)
 
 
-def test_openai_backend_needs_key_and_price(monkeypatch):
+def openai_run() -> dict:
+    """config.yaml on a served API: one model for both roles (config.yaml's inducer.model is a shipped file)."""
     cfg = with_change("llm", {"backend": "openai", "model": "gpt-x", "base_url": "http://localhost:1/v1",
                               "api_key_env": "SKILLREPRO_TEST_KEY"})
+    cfg["inducer"]["model"] = None
+    return cfg
+
+
+def test_openai_backend_needs_key_and_price(monkeypatch):
+    cfg = openai_run()
     monkeypatch.delenv("SKILLREPRO_TEST_KEY", raising=False)
     with pytest.raises(ConfigError, match="environment variable SKILLREPRO_TEST_KEY is not set"):
         check_config(cfg)
@@ -81,8 +91,7 @@ def test_openai_backend_needs_key_and_price(monkeypatch):
 
 def test_a_plan_needs_no_key_and_no_prices(monkeypatch):
     """`snakemake -n` checks with billing=False and lists what a real run needs; on_start refuses on it."""
-    cfg = with_change("llm", {"backend": "openai", "model": "gpt-x", "base_url": "http://localhost:1/v1",
-                              "api_key_env": "SKILLREPRO_TEST_KEY"})
+    cfg = openai_run()
     cfg["pricing"] = {"gpt-x": {"input": 0.0, "cached_input": 0.0, "output": 0.0}}
     monkeypatch.delenv("SKILLREPRO_TEST_KEY", raising=False)
     checked = check_config(cfg, billing=False)

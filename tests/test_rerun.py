@@ -153,7 +153,7 @@ def test_sleep_every_reruns_the_training_chain_but_not_the_v0_evaluation(finishe
 
 
 # (each value differs from BASE's default)
-@pytest.mark.parametrize("path, value", [("budgets.inducer_requests", 5), ("inducer.last_request_nudge", True)])
+@pytest.mark.parametrize("path, value", [("budgets.inducer_requests", 5), ("inducer.nudge_requests", 1)])
 def test_the_inducer_budget_reruns_the_sleep_phases_and_what_follows_them(finished, path, value):
     jobs = changed(finished, set_(path, value))
     assert jobs == {

@@ -57,7 +57,7 @@ def recorded(tmp_path_factory):
     return run
 
 
-NUDGE = InducerLimits(last_request_nudge=True)  # as config.yaml runs SpeedRunner on the small models
+NUDGE = InducerLimits(nudge_requests=1)  # the last request nudged, as the small-model presets do
 
 
 def ctx_for(run: Path, llm: LLMConfig | None = None, budget: int = 8, limits: InducerLimits = NUDGE,
@@ -274,7 +274,7 @@ def test_the_inducer_limits_are_settings(recorded):
     fake = Sized(["Action: read_library()", "Action: execute_code\n```python\nprint('x' * 5000)\n```",
                   "nothing useful " * 400, "still nothing"])
     limits = InducerLimits(min_reply_tokens=300, history_tokens=700, library_chars=40, tool_output_chars=150,
-                           read_library_chars=60, last_request_nudge=False)
+                           read_library_chars=60, nudge_requests=0)
     lib = get_method("speedrunner").induce(ctx_for(recorded, budget=4, limits=limits), client=fake)
     assert fake.asked == [300] * 4 and lib.meta["limits"]["tool_output_chars"] == 150
     first = fake.seen[0][1]["content"]

@@ -492,7 +492,7 @@ TINY = {  # the smallest run that has every section: ReAct and SpeedRunner, one 
     "protocol": {"seeds": [0], "train_rollouts": 1, "sleep_every": 1, "eval_every": 1, "n_test": 1},
     "budgets": {"rollout_wall_s": 300, "inducer_requests": 1},
     # the one inducer request writes a function (the nudge), briefly: a refused write is as welcome as a kept one
-    "inducer": {"last_request_nudge": True, "min_reply_tokens": 64},
+    "inducer": {"nudge_requests": 1, "min_reply_tokens": 64},
     "pricing": {},
 }
 

@@ -106,8 +106,9 @@ class InducerLimits:
     library_chars: int = 3000  # the library source in the inducer's first message
     tool_output_chars: int = 3000  # each execute_code result shown
     read_library_chars: int = 6000  # a read_library result
-    # the reminder (and text-protocol prefill) before a write-less session's last request; the paper has none
-    last_request_nudge: bool = False
+    # the reminder (and text-protocol prefill) before each of a write-less session's last N requests; the
+    # paper has none (0)
+    nudge_requests: int = 0
     # the sleep phases' model (a name as llm.model takes); None: llm.model, the paper's one model for both roles
     model: str | None = None
     # SpeedRunner: the first message shows one recorded training episode's opening and first steps; the paper: 0

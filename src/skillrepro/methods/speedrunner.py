@@ -487,13 +487,14 @@ def induce(ctx: InduceContext, client) -> Library:
         for req in range(ctx.request_budget):
             left = ctx.request_budget - req
             prefill, allowed = "", schemas
-            if left == 1 and sess.writes_ok == 0 and limits.last_request_nudge:
-                # A last reminder: a session that never writes leaves the library unchanged. In the text
-                # protocol the reply is also started for the model (servers continue a trailing assistant
-                # message), which is what gets a 135M model to write a function at all.
-                messages.append({"role": "user", "content": "This is your last request and you have not saved a "
-                                 "function yet. Reply with Action: write_function(public=True) and one "
-                                 "```python block containing a complete function that calls the primitive actions."})
+            if left <= limits.nudge_requests and sess.writes_ok == 0:
+                # A reminder: a session that never writes leaves the library unchanged. In the text protocol
+                # the reply is also started for the model (servers continue a trailing assistant message),
+                # which is what gets a 135M model to write a function at all.
+                when = "This is your last request" if left == 1 else f"You have {left} requests left"
+                messages.append({"role": "user", "content": f"{when} and you have not saved a function yet. Reply "
+                                 "with Action: write_function(public=True) and one ```python block containing a "
+                                 "complete function that calls the primitive actions."})
                 # constrained: the reply can only be a write_function call
                 allowed = [t for t in schemas if t["function"]["name"] == "write_function"]
                 prefill = "" if native or constrained else LAST_CHANCE_PREFILL
