@@ -225,13 +225,19 @@ def test_last_request_is_prefilled_when_nothing_was_saved(recorded):
     # The server answers a trailing assistant message with its continuation only (the name's leading space
     # included: the prefill ends at "def", not "def ", so that the model is not asked to start a word mid-token).
     fake = Fake(["I think the library is fine.",
-                 ' step_ahead():\n    """Step forward."""\n    return go_forward()\n\ndef cut_off(x):\n    if x'])
-    ctx = ctx_for(recorded, budget=2)
+                 ' step_ahead():\n    """Step forward."""\n    return go_forward()\n\ndef cut_off(x):\n    if x',
+                 "Action: finish()"])
+    ctx = ctx_for(recorded, limits=InducerLimits(nudge_requests=2), budget=3)
     lib = get_method("speedrunner").induce(ctx, client=fake)
+    assert "requests left" not in json.dumps(fake.seen[0])  # the first of 3 requests is not nudged
+    assert "You have 2 requests left" in fake.seen[1][-2]["content"]
     assert fake.seen[1][-1] == {"role": "assistant", "content": LAST_CHANCE_PREFILL}
+    # the last request (not nudged: a write was saved) sees the whole reply, prefill and all
+    assert fake.seen[2][-2]["content"].startswith(LAST_CHANCE_PREFILL + " step_ahead():")
+    assert "last request" not in fake.seen[2][-1]["content"]
     assert {f.name: f.public for f in lib.functions} == {"turn_around": True, "step_ahead": True}
     log = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
-    assert "did not parse and were dropped" in log[-1]["observation"]  # the half function cut by the token limit
+    assert "did not parse and were dropped" in log[1]["observation"]  # the half function cut by the token limit
 
 
 def test_constrained_replies_are_one_json_tool_call_and_the_last_may_only_write(recorded):

@@ -508,14 +508,15 @@ def induce(ctx: InduceContext, client) -> Library:
                 sess.transcript.append({"request": req, "error": str(e)})
                 break
             records.append(reply.record)
+            text = reply.text
             if reply.tool_calls:
                 tc = reply.tool_calls[0]
                 action = native_action(tc.name, tc.arguments)
             elif constrained:
-                action = json_action(reply.text)
+                action = json_action(text)
             else:
-                text = reply.text
                 # Servers differ: some return the continuation only, some a fresh reply (or prefix included).
+                # The conversation keeps the whole reply, so that a later request sees what was written.
                 if prefill and not text.lstrip().startswith(("Action", "```", "def ", "Thought")):
                     text = prefill + text
                 action = parse_action(text, interpreter)
@@ -533,7 +534,7 @@ def induce(ctx: InduceContext, client) -> Library:
                                     "public": action.public, "target": action.target, "observation": observation,
                                     "tool_s": round(time.time() - t0, 3), "prompt_tokens": reply.record.prompt_tokens,
                                     "completion_tokens": reply.record.completion_tokens})
-            said = reply.text
+            said = text
             if reply.tool_calls:  # native: the call itself, its code and arguments, stays in the conversation
                 call = json.dumps({"name": reply.tool_calls[0].name, "arguments": reply.tool_calls[0].arguments})
                 said = f"{said}\n{call}" if said else call
