@@ -412,3 +412,16 @@ def test_require_action_refuses_a_public_function_that_reaches_no_primitive(reco
     # off (the paper): the idle function is kept
     lib = get_method("speedrunner").induce(ctx_for(recorded, budget=1), Fake([idle]))
     assert "pick_up_object" in {f.name for f in lib.functions}
+
+
+def test_code_cut_at_the_reply_limit_is_refused_with_the_limit_named(recorded):
+    class CutOff(Fake):
+        def chat(self, *args, **kwargs):
+            reply = super().chat(*args, **kwargs)
+            return Reply(reply.text, [], "length", reply.record)
+
+    cut = 'Action: write_function(public=True)\n```python\ndef walk(step):\n    if step == 0:\n        go_forward()\n    elif'
+    get_method("speedrunner").induce(ctx_for(recorded, budget=1), CutOff([cut]))
+    (entry,) = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
+    assert entry["observation"].startswith("Error: the code does not parse")
+    assert "stopped at its 256-token limit" in entry["observation"]

@@ -527,6 +527,10 @@ def induce(ctx: InduceContext, client) -> Library:
                                "above. Do something new: query other columns or episodes, or write a function.")
             else:
                 observation = _apply(action, sess, sandbox, interpreter, bench, task_ids, opts.replay_check, limits)
+                if reply.finish_reason == "length" and observation.startswith("Error: the code does not parse"):
+                    observation += (f" The reply stopped at its {max_tokens}-token limit in the middle of the code: "
+                                    "write a shorter function (a loop over what the primitives return, not one "
+                                    "branch per step).")
                 if action.name in ("write_function", "delete_function") and not observation.startswith("Error"):
                     sess.asked.clear()  # the library changed: a read or a cell may now answer otherwise
                 sess.asked.setdefault((action.name, action.code), req)
