@@ -80,17 +80,17 @@ def test_slurm_profile_dry_run():
     assert {"rollout", "induce", "evaluate", "tables"} <= set(asked)
     assert set().union(*asked.values()) == {0}
     # Resources follow what a job does: react's and reference's sleep phases (carry_library) do nothing and
-    # ask for the defaults; SpeedRunner's (induce) asks for its own process, a sandboxed call and the 0.5B
-    # model's llama.cpp server on its node (rules/common.smk: (400 + 1024 + 469 + 192 + 250) x 1.5 MB, 1 + 2
-    # threads), not the 32 GB and 8 CPUs the profile once gave every LLM job; no job asks for Snakemake's
-    # 50 GB of disk.
+    # ask for the defaults; SpeedRunner's (induce) asks for its own process, a sandboxed call and the llama.cpp
+    # server of config.yaml's inducer.model, the 1.5B, on its node (rules/common.smk: (400 + 1024 + 1066 +
+    # 28 x 2 x 8192 / 1024 + 250) x 1.5 MB, 1 + 2 threads), not the 32 GB and 8 CPUs the profile once gave every
+    # LLM job; no job asks for Snakemake's 50 GB of disk.
     jobs = [(re.search(r"(?:local)?rule (\w+):", block), re.search(r"variant=(\w+)", block),
              re.search(r"resources: (.*)", block)) for block in re.split(r"\n(?=(?:local)?rule \w+:)", out.stdout)]
     jobs = [(rule[1], variant[1] if variant else None, dict(kv.split("=", 1) for kv in res[1].split(", ")))
             for rule, variant, res in jobs if rule and res]
     sleeps = {(rule, variant): (res["mem_mb"], res["cpus_per_task"]) for rule, variant, res in jobs
               if rule in ("induce", "carry_library")}
-    assert sleeps == {("induce", "speedrunner"): ("3600", "3"), ("carry_library", "react"): ("4000", "1"),
+    assert sleeps == {("induce", "speedrunner"): ("4800", "3"), ("carry_library", "react"): ("4000", "1"),
                       ("carry_library", "reference"): ("4000", "1")}
     assert all(res["disk_mb"] in ("1000", "<TBD>") for _, _, res in jobs), {r["disk_mb"] for _, _, r in jobs}
 
