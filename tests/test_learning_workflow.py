@@ -57,8 +57,7 @@ class InducerProxy(ChatServer):
 def test_a_function_the_inducer_writes_is_called_by_the_next_checkpoints_actor(tmp_path):
     copy_workflow(tmp_path)
     llm = {"backend": "embedded", "model": "qwen2.5-coder-0.5b", "max_tokens": 96, "slots": 1, "ctx_per_slot": 4096,
-           "seed": 1, "tool_calling": "constrained",
-           "threads": 1}  # operational: two threads busy-wait on each other on 2 busy cores (issue 32)
+           "seed": 1, "tool_calling": "constrained"}
     cfg = {
         "llm": llm,
         "actor": {"restate_skills": True, "stop": ["}\n{", "},\n{"]},  # the default run's actor settings
@@ -129,8 +128,7 @@ def test_the_sleep_phase_runs_on_inducer_model_on_a_server_of_its_own(tmp_path):
     copy_workflow(tmp_path)
     model = tmp_path / "inducer.gguf"  # another model name for the same small file: a server of its own
     model.symlink_to(models.resolve("smollm2-135m"))
-    cfg = {"llm": {"backend": "embedded", "model": "smollm2-135m", "max_tokens": 32, "slots": 2, "tool_calling": "text",
-                   "threads": 1},  # as above (issue 32)
+    cfg = {"llm": {"backend": "embedded", "model": "smollm2-135m", "max_tokens": 32, "slots": 2, "tool_calling": "text"},
            "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 2}},
            "methods": {"speedrunner": {"method": "speedrunner"}},
            "protocol": {"seeds": [0], "train_rollouts": 1, "sleep_every": 1, "eval_every": 1, "n_test": 1},
