@@ -25,8 +25,7 @@ def test_reference_solves_tasks_through_its_skill_in_the_dag_on_the_real_model(t
     copy_workflow(tmp_path)
     cfg = {
         "llm": {"backend": "embedded", "model": "qwen2.5-coder-0.5b", "max_tokens": 96, "slots": 1,
-                "ctx_per_slot": 4096, "seed": 1, "tool_calling": "constrained",
-                "threads": 1},  # operational: two threads busy-wait on each other on 2 busy cores (issue 32)
+                "ctx_per_slot": 4096, "seed": 1, "tool_calling": "constrained"},
         "actor": {"restate_skills": True, "stop": ["}\n{", "},\n{"]},  # the default run's actor settings
         "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 3}},
         "methods": {"reference": {"method": "reference"}},
