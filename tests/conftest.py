@@ -24,16 +24,10 @@ def needs_bwrap():
                     pytrace=False)
 
 
-# One llama.cpp thread for the test server (issue 32): on 2 cores, two threads busy-wait on each other while
-# pytest, Snakemake's jobs or another job hold a core, and a 48-token reply of SmolLM2-135M took 9-48 s
-# instead of 1-4 s (0.7 tokens/s decoding against 40). `threads` is operational: no run's identity changes.
-TEST_THREADS = 1
-
-
 @pytest.fixture(scope="session")
 def llm_cfg() -> LLMConfig:
     return LLMConfig(backend="embedded", model=TEST_MODEL, slots=2, ctx_per_slot=4096, max_tokens=48,
-                     temperature=0.7, seed=1, max_retries=2, timeout_s=300, threads=TEST_THREADS)
+                     temperature=0.7, seed=1, max_retries=2, timeout_s=300)
 
 
 @pytest.fixture(scope="session")
