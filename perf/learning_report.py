@@ -49,8 +49,8 @@ for run in sorted((runs / a.variant).glob("seed*"), key=lambda p: int(p.name[4:]
     t = test_figures(run)
     base = []
     for b in a.baselines:
-        other = runs / b / run.name
-        base.append(f"{test_figures(other)['success']:.2f}, {test_figures(other)['output_tokens']:.0f}" if other.exists() else "-")
+        other = test_figures(runs / b / run.name) if (runs / b / run.name).exists() else None
+        base.append(f"{other['success']:.2f}, {other['output_tokens']:.0f}" if other else "-")
     print(f"| {run.name[4:]} | {len(writes)} | {sum(refused.values())} ({'; '.join(f'{k}: {n}' for k, n in refused.items()) or '-'}) "
           f"| {', '.join(kept) or '-'} ({last.name}) | {t['success']:.2f} | {t['output_tokens']:.0f} | {t['skill_calls']:.2f} "
           f"| {t['episodes_calling']}/{t['episodes']} | " + " | ".join(base) + " |")
