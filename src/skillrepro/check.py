@@ -7,7 +7,7 @@ before any job is scheduled. Every error is a config.ConfigError naming the key.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +17,20 @@ from skillrepro.config import (OPERATIONAL_LLM_KEYS, BenchmarkConfig, ConfigErro
                                benchmarks, file_digest, fingerprint, llm_config, protocol, validate)
 from skillrepro.llm.models import MODELS
 from skillrepro.methods import check_benchmarks, get_method, registry
+from skillrepro.studies import contract
+from skillrepro.studies.kvcache.study import KVConfig, kv_settings
 from skillrepro.studies.scaffold.grpo import policy_llm
-from skillrepro.studies.scaffold.settings import (HeldoutConfig, ScaffoldConfig, executor_llm, parse_instance,
-                                                  training_iteration)
+from skillrepro.studies.scaffold.settings import ScaffoldConfig, executor_llm, parse_instance, training_iteration
 
 
 def check_config(config: dict[str, Any], *, check_files: bool = True, billing: bool = True) -> dict[str, Any]:
     """`config` validated (skillrepro.config.validate) and checked against the registries: a shipped model's
     name, each variant's method and options and the benchmarks it runs on, the truncation analysis's
-    options, and the task pools. Returns it with the schema's defaults; nothing is started or written.
+    options, and the task pools; then every study's settings built (studies.contract.STUDIES: each section
+    against its own schema and the rest of the config), so that a bad key of any study stops here, before any
+    job, whichever target was asked for. Returns it with the schema's defaults; nothing is started or written.
     `billing=False`: a billed backend's key and prices are not asked for (config.check_billing, at a real run's start)."""
     config = validate(config, check_files=check_files, billing=billing)
-    if config.get("scaffold"):  # SkillScaffold's section: its own schema and cross-checks, the same errors
-        ScaffoldConfig.from_config(config)
     llm = config["llm"]
     for key, model in (("llm.model", llm["model"]), ("inducer.model", config["inducer"]["model"])):
         if model and llm["backend"] == "embedded" and model not in MODELS and not model.endswith(".gguf"):
@@ -81,7 +82,29 @@ def check_config(config: dict[str, Any], *, check_files: bool = True, billing: b
             if pool is not None and n > pool:
                 raise ConfigError(f"config key protocol.{key}: {n} {split} tasks asked for, but benchmark "
                                   f"{b.name} ({b.env}) has {pool} {split} tasks")
+    for study in contract.STUDIES:
+        study.settings(config)
     return config
+
+
+def job_fingerprint(config: dict[str, Any], study: str, kind: str, **wildcards: str | None) -> str:
+    """The `settings` param of a job of `study` of `kind` (studies.contract): the fingerprint of what that kind
+    reads, for the values of the study's `keyed_by` wildcards in `wildcards` (None where the job has none)."""
+    reads = contract.study(study).kind(kind)
+    if study == "speedrunner":
+        return settings_fingerprint(config, reads, bench=wildcards.get("bench"), variant=wildcards.get("variant"))
+    if study == "scaffold":
+        return scaffold_fingerprint(config, ScaffoldConfig.from_config(config), parse_instance(wildcards["sbench"])[0],
+                                    kind)
+    return kvcache_fingerprint(config, kv_settings(config), wildcards.get("kvmodel"))
+
+
+def kvcache_fingerprint(config: dict[str, Any], kv: KVConfig, model: str | None) -> str:
+    """The `settings` param of a KV-cache job (its one kind, `study`): the study's settings, the benchmark it
+    plays and the llm settings of the job's `model` (of every model for a job across models, None). Snakemake
+    leaves the job's `kv` dataclass param out of what it compares between runs: this is what reruns it."""
+    llms = kv.model_llms(config)
+    return fingerprint([kv, kv.bench(config), llms[model] if model else llms])
 
 
 def settings_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, bench: str | None = None,
@@ -143,31 +166,22 @@ class ScaffoldJob:
     policy: str  # the GRPO checkpoint that plays ("": llm.model on the invocation's shared server)
 
 
-# What each kind of SkillScaffold job reads of the scaffold section, besides the llm section and its benchmark (a
-# job's inputs carry the rest: a Post-Scout reruns when its selection does). `update` reads it all but the held-out
-# evaluation; `heldout` the held-out settings. Every script's reads are the ones its kind names here.
-SCAFFOLD_READS = {
-    "play": ("split", "splits", "n_queries", "executor", "training.query_batch_size"),  # queries and every rollout
-    "evidence": ("evidence_max_chars", "evidence_max_tokens"),
-    "generate": ("card", "generator_decoding", "generator_max_tokens", "n_candidates", "generator_prompts",
-                 "generator_reply"),
-    "score": ("scorer_backend", "scorer_model", "scorer_batch_tokens"),
-    "select": ("ablations",),
-    "heldout": ("heldout", "split", "splits", "executor"),
-}
-
-
 def scaffold_fingerprint(config: dict[str, Any], scaffold: ScaffoldConfig, benchmark: str, reads: str) -> str:
-    """The `settings` param of a SkillScaffold job of kind `reads` (SCAFFOLD_READS, or `update`: the whole section
-    but the held-out evaluation) on `benchmark`: the llm section, the benchmark and its call budget, and what it
-    reads of the scaffold section (the Generator templates' contents too, which a user may edit in place). The kind
-    leads the string, so that the job's start-up recomputes the same one."""
+    """The `settings` param of a SkillScaffold job of kind `reads` (studies.contract.SCAFFOLD's kinds) on
+    `benchmark`: the llm section, the benchmark and its call budget, and what the kind reads of the scaffold
+    section (the Generator templates' contents too, which a user may edit in place): the typed section whole, but
+    the keys it leaves out ("!scaffold.<key>", at their defaults), where it reads "scaffold". The kind leads the
+    string, so that the job's start-up recomputes the same one."""
     base = settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=benchmark)
-    if reads == "update":
-        chosen: Any = replace(scaffold, heldout=HeldoutConfig())
+    keys = contract.SCAFFOLD.kind(reads)
+    if "scaffold" in keys:
+        fields = {f.name: f for f in dataclasses.fields(scaffold)}
+        left_out = [fields[k.removeprefix("!scaffold.")] for k in keys if k.startswith("!")]
+        chosen: Any = replace(scaffold, **{f.name: f.default if f.default is not MISSING else f.default_factory()
+                                           for f in left_out})
     else:
         chosen = {}
-        for key in SCAFFOLD_READS[reads]:
+        for key in (k.removeprefix("scaffold.") for k in keys):
             name, _, sub = key.partition(".")
             value = getattr(scaffold, name)
             if name in ("splits", "executor"):
@@ -190,7 +204,7 @@ def scaffold_job(snakemake: Any) -> ScaffoldJob:
     scaffold = ScaffoldConfig.from_config(c)
     bench, chain, k = parse_instance(w.hbench if "hbench" in w.keys() else w.sbench)
     reads = str(p.settings).partition(":")[0]
-    made = scaffold_fingerprint(c, scaffold, bench, reads) if reads in (*SCAFFOLD_READS, "update") else "none"
+    made = scaffold_fingerprint(c, scaffold, bench, reads) if reads in contract.SCAFFOLD.reads else "none"
     if made != p.settings:
         raise ScaffoldSettingsError(f"job {snakemake.rule} ({dict(w.items())}): its rule's settings fingerprint "
                                     f"{p.settings} is not the config's ({made}); rerun it through snakemake")

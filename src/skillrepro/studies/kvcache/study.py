@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from skillrepro.config import BenchmarkConfig, LLMConfig
+from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, validate_section
 from skillrepro.progress import Progress
 from skillrepro.studies.kvcache import sim
 from skillrepro.studies.kvcache.actor import CachedTokensUnreported, StreamRequest, unreported_message
@@ -377,38 +377,43 @@ class KVConfig:
             old = kv.pop("max_batched_tokens")
             new = kv.get("max_num_batched_tokens", old)
             if new != old and new != sim.DEFAULT_MAX_BATCHED_TOKENS:
-                raise ValueError(f"kvcache: max_batched_tokens ({old}) is the old name of max_num_batched_tokens "
-                                 f"({new}); give one of them")
+                raise ConfigError(f"config key kvcache: max_batched_tokens ({old}) is the old name of "
+                                  f"max_num_batched_tokens ({new}); give one of them")
             kv["max_num_batched_tokens"] = old
         unknown = sorted(set(kv) - names)
         if unknown:
-            raise ValueError(f"kvcache: unknown key(s) {', '.join(unknown)}")
+            raise ConfigError(f"config key kvcache: unknown key(s) {', '.join(unknown)}")
         for key in ("formats", "seeds", "capacity_tokens", "policies", "concurrency"):
             if key in kv:
                 kv[key] = tuple(kv[key])
         models = kv.get("models") or []
         names = [m["name"] for m in models]
         if len(set(names)) != len(names):
-            raise ValueError(f"kvcache.models: names must be unique, got {', '.join(names)}")
+            raise ConfigError(f"config key kvcache.models: names must be unique, got {', '.join(names)}")
         if models and kv.get("replay"):
-            raise ValueError("kvcache.models: a replay (kvcache.replay) has no model; leave one of them out")
+            raise ConfigError("config key kvcache.models: a replay (kvcache.replay) has no model; leave one of "
+                              "them out")
         for m in models:  # the GPU preset's models stop the study until each names a real checkpoint
             for key, value in (m.get("llm") or {}).items():
                 if is_placeholder(value):
-                    raise ValueError(f"kvcache.models[{m['name']}].llm.{key} is still the preset's placeholder "
-                                     f"{value!r}: " + PLACEHOLDER_HINTS.get(key, "set it"))
+                    raise ConfigError(f"config key kvcache.models[{m['name']}].llm.{key} is still the preset's "
+                                      f"placeholder {value!r}: " + PLACEHOLDER_HINTS.get(key, "set it"))
         kv["blend"] = tuple(sorted((kv.get("blend") or {}).items()))
         # frozen and hashable, and a plain value in Snakemake's params: the overrides as sorted JSON
         kv["models"] = tuple((m["name"], json.dumps(m.get("llm") or {}, sort_keys=True)) for m in models)
         for key in ("bank", "templates_dir"):
             if kv.get(key) and is_placeholder(kv[key]):
-                raise ValueError(f"kvcache.{key} is still the preset's placeholder {kv[key]!r}: "
-                                 + PLACEHOLDER_HINTS.get(key, "set it to a path"))
+                raise ConfigError(f"config key kvcache.{key} is still the preset's placeholder {kv[key]!r}: "
+                                  + PLACEHOLDER_HINTS.get(key, "set it to a path"))
             if kv.get(key) and not Path(kv[key]).exists():
-                raise ValueError(f"kvcache.{key}: {kv[key]} does not exist")
-        load_bank(kv.get("bank"))  # a bank that breaks SkillRL's schema stops the study here, not mid-run
+                raise ConfigError(f"config key kvcache.{key}: {kv[key]} does not exist")
+        try:  # a bank that breaks SkillRL's schema stops the study here, not mid-run
+            load_bank(kv.get("bank"))
+        except ValueError as e:
+            raise ConfigError(f"config key kvcache.bank: {e}") from None
         if kv.get("replay") not in (None, "planner") and not Path(kv["replay"]).exists():
-            raise ValueError(f"kvcache.replay: {kv['replay']} is neither 'planner' nor an existing file or folder")
+            raise ConfigError(f"config key kvcache.replay: {kv['replay']} is neither 'planner' nor an existing file "
+                              "or folder")
         return cls(**kv)
 
     def bench(self, config: dict):
@@ -418,13 +423,13 @@ class KVConfig:
         if self.benchmark in benches:
             b = benches[self.benchmark]
             if b.get("env") != "alfworld":
-                raise ValueError(f"kvcache.benchmark: {self.benchmark!r} has env {b.get('env')!r}; the prompt "
-                                 "formats are ALFWorld's, so it must be alfworld")
+                raise ConfigError(f"config key kvcache.benchmark: {self.benchmark!r} has env {b.get('env')!r}; the "
+                                  "prompt formats are ALFWorld's, so it must be alfworld")
             return BenchmarkConfig(self.benchmark, "alfworld", b.get("llm_call_budget"), dict(b.get("options") or {}))
         if self.benchmark == "alfworld":
             return BenchmarkConfig("alfworld", "alfworld")
-        raise ValueError(f"kvcache.benchmark: {self.benchmark!r} is not a benchmark of `benchmarks:` "
-                         f"(has {', '.join(sorted(benches)) or 'none'})")
+        raise ConfigError(f"config key kvcache.benchmark: {self.benchmark!r} is not a benchmark of `benchmarks:` "
+                          f"(has {', '.join(sorted(benches)) or 'none'})")
 
     @property
     def blend_settings(self) -> dict:
@@ -448,7 +453,7 @@ class KVConfig:
             extra = json.loads(overrides)
             unknown = sorted(set(extra) - set(LLMConfig.__dataclass_fields__))
             if unknown:
-                raise ValueError(f"kvcache.models[{name}].llm: unknown key(s) {', '.join(unknown)}")
+                raise ConfigError(f"config key kvcache.models[{name}].llm: unknown key(s) {', '.join(unknown)}")
             out[name] = LLMConfig.from_dict({**base, **extra})
         return out
 
@@ -459,6 +464,16 @@ class KVConfig:
 
     def settings(self) -> list[Setting]:
         return [Setting(p, c, n) for p in self.policies for c in self.capacity_tokens for n in self.concurrency]
+
+
+def kv_settings(config: dict) -> KVConfig:
+    """The study's typed settings (its builder in skillrepro.studies.contract): the `kvcache` section checked
+    against schemas/kvcache.schema.yaml with its defaults filled in, then against the rest of the config (the
+    benchmark it plays, its models' llm settings). Every problem is a ConfigError naming the key."""
+    kv = KVConfig.from_config({**config, "kvcache": validate_section(config, "kvcache")})
+    kv.bench(config)
+    kv.model_llms(config)
+    return kv
 
 
 def games_note(task_ids: Sequence[str], split: str, data_path: str | None, benchmark: str = "alfworld") -> str:

@@ -199,7 +199,7 @@ class ScaffoldConfig:
     generator_reply: dict[str, str] = field(default_factory=dict)
     # benchmark env -> its card format (reply form aside: `generator_reply`), for every configured env: the paper's
     # (cards.PAPER_CARDS), with `scaffold.card`'s keys for every env and then its `scaffold.card.<env>` keys. A
-    # generate job's fingerprint reads all of it (check.SCAFFOLD_READS "card"), so a change on one env reruns all.
+    # generate job's fingerprint reads all of it (contract.SCAFFOLD: "scaffold.card"): one env's change reruns all.
     card: dict[str, CardFormat] = field(default_factory=dict)
     scorer_backend: str = "auto"  # auto | transformers | vllm
     scorer_model: str | None = None  # GGUF path or shipped name (transformers); served model id (vllm)
