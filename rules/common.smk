@@ -7,12 +7,11 @@ from skillrepro import pipeline
 from skillrepro.benchmarks import load_benchmark
 from skillrepro.llm import models
 from skillrepro.skills.sandbox import SandboxLimits
+from skillrepro.studies import contract
 
-LLM = cfg.llm_config(config)
-INDUCER = cfg.inducer_limits(config)
-PROTOCOL = cfg.protocol(config)
-BENCHMARKS = {b.name: b for b in cfg.benchmarks(config)}
-METHODS = {m.variant: m for m in cfg.methods(config)}
+# SpeedRunner's typed settings (the Snakefile's check has built every study's settings once already)
+_RUN = contract.SPEEDRUNNER.settings(config)
+LLM, INDUCER, PROTOCOL, BENCHMARKS, METHODS = _RUN.llm, _RUN.inducer, _RUN.protocol, _RUN.benchmarks, _RUN.methods
 
 # One shared server: the `llm` resource counts requests in flight, as many units as the server's slots.
 # A job playing N episodes at once takes N units (llm_units), any other LLM job one.
@@ -151,21 +150,22 @@ wildcard_constraints:
     split="train|test",
 
 
-# What every rollout, sleep phase and evaluation of a run reads from the config (its seed is in its path).
-RUN_SETTINGS = ("llm", "actor", "benchmark", "call_budget", "method")
-
-
-def settings(*reads):
-    """A params entry: the fingerprint of exactly the config settings a job reads (see
-    skillrepro.check.settings_fingerprint). Snakemake records params of plain types only, so the scripts
-    rebuild their typed settings from snakemake.config and the rule carries this string instead; the job
-    reruns when one of those settings changes, and only then (key order is no change). Each distinct
-    fingerprint is computed once per invocation (the config does not change during one), not once per job."""
+def settings(study, kind, **wildcard_of):
+    """A params entry: the fingerprint of exactly the config settings a job of `study` of `kind` reads (declared
+    in skillrepro.studies.contract; skillrepro.check.job_fingerprint). Snakemake records params of plain types
+    only, so the scripts rebuild their typed settings from snakemake.config and the rule carries this string
+    instead; the job reruns when one of those settings changes, and only then (key order is no change).
+    `wildcard_of` names the wildcard that stands for one the fingerprint is keyed by (bench="target": the
+    instance a run is evaluated on). Each distinct fingerprint is computed once per invocation (the config does
+    not change during one), not once per job; an undeclared kind stops the workflow as it is read."""
+    keyed_by = contract.study(study).keyed_by
+    contract.study(study).kind(kind)
 
     def fingerprint(w):
-        key = (reads, getattr(w, "bench", None), getattr(w, "variant", None))
+        values = {name: getattr(w, wildcard_of.get(name, name), None) for name in keyed_by}
+        key = (study, kind, tuple(values.items()))
         if key not in _FINGERPRINTS:
-            _FINGERPRINTS[key] = check.settings_fingerprint(config, reads, bench=key[1], variant=key[2])
+            _FINGERPRINTS[key] = check.job_fingerprint(config, study, kind, **values)
         return _FINGERPRINTS[key]
 
     return fingerprint

@@ -8,7 +8,7 @@ rule evaluate:
         llm_calls="results/runs/{bench}/{variant}/seed{seed}/eval/v{k}/llm_calls.parquet",
         skill_calls="results/runs/{bench}/{variant}/seed{seed}/eval/v{k}/skill_calls.parquet",
     params:
-        settings=settings(*RUN_SETTINGS),
+        settings=settings("speedrunner", "run"),
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
         llm=llm_units(PROTOCOL.n_test, "test"),

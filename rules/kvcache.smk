@@ -3,22 +3,16 @@
 # (retain vs flush, capacities, lockstep concurrency) -> tables and the seminar's figures per model -> a
 # comparison of the models. With kvcache.replay, recorded trajectories stand in for the model.
 # Target: kvcache_all.
-from skillrepro import config as _kv_cfg
-from skillrepro.studies.kvcache.study import KVConfig
 
-# The section's own schema (shipped with the package, so a copied workflow folder validates too), with the main
-# config's error type and messages: a ConfigError naming kvcache.<key>.
-config["kvcache"] = _kv_cfg.validate_section(config, "kvcache")
-KV = KVConfig.from_config(config)
-_KV_LLM = _kv_cfg.llm_config(config)
+# The study's settings (studies.contract.KVCACHE; the Snakefile's check has refused a bad kvcache key already,
+# a ConfigError naming it). Snakemake leaves the `kv` dataclass param out of what it compares between runs: each
+# rule's `settings` (the study's one kind of job) is what reruns a job whose settings changed.
+KV = contract.KVCACHE.settings(config)
 _KV_LLMS = KV.model_llms(config)  # model name -> its llm settings
 _KV_BENCH = KV.bench(config)
-_KV_WALL = config.get("budgets", {}).get("rollout_wall_s", _kv_cfg.ROLLOUT_WALL_S)
-# Snakemake leaves the `kv` dataclass param out of what it compares between runs: this digest of the study's
-# settings (and of the job's model's llm settings) is what reruns a job whose settings changed.
-_kv_settings = lambda w: _kv_cfg.fingerprint([KV, _KV_BENCH, _KV_LLMS[w.kvmodel] if hasattr(w, "kvmodel") else _KV_LLMS])  # noqa: E731
+_KV_WALL = config["budgets"]["rollout_wall_s"]
 # what served the runs: the LLM backend, or "replay" when kvcache.replay plays trajectories without one
-_KV_BACKEND = "replay" if KV.replay else _KV_LLM.backend
+_KV_BACKEND = "replay" if KV.replay else LLM.backend
 
 _KV_RUN = "results/kvcache/{kvmodel}/runs/{kvfmt}/seed{kvseed}"
 _KV_SIM = "results/kvcache/{kvmodel}/sim/{kvfmt}/seed{kvseed}"
@@ -32,7 +26,7 @@ _kv_model_runs = lambda pattern: lambda w: [
     pattern.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s) for f in KV.formats for s in KV.seeds
 ]
 # a model other than the llm section's cannot use the invocation's shared server: its job starts its own
-_kv_own_server = lambda w: not KV.replay and _KV_LLMS[w.kvmodel] != _KV_LLM
+_kv_own_server = lambda w: not KV.replay and _KV_LLMS[w.kvmodel] != LLM
 
 
 rule kvcache_all:
@@ -62,7 +56,7 @@ rule kvcache_tasks:
     params:
         bench=_KV_BENCH,
         kv=KV,
-        settings=_kv_settings,
+        settings=settings("kvcache", "study"),
     log:
         "logs/kvcache/tasks.log",
     benchmark:
@@ -81,7 +75,7 @@ rule kvcache_trajectories:
     params:
         bench=_KV_BENCH,
         kv=KV,
-        settings=_kv_settings,
+        settings=settings("kvcache", "study"),
     log:
         "logs/kvcache/trajectories.log",
     benchmark:
@@ -108,14 +102,14 @@ rule kvcache_run:
     params:
         bench=_KV_BENCH,
         kv=KV,
-        settings=_kv_settings,
+        settings=settings("kvcache", "study"),
         llm=lambda w: _KV_LLMS[w.kvmodel],
         own_server=_kv_own_server,
         wall_s=_KV_WALL,
     resources:
         # a run with P episodes in flight takes P slots of the shared server, so runs do not crowd each
         # other's batch; a replay or a run on its own server takes none
-        llm=lambda w: 0 if KV.replay or _kv_own_server(w) else min(KV.parallel_episodes, _KV_LLM.slots),
+        llm=lambda w: 0 if KV.replay or _kv_own_server(w) else min(KV.parallel_episodes, LLM.slots),
         mem_mb=4000,
     log:
         "logs/kvcache/{kvmodel}/run_{kvfmt}_seed{kvseed}.log",
@@ -141,7 +135,7 @@ rule kvcache_simulate:
         **_KV_CONSTRAINTS,
     params:
         kv=KV,
-        settings=_kv_settings,
+        settings=settings("kvcache", "study"),
         # a run with P episodes in flight holds min(P, slots) slots of its server (the llm resource)
         slots=lambda w: max(KV.server_slots, min(KV.parallel_episodes, _KV_LLMS[w.kvmodel].slots)),
     log:
@@ -163,7 +157,7 @@ rule kvcache_prefix:
     params:
         bench=_KV_BENCH,
         kv=KV,
-        settings=_kv_settings,
+        settings=settings("kvcache", "study"),
     log:
         "logs/kvcache/prefix.log",
     benchmark:
@@ -184,7 +178,7 @@ rule kvcache_segments:
     params:
         bench=_KV_BENCH,
         kv=KV,
-        settings=_kv_settings,
+        settings=settings("kvcache", "study"),
     log:
         "logs/kvcache/segments.log",
     benchmark:
@@ -204,7 +198,7 @@ rule kvcache_share:
     params:
         bench=_KV_BENCH,
         kv=KV,
-        settings=_kv_settings,
+        settings=settings("kvcache", "study"),
     log:
         "logs/kvcache/share.log",
     benchmark:
@@ -225,7 +219,7 @@ rule kvcache_breaks:
         kvmodel=_KV_CONSTRAINTS["kvmodel"],
     params:
         kv=KV,
-        settings=_kv_settings,
+        settings=settings("kvcache", "study"),
         runs=lambda w: [(f, s, os.path.join(_KV_RUN.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s), "requests.jsonl"))
                         for f in KV.formats for s in KV.seeds],
     log:
@@ -247,7 +241,7 @@ rule kvcache_versions:
         kvmodel=_KV_CONSTRAINTS["kvmodel"],
     params:
         kv=KV,
-        settings=_kv_settings,
+        settings=settings("kvcache", "study"),
         runs=lambda w: [(f, s, os.path.join(_KV_RUN.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s), "requests.jsonl"))
                         for f in KV.formats for s in KV.seeds],
     log:
@@ -273,7 +267,7 @@ rule kvcache_prompt_check:
     params:
         bench=_KV_BENCH,
         kv=KV,
-        settings=_kv_settings,
+        settings=settings("kvcache", "study"),
         runs=lambda w: [(f, s, _KV_RUN.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s)) for f in KV.formats for s in KV.seeds],
     log:
         "logs/kvcache/{kvmodel}/prompt_check.log",
@@ -294,7 +288,7 @@ rule kvcache_locations:
         kvmodel=_KV_CONSTRAINTS["kvmodel"],
     params:
         kv=KV,
-        settings=_kv_settings,
+        settings=settings("kvcache", "study"),
         mode="replay" if KV.replay else "model",
         runs=lambda w: [(f, s, os.path.join(_KV_RUN.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s), "steps.parquet"))
                         for f in KV.formats for s in KV.seeds],
@@ -323,7 +317,7 @@ rule kvcache_tables:
         kvmodel=_KV_CONSTRAINTS["kvmodel"],
     params:
         kv=KV,
-        settings=_kv_settings,
+        settings=settings("kvcache", "study"),
         backend=lambda w: "replay" if KV.replay else _KV_LLMS[w.kvmodel].backend,
     log:
         "logs/kvcache/{kvmodel}/tables.log",
@@ -346,7 +340,7 @@ rule kvcache_figures:
         kvmodel=_KV_CONSTRAINTS["kvmodel"],
     params:
         kv=KV,
-        settings=_kv_settings,
+        settings=settings("kvcache", "study"),
     log:
         "logs/kvcache/{kvmodel}/figures.log",
     benchmark:
@@ -368,7 +362,7 @@ rule kvcache_models:
         figure=report("results/figures/kvcache_models.png", caption="../report/kvcache_models.rst", category="KV cache"),
     params:
         kv=KV,
-        settings=_kv_settings,
+        settings=settings("kvcache", "study"),
         models=list(_KV_LLMS),
     log:
         "logs/kvcache/models.log",
@@ -390,7 +384,7 @@ rule kvcache_blend:
         figure=report("results/figures/kvcache_blend.png", caption="../report/kvcache_blend.rst", category="KV cache"),
     params:
         kv=KV,
-        settings=_kv_settings,
+        settings=settings("kvcache", "study"),
     resources:
         mem_mb=6000,  # a 0.5B model dequantised to float32, and its activations over ~1.5k tokens
     threads: KV.blend_settings.get("threads", 2)

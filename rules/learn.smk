@@ -12,7 +12,7 @@ rule init_library:
     params:
         # What every job of the run reads; the manifest keeps it, so a changed setting reruns the whole
         # chain here, and a run folder made under other settings is refused, never extended silently.
-        settings=settings(*RUN_SETTINGS),
+        settings=settings("speedrunner", "run"),
     log:
         "logs/runs/{bench}/{variant}/seed{seed}/init_library.log",
     benchmark:
@@ -34,7 +34,7 @@ rule rollout:
         llm_calls="results/runs/{bench}/{variant}/seed{seed}/train/batch{k}/llm_calls.parquet",
         skill_calls="results/runs/{bench}/{variant}/seed{seed}/train/batch{k}/skill_calls.parquet",
     params:
-        settings=settings(*RUN_SETTINGS),
+        settings=settings("speedrunner", "run"),
         sleep_every=config["protocol"]["sleep_every"],
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
@@ -63,11 +63,11 @@ rule induce:
         llm_calls="results/runs/{bench}/{variant}/seed{seed}/induce/v{k}/llm_calls.parquet",
         transcript="results/runs/{bench}/{variant}/seed{seed}/induce/v{k}/transcript.jsonl",
     params:
-        settings=settings(*RUN_SETTINGS),
+        settings=settings("speedrunner", "run"),
         request_budget=config["budgets"]["inducer_requests"],
         trajectory_tokens=cfg.trajectory_tokens(config),
         # config section inducer: only the sleep phases read it
-        inducer=settings("inducer"),
+        inducer=settings("speedrunner", "sleep"),
     wildcard_constraints:
         k=r"[1-9]\d*",  # v0 comes from init_library
         variant=variants_whose_sleep(works=True),

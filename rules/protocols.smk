@@ -18,7 +18,7 @@ rule continue_library:
         bench="|".join(PHASED) or "(?!)",
     params:
         # as init_library's: v0 records the settings of the run it starts
-        settings=settings(*RUN_SETTINGS),
+        settings=settings("speedrunner", "run"),
     log:
         "logs/runs/{bench}/{variant}/seed{seed}/continue_library.log",
     benchmark:
@@ -41,8 +41,8 @@ rule evaluate_on:
     wildcard_constraints:
         target="|".join(BENCHMARKS),
     params:
-        settings=settings(*RUN_SETTINGS),
-        target=lambda w: check.settings_fingerprint(config, ("benchmark", "call_budget"), bench=w.target),
+        settings=settings("speedrunner", "run"),
+        target=settings("speedrunner", "instance", bench="target"),
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
         llm=1,
@@ -72,7 +72,7 @@ rule evaluate_truncated:
     wildcard_constraints:
         n=r"\d+|all",
     params:
-        settings=settings(*RUN_SETTINGS),
+        settings=settings("speedrunner", "run"),
         options=(TRUNCATION or {}).get("options", {}),
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:

@@ -6,6 +6,7 @@ import re
 
 from skillrepro import config as scaffold_cfg
 from skillrepro.check import scaffold_fingerprint
+from skillrepro.studies import contract
 from skillrepro.studies.scaffold.heldout import heldout_policies
 from skillrepro.studies.scaffold.settings import (BASELINE, DIRECT_POLICY, ScaffoldConfig, checkpoint_dir,
                                                   instance_policy, parse_instance)
@@ -32,9 +33,12 @@ SC_CONSTRAINTS = dict(sbench=f"(?:{'|'.join(SC_BENCH) or 'none'})(?:@(?:{'|'.joi
 
 
 def scaffold_settings(reads):
-    """A params entry: the fingerprint of what a job of kind `reads` on the instance's benchmark reads
-    (skillrepro.check.scaffold_fingerprint: play, evidence, generate, score, select, update), computed once per
-    kind and benchmark; a job reruns when that changes (and when an input does), not for the other kinds' settings."""
+    """A params entry: the fingerprint of what a job of kind `reads` (studies.contract.SCAFFOLD's kinds) on the
+    instance's benchmark reads (skillrepro.check.scaffold_fingerprint), computed once per kind and benchmark; a job
+    reruns when that changes (and when an input does), not for the other kinds' settings. rules/common.smk's
+    `settings(study, kind)` does this for the other studies; this file keeps its own because test set-ups include
+    rules/scaffold.smk without the Snakefile."""
+    contract.SCAFFOLD.kind(reads)  # an undeclared kind stops the workflow as it is read
 
     def fingerprint(wildcards):
         key = (reads, parse_instance(wildcards.sbench)[0])

@@ -2,7 +2,7 @@ rule sample_tasks:
     output:
         "results/tasks/{bench}/seed{seed}/{split}.json",
     params:
-        settings=settings("benchmark"),
+        settings=settings("speedrunner", "tasks"),
         # The splits never overlap (Benchmark.sample_tasks), so each is drawn alone: a new n_test leaves
         # the training list, and every rollout that reads it, untouched.
         n_tasks=lambda w: config["protocol"]["train_rollouts" if w.split == "train" else "n_test"],
