@@ -21,6 +21,7 @@ once Snakemake has recorded their jobs (the workflow calls it when a run succeed
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -85,12 +86,6 @@ def run_batch(
     several batches (SkillScaffold plays one batch per card), updated here and closed by the caller; None: the
     batch's own.
     """
-    if client is None:
-        with session(llm) as client:
-            return run_batch(bench=bench, llm=llm, library_dir=library_dir, task_ids=task_ids, spec=spec,
-                             out_dir=out_dir, wall_s=wall_s, prompts=prompts, notes=notes, method=method,
-                             history_dirs=history_dirs, client=client, logger=logger, sandbox=sandbox,
-                             progress=progress)
     log = logger or logging.getLogger("skillrepro.runner")
     out_dir = Path(out_dir)
     prompts = prompts or Prompts()
@@ -105,66 +100,69 @@ def run_batch(
             progress.update(len(task_ids))
         return BatchOutcome(_link_outputs(partial, out_dir), out_dir)
 
-    benchmark = load_benchmark(bench)
-    library = skills.Library.load(library_dir)
-    if notes is None:
-        notes = impl.notes(library, options) if impl else library.notes
-    visible = impl.visible(library, options) if impl else None
-    actor = Actor(client, benchmark.describe(), call_budget(bench), wall_s, llm.tool_calling, prompts, notes,
-                  history_window=bench.history_window)
-    env_lock = threading.Lock()
-    # episodes done of N on the console (stderr, which Snakemake shows) and in the job's log
-    counter = progress or Progress(len(task_ids), f"{spec.split} episodes",
-                                   label=f"{spec.benchmark}/{spec.variant}/seed{spec.seed} {spec.split} c{spec.cycle}")
+    with contextlib.ExitStack() as stack:
+        if client is None:  # the run's own server, opened once the batch has episodes to play
+            client = stack.enter_context(session(llm))
+        benchmark = load_benchmark(bench)
+        library = skills.Library.load(library_dir)
+        if notes is None:
+            notes = impl.notes(library, options) if impl else library.notes
+        visible = impl.visible(library, options) if impl else None
+        actor = Actor(client, benchmark.describe(), call_budget(bench), wall_s, llm.tool_calling, prompts, notes,
+                      history_window=bench.history_window)
+        env_lock = threading.Lock()
+        # episodes done of N on the console (stderr, which Snakemake shows) and in the job's log
+        label = f"{spec.benchmark}/{spec.variant}/seed{spec.seed} {spec.split} c{spec.cycle}"
+        counter = progress or Progress(len(task_ids), f"{spec.split} episodes", label=label)
 
-    def play(i: int) -> None:
-        task_id, episode_actor, shown, choice_calls = task_ids[i], actor, visible, []
-        if curriculum:
-            choice = impl.next_task(TaskContext(library, options, spec.cycle, i, tuple(task_ids),
-                                                tuple(history_dirs) + _finished(partial), llm, bench, client,
-                                                spec.run_id))
-            task_id, choice_calls = choice.task_id, list(choice.llm_calls)
-            if choice.goal:
-                episode_actor = replace(actor, notes=f"{notes}\nGoal for this episode: {choice.goal}".strip())
-            if choice.visible is not None:
-                shown = list(choice.visible)
-        with env_lock:
-            env = _Locked(benchmark.make(task_id), env_lock)
-        skill_calls: list[SkillCall] = []
-        tools = primitive_tools(env) + skill_tools(library, env, skill_calls.append, sandbox, shown)
-        episode_id = f"{spec.run_id}/{spec.split}/c{spec.cycle}/{task_id}/{_digest(key, str(i))[:8]}"
-        replan = choice.replan if curriculum else None
+        def play(i: int) -> None:
+            task_id, episode_actor, shown, choice_calls = task_ids[i], actor, visible, []
+            if curriculum:
+                choice = impl.next_task(TaskContext(library, options, spec.cycle, i, tuple(task_ids),
+                                                    tuple(history_dirs) + _finished(partial), llm, bench, client,
+                                                    spec.run_id))
+                task_id, choice_calls = choice.task_id, list(choice.llm_calls)
+                if choice.goal:
+                    episode_actor = replace(actor, notes=f"{notes}\nGoal for this episode: {choice.goal}".strip())
+                if choice.visible is not None:
+                    shown = list(choice.visible)
+            with env_lock:
+                env = _Locked(benchmark.make(task_id), env_lock)
+            skill_calls: list[SkillCall] = []
+            tools = primitive_tools(env) + skill_tools(library, env, skill_calls.append, sandbox, shown)
+            episode_id = f"{spec.run_id}/{spec.split}/c{spec.cycle}/{task_id}/{_digest(key, str(i))[:8]}"
+            replan = choice.replan if curriculum else None
 
-        def on_step(observation: str, env: Any) -> str | None:
-            """A curriculum's next goal mid-episode: its calls join the episode's, its goal the actor's notes."""
-            nxt = replan(observation, env)
-            if nxt is None:
-                return None
-            choice_calls.extend(nxt.llm_calls)
-            return f"{notes}\nGoal for this episode: {nxt.goal}".strip()
+            def on_step(observation: str, env: Any) -> str | None:
+                """A curriculum's next goal mid-episode: its calls join the episode's, its goal the actor's notes."""
+                nxt = replan(observation, env)
+                if nxt is None:
+                    return None
+                choice_calls.extend(nxt.llm_calls)
+                return f"{notes}\nGoal for this episode: {nxt.goal}".strip()
 
-        rec: EpisodeRecords = episode_actor.run(env, tools, spec, log.info, episode_id=episode_id,
-                                                on_step=on_step if replan is not None else None)
-        tag_skill_calls(skill_calls, rec.episode.episode_id, rec.steps)
-        # The curriculum's calls go ahead of the actor's: they are this episode's cost too.
-        _write_episode(partial / f"{i:04d}", replace(rec, llm_calls=choice_calls + rec.llm_calls), skill_calls)
-        counter.update(1)
+            rec: EpisodeRecords = episode_actor.run(env, tools, spec, log.info, episode_id=episode_id,
+                                                    on_step=on_step if replan is not None else None)
+            tag_skill_calls(skill_calls, rec.episode.episode_id, rec.steps)
+            # The curriculum's calls go ahead of the actor's: they are this episode's cost too.
+            _write_episode(partial / f"{i:04d}", replace(rec, llm_calls=choice_calls + rec.llm_calls), skill_calls)
+            counter.update(1)
 
-    todo = [i for i in range(len(task_ids)) if not (partial / f"{i:04d}" / "episodes.parquet").exists()]
-    if len(todo) < len(task_ids):
-        log.info("resuming: %d of %d episodes already finished, kept", len(task_ids) - len(todo), len(task_ids))
-        counter.update(len(task_ids) - len(todo))
-    in_flight = 1 if plays_one_at_a_time(benchmark, method, spec.split) else min(llm.episodes_in_flight, len(todo))
-    try:
-        _play_all(play, todo, in_flight)
-    except BaseException as error:  # a batch that fails says so, and stops its heartbeat (a thread a test
-        if progress is None:        # process would keep otherwise)
-            counter.close(error)
-        raise
-    if progress is None:
-        counter.close()
-    _merge(partial, len(task_ids))
-    return BatchOutcome(_link_outputs(partial, out_dir), out_dir)
+        todo = [i for i in range(len(task_ids)) if not (partial / f"{i:04d}" / "episodes.parquet").exists()]
+        if len(todo) < len(task_ids):
+            log.info("resuming: %d of %d episodes already finished, kept", len(task_ids) - len(todo), len(task_ids))
+            counter.update(len(task_ids) - len(todo))
+        in_flight = 1 if plays_one_at_a_time(benchmark, method, spec.split) else min(llm.episodes_in_flight, len(todo))
+        try:
+            _play_all(play, todo, in_flight)
+        except BaseException as error:  # a batch that fails says so, and stops its heartbeat (a thread a test
+            if progress is None:        # process would keep otherwise)
+                counter.close(error)
+            raise
+        if progress is None:
+            counter.close()
+        _merge(partial, len(task_ids))
+        return BatchOutcome(_link_outputs(partial, out_dir), out_dir)
 
 
 def plays_one_at_a_time(benchmark: Any, method: MethodConfig | None, split: str) -> bool:
