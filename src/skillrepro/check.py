@@ -26,9 +26,10 @@ from skillrepro.studies.scaffold.settings import ScaffoldConfig, executor_llm, p
 def check_config(config: dict[str, Any], *, check_files: bool = True, billing: bool = True) -> dict[str, Any]:
     """`config` validated (skillrepro.config.validate) and checked against the registries: a shipped model's
     name, each variant's method and options and the benchmarks it runs on, the truncation analysis's
-    options, and the task pools; then every study's settings built (studies.contract.STUDIES: each section
-    against its own schema and the rest of the config), so that a bad key of any study stops here, before any
-    job, whichever target was asked for. Returns it with the schema's defaults; nothing is started or written.
+    options, and the task pools; then the settings of every study whose section the config sets built
+    (studies.contract.STUDIES: each section against its own schema and the rest of the config), so that a bad key
+    of any study stops here, before any job, whichever target was asked for. Returns it with the schema's
+    defaults; nothing is started or written.
     `billing=False`: a billed backend's key and prices are not asked for (config.check_billing, at a real run's start)."""
     config = validate(config, check_files=check_files, billing=billing)
     llm = config["llm"]
@@ -83,7 +84,10 @@ def check_config(config: dict[str, Any], *, check_files: bool = True, billing: b
                 raise ConfigError(f"config key protocol.{key}: {n} {split} tasks asked for, but benchmark "
                                   f"{b.name} ({b.env}) has {pool} {split} tasks")
     for study in contract.STUDIES:
-        study.settings(config)
+        # A study the config leaves out is not checked here: SkillScaffold's defaults, say, ask a generator
+        # template of every configured benchmark, which a benchmark added for the online loop has not got.
+        if any(config.get(section) for section in study.sections):
+            study.settings(config)
     return config
 
 
@@ -166,6 +170,11 @@ class ScaffoldJob:
     policy: str  # the GRPO checkpoint that plays ("": llm.model on the invocation's shared server)
 
 
+# The config's scaffold.scorer sub-section is three fields of ScaffoldConfig (and of the fingerprints made so far).
+SCORER_FIELDS = {"scorer.backend": "scorer_backend", "scorer.model": "scorer_model",
+                 "scorer.batch_tokens": "scorer_batch_tokens"}
+
+
 def scaffold_fingerprint(config: dict[str, Any], scaffold: ScaffoldConfig, benchmark: str, reads: str) -> str:
     """The `settings` param of a SkillScaffold job of kind `reads` (studies.contract.SCAFFOLD's kinds) on
     `benchmark`: the llm section, the benchmark and its call budget, and what the kind reads of the scaffold
@@ -182,6 +191,7 @@ def scaffold_fingerprint(config: dict[str, Any], scaffold: ScaffoldConfig, bench
     else:
         chosen = {}
         for key in (k.removeprefix("scaffold.") for k in keys):
+            key = SCORER_FIELDS.get(key, key)
             name, _, sub = key.partition(".")
             value = getattr(scaffold, name)
             if name in ("splits", "executor"):

@@ -14,7 +14,7 @@ when it is called, as the registries load their entries, so reading the contract
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from skillrepro.config import (BenchmarkConfig, InducerLimits, LLMConfig, MethodConfig, Protocol, benchmarks,
@@ -33,6 +33,8 @@ class Study:
     keyed_by: tuple[str, ...]  # the wildcards a kind's fingerprint differs by (one fingerprint per value)
     wildcards: tuple[str, ...]  # every wildcard of its rules
     rules: tuple[str, ...]  # its rules files, under rules/
+    # a read that names a part of the job's own instance rather than a config key: the key, `{wildcard}` the job's
+    parts: Mapping[str, str] = field(default_factory=dict)
 
     def settings(self, config: dict[str, Any]) -> Any:
         """This study's typed settings of `config`: the builder, loaded now."""
@@ -47,6 +49,10 @@ class Study:
         if kind not in self.reads:
             raise ValueError(f"study {self.name} has no job kind {kind!r}; its kinds: {', '.join(self.reads)}")
         return self.reads[kind]
+
+    def keys(self, kind: str, **wildcards: str) -> tuple[str, ...]:
+        """The config keys a job of `kind` reads, its parts named for the job's `wildcards`."""
+        return tuple(self.parts.get(r, r).format(**wildcards) for r in self.kind(kind))
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,9 @@ SPEEDRUNNER = Study(
         "instance": ("benchmark", "call_budget"),  # another instance a run is evaluated on (its `bench`)
     },
     keyed_by=("bench", "variant"),
-    wildcards=("bench", "variant", "seed", "k", "split", "target", "n", "name", "i", "index", "version"),
+    parts={"benchmark": "benchmarks.{bench}", "call_budget": "benchmarks.{bench}.llm_call_budget",
+           "method": "methods.{variant}"},
+    wildcards=("bench", "variant", "seed", "k", "split", "target", "n"),
     rules=("tasks.smk", "learn.smk", "evaluate.smk", "study.smk", "protocols.smk", "analytics.smk", "figures.smk",
            "views.smk"),
 )
@@ -100,13 +108,13 @@ SCAFFOLD = Study(
         "evidence": ("scaffold.evidence_max_chars", "scaffold.evidence_max_tokens"),
         "generate": ("scaffold.card", "scaffold.generator_decoding", "scaffold.generator_max_tokens",
                      "scaffold.n_candidates", "scaffold.generator_prompts", "scaffold.generator_reply"),
-        "score": ("scaffold.scorer_backend", "scaffold.scorer_model", "scaffold.scorer_batch_tokens"),
+        "score": ("scaffold.scorer.backend", "scaffold.scorer.model", "scaffold.scorer.batch_tokens"),
         "select": ("scaffold.ablations",),
         "heldout": ("scaffold.heldout", "scaffold.split", "scaffold.splits", "scaffold.executor"),
         "update": ("scaffold", "!scaffold.heldout"),  # a GRPO update: the whole section but the held-out evaluation
     },
     keyed_by=("sbench",),
-    wildcards=("sbench", "svariant", "i", "k", "hbench", "hpolicy", "pol"),
+    wildcards=("sbench", "svariant", "i", "k", "hbench", "hpolicy"),
     rules=("scaffold.smk", "scaffold_common.smk"),
 )
 
