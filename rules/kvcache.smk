@@ -387,7 +387,7 @@ rule kvcache_blend:
         settings=settings("kvcache", "study"),
     resources:
         mem_mb=6000,  # a 0.5B model dequantised to float32, and its activations over ~1.5k tokens
-    threads: KV.blend_settings.get("threads", 2)
+    threads: KV.blend_settings["threads"]
     log:
         "logs/kvcache/blend.log",
     benchmark:

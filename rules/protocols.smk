@@ -73,7 +73,7 @@ rule evaluate_truncated:
         n=r"\d+|all",
     params:
         settings=settings("speedrunner", "run"),
-        options=(TRUNCATION or {}).get("options", {}),
+        options=TRUNCATION["options"] if TRUNCATION else {},
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
         llm=1,

@@ -15,14 +15,14 @@ from skillrepro.studies.scaffold.settings import (BASELINE, DIRECT_POLICY, Scaff
 # key, before anything is scheduled); the jobs rebuild the same settings (skillrepro.check.scaffold_job).
 SCAFFOLD = ScaffoldConfig.from_config(config)
 SC_LLM = scaffold_cfg.llm_config(config)
-SC_BENCH = [b for b in config.get("benchmarks", {}) if b in SCAFFOLD.benchmarks]
+SC_BENCH = [b for b in config["benchmarks"] if b in SCAFFOLD.benchmarks]
 SC_WALL = config.get("budgets", {}).get("rollout_wall_s", scaffold_cfg.ROLLOUT_WALL_S)
 SC_TASK_SEED = config.get("protocol", {}).get("task_seed", 42)
 SC_SCORER_LLM = SCAFFOLD.scorer_backend == "vllm" or (SCAFFOLD.scorer_backend == "auto" and SC_LLM.backend == "vllm")
 SC_GPU = SC_LLM.backend == "vllm"
 SC_CHAIN_NAMES = [c.name for c in SCAFFOLD.chains]
 SC_STEPS = {b: SCAFFOLD.steps(b) for b in SC_BENCH}  # GRPO updates per chain on each benchmark
-SC_COHORT_ITERS = int(SCAFFOLD.training.get("cohort_iterations", 1))
+SC_COHORT_ITERS = SCAFFOLD.training["cohort_iterations"]
 
 
 SC = "results/scaffold/{sbench}"

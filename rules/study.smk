@@ -24,7 +24,7 @@ TRUNCATION_FILES = [
     for s in (TRUNCATION.get("seeds") or PROTOCOL.seeds[:1])
     # "all": the full library, evaluated as the truncations are (table 8's full-library row)
     for n in [*([0] if v0_shows_skills(TRUNCATION["benchmark"], TRUNCATION["variant"]) else []),
-              *TRUNCATION.get("sizes", [50, 100, 200, 400, 800]), "all"]
+              *TRUNCATION["sizes"], "all"]
     for table in ("episodes", "llm_calls", "skill_calls")
 ] if TRUNCATION else []
 CROSS_MODEL = (config.get("analysis") or {}).get("cross_model") or {}
