@@ -248,8 +248,8 @@ def test_actor_prompt_files_are_checked_before_any_work(tmp_path):
 
 
 def test_study_sections_are_checked_with_the_main_configs_errors():
-    """rules/kvcache.smk and the SkillScaffold settings validate their sections through config.validate_section:
-    a ConfigError naming <section>.<key>, and the schema's defaults filled in."""
+    """The KV-cache and SkillScaffold settings (their builders in studies.contract) validate their sections through
+    config.validate_section: a ConfigError naming <section>.<key>, and the schema's defaults filled in."""
     from skillrepro.config import ConfigError, validate_section
 
     with pytest.raises(ConfigError, match=r"config key kvcache.vllm_version: '9.9.9' is not allowed"):

@@ -1,0 +1,272 @@
+"""The study contract (skillrepro.studies.contract), Gymnasium-style: one check parametrised over STUDIES, so a
+new study is held to it without editing a list here.
+
+Every preset that sets a study's section builds that study's settings; a bad key of the section is one
+ConfigError naming it, from the Snakefile's one config check; a kind's fingerprint ignores key order and changes
+with a key the kind reads (not with one it leaves out); the rules name only declared kinds and wildcards, and
+read no config value with a literal default in place of the schema's.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from skillrepro.check import check_config, job_fingerprint
+from skillrepro.config import ConfigError, load_yaml, validate, validate_section
+from skillrepro.studies.contract import STUDIES, Study
+
+from test_layers import layer_of
+from test_workflow import copy_workflow
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESETS = [ROOT / "config.yaml", *sorted((ROOT / "configs").glob("*.yaml"))]
+SHARED_RULES = {"Snakefile", "common.smk"}  # every study's: the config check, the server, `settings`
+ids = [s.name for s in STUDIES]
+
+
+def as_loaded(preset: Path) -> dict:
+    """A preset as the Snakefile loads it (alone, or over the preset it says it follows; tests/test_config.py),
+    without the official data a user supplies and with a price where a billed preset leaves the provider's 0."""
+    base = next((load_yaml(p) for p in PRESETS if f"add configs/{preset.name} after this file" in p.read_text()), {})
+    config = {**base, **load_yaml(preset)}
+    for bench in config["benchmarks"].values():
+        (bench.get("options") or {}).pop("data_path", None)
+    for model, rates in config["pricing"].items():
+        config["pricing"][model] = {k: v or 1.0 for k, v in rates.items()}
+    return config
+
+
+def placeholder(value) -> bool:
+    """Whether `value` holds one left for the user to fill in, `"<...>"` (kvcache-gpu's checkpoints)."""
+    if isinstance(value, dict):
+        return any(placeholder(v) for v in value.values())
+    if isinstance(value, list):
+        return any(placeholder(v) for v in value)
+    return isinstance(value, str) and value.startswith("<") and value.endswith(">")
+
+
+@pytest.mark.parametrize("study", STUDIES, ids=ids)
+def test_the_study_is_declared_whole(study: Study):
+    schema = ROOT / "schemas" / study.schema
+    assert schema.is_file(), f"{study.name}: no schema {schema}"
+    for section in study.sections:
+        if study.schema != "config.schema.yaml":  # a section with its own schema file is named after it
+            assert schema.name == f"{section}.schema.yaml"
+    # its builder loads at the contract's layer or below: the contract's lazy load hides no upward import
+    module = study.builder.partition(":")[0]
+    assert layer_of(module) <= layer_of("skillrepro.studies.contract"), module
+    assert set(study.keyed_by) <= set(study.wildcards)
+    assert study.reads and all(study.reads.values())
+
+
+@pytest.mark.parametrize("study", STUDIES, ids=ids)
+def test_every_preset_that_sets_the_section_builds_the_settings(study: Study):
+    presets = [p for p in PRESETS if set(study.sections) & set(load_yaml(p))]
+    assert presets, f"no preset sets {study.name}'s section(s) {study.sections}"
+    for preset in presets:
+        config = validate(as_loaded(preset), check_files=False, billing=False)
+        if placeholder([config.get(s) for s in study.sections]):
+            with pytest.raises(ConfigError, match="is still the preset's placeholder"):
+                study.settings(config)
+            continue
+        assert study.settings(config) is not None, preset.name
+
+
+@pytest.mark.parametrize("study", STUDIES, ids=ids)
+def test_a_bad_key_stops_the_config_check_naming_it(study: Study):
+    """Whatever the target: check_config is the Snakefile's one check, before any job."""
+    for section in study.sections:
+        config = load_yaml(ROOT / "config.yaml")
+        config[section] = {**(config.get(section) or {}), "no_such_key": 1}
+        with pytest.raises(ConfigError) as raised:
+            check_config(config, check_files=False)
+        message = str(raised.value)
+        assert message.startswith(f"config key {section}") and "no_such_key" in message and "\n" not in message
+
+
+# ------------------------------------------------------------------------------------------ fingerprints
+def instance(study: Study, config: dict) -> dict:
+    """Values of the wildcards a fingerprint is keyed by, for one job of `config`: its first benchmark and
+    variant; none for a KV-cache model (a job across the study's models)."""
+    first = {"bench": next(iter(config["benchmarks"])), "variant": next(iter(config["methods"])),
+             "sbench": study.settings(config).benchmarks[0] if study.name == "scaffold" else None, "kvmodel": None}
+    missing = set(study.keyed_by) - set(first)
+    assert not missing, f"say here which value a {study.name} job's {missing} takes"
+    return {name: first[name] for name in study.keyed_by}
+
+
+def reversed_keys(value):
+    """`value` with every mapping's keys in the opposite order."""
+    if isinstance(value, dict):
+        return {k: reversed_keys(value[k]) for k in reversed(list(value))}
+    return [reversed_keys(v) for v in value] if isinstance(value, list) else value
+
+
+def leaves(value, path: str):
+    """(dotted path, value) of every number and flag under `value`, or the path itself where nothing is set."""
+    if isinstance(value, dict):
+        for k in sorted(value):
+            yield from leaves(value[k], f"{path}.{k}")
+    elif value is None or isinstance(value, (bool, int, float)):
+        yield path, value
+
+
+def lookup(config: dict, path: str):
+    node = config
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def changed(config: dict, path: str, value) -> dict:
+    """`config` with the leaf at `path` set to another value of its type (a count for an unset one)."""
+    out = copy.deepcopy(config)
+    *parents, last = path.split(".")
+    node = out
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = (not value if isinstance(value, bool) else value + 1 if isinstance(value, int)
+                  else value / 2 + 0.01 if isinstance(value, float) else 7)
+    return out
+
+
+@pytest.mark.parametrize("study", STUDIES, ids=ids)
+def test_a_kinds_fingerprint_ignores_key_order_and_changes_with_what_it_reads(study: Study):
+    preset = next(p for p in PRESETS if set(study.sections) & set(load_yaml(p))
+                  and not placeholder([load_yaml(p).get(s) for s in study.sections]))
+    config = validate(as_loaded(preset), check_files=False, billing=False)
+    for section in study.sections:  # the section's defaults written out, so that each is a key to change
+        if study.schema != "config.schema.yaml":
+            config[section] = validate_section(config, section)
+    wildcards = instance(study, config)
+    for kind in study.reads:
+        made = job_fingerprint(config, study.name, kind, **wildcards)
+        assert job_fingerprint(reversed_keys(config), study.name, kind, **wildcards) == made, kind
+        keys = study.keys(kind, **{k: v for k, v in wildcards.items() if v is not None})
+        left_out = [k[1:] for k in keys if k.startswith("!")]
+        seen = []
+        for key in (k for k in keys if not k.startswith("!")):
+            tried = []
+            for path, value in leaves(lookup(config, key), key):
+                if any(path == o or path.startswith(o + ".") for o in left_out):
+                    continue
+                other = changed(config, path, value)
+                try:
+                    validate(copy.deepcopy(other), check_files=False, billing=False)
+                    study.settings(other)
+                except ConfigError:
+                    continue  # not a value the schema takes here: another leaf of the key
+                tried.append(path)
+                if job_fingerprint(other, study.name, kind, **wildcards) != made:
+                    seen.append(path)
+                    break
+            else:
+                # every valid change of the key left the fingerprint as it was: the kind does not read it
+                assert not tried, f"{study.name} {kind}: changing {tried} does not change its fingerprint"
+        assert seen, f"{study.name} {kind}: no key it reads ({keys}) could be changed to test its fingerprint"
+        for key in left_out:  # a key the kind leaves out changes nothing
+            for path, value in list(leaves(lookup(config, key), key))[:3]:
+                other = changed(config, path, value)
+                try:
+                    study.settings(other)
+                except ConfigError:
+                    continue
+                assert job_fingerprint(other, study.name, kind, **wildcards) == made, f"{kind}: {path}"
+
+
+# ------------------------------------------------------------------------------------------ rules
+def rule_files() -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted((ROOT / "rules").glob("*.smk"))}
+
+
+# A rule's fingerprint param: `settings("<study>", "<kind>", ...)` (rules/common.smk), or SkillScaffold's own
+# helpers (rules/scaffold_common.smk: test set-ups include rules/scaffold.smk without common.smk).
+SETTINGS_PARAM = re.compile(r'^\s+(\w+)=(settings\("(\w+)", "(\w+)"[^)]*\)|scaffold_settings\("(\w+)"\)|'
+                            r'scaffold_heldout_settings),?$')
+
+
+def test_every_rules_settings_name_a_declared_kind():
+    studies = {s.name: s for s in STUDIES}
+    used, stray = set(), []
+    for name, text in rule_files().items():
+        in_docstring = False
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.count('"""') % 2:
+                in_docstring = not in_docstring
+            m = SETTINGS_PARAM.match(line)
+            if m:
+                study, kind = (m[3], m[4]) if m[3] else ("scaffold", m[5] or "heldout")
+                assert study in studies and kind in studies[study].reads, f"rules/{name}:{n}: {line.strip()}"
+                used.add((study, kind))
+            # a call of a settings helper or a fingerprint function (not a study's `.settings(config)` builder)
+            elif (re.search(r"(?<![.\w])settings\(|fingerprint\(", line) and not in_docstring
+                  and not re.match(r"\s*(def |#)", line)):
+                stray.append(f"rules/{name}:{n}: {line.strip()}")
+    # the helpers themselves compute the fingerprint; nothing else in rules/ does
+    helpers = ["check.job_fingerprint(config, study, kind, **values)", "scaffold_fingerprint(config, SCAFFOLD,"]
+    stray = [s for s in stray if not any(h in s for h in helpers)]
+    assert not stray, "a fingerprint outside settings(study, kind):\n" + "\n".join(stray)
+    declared = {(s.name, k) for s in STUDIES for k in s.reads}
+    assert used == declared, f"declared kinds no rule uses: {sorted(declared - used)}"
+
+
+# `.get(key, literal)` on a config value that remain in rules/, each with its reason; the schema's defaults
+# (filled in by the Snakefile's check) replace any other. Removing one means removing it here too.
+LITERAL_DEFAULTS = {
+    # rules/scaffold.smk is included without the Snakefile, on a config no check has filled in, by five test
+    # set-ups (tests/conftest.py, test_scaffold*.py); they go when those run the Snakefile with a study's target
+    ("scaffold_common.smk", 'config.get("budgets", {}).get("rollout_wall_s", scaffold_cfg.ROLLOUT_WALL_S)'),
+    ("scaffold_common.smk", 'config.get("protocol", {}).get("task_seed", 42)'),
+}
+GET = re.compile(r"((?:[\w.]+|\([^()]*\))(?:\.get\([^()]*\)|\[[^\]]*\])*)\.get\(([^(),]+),\s*([^()]+|\w+\([^()]*\))\)")
+
+
+def test_no_config_value_in_rules_is_read_with_a_literal_default():
+    found = set()
+    for name, text in rule_files().items():
+        for m in GET.finditer(text):
+            receiver, default = m.group(1), m.group(3).strip()
+            try:
+                ast.literal_eval(default)
+            except (ValueError, SyntaxError):
+                if "ROLLOUT_WALL_S" not in default:  # a constant standing for the schema's default
+                    continue
+            if receiver.startswith(("os.environ", "r.resources", "job.resources", "ENV_MB", "EMBEDDED")):
+                continue  # not the config: the environment, a rule's resources, the memory tables
+            found.add((name, m.group(0)))
+    assert found == LITERAL_DEFAULTS, f"found: {sorted(found)}"
+
+
+def test_every_wildcard_of_the_rules_is_a_declared_wildcard_of_their_study(tmp_path):
+    """Read from the workflow as Snakemake parses it (every rule file is included by the Snakefile), in a copy."""
+    copy_workflow(tmp_path)
+    wrapper = tmp_path / "rules.smk"
+    wrapper.write_text(f'include: "{tmp_path / "Snakefile"}"\nimport json as _json, os as _os\n'
+                       'print("RULES " + _json.dumps({r.name: [_os.path.basename(r.snakefile), '
+                       'sorted(r.wildcard_names)] for r in workflow.rules}))\n')
+    env = dict(os.environ, SKILLREPRO_LLM_URL="http://127.0.0.1:9/v1")  # no model server for a dry run
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "-s", str(wrapper),
+                           "results/tables/main.csv", "--configfile", "config.yaml"],
+                          cwd=tmp_path, capture_output=True, text=True, env=env)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RULES ")), None)
+    assert line, proc.stdout[-2000:] + proc.stderr[-2000:]
+    owner = {f: s for s in STUDIES for f in s.rules}
+    found: dict[str, set[str]] = {s.name: set() for s in STUDIES}
+    for rule, (file, names) in json.loads(line.removeprefix("RULES ")).items():
+        if file in SHARED_RULES:
+            assert not names, f"rule {rule} in {file} has wildcards but belongs to no study"
+            continue
+        assert file in owner, f"rules/{file} (rule {rule}) is no study's: add it to its study's `rules`"
+        found[owner[file].name] |= set(names)
+    for study in STUDIES:
+        assert found[study.name] == set(study.wildcards), study.name
