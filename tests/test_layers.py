@@ -119,6 +119,11 @@ def test_the_settings_module_imports_nothing_of_skillrepro():
     assert imports(modules())["skillrepro.config"] == set()
 
 
+def test_the_study_contract_imports_only_the_settings():
+    """Reading the contract loads no study: a study's builder is loaded by name when it is called."""
+    assert imports(modules())["skillrepro.studies.contract"] == {"skillrepro.config"}
+
+
 def test_no_import_cycle():
     graph = imports(modules())
     # a package importing its entries (a registry) is not a cycle with the entries importing the package
