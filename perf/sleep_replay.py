@@ -54,6 +54,8 @@ def parse(setting: str) -> tuple[dict, dict, dict]:
         key, _, value = item.partition("=")
         if key.startswith("inducer."):
             inducer[key.removeprefix("inducer.")] = yaml.safe_load(value)
+        elif key.startswith("llm."):
+            llm[key.removeprefix("llm.")] = yaml.safe_load(value)
         else:
             (llm if key in llm_keys else options)[key] = yaml.safe_load(value)
     return llm, inducer, options
