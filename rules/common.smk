@@ -1,16 +1,17 @@
 import functools
 import os
 
-from skillrepro import check
 from skillrepro import config as cfg
 from skillrepro import pipeline
 from skillrepro.benchmarks import load_benchmark
 from skillrepro.llm import models
 from skillrepro.skills.sandbox import SandboxLimits
-from skillrepro.studies import contract
 
-# SpeedRunner's typed settings (the Snakefile's check has built every study's settings once already)
-_RUN = contract.SPEEDRUNNER.settings(config)
+
+include: "settings.smk"
+
+
+_RUN = study_settings("speedrunner")
 LLM, INDUCER, PROTOCOL, BENCHMARKS, METHODS = _RUN.llm, _RUN.inducer, _RUN.protocol, _RUN.benchmarks, _RUN.methods
 
 # One shared server: the `llm` resource counts requests in flight, as many units as the server's slots.
@@ -148,30 +149,6 @@ wildcard_constraints:
     seed=r"\d+",
     k=r"\d+",
     split="train|test",
-
-
-def settings(study, kind, **wildcard_of):
-    """A params entry: the fingerprint of exactly the config settings a job of `study` of `kind` reads (declared
-    in skillrepro.studies.contract; skillrepro.check.job_fingerprint). Snakemake records params of plain types
-    only, so the scripts rebuild their typed settings from snakemake.config and the rule carries this string
-    instead; the job reruns when one of those settings changes, and only then (key order is no change).
-    `wildcard_of` names the wildcard that stands for one the fingerprint is keyed by (bench="target": the
-    instance a run is evaluated on). Each distinct fingerprint is computed once per invocation (the config does
-    not change during one), not once per job; an undeclared kind stops the workflow as it is read."""
-    keyed_by = contract.study(study).keyed_by
-    contract.study(study).kind(kind)
-
-    def fingerprint(w):
-        values = {name: getattr(w, wildcard_of.get(name, name), None) for name in keyed_by}
-        key = (study, kind, tuple(values.items()))
-        if key not in _FINGERPRINTS:
-            _FINGERPRINTS[key] = check.job_fingerprint(config, study, kind, **values)
-        return _FINGERPRINTS[key]
-
-    return fingerprint
-
-
-_FINGERPRINTS: dict = {}
 
 
 def run_path(wildcards, name):

@@ -4,10 +4,9 @@
 # comparison of the models. With kvcache.replay, recorded trajectories stand in for the model.
 # Target: kvcache_all.
 
-# The study's settings (studies.contract.KVCACHE; the Snakefile's check has refused a bad kvcache key already,
-# a ConfigError naming it). Snakemake leaves the `kv` dataclass param out of what it compares between runs: each
-# rule's `settings` (the study's one kind of job) is what reruns a job whose settings changed.
-KV = contract.KVCACHE.settings(config)
+# Snakemake leaves the `kv` dataclass param out of what it compares between runs: each rule's `settings` (the
+# study's one kind of job) is what reruns a job whose settings changed.
+KV = study_settings("kvcache")
 _KV_LLMS = KV.model_llms(config)  # model name -> its llm settings
 _KV_BENCH = KV.bench(config)
 _KV_WALL = config["budgets"]["rollout_wall_s"]

@@ -29,7 +29,7 @@ rule scaffold_queries:
     params:
         # a training iteration's batch: a seed of its own, shared by the chains of every utility variant
         task_seed=scaffold_task_seed,
-        settings=scaffold_settings("play"),
+        settings=settings("scaffold", "play"),
         policy=scaffold_policy,
     log:
         "logs/scaffold/{sbench}/queries.log",
@@ -52,7 +52,7 @@ rule scaffold_scout:
         **SC_CONSTRAINTS,
     params:
         wall_s=SC_WALL,
-        settings=scaffold_settings("play"),
+        settings=settings("scaffold", "play"),
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
@@ -74,7 +74,7 @@ rule scaffold_evidence:
     wildcard_constraints:
         **SC_CONSTRAINTS,
     params:
-        settings=scaffold_settings("evidence"),
+        settings=settings("scaffold", "evidence"),
         policy=scaffold_policy,
     log:
         "logs/scaffold/{sbench}/{svariant}/evidence.log",
@@ -97,7 +97,7 @@ rule scaffold_generate:
         **SC_CONSTRAINTS,
     params:
         # scaffold.executor's per-benchmark sampling (table 5: Executor tokens and top-p) is the Executor's
-        settings=scaffold_settings("generate"),
+        settings=settings("scaffold", "generate"),
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
@@ -121,7 +121,7 @@ rule scaffold_score_free:
     wildcard_constraints:
         **SC_CONSTRAINTS,
     params:
-        settings=scaffold_settings("score"),
+        settings=settings("scaffold", "score"),
         policy=scaffold_policy,
     resources:
         llm=scaffold_scorer_units,
@@ -147,7 +147,7 @@ rule scaffold_score:
     wildcard_constraints:
         **SC_CONSTRAINTS,
     params:
-        settings=scaffold_settings("score"),
+        settings=settings("scaffold", "score"),
         policy=scaffold_policy,
     resources:
         llm=scaffold_scorer_units,
@@ -193,7 +193,7 @@ rule scaffold_select:
         **SC_CONSTRAINTS,
     params:
         threshold=SCAFFOLD.threshold,
-        settings=scaffold_settings("select"),
+        settings=settings("scaffold", "select"),
         policy=scaffold_policy,
     log:
         "logs/scaffold/{sbench}/{svariant}/select.log",
@@ -220,7 +220,7 @@ rule scaffold_post_scout:
         wall_s=SC_WALL,
         # table 3's "Generator learning without injection": a training chain's Post-Scouts stay skill-free
         inject=scaffold_inject,
-        settings=scaffold_settings("play"),
+        settings=settings("scaffold", "play"),
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
@@ -244,7 +244,7 @@ rule scaffold_eval_free:
         **SC_CONSTRAINTS,
     params:
         wall_s=SC_WALL,
-        settings=scaffold_settings("play"),
+        settings=settings("scaffold", "play"),
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
@@ -268,7 +268,7 @@ rule scaffold_eval:
         **SC_CONSTRAINTS,
     params:
         wall_s=SC_WALL,
-        settings=scaffold_settings("play"),
+        settings=settings("scaffold", "play"),
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
@@ -383,7 +383,7 @@ rule scaffold_grpo_update:
         k=r"[1-9]\d*",
     params:
         # the chain's own switches (table 3's training ablations; plain GRPO has neither) are in the settings
-        settings=scaffold_settings("update"),
+        settings=settings("scaffold", "update"),
         policy=scaffold_update_policy,
         base_model=SCAFFOLD.training.get("model") or SC_LLM.model,
         m=scaffold_m,
@@ -417,7 +417,7 @@ rule scaffold_cohort_early:
     params:
         rollouts=SCAFFOLD.n_scouts,
         wall_s=SC_WALL,
-        settings=scaffold_settings("play"),
+        settings=settings("scaffold", "play"),
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
@@ -444,7 +444,7 @@ rule scaffold_cohort_eval:
         svariant="|".join(SCAFFOLD.variants),
         k=r"[1-9]\d*",
     params:
-        settings=scaffold_settings("play"),
+        settings=settings("scaffold", "play"),
         policy=scaffold_cohort_policy,
         rollouts=SCAFFOLD.n_scouts,
         wall_s=SC_WALL,
@@ -475,7 +475,7 @@ rule scaffold_cohort_control:
         svariant="|".join(SCAFFOLD.variants),
         k=r"[1-9]\d*",
     params:
-        settings=scaffold_settings("play"),
+        settings=settings("scaffold", "play"),
         policy=scaffold_control_policy,
         rollouts=SCAFFOLD.n_scouts,
         wall_s=SC_WALL,
@@ -535,7 +535,7 @@ rule scaffold_heldout_tasks:
         **SC_HO_CONSTRAINTS,
     params:
         task_seed=SC_TASK_SEED,
-        settings=scaffold_heldout_settings,
+        settings=settings("scaffold", "heldout", sbench="hbench"),
         policy="",
     log:
         "logs/scaffold/{hbench}/heldout_tasks.log",
@@ -561,7 +561,7 @@ rule scaffold_heldout_eval:
         policy=scaffold_heldout_policy,
         rollouts=SCAFFOLD.heldout.rollouts,
         wall_s=SC_WALL,
-        settings=scaffold_heldout_settings,
+        settings=settings("scaffold", "heldout", sbench="hbench"),
     resources:
         llm=scaffold_heldout_units,
     log:

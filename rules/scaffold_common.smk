@@ -5,15 +5,19 @@ import os
 import re
 
 from skillrepro import config as scaffold_cfg
-from skillrepro.check import scaffold_fingerprint
-from skillrepro.studies import contract
 from skillrepro.studies.scaffold.heldout import heldout_policies
-from skillrepro.studies.scaffold.settings import (BASELINE, DIRECT_POLICY, ScaffoldConfig, checkpoint_dir,
-                                                  instance_policy, parse_instance)
+from skillrepro.studies.scaffold.settings import (BASELINE, DIRECT_POLICY, checkpoint_dir, instance_policy,
+                                                  parse_instance)
+
+# The Snakefile has included it through rules/common.smk; a test set-up that includes rules/scaffold.smk alone has not.
+if "study_settings" not in globals():
+
+    include: "settings.smk"
+
 
 # The section checked against schemas/scaffold.schema.yaml and the rest of the config (a ConfigError naming the
 # key, before anything is scheduled); the jobs rebuild the same settings (skillrepro.check.scaffold_job).
-SCAFFOLD = ScaffoldConfig.from_config(config)
+SCAFFOLD = study_settings("scaffold")
 SC_LLM = scaffold_cfg.llm_config(config)
 SC_BENCH = [b for b in config["benchmarks"] if b in SCAFFOLD.benchmarks]
 SC_WALL = config.get("budgets", {}).get("rollout_wall_s", scaffold_cfg.ROLLOUT_WALL_S)
@@ -30,34 +34,6 @@ SCV = "results/scaffold/{sbench}/{svariant}"
 SC_SCOUTS = [f"{SC}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts)]
 SC_CONSTRAINTS = dict(sbench=f"(?:{'|'.join(SC_BENCH) or 'none'})(?:@(?:{'|'.join(SC_CHAIN_NAMES)})\\d+)?",
                       svariant="|".join(SCAFFOLD.variants + tuple(SCAFFOLD.ablations) + (BASELINE,)), i=r"\d+")
-
-
-def scaffold_settings(reads):
-    """A params entry: the fingerprint of what a job of kind `reads` (studies.contract.SCAFFOLD's kinds) on the
-    instance's benchmark reads (skillrepro.check.scaffold_fingerprint), computed once per kind and benchmark; a job
-    reruns when that changes (and when an input does), not for the other kinds' settings. rules/common.smk's
-    `settings(study, kind)` does this for the other studies; this file keeps its own because test set-ups include
-    rules/scaffold.smk without the Snakefile."""
-    contract.SCAFFOLD.kind(reads)  # an undeclared kind stops the workflow as it is read
-
-    def fingerprint(wildcards):
-        key = (reads, parse_instance(wildcards.sbench)[0])
-        if key not in SC_FINGERPRINTS:
-            SC_FINGERPRINTS[key] = scaffold_fingerprint(config, SCAFFOLD, key[1], reads)
-        return SC_FINGERPRINTS[key]
-
-    return fingerprint
-
-
-def scaffold_heldout_settings(wildcards):
-    """A params entry: the fingerprint of what a held-out job reads (the Executor's and the held-out settings)."""
-    key = ("heldout", wildcards.hbench)
-    if key not in SC_FINGERPRINTS:
-        SC_FINGERPRINTS[key] = scaffold_fingerprint(config, SCAFFOLD, wildcards.hbench, "heldout")
-    return SC_FINGERPRINTS[key]
-
-
-SC_FINGERPRINTS: dict = {}
 
 
 def scaffold_policy(wildcards):

@@ -28,7 +28,7 @@ from test_workflow import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = [ROOT / "config.yaml", *sorted((ROOT / "configs").glob("*.yaml"))]
-SHARED_RULES = {"Snakefile", "common.smk"}  # every study's: the config check, the server, `settings`
+SHARED_RULES = {"Snakefile", "common.smk", "settings.smk"}  # every study's: the config check, the server, `settings`
 ids = [s.name for s in STUDIES]
 
 
@@ -189,10 +189,8 @@ def rule_files() -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted((ROOT / "rules").glob("*.smk"))}
 
 
-# A rule's fingerprint param: `settings("<study>", "<kind>", ...)` (rules/common.smk), or SkillScaffold's own
-# helpers (rules/scaffold_common.smk: test set-ups include rules/scaffold.smk without common.smk).
-SETTINGS_PARAM = re.compile(r'^\s+(\w+)=(settings\("(\w+)", "(\w+)"[^)]*\)|scaffold_settings\("(\w+)"\)|'
-                            r'scaffold_heldout_settings),?$')
+# A rule's fingerprint param: `settings("<study>", "<kind>", ...)` (rules/settings.smk), the one way.
+SETTINGS_PARAM = re.compile(r'^\s+(\w+)=settings\("(\w+)", "(\w+)"[^)]*\),?$')
 
 
 def test_every_rules_settings_name_a_declared_kind():
@@ -205,15 +203,15 @@ def test_every_rules_settings_name_a_declared_kind():
                 in_docstring = not in_docstring
             m = SETTINGS_PARAM.match(line)
             if m:
-                study, kind = (m[3], m[4]) if m[3] else ("scaffold", m[5] or "heldout")
+                study, kind = m[2], m[3]
                 assert study in studies and kind in studies[study].reads, f"rules/{name}:{n}: {line.strip()}"
                 used.add((study, kind))
             # a call of a settings helper or a fingerprint function (not a study's `.settings(config)` builder)
             elif (re.search(r"(?<![.\w])settings\(|fingerprint\(", line) and not in_docstring
                   and not re.match(r"\s*(def |#)", line)):
                 stray.append(f"rules/{name}:{n}: {line.strip()}")
-    # the helpers themselves compute the fingerprint; nothing else in rules/ does
-    helpers = ["check.job_fingerprint(config, study, kind, **values)", "scaffold_fingerprint(config, SCAFFOLD,"]
+    # the helper itself computes the fingerprint; nothing else in rules/ does
+    helpers = ["check.job_fingerprint(config, study, kind, built=study_settings(study), **values)"]
     stray = [s for s in stray if not any(h in s for h in helpers)]
     assert not stray, "a fingerprint outside settings(study, kind):\n" + "\n".join(stray)
     declared = {(s.name, k) for s in STUDIES for k in s.reads}

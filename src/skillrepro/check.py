@@ -91,16 +91,18 @@ def check_config(config: dict[str, Any], *, check_files: bool = True, billing: b
     return config
 
 
-def job_fingerprint(config: dict[str, Any], study: str, kind: str, **wildcards: str | None) -> str:
+def job_fingerprint(config: dict[str, Any], study: str, kind: str, *, built: Any = None,
+                    **wildcards: str | None) -> str:
     """The `settings` param of a job of `study` of `kind` (studies.contract): the fingerprint of what that kind
-    reads, for the values of the study's `keyed_by` wildcards in `wildcards` (None where the job has none)."""
+    reads, for the values of the study's `keyed_by` wildcards in `wildcards` (None where the job has none).
+    `built`: the study's typed settings of `config`, where the caller has them (built here otherwise)."""
     reads = contract.study(study).kind(kind)
     if study == "speedrunner":
         return settings_fingerprint(config, reads, bench=wildcards.get("bench"), variant=wildcards.get("variant"))
     if study == "scaffold":
-        return scaffold_fingerprint(config, ScaffoldConfig.from_config(config), parse_instance(wildcards["sbench"])[0],
-                                    kind)
-    return kvcache_fingerprint(config, kv_settings(config), wildcards.get("kvmodel"))
+        return scaffold_fingerprint(config, built or ScaffoldConfig.from_config(config),
+                                    parse_instance(wildcards["sbench"])[0], kind)
+    return kvcache_fingerprint(config, built or kv_settings(config), wildcards.get("kvmodel"))
 
 
 def kvcache_fingerprint(config: dict[str, Any], kv: KVConfig, model: str | None) -> str:
