@@ -5,8 +5,9 @@ sections are checked (skillrepro.config.validate), raising a ConfigError that na
 its jobs and what each kind reads of the config (a job's `settings` param is the fingerprint of exactly that, so
 the job reruns when one of those settings changes, and only then); and names its rules' wildcards.
 
-The Snakefile's config check (skillrepro.check.check_config) builds every study's settings before any job;
-tests/test_contracts.py holds every study to what it declares here.
+The Snakefile's config check (skillrepro.check.check_config) builds the settings of every study whose section the
+config sets, before any job; the rules reach them, and their fingerprints, through rules/settings.smk;
+tests/test_study_contract.py holds every study to what it declares here.
 
 This module imports only skillrepro.config: a study's settings builder is named "module:attribute" and loaded
 when it is called, as the registries load their entries, so reading the contract loads no study.
