@@ -1,0 +1,120 @@
+"""A real-model positive control for SkillScaffold's utility (issue 37): on real skill-free Scouts, a card stating
+how BabyAI's missions are solved against an irrelevant card of about the same length and against no card.
+
+    python perf/utility_control.py [--model smollm2-135m] [--queries 8] [--scouts 3] [--call-budget 6] \
+        [--variant grp] [--interval expanded] [--threads 1]
+    python perf/utility_control.py --run results/scaffold/babyai --call-budget N   # the Scouts of a scaffold run
+
+The Scouts are played here (skill-free, the pipeline's `play`, one sampling seed per Scout index as the Scout rule
+uses) on the first --queries training tasks of --task-seed, or read from a scaffold run folder (its scouts/s*/ and
+library/v0; --call-budget and --model must then be the run's, or the rebuilt skill-free prompt will differ from the
+recorded one and scoring refuses). Each Scout is then scored under three contexts with the pipeline's
+`score_contexts` (the CPU teacher-forced scorer on --model), and the utilities and the gate are the pipeline's
+(`utilities_for_query`, `selection_for_query`, threshold 0), both cards being each query's candidates.
+
+The cards are files a user can replace (--solution, --irrelevant; default perf/data/utility_control/): the
+solution card states, in prose, what the reference library (src/skillrepro/resources/reference/babyai/) does; the
+irrelevant one has the same headings and about as many characters (the lengths, in characters and in the scorer's
+tokens, are printed). The embedded server is started here with --threads unless SKILLREPRO_LLM_URL names one
+already serving --model.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from skillrepro.config import BenchmarkConfig, LLMConfig
+from skillrepro.llm import servers
+from skillrepro.studies.scaffold.cards import paper_card
+from skillrepro.studies.scaffold.control import (IRRELEVANT, SOLUTION, control_rows, format_table, load_card,
+                                                 summarize)
+from skillrepro.studies.scaffold.records import load_trajectories
+from skillrepro.studies.scaffold.scoring import load_scorer
+from skillrepro.studies.scaffold.settings import ScaffoldConfig
+
+DATA = Path(__file__).resolve().parent / "data" / "utility_control"
+
+
+def play_scouts(bench: BenchmarkConfig, llm: LLMConfig, n_queries: int, n_scouts: int, task_seed: int,
+                workdir: Path) -> tuple[list[Path], Path]:
+    """Scout i of every query, as the scaffold_scout rule plays it: skill-free, on an empty library."""
+    from skillrepro.benchmarks import load_benchmark
+    from skillrepro.skills import Library
+    from skillrepro.studies.scaffold.rollouts import episode_variant, phase_seed, play
+
+    library = workdir / "library" / "v0"
+    Library(version=0, meta={"method": "skillscaffold"}).write(library)
+    tasks = load_benchmark(bench).sample_tasks("train", n_queries, task_seed)
+    plan = [(t, "", episode_variant("", "scout")) for t in tasks]
+    dirs = []
+    for i in range(n_scouts):
+        out = workdir / "scouts" / f"s{i}"
+        play(bench=bench, llm=phase_seed(llm, "scout", i), library_dir=library, plan=plan,
+             run_id="utility_control", cycle=0, out_dir=out)
+        dirs.append(out)
+    return dirs, library
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m", help="plays the Scouts and scores them")
+    ap.add_argument("--queries", type=int, default=8)
+    ap.add_argument("--scouts", type=int, default=3, help="Scouts per query")
+    ap.add_argument("--call-budget", type=int, default=6, help="actor calls per Scout episode")
+    ap.add_argument("--max-tokens", type=int, default=48, help="the actor's reply cap")
+    ap.add_argument("--task-seed", type=int, default=42)
+    ap.add_argument("--seed", type=int, default=1, help="sampling seed of Scout 0 (Scout i: the Scout rule's offset)")
+    ap.add_argument("--run", help="a scaffold run's benchmark folder (results/scaffold/babyai): read its Scouts")
+    ap.add_argument("--solution", default=str(DATA / "babyai_solution.md"))
+    ap.add_argument("--irrelevant", default=str(DATA / "babyai_irrelevant.md"))
+    ap.add_argument("--variant", default="grp", choices=["grp", "anc"])
+    ap.add_argument("--interval", default="expanded", choices=["expanded", "percentile", "t"])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--workdir", default="/tmp/skillrepro_utility_control")
+    a = ap.parse_args()
+
+    bench = BenchmarkConfig("babyai", "babyai", a.call_budget)
+    llm = LLMConfig(model=a.model, max_tokens=a.max_tokens, slots=1, ctx_per_slot=8192, seed=a.seed,
+                    threads=a.threads, tool_calling="text")
+    fmt = paper_card("babyai")
+    solution = load_card(a.solution, fmt, SOLUTION, variant=a.variant)
+    irrelevant = load_card(a.irrelevant, fmt, IRRELEVANT, variant=a.variant)
+    started = time.perf_counter()
+    if a.run:
+        run = Path(a.run)
+        scout_dirs, library = sorted((run / "scouts").glob("s*")), run / "library" / "v0"
+    else:
+        workdir = Path(a.workdir)
+        url = os.environ.get(servers.URL_ENV)
+        server = None if url else servers.start(llm, workdir=workdir)
+        try:
+            llm_play = replace(llm, base_url=url or server.url)
+            scout_dirs, library = play_scouts(bench, llm_play, a.queries, a.scouts, a.task_seed, workdir)
+        finally:
+            if server:
+                server.stop()
+    played = time.perf_counter() - started
+    scouts = load_trajectories(scout_dirs)
+
+    scorer = load_scorer(ScaffoldConfig(benchmarks=("babyai",)), llm)
+    tok = scorer.tokenizer
+    rows = control_rows(scorer, scouts, [solution, irrelevant], bench=bench, llm=llm, library_dir=library,
+                        variant=a.variant)
+    scored = time.perf_counter() - started - played
+    s = summarize(rows, a.interval)
+    n_success = sum(t.success for t in scouts)
+    print(f"model {a.model}; {len(scouts)} Scouts ({n_success} successful) on {len(rows)} BabyAI queries; "
+          f"call budget {a.call_budget}; utility {a.variant}; scorer {scorer.name}")
+    print(f"cards: solution {len(solution.card)} characters, {len(tok(solution.card)['input_ids'])} tokens; "
+          f"irrelevant {len(irrelevant.card)} characters, {len(tok(irrelevant.card)['input_ids'])} tokens")
+    print(f"Scouts {'read from ' + a.run if a.run else f'played in {played:.0f} s'}; three contexts scored in "
+          f"{scored:.0f} s")
+    print()
+    print(format_table(rows, s))
+
+
+if __name__ == "__main__":
+    main()
