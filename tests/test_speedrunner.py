@@ -140,6 +140,11 @@ def test_session_writes_checks_and_records(recorded):
     lib = get_method("speedrunner").induce(ctx, client=fake)
     assert lib.version == 1 and lib.meta["finished"] and lib.meta["requests"] == 8
     assert lib.meta["replay_check"] is False
+    # the protocol's examples: a query, then a function that loops over what one of BabyAI's primitives returns
+    system = fake.seen[0][0]["content"]
+    assert "Action: execute_code\n```python\nshow(" in system
+    assert "Action: write_function(public=True)\n```python\ndef turn_left_until(text" in system
+    assert "seen = turn_left()" in system
     names = {f.name: f.public for f in lib.functions}
     assert names == {"crashes": True, "turn_around": True, "mission_parts": True, "_step_twice": False}
     assert tree_hash(recorded / "library" / "v0") == v0_before
@@ -401,14 +406,20 @@ def test_require_action_refuses_a_public_function_that_reaches_no_primitive(reco
     """inducer.require_action: `return 'pick_up()'` (what the 1.5B inducer wrote) is refused with the reason;
     a public function acting through a private helper, and a private helper that only parses, are kept."""
     idle = 'Action: write_function(public=True)\n```python\ndef pick_up_object():\n    return "pick_up()"\n```'
+    # what the 1.5B inducer wrote next: acting through the notebook's connection; the refusal says so
+    through_db = ('Action: write_function(public=True)\n```python\ndef pick_and_move():\n'
+                  '    db.execute_query("pick_up()")\n    return "done"\n```')
     acting = ('Action: write_function(public=True)\n```python\ndef _target(mission):\n    return mission.split()[-1]\n\n'
               'def grab_twice():\n    """Pick up, turn, pick up."""\n    _step()\n    return pick_up()\n\n'
               'def _step():\n    return turn_left()\n```')
-    fake = Fake([idle, acting])
-    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=2), fake)
+    fake = Fake([idle, through_db, acting])
+    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=3), fake)
     obs = [json.loads(x)["observation"] for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     assert obs[0].startswith("Error: pick_up_object call(s) no primitive action") and "Nothing was saved" in obs[0]
-    assert obs[1].startswith("Saved") and {"grab_twice", "_target", "_step"} <= {f.name for f in lib.functions}
+    assert "notebook" not in obs[0]
+    assert obs[1].startswith("Error: pick_and_move call(s) no primitive action")
+    assert "db exist only in execute_code's notebook" in obs[1] and "not db.execute_query" in obs[1]
+    assert obs[2].startswith("Saved") and {"grab_twice", "_target", "_step"} <= {f.name for f in lib.functions}
     # off (the paper): the idle function is kept
     lib = get_method("speedrunner").induce(ctx_for(recorded, budget=1), Fake([idle]))
     assert "pick_up_object" in {f.name for f in lib.functions}

@@ -67,6 +67,9 @@ HELPER_API = """In execute_code these names are predefined (a notebook: your var
 Tables: {tables}
 Files outside a private scratch folder cannot be written; there is no network."""
 
+# execute_code's predefined names (HELPER_API), which a skill cannot reach
+NOTEBOOK_NAMES = frozenset({"sql", "show", "db", "library_source", "library_versions"})
+
 TOOL_DOCS = {
     "execute_code": "execute_code: run the Python code block and see what it prints (and the value of its last line).",
     "read_library": "read_library(): show the current library source.",
@@ -266,6 +269,31 @@ def _notebook_library(sess: Session) -> str:
 
 
 # ------------------------------------------------------------------------------------------ tools
+def _examples(interpreter: bool, primitives, as_json: bool) -> str:
+    """The protocol's worked examples. With the interpreter, a query and then a function: shown only the
+    query, the 1.5B inducer wrote skills that act through the notebook (db.execute_query("pick_up()")).
+    The function loops over the text an argument-less primitive returns, the shape the prompt asks for; it
+    is built from this benchmark's primitives, so it names no action the environment lacks."""
+    shown = [("I want to see how often the agent succeeded.", "execute_code",
+              'show("SELECT task_id, success, n_steps FROM episodes")')] if interpreter else []
+    p = next((p for p in primitives if p.signature.startswith(f"{p.name}()") and p.returns == "str"), None)
+    if p is not None:
+        shown.append(("A function can repeat an action until what it returns says the sub-goal is reached.",
+                      "write_function(public=True)",
+                      f'def {p.name}_until(text, max_steps=4):\n    """Call {p.name}() until the text it returns '
+                      f'mentions `text`; return that text."""\n    seen = ""\n    for _ in range(max_steps):\n'
+                      f'        seen = {p.name}()\n        if text in seen:\n            break\n    return seen'))
+    blocks = []
+    for thought, tool, code in shown:
+        if as_json:
+            name = tool.split("(")[0]
+            args = {"code": code} if name == "execute_code" else {"source": code, "public": True}
+            blocks.append(json.dumps({"name": name, "arguments": args}))
+        else:
+            blocks.append(f"Thought: {thought}\nAction: {tool}\n```python\n{code}\n```")
+    return "".join(f"Example:\n{b}\n" for b in blocks).rstrip("\n")
+
+
 def smoke_check(functions: dict[str, SkillFunction], new: list[str], bench, task_ids: list[str],
                 policy: SandboxPolicy) -> str:
     """Replay check (option `replay_check`, off in every paper preset): '' if the library loads and each new
@@ -303,6 +331,11 @@ def _acts(name: str, library: dict[str, SkillFunction], primitives: set[str], se
               if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
     return bool(called & primitives) or any(_acts(c, library, primitives, seen | {name})
                                             for c in called & set(library) - seen - {name})
+
+
+def _names(source: str) -> set[str]:
+    """Every bare name a function's source reads (calls included)."""
+    return {n.id for n in ast.walk(parse_untrusted(source)) if isinstance(n, ast.Name)}
 
 
 def refusal_kind(observation: str) -> str:
@@ -349,9 +382,14 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
     idle = [f.name for f in parsed if sess.require_action and candidate[f.name].public
             and not _acts(f.name, candidate, sess.primitives)]
     if idle:
+        # The 1.5B inducer's commonest mistake: acting through the notebook, db.execute_query("pick_up()").
+        notebook = sorted({n for f in parsed if f.name in idle for n in _names(f.source) & NOTEBOOK_NAMES})
+        how = (f"; {', '.join(notebook)} exist only in execute_code's notebook, not where the agent runs a skill: "
+               f"call an action by its name, {sorted(sess.primitives)[0]}(), not db.execute_query(...)" if notebook
+               else "")
         return (f"Error: {', '.join(idle)} call(s) no primitive action, directly or through library functions: a "
                 f"skill acts by calling them ({', '.join(sorted(sess.primitives)[:4])}, ...; returning an action's "
-                "name as text does nothing). Nothing was saved.")
+                f"name as text does nothing{how}). Nothing was saved.")
     problem = (smoke_check(candidate, [f.name for f in parsed], bench, task_ids, sess.policy) if replay
                else load_check(candidate, sess.policy))
     if problem:
@@ -430,14 +468,9 @@ def induce(ctx: InduceContext, client) -> Library:
                    "with a leading underscore and write them with public=False); private functions stay callable "
                    "from other functions but are hidden from the agent.")
     native, constrained = ctx.llm.tool_calling == "native", ctx.llm.tool_calling == "constrained"
-    example_code = ("show(\"SELECT task_id, success, n_steps FROM episodes\")" if interpreter else
-                    "def face_and_pick_up():\n    \"\"\"Turn left, then pick up.\"\"\"\n    turn_left()\n    return pick_up()")
     protocol = (PROMPTS / f"inducer_tools_{'json' if constrained else 'text'}.txt").read_text().format(
         tool_list="\n".join(f"- {TOOL_DOCS[t]}" for t in tools),
-        example_tool="execute_code" if interpreter else "write_function(public=True)",
-        example_code=example_code,
-        example_json=json.dumps({"name": "execute_code", "arguments": {"code": example_code}} if interpreter else
-                                {"name": "write_function", "arguments": {"source": example_code, "public": True}}))
+        examples=_examples(interpreter, bench.primitives(), constrained))
     system = prompt_file.read_text().format(
         environment=bench.describe(),
         primitives="\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives()),
