@@ -13,6 +13,7 @@ from skillrepro.studies.scaffold.cards import CardFormat, check_card
 from skillrepro.studies.scaffold.records import CandidateRecord, Trajectory
 from skillrepro.studies.scaffold.scoring import score_contexts
 from skillrepro.studies.scaffold.selection import selection_for_query, utilities_for_query
+from skillrepro.studies.scaffold.statistics import interval_label, mean_interval
 
 # Candidate indices as scores.parquet numbers them (-1 is no card).
 SOLUTION, IRRELEVANT, NONE = 0, 1, -1
@@ -100,8 +101,6 @@ def control_rows(scorer: Any, scouts: Sequence[Trajectory], cards: Sequence[Cand
 def summarize(rows: Sequence[ControlRow], interval: str = "expanded") -> dict[str, Any]:
     """Means over queries of each card's utility and of the two differences, with `statistics.mean_interval`
     (NaN and a "too few queries" label below the n where it covers 95 %), and how often the gate chose each."""
-    from skillrepro.studies.scaffold.statistics import interval_label, mean_interval
-
     n = len(rows)
     finite = [r for r in rows if math.isfinite(r.u_solution) and math.isfinite(r.u_irrelevant)]
     out: dict[str, Any] = {"n_queries": n, "n_finite": len(finite)}
