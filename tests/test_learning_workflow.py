@@ -1,11 +1,14 @@
 """A learned skill reaches the next checkpoint's actor (issue 38): through the real rules, a SpeedRunner
-sleep phase whose inducer is scripted to write a known function (the shipped BabyAI reference routine, as
+sleep phase whose inducer is scripted to write first a function that acts through the notebook (the 1.5B
+inducer's commonest mistake, refused under `inducer.require_action` with the reason) and then a known function (the shipped BabyAI reference routine, as
 a model would write it in the default run's sleep-phase protocol, `inducer.tool_calling: text`: an Action line and
 a ```python block), then the test evaluation at v1 on the real embedded Qwen2.5-Coder-0.5B with the default run's
 actor settings (constrained JSON calls).
 
 Only the inducer is scripted: a proxy answers its requests and passes every other one (the actor's, the
-tokenizer's) to the real llama.cpp server. It asserts that the write passed its checks and reached v1, that
+tokenizer's) to the real llama.cpp server. It asserts that the protocol showed a function example built from
+BabyAI's primitives, that the idle write was refused and the next request read why, that the second write
+passed its checks and reached v1, that
 the v1 actor was offered the function and called it, and that the call ran in the sandbox and was recorded
 in skill_calls.parquet; it fails if a written function does not reach the next checkpoint's actor."""
 import json
@@ -29,22 +32,25 @@ SKILL = (ROOT / "src/skillrepro/resources/reference/babyai/skills.py").read_text
 # As the default run's inducer replies (inducer.tool_calling: text).
 WRITE = f"Thought: one routine for the whole mission.\nAction: write_function(public=True)\n```python\n{SKILL}```"
 FINISH = 'Thought: done.\nAction: finish("one routine for the whole mission")'
+# Acts through the analysis notebook: no primitive is called where the agent runs a skill.
+IDLE = ('Thought: pick the object up.\nAction: write_function(public=True)\n```python\n'
+        'def grab():\n    """Pick up."""\n    return db.execute_query("pick_up()")\n```')
 
 
 class InducerProxy(ChatServer):
-    """Answers the inducer (its system prompt lists execute_code): the write first, then `finish`; relays
-    everything else to `upstream` unchanged."""
+    """Answers the inducer (its system prompt lists execute_code): the idle write, the good one, then
+    `finish`; keeps the inducer's requests; relays everything else to `upstream` unchanged."""
 
     def __init__(self, upstream: str):
-        self.base, self.inducer_requests, self.schemas = upstream.removesuffix("/v1"), 0, []
+        self.base, self.requests, self.schemas = upstream.removesuffix("/v1"), [], []
         super().__init__(self.answer)
 
     def answer(self, path: str, raw: bytes) -> tuple[int, bytes]:
         body = json.loads(raw)
         if path.endswith("/chat/completions") and "execute_code" in (body["messages"][0].get("content") or ""):
-            self.inducer_requests += 1
+            self.requests.append(body["messages"])
             self.schemas.append(body.get("response_format", {}).get("type"))
-            return 200, completion(body["model"], WRITE if self.inducer_requests == 1 else FINISH)
+            return 200, completion(body["model"], [IDLE, WRITE, FINISH][min(len(self.requests), 3) - 1])
         req = urllib.request.Request(self.base + path, data=raw, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=600) as r:
@@ -65,7 +71,7 @@ def test_a_function_the_inducer_writes_is_called_by_the_next_checkpoints_actor(t
         "methods": {"speedrunner": {"method": "speedrunner"}},
         "protocol": {"seeds": [0], "train_rollouts": 1, "sleep_every": 1, "eval_every": 1, "n_test": 2},
         "budgets": {"rollout_wall_s": 300, "inducer_requests": 3},
-        "inducer": {"tool_calling": "text"},
+        "inducer": {"tool_calling": "text", "require_action": True},
         "pricing": {},
     }
     (tmp_path / "learn.yaml").write_text(yaml.safe_dump(cfg))
@@ -79,11 +85,17 @@ def test_a_function_the_inducer_writes_is_called_by_the_next_checkpoints_actor(t
         proxy.close()
         server.stop()
 
-    # The sleep phase asked for text replies (the actor's stay constrained), wrote the function, its checks
-    # kept it, and v1 holds it as the only public skill.
-    assert proxy.schemas == [None, None]
+    # The sleep phase asked for text replies (the actor's stay constrained); its protocol showed a function
+    # example made of BabyAI's own primitives.
+    assert proxy.schemas == [None, None, None]
+    protocol = "\n".join(m["content"] or "" for m in proxy.requests[0])
+    assert "Action: write_function(public=True)" in protocol and "def turn_left_until(" in protocol, protocol
+    # The idle write was refused with why, and the next request carried that reason to the model.
     transcript = [json.loads(line) for line in (run / "induce/v1/transcript.jsonl").read_text().splitlines()]
-    write = next(t for t in transcript if t["tool"] == "write_function")
+    idle, write = [t for t in transcript if t["tool"] == "write_function"]
+    assert "no primitive action" in idle["observation"] and "exist only in execute_code" in idle["observation"], idle
+    assert any(idle["observation"] in (m["content"] or "") for m in proxy.requests[1])
+    # The second write passed its checks, and v1 holds it as the only public skill.
     assert write["observation"].startswith("Saved ") and "solve_mission (public)" in write["observation"], write
     v1 = json.loads((run / "library/v1/manifest.json").read_text())
     assert [f["name"] for f in v1["functions"] if f["public"]] == ["solve_mission"]

@@ -325,28 +325,23 @@ def smoke_check(functions: dict[str, SkillFunction], new: list[str], bench, task
         env.release()
 
 
-def _reads(source: str) -> tuple[set[str], set[str]]:
-    """One walk over a function's source: the bare names it calls, and every bare name it reads."""
-    called, read = set(), set()
-    for n in ast.walk(parse_untrusted(source)):
-        if isinstance(n, ast.Name):
-            read.add(n.id)
-        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
-            called.add(n.func.id)
-    return called, read
+def _reads(source: str) -> set[str]:
+    """Every bare name a function's source reads: what it calls, and what it holds as a value (the reference
+    library reaches its primitives through a dict of them, {"pick_up": pick_up, ...})."""
+    return {n.id for n in ast.walk(parse_untrusted(source)) if isinstance(n, ast.Name)}
 
 
-def _idle(names: list[str], calls: dict[str, set[str]], primitives: set[str]) -> list[str]:
-    """Those of `names` that call no primitive action, themselves or through the library functions they call."""
+def _idle(names: list[str], reads: dict[str, set[str]], primitives: set[str]) -> list[str]:
+    """Those of `names` that reach no primitive action, themselves or through the library functions they read."""
     def acts(name: str) -> bool:
         seen, todo = set(), [name]
         while todo:
             n = todo.pop()
-            if n not in seen and n in calls:
+            if n not in seen and n in reads:
                 seen.add(n)
-                if calls[n] & primitives:
+                if reads[n] & primitives:
                     return True
-                todo.extend(calls[n])
+                todo.extend(reads[n])
         return False
     return [n for n in names if not acts(n)]
 
@@ -393,11 +388,10 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
     whole = {f.name: f for f in parse_functions(Library(0, tuple(candidate.values())).source)}
     candidate = {n: SkillFunction(n, c.public, c.signature, c.doc, c.source, whole[n].callees) for n, c in candidate.items()}
     reads = {n: _reads(f.source) for n, f in candidate.items()} if sess.require_action else {}
-    idle = _idle([f.name for f in parsed if candidate[f.name].public], {n: c for n, (c, _) in reads.items()},
-                 sess.primitives) if sess.require_action else []
+    idle = _idle([f.name for f in parsed if candidate[f.name].public], reads, sess.primitives) if reads else []
     if idle:
         # The 1.5B inducer's commonest mistake: acting through the notebook, db.execute_query("pick_up()").
-        notebook = sorted({n for f in idle for n in reads[f][1] & NOTEBOOK_NAMES})
+        notebook = sorted({n for f in idle for n in reads[f] & NOTEBOOK_NAMES})
         how = (f"; {', '.join(notebook)} exist only in execute_code's notebook, not where the agent runs a skill: "
                f"call an action by its name, {sorted(sess.primitives)[0]}(), not db.execute_query(...)" if notebook
                else "")
