@@ -18,7 +18,8 @@ from skillrepro.studies.scaffold.scoring import load_scorer
 from skillrepro.studies.scaffold.selection import select
 from skillrepro.studies.scaffold.settings import ScaffoldConfig
 
-pytestmark = pytest.mark.integration
+# own process: the scorer it loads (SmolLM2-135M under torch) would stay in the suite's process for every later test
+pytestmark = [pytest.mark.integration, pytest.mark.own_process]
 
 DATA = Path(__file__).resolve().parents[1] / "perf" / "data" / "utility_control"
 Q, N, BUDGET = 3, 2, 3  # queries, Scouts per query, actor calls per Scout: 4-7 minutes on a busy 2-core machine

@@ -19,7 +19,8 @@ from skillrepro.studies.scaffold.settings import ScaffoldConfig
 N, M, L, K, Q = 2, 2, 1, 1, 1  # one query: each more costs the suite about 4 minutes
 GEN_TOKENS = 160  # the Generator's limit: below what a card of the default format's word limit needs
 
-pytestmark = [pytest.mark.integration, pytest.mark.workflow]
+# own process: the scorer it loads (SmolLM2-135M under torch) would stay in the suite's process for every later test
+pytestmark = [pytest.mark.integration, pytest.mark.workflow, pytest.mark.own_process]
 
 CARD = """# Skill: face-then-approach
 ## When to apply
