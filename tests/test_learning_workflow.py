@@ -1,7 +1,7 @@
 """A learned skill reaches the next checkpoint's actor (issue 38): through the real rules, a SpeedRunner
 sleep phase whose inducer is scripted to write first a function that acts through the notebook (the 1.5B
-inducer's commonest mistake, refused under `inducer.require_action` with the reason) and then a known function (the shipped BabyAI reference routine, as
-a model would write it in the default run's sleep-phase protocol, `inducer.tool_calling: text`: an Action line and
+inducer's commonest mistake, refused under `inducer.require_action` with the reason) and then a known
+function (the shipped BabyAI reference routine, as a model would write it in the default run's sleep-phase protocol, `inducer.tool_calling: text`: an Action line and
 a ```python block), then the test evaluation at v1 on the real embedded Qwen2.5-Coder-0.5B with the default run's
 actor settings (constrained JSON calls).
 
