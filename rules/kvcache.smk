@@ -4,11 +4,10 @@
 # comparison of the models. With kvcache.replay, recorded trajectories stand in for the model.
 # Target: kvcache_all.
 
-# Snakemake leaves the `kv` dataclass param out of what it compares between runs: each rule's `settings` (the
-# study's one kind of job) is what reruns a job whose settings changed.
+# Each rule's `settings` (the study's one kind of job) reruns a job whose settings changed; the job rebuilds its
+# typed settings from the config and checks them against it (skillrepro.pipeline.start_job).
 KV = study_settings("kvcache")
 _KV_LLMS = KV.model_llms(config)  # model name -> its llm settings
-_KV_BENCH = KV.bench(config)
 _KV_WALL = config["budgets"]["rollout_wall_s"]
 # what served the runs: the LLM backend, or "replay" when kvcache.replay plays trajectories without one
 _KV_BACKEND = "replay" if KV.replay else LLM.backend
@@ -53,8 +52,6 @@ rule kvcache_tasks:
     output:
         "results/kvcache/tasks.json",
     params:
-        bench=_KV_BENCH,
-        kv=KV,
         settings=settings("kvcache", "study"),
     log:
         "logs/kvcache/tasks.log",
@@ -72,8 +69,6 @@ rule kvcache_trajectories:
     output:
         "results/kvcache/trajectories.json",
     params:
-        bench=_KV_BENCH,
-        kv=KV,
         settings=settings("kvcache", "study"),
     log:
         "logs/kvcache/trajectories.log",
@@ -99,10 +94,7 @@ rule kvcache_run:
     wildcard_constraints:
         **_KV_CONSTRAINTS,
     params:
-        bench=_KV_BENCH,
-        kv=KV,
         settings=settings("kvcache", "study"),
-        llm=lambda w: _KV_LLMS[w.kvmodel],
         own_server=_kv_own_server,
         wall_s=_KV_WALL,
     resources:
@@ -133,7 +125,6 @@ rule kvcache_simulate:
     wildcard_constraints:
         **_KV_CONSTRAINTS,
     params:
-        kv=KV,
         settings=settings("kvcache", "study"),
         # a run with P episodes in flight holds min(P, slots) slots of its server (the llm resource)
         slots=lambda w: max(KV.server_slots, min(KV.parallel_episodes, _KV_LLMS[w.kvmodel].slots)),
@@ -154,8 +145,6 @@ rule kvcache_prefix:
     output:
         report("results/tables/kvcache_prefix.csv", caption="../report/kvcache_prefix_table.rst", category="KV cache"),
     params:
-        bench=_KV_BENCH,
-        kv=KV,
         settings=settings("kvcache", "study"),
     log:
         "logs/kvcache/prefix.log",
@@ -175,8 +164,6 @@ rule kvcache_segments:
         table=report("results/tables/kvcache_segments.csv", caption="../report/kvcache_segments_table.rst", category="KV cache"),
         figure=report("results/figures/kvcache_segments.png", caption="../report/kvcache_segments.rst", category="KV cache"),
     params:
-        bench=_KV_BENCH,
-        kv=KV,
         settings=settings("kvcache", "study"),
     log:
         "logs/kvcache/segments.log",
@@ -195,8 +182,6 @@ rule kvcache_share:
     output:
         report("results/tables/kvcache_share.csv", caption="../report/kvcache_share_table.rst", category="KV cache"),
     params:
-        bench=_KV_BENCH,
-        kv=KV,
         settings=settings("kvcache", "study"),
     log:
         "logs/kvcache/share.log",
@@ -217,7 +202,6 @@ rule kvcache_breaks:
     wildcard_constraints:
         kvmodel=_KV_CONSTRAINTS["kvmodel"],
     params:
-        kv=KV,
         settings=settings("kvcache", "study"),
         runs=lambda w: [(f, s, os.path.join(_KV_RUN.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s), "requests.jsonl"))
                         for f in KV.formats for s in KV.seeds],
@@ -239,7 +223,6 @@ rule kvcache_versions:
     wildcard_constraints:
         kvmodel=_KV_CONSTRAINTS["kvmodel"],
     params:
-        kv=KV,
         settings=settings("kvcache", "study"),
         runs=lambda w: [(f, s, os.path.join(_KV_RUN.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s), "requests.jsonl"))
                         for f in KV.formats for s in KV.seeds],
@@ -264,8 +247,6 @@ rule kvcache_prompt_check:
     wildcard_constraints:
         kvmodel=_KV_CONSTRAINTS["kvmodel"],
     params:
-        bench=_KV_BENCH,
-        kv=KV,
         settings=settings("kvcache", "study"),
         runs=lambda w: [(f, s, _KV_RUN.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s)) for f in KV.formats for s in KV.seeds],
     log:
@@ -286,7 +267,6 @@ rule kvcache_locations:
     wildcard_constraints:
         kvmodel=_KV_CONSTRAINTS["kvmodel"],
     params:
-        kv=KV,
         settings=settings("kvcache", "study"),
         mode="replay" if KV.replay else "model",
         runs=lambda w: [(f, s, os.path.join(_KV_RUN.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s), "steps.parquet"))
@@ -315,7 +295,6 @@ rule kvcache_tables:
     wildcard_constraints:
         kvmodel=_KV_CONSTRAINTS["kvmodel"],
     params:
-        kv=KV,
         settings=settings("kvcache", "study"),
         backend=lambda w: "replay" if KV.replay else _KV_LLMS[w.kvmodel].backend,
     log:
@@ -338,7 +317,6 @@ rule kvcache_figures:
     wildcard_constraints:
         kvmodel=_KV_CONSTRAINTS["kvmodel"],
     params:
-        kv=KV,
         settings=settings("kvcache", "study"),
     log:
         "logs/kvcache/{kvmodel}/figures.log",
@@ -360,7 +338,6 @@ rule kvcache_models:
         table=report("results/tables/kvcache_models.csv", caption="../report/kvcache_models_table.rst", category="KV cache"),
         figure=report("results/figures/kvcache_models.png", caption="../report/kvcache_models.rst", category="KV cache"),
     params:
-        kv=KV,
         settings=settings("kvcache", "study"),
         models=list(_KV_LLMS),
     log:
@@ -382,7 +359,6 @@ rule kvcache_blend:
         samples=report("results/tables/kvcache_blend_samples.csv", caption="../report/kvcache_blend_samples.rst", category="KV cache"),
         figure=report("results/figures/kvcache_blend.png", caption="../report/kvcache_blend.rst", category="KV cache"),
     params:
-        kv=KV,
         settings=settings("kvcache", "study"),
     resources:
         mem_mb=6000,  # a 0.5B model dequantised to float32, and its activations over ~1.5k tokens

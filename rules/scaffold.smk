@@ -535,7 +535,7 @@ rule scaffold_heldout_tasks:
         **SC_HO_CONSTRAINTS,
     params:
         task_seed=SC_TASK_SEED,
-        settings=settings("scaffold", "heldout", sbench="hbench"),
+        settings=settings("scaffold", "heldout"),
         policy="",
     log:
         "logs/scaffold/{hbench}/heldout_tasks.log",
@@ -561,7 +561,7 @@ rule scaffold_heldout_eval:
         policy=scaffold_heldout_policy,
         rollouts=SCAFFOLD.heldout.rollouts,
         wall_s=SC_WALL,
-        settings=settings("scaffold", "heldout", sbench="hbench"),
+        settings=settings("scaffold", "heldout"),
     resources:
         llm=scaffold_heldout_units,
     log:

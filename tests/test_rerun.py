@@ -178,7 +178,7 @@ def test_a_job_refuses_a_run_folder_made_under_other_settings(tmp_path):
     from types import SimpleNamespace
 
     from skillrepro.check import check_config
-    from skillrepro.pipeline import RunSettingsError, run_settings
+    from skillrepro.pipeline import SettingsError, run_settings
     from skillrepro.skills import Library
 
     library = tmp_path / "library"
@@ -186,7 +186,7 @@ def test_a_job_refuses_a_run_folder_made_under_other_settings(tmp_path):
     Library(1).write(library / "v1")
     job = SimpleNamespace(wildcards=SimpleNamespace(bench="crafter", variant="speedrunner", seed="2"),
                           config=check_config(BASE), params=SimpleNamespace(settings="this-config"))
-    with pytest.raises(RunSettingsError, match="run crafter/speedrunner/seed2 was started under other settings"):
+    with pytest.raises(SettingsError, match="run crafter/speedrunner/seed2 was started under other settings"):
         run_settings(job, library / "v1")
     job.params.settings = "made-before"
     run = run_settings(job, library / "v1")

@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from skillrepro.check import ScaffoldSettingsError, scaffold_fingerprint, scaffold_job
+from skillrepro.check import job_fingerprint, scaffold_fingerprint
+from skillrepro.pipeline import SettingsError, start_job
 from skillrepro.config import ConfigError
 from skillrepro.studies.scaffold.settings import ScaffoldConfig
 
@@ -127,7 +128,7 @@ class _Wildcards(dict):
 
 
 def test_a_job_refuses_settings_its_rule_did_not_record():
-    """skillrepro.check.scaffold_job rebuilds a job's typed settings and refuses a fingerprint other than the config's
+    """skillrepro.pipeline.start_job rebuilds a job's typed settings and refuses a fingerprint other than the config's
     (a job run by hand under another config); a training iteration gets its own batch size."""
     cfg = copy.deepcopy(BASE)
     cfg["scaffold"]["training"]["query_batch_size"] = 3
@@ -137,13 +138,14 @@ def test_a_job_refuses_settings_its_rule_did_not_record():
     assert scaffold_fingerprint(other, ScaffoldConfig.from_config(other), "babyai", "play") == fp
     assert (scaffold_fingerprint(other, ScaffoldConfig.from_config(other), "babyai", "update")
             != scaffold_fingerprint(cfg, ScaffoldConfig.from_config(cfg), "babyai", "update"))
-    job = SimpleNamespace(wildcards=_Wildcards(sbench="babyai@grp0"), params=SimpleNamespace(settings=fp, policy=""),
-                          config=cfg, rule="scaffold_scout")
-    settings = scaffold_job(job)
+    job = SimpleNamespace(wildcards=_Wildcards(sbench="babyai@grp0"), config=cfg, rule="scaffold_scout", log=[],
+                          params=SimpleNamespace(settings=job_fingerprint(cfg, "scaffold", "play", sbench="babyai"),
+                                                 policy=""))
+    settings = start_job(job).settings
     assert settings.bench.name == "babyai" and settings.scaffold.n_queries == 3 and settings.policy == ""
-    job.params.settings = "0" * 16
-    with pytest.raises(ScaffoldSettingsError, match="settings fingerprint"):
-        scaffold_job(job)
+    job.params.settings = "scaffold/play:" + "0" * 16
+    with pytest.raises(SettingsError, match="settings fingerprint"):
+        start_job(job)
 
 
 def test_a_card_format_changes_only_the_generate_fingerprint_of_its_env():

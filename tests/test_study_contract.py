@@ -184,6 +184,53 @@ def test_a_kinds_fingerprint_ignores_key_order_and_changes_with_what_it_reads(st
                 assert job_fingerprint(other, study.name, kind, **wildcards) == made, f"{kind}: {path}"
 
 
+class _Wildcards(dict):
+    """Snakemake's wildcards as a script sees them: by attribute, and keys()/items()."""
+
+    __getattr__ = dict.__getitem__
+
+
+@pytest.mark.parametrize("study", STUDIES, ids=ids)
+def test_a_job_starts_only_under_the_settings_its_rule_recorded(study: Study):
+    """skillrepro.pipeline.start_job: each kind's job, its rule's fingerprint in hand, gets the study's typed
+    settings; under a config that changed what the kind reads (a job run by hand under another config, or
+    Snakemake's records lost), it stops with a SettingsError naming both fingerprints."""
+    from types import SimpleNamespace
+
+    from skillrepro.pipeline import SettingsError, start_job
+
+    preset = next(p for p in PRESETS if set(study.sections) & set(load_yaml(p))
+                  and not placeholder([load_yaml(p).get(s) for s in study.sections]))
+    config = validate(as_loaded(preset), check_files=False, billing=False)
+    wildcards = {k: v for k, v in instance(study, config).items() if v is not None}
+    if study.name == "kvcache":  # one model's job
+        wildcards["kvmodel"] = next(iter(study.settings(config).model_llms(config)))
+    refused = []
+    for kind in study.reads:
+        job = SimpleNamespace(wildcards=_Wildcards(wildcards), params=SimpleNamespace(
+            settings=job_fingerprint(config, study.name, kind, **wildcards), policy=""), config=config, log=[],
+            rule=f"a {kind} job")
+        started = start_job(job)
+        assert (started.study, started.kind, started.log.name) == (study.name, kind, f"skillrepro.a {kind} job")
+        assert started.settings is not None
+        other = copy.deepcopy(config)
+        other["llm"]["temperature"] = config["llm"].get("temperature", 0.7) + 0.1  # every kind but the task lists
+        if job_fingerprint(other, study.name, kind, **wildcards) == job.params.settings:
+            continue
+        with pytest.raises(SettingsError, match=f"its rule's settings fingerprint {study.name}/{kind}:"):
+            start_job(SimpleNamespace(**{**vars(job), "config": other}))
+        refused.append(kind)
+    assert refused, f"{study.name}: no kind reads llm.temperature, so none was tried under another config"
+
+
+def test_every_script_starts_through_the_one_job_start_up():
+    """Each workflow script's first use of `snakemake` is start_job (its log, its settings checked)."""
+    for script in sorted((ROOT / "workflow/scripts").glob("*.py")):
+        body = [line for line in script.read_text().splitlines() if "snakemake" in line
+                and not line.lstrip().startswith(("#", '"""')) and "import" not in line]
+        assert body and "start_job(snakemake)" in body[0], f"{script.name} starts with {body[:1]}"
+
+
 # ------------------------------------------------------------------------------------------ rules
 def rule_files() -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted((ROOT / "rules").glob("*.smk"))}

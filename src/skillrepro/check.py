@@ -19,8 +19,7 @@ from skillrepro.llm.models import MODELS
 from skillrepro.methods import check_benchmarks, get_method, registry
 from skillrepro.studies import contract
 from skillrepro.studies.kvcache.study import KVConfig, kv_settings
-from skillrepro.studies.scaffold.grpo import policy_llm
-from skillrepro.studies.scaffold.settings import ScaffoldConfig, executor_llm, parse_instance, training_iteration
+from skillrepro.studies.scaffold.settings import ScaffoldConfig, parse_instance
 
 
 def check_config(config: dict[str, Any], *, check_files: bool = True, billing: bool = True) -> dict[str, Any]:
@@ -93,16 +92,20 @@ def check_config(config: dict[str, Any], *, check_files: bool = True, billing: b
 
 def job_fingerprint(config: dict[str, Any], study: str, kind: str, *, built: Any = None,
                     **wildcards: str | None) -> str:
-    """The `settings` param of a job of `study` of `kind` (studies.contract): the fingerprint of what that kind
-    reads, for the values of the study's `keyed_by` wildcards in `wildcards` (None where the job has none).
-    `built`: the study's typed settings of `config`, where the caller has them (built here otherwise)."""
+    """The `settings` param of a job of `study` of `kind` (studies.contract): "<study>/<kind>:" and the
+    fingerprint of what that kind reads, for the values of the study's `keyed_by` wildcards in `wildcards` (None
+    where the job has none). The study and kind lead the string, so that the job's start-up
+    (skillrepro.pipeline.start_job) knows what to recompute. `built`: the study's typed settings of `config`,
+    where the caller has them (built here otherwise)."""
     reads = contract.study(study).kind(kind)
     if study == "speedrunner":
-        return settings_fingerprint(config, reads, bench=wildcards.get("bench"), variant=wildcards.get("variant"))
-    if study == "scaffold":
-        return scaffold_fingerprint(config, built or ScaffoldConfig.from_config(config),
-                                    parse_instance(wildcards["sbench"])[0], kind)
-    return kvcache_fingerprint(config, built or kv_settings(config), wildcards.get("kvmodel"))
+        digest = settings_fingerprint(config, reads, bench=wildcards.get("bench"), variant=wildcards.get("variant"))
+    elif study == "scaffold":
+        digest = scaffold_fingerprint(config, built or ScaffoldConfig.from_config(config),
+                                      parse_instance(wildcards["sbench"])[0], kind)
+    else:
+        digest = kvcache_fingerprint(config, built or kv_settings(config), wildcards.get("kvmodel"))
+    return f"{study}/{kind}:{digest}"
 
 
 def kvcache_fingerprint(config: dict[str, Any], kv: KVConfig, model: str | None) -> str:
@@ -153,25 +156,7 @@ def settings_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, benc
 
 
 # ----------------------------------------------------------------------------------------------------------
-# SkillScaffold's jobs (rules/scaffold.smk): their settings fingerprint and their typed settings. Here rather than
-# in pipeline so that only SkillScaffold's jobs import the study.
-
-
-class ScaffoldSettingsError(RuntimeError):
-    """A SkillScaffold job's rule recorded other settings than the config gives."""
-
-
-@dataclass(frozen=True)
-class ScaffoldJob:
-    """The typed settings of one SkillScaffold job (rules/scaffold.smk)."""
-
-    scaffold: ScaffoldConfig  # a training iteration's own for an instance <benchmark>@<chain><k>
-    bench: BenchmarkConfig
-    llm: LLMConfig  # the Executor's on this benchmark (scaffold.executor), served from `policy`
-    generator_llm: LLMConfig  # the Generator's (the llm section's), served from `policy`
-    policy: str  # the GRPO checkpoint that plays ("": llm.model on the invocation's shared server)
-
-
+# SkillScaffold's jobs (rules/scaffold.smk): their settings fingerprint.
 # The config's scaffold.scorer sub-section is three fields of ScaffoldConfig (and of the fingerprints made so far).
 SCORER_FIELDS = {"scorer.backend": "scorer_backend", "scorer.model": "scorer_model",
                  "scorer.batch_tokens": "scorer_batch_tokens"}
@@ -181,8 +166,7 @@ def scaffold_fingerprint(config: dict[str, Any], scaffold: ScaffoldConfig, bench
     """The `settings` param of a SkillScaffold job of kind `reads` (studies.contract.SCAFFOLD's kinds) on
     `benchmark`: the llm section, the benchmark and its call budget, and what the kind reads of the scaffold
     section (the Generator templates' contents too, which a user may edit in place): the typed section whole, but
-    the keys it leaves out ("!scaffold.<key>", at their defaults), where it reads "scaffold". The kind leads the
-    string, so that the job's start-up recomputes the same one."""
+    the keys it leaves out ("!scaffold.<key>", at their defaults), where it reads "scaffold"."""
     base = settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=benchmark)
     keys = contract.SCAFFOLD.kind(reads)
     if "scaffold" in keys:
@@ -206,20 +190,4 @@ def scaffold_fingerprint(config: dict[str, Any], scaffold: ScaffoldConfig, bench
                 value = [value.of(benchmark), value.rollouts]  # `every` only says which checkpoints there are
             chosen[key] = value.get(sub) if sub else value
     prompts = {env: file_digest(f) for env, f in scaffold.generator_prompts.items()}
-    return f"{reads}:" + fingerprint([base, chosen] + ([prompts] if prompts and reads in ("generate", "update") else []))
-
-
-def scaffold_job(snakemake: Any) -> ScaffoldJob:
-    """This SkillScaffold job's typed settings, rebuilt from the config (its rule's params carry their fingerprint,
-    `settings`, and the playing checkpoint, `policy`) once they are known to be the ones Snakemake recorded."""
-    w, p, c = snakemake.wildcards, snakemake.params, snakemake.config
-    scaffold = ScaffoldConfig.from_config(c)
-    bench, chain, k = parse_instance(w.hbench if "hbench" in w.keys() else w.sbench)
-    reads = str(p.settings).partition(":")[0]
-    made = scaffold_fingerprint(c, scaffold, bench, reads) if reads in contract.SCAFFOLD.reads else "none"
-    if made != p.settings:
-        raise ScaffoldSettingsError(f"job {snakemake.rule} ({dict(w.items())}): its rule's settings fingerprint "
-                                    f"{p.settings} is not the config's ({made}); rerun it through snakemake")
-    llm = llm_config(c)
-    return ScaffoldJob(training_iteration(scaffold, chain, k), benchmark(c, bench),
-                       policy_llm(executor_llm(llm, scaffold, bench), p.policy), policy_llm(llm, p.policy), p.policy)
+    return fingerprint([base, chosen] + ([prompts] if prompts and reads in ("generate", "update") else []))

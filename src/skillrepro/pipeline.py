@@ -1,5 +1,5 @@
-"""Glue shared by the workflow: logging to the rule's log file, a run's identity and settings, locks of
-killed runs."""
+"""Glue shared by the workflow: a job's start-up (its log, its settings checked against its rule's
+fingerprint, typed), a run's identity and settings, locks of killed runs."""
 from __future__ import annotations
 
 import json
@@ -11,15 +11,83 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
+from skillrepro import check
 from skillrepro import config as cfg
 from skillrepro.agent import Prompts
 from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.progress import JOB, PROGRESS_LOGGER
 from skillrepro.skills.sandbox import SandboxPolicy, probe
+from skillrepro.studies import contract
+from skillrepro.studies.kvcache.study import KVConfig
+from skillrepro.studies.scaffold.grpo import policy_llm
+from skillrepro.studies.scaffold.settings import ScaffoldConfig, executor_llm, parse_instance, training_iteration
 
 
-class RunSettingsError(RuntimeError):
-    """A run folder was made under other settings than the job's."""
+class SettingsError(RuntimeError):
+    """A job's settings are not those its outputs are recorded under: its rule's fingerprint is not the config's
+    (Snakemake's records lost or stale), or its run's folder was started under others. It stops before any work."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """A started job: its logger, and the typed settings its rule's `settings` fingerprint was made from."""
+
+    log: logging.Logger
+    study: str | None  # None for a job whose rule reads no settings (a figure of finished tables, say)
+    kind: str | None
+    settings: Any  # SpeedRunnerSettings, ScaffoldJob or KVJob (below), by study
+
+
+@dataclass(frozen=True)
+class ScaffoldJob:
+    """The typed settings of one SkillScaffold job (rules/scaffold.smk)."""
+
+    scaffold: ScaffoldConfig  # a training iteration's own for an instance <benchmark>@<chain><k>
+    bench: BenchmarkConfig
+    llm: LLMConfig  # the Executor's on this benchmark (scaffold.executor), served from `policy`
+    generator_llm: LLMConfig  # the Generator's (the llm section's), served from `policy`
+    policy: str  # the GRPO checkpoint that plays ("": llm.model on the invocation's shared server)
+
+
+@dataclass(frozen=True)
+class KVJob:
+    """The typed settings of one KV-cache job (rules/kvcache.smk)."""
+
+    kv: KVConfig
+    bench: BenchmarkConfig  # what the runs play (kvcache.benchmark)
+    llm: LLMConfig | None  # the job's model's (its `kvmodel`); None for a job across models
+    llms: dict[str, LLMConfig]  # every model of the study, by name
+
+
+def start_job(snakemake: Any) -> Job:
+    """The one start of a workflow script: logging to the rule's log file; then, where the rule carries a
+    `settings` param ("<study>/<kind>:<digest>", skillrepro.check.job_fingerprint), the study's settings rebuilt
+    from the config, their fingerprint recomputed for this job's wildcards and compared (a SettingsError names
+    both), and the job's typed settings."""
+    log = setup_logging(snakemake)
+    recorded = getattr(snakemake.params, "settings", None)
+    if recorded is None:
+        return Job(log, None, None, None)
+    head, _, _ = str(recorded).partition(":")
+    name, _, kind = head.partition("/")
+    study, w, c = contract.study(name), snakemake.wildcards, snakemake.config
+    built = study.settings(c)
+    values = {key: getattr(w, key if key in w.keys() else study.aliases.get(key, key), None) for key in study.keyed_by}
+    made = check.job_fingerprint(c, name, kind, built=built, **values)
+    if made != recorded:
+        raise SettingsError(f"job {snakemake.rule} ({dict(w.items())}): its rule's settings fingerprint {recorded} "
+                            f"is not the config's ({made}); rerun it through snakemake")
+    if name == "scaffold":
+        bench, chain, k = parse_instance(values["sbench"])
+        llm, policy = cfg.llm_config(c), getattr(snakemake.params, "policy", "")
+        typed: Any = ScaffoldJob(training_iteration(built, chain, k), cfg.benchmark(c, bench),
+                                 policy_llm(executor_llm(llm, built, bench), policy), policy_llm(llm, policy), policy)
+    elif name == "kvcache":
+        llms = built.model_llms(c)
+        typed = KVJob(built, built.bench(c), llms[values["kvmodel"]] if values["kvmodel"] else None, llms)
+    else:
+        typed = built
+    return Job(log, name, kind, typed)
 
 
 def setup_logging(snakemake: Any) -> logging.Logger:
@@ -87,7 +155,7 @@ def run_settings(snakemake: Any, library_dir: Path) -> RunSettings:
     manifest = Path(library_dir).parent / "v0" / "manifest.json"
     made = json.loads(manifest.read_text()).get("meta", {}).get("settings")
     if made != snakemake.params.settings:
-        raise RunSettingsError(
+        raise SettingsError(
             f"run {run_id(w)} was started under other settings (fingerprint {made}, this config gives "
             f"{snakemake.params.settings}); rerun it from the start with `--forcerun init_library` (or delete "
             f"{manifest.parent.parent.parent}) so that no run mixes two settings"

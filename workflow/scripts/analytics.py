@@ -5,9 +5,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from skillrepro import analysis, store
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 inp, out, p = snakemake.input, snakemake.output, snakemake.params
 study = analysis.Study(**p.study)
 

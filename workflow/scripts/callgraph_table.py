@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.skills import Library
 from skillrepro.skills.callgraph import stats
 from skillrepro.store import write_text
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 variants = snakemake.params.study["variants"]
 rows = []
 for manifest in snakemake.input:

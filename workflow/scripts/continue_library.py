@@ -3,10 +3,10 @@ notes) unchanged, recording this run's settings like every v0."""
 from dataclasses import replace
 from pathlib import Path
 
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.skills import Library
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 source = Path(snakemake.input[0]).parent
 library = Library.load(source)
 meta = {**library.meta, "continued_from": str(source), "settings": snakemake.params.settings}

@@ -3,10 +3,10 @@ import os
 from pathlib import Path
 
 from skillrepro import views
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import atomic_dir, write_text
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 limits = views.ViewLimits(**snakemake.params.limits)
 limits.check()
 run_id = snakemake.params.run_id

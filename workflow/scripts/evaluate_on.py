@@ -6,10 +6,10 @@ from pathlib import Path
 
 from skillrepro import config as cfg
 from skillrepro.agent import EpisodeSpec
-from skillrepro.pipeline import run_id, run_settings, setup_logging
+from skillrepro.pipeline import run_id, run_settings, start_job
 from skillrepro.runner import run_batch
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 w, p = snakemake.wildcards, snakemake.params
 library_dir = Path(snakemake.input.library).parent
 run = replace(run_settings(snakemake, library_dir), bench=cfg.benchmark(snakemake.config, w.target))

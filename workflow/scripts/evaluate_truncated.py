@@ -8,11 +8,11 @@ from pathlib import Path
 from skillrepro.agent import EpisodeSpec
 from skillrepro.analysis.tables import truncate
 from skillrepro.methods import get_method
-from skillrepro.pipeline import run_id, run_settings, setup_logging
+from skillrepro.pipeline import run_id, run_settings, start_job
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 w, p, out = snakemake.wildcards, snakemake.params, snakemake.output
 final_dir = Path(snakemake.input.library).parent
 run = run_settings(snakemake, final_dir)

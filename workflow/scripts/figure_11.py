@@ -3,9 +3,9 @@ import pandas as pd
 
 from skillrepro import analysis
 from skillrepro.analysis import figures
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 study = analysis.Study(**snakemake.params.study)
 tables = [snakemake.input.main, *snakemake.input.others]
 figures.plane_figure(dict(zip(snakemake.params.labels, map(pd.read_csv, tables))), study, snakemake.output[0])

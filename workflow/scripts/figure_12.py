@@ -3,9 +3,9 @@ import pandas as pd
 
 from skillrepro import analysis
 from skillrepro.analysis import figures
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 study = analysis.Study(**snakemake.params.study)
 figures.comparison_figure(pd.read_csv(snakemake.input[0]), "fig12", study, snakemake.output[0])
 log.info("wrote %s", snakemake.output[0])

@@ -3,9 +3,9 @@ import pandas as pd
 
 from skillrepro import analysis
 from skillrepro.analysis import figures
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 study = analysis.Study(**snakemake.params.study)
 figures.cost_curves(pd.read_parquet(snakemake.input[0]), study, snakemake.output[0], model=snakemake.config["llm"]["model"])
 log.info("wrote %s", snakemake.output[0])

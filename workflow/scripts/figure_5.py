@@ -5,11 +5,11 @@ import pandas as pd
 
 from skillrepro import analysis
 from skillrepro.analysis import figures, tables
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.skills import Library
 from skillrepro.store import write_text
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 study = analysis.Study(**snakemake.params.study)
 combat = pd.DataFrame([
     {"benchmark": Path(m).parts[2], "variant": Path(m).parts[3], "combat_share": tables.combat_share(Library.load(Path(m).parent))}

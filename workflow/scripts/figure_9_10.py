@@ -4,9 +4,9 @@ import pandas as pd
 
 from skillrepro import analysis
 from skillrepro.analysis import figures
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 study = analysis.Study(**snakemake.params.study)
 source = snakemake.input[0]
 figures.cross_model_figure(pd.read_csv(source), snakemake.params.model, int(snakemake.wildcards.n), study,

@@ -5,12 +5,12 @@ from pathlib import Path
 from skillrepro import config as cfg
 from skillrepro.llm.servers import own_server
 from skillrepro.methods import InduceContext, get_method
-from skillrepro.pipeline import run_id, run_settings, setup_logging, training_history
+from skillrepro.pipeline import run_id, run_settings, start_job, training_history
 from skillrepro.progress import Progress
 from skillrepro.skills import Library
 from skillrepro.store import LLMCall, write_records, write_text
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 w, p, out = snakemake.wildcards, snakemake.params, snakemake.output
 previous = Path(snakemake.input.library).parent
 run = run_settings(snakemake, previous)

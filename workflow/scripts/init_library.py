@@ -6,9 +6,9 @@ from pathlib import Path
 
 from skillrepro import config as cfg
 from skillrepro.methods import get_method
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 folder = Path(snakemake.output[0]).parent
 w, c = snakemake.wildcards, snakemake.config
 bench, method = cfg.benchmark(c, w.bench), cfg.method(c, w.variant)

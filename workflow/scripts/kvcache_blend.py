@@ -7,12 +7,13 @@ from skillrepro.llm.models import resolve
 from skillrepro.studies.kvcache import blend, figures
 from skillrepro.studies.kvcache import formats as F
 from skillrepro.studies.kvcache.replay import read_trajectories
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.progress import Progress
 from skillrepro.store import write_text
 
-log = setup_logging(snakemake)
-kv, b = snakemake.params.kv, snakemake.params.kv.blend_settings
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
+kv, b = job.settings.kv, kv.blend_settings
 targets = blend.targets_from_trajectories(read_trajectories(snakemake.input.trajectories), F.load_bank(kv.bank),
                                           b["min_step"], b["samples"], F.Templates(kv.templates_dir), b["spread"])
 samples = blend.sample_rows(targets)

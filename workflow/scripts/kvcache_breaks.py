@@ -6,11 +6,12 @@ import pandas as pd
 
 from skillrepro.studies.kvcache import study
 from skillrepro.studies.kvcache.tokenizers import get_tokenizer
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = setup_logging(snakemake)
-kv = snakemake.params.kv
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
+kv = job.settings.kv
 # the recorded ids are the prefix tokenizer's in replay mode; a live server's need not be, so no decoding
 decode = get_tokenizer(kv.prefix_tokenizer).decode if kv.replay and kv.prefix_tokenizer == "qwen2.5" else None
 rows, runs = [], []

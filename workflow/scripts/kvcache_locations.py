@@ -2,10 +2,10 @@
 import pandas as pd
 
 from skillrepro.studies.kvcache import study
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 per_ep = []
 for fmt, seed, path in snakemake.params.runs:
     per_ep.append(study.new_locations(pd.read_parquet(path)).assign(format=fmt, seed=seed))

@@ -6,12 +6,13 @@ import pandas as pd
 from skillrepro.studies.kvcache import formats as F
 from skillrepro.studies.kvcache.replay import prefix_views
 from skillrepro.studies.kvcache.tokenizers import get_tokenizer
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = setup_logging(snakemake)
-kv = snakemake.params.kv
-views = prefix_views(kv, snakemake.params.bench, snakemake.input.tasks, snakemake.input.get("trajectories"))
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
+kv = job.settings.kv
+views = prefix_views(kv, job.settings.bench, snakemake.input.tasks, snakemake.input.get("trajectories"))
 bank = F.load_bank(kv.bank)
 rows = F.shared_prefix_table(kv.formats, bank, views, get_tokenizer(kv.prefix_tokenizer).encode,
                              F.Templates(kv.templates_dir))

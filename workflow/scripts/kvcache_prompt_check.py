@@ -11,13 +11,14 @@ from skillrepro.store import Episode, LLMCall, read_records, write_text
 from skillrepro.studies.kvcache import formats as F
 from skillrepro.studies.kvcache import replay as R
 from skillrepro.studies.kvcache.actor import format_benchmark
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.progress import Progress
 
-log = setup_logging(snakemake)
-kv, p = snakemake.params.kv, snakemake.params
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
+kv, p = job.settings.kv, snakemake.params
 tasks = json.loads(Path(snakemake.input.tasks).read_text())["tasks"]
-bench = format_benchmark(p.bench)
+bench = format_benchmark(job.settings.bench)
 bank, templates = F.load_bank(kv.bank), F.Templates(kv.templates_dir)
 rows = []
 # runs done of N on the console: each run's games are replayed in the engine

@@ -7,7 +7,7 @@ import pandas as pd
 from skillrepro.studies.kvcache import formats as F
 from skillrepro.studies.kvcache.replay import prefix_views
 from skillrepro.studies.kvcache.tokenizers import get_tokenizer
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
 # the seminar's step-2 example in the skills-first order: 920 of 1,421 tokens shared, called "87 % of the
@@ -15,9 +15,10 @@ from skillrepro.store import write_text
 SEMINAR = dict(seminar_shared_tokens=920, seminar_prompt_tokens=1421, seminar_claim=0.87,
                seminar_share_of_prompt=920 / 1421, seminar_share_of_fixed_part=920 / (1421 - 363))
 
-log = setup_logging(snakemake)
-kv = snakemake.params.kv
-views = prefix_views(kv, snakemake.params.bench, snakemake.input.tasks, snakemake.input.get("trajectories"))
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
+kv = job.settings.kv
+views = prefix_views(kv, job.settings.bench, snakemake.input.tasks, snakemake.input.get("trajectories"))
 bank, tpl, encode = F.load_bank(kv.bank), F.Templates(kv.templates_dir), get_tokenizer(kv.prefix_tokenizer).encode
 pairs = pd.DataFrame([dataclasses.asdict(r) for fmt in kv.formats for r in F.share_of_prompt(fmt, bank, views, encode, tpl)],
                      columns=list(F.ShareRow.__dataclass_fields__))

@@ -7,11 +7,12 @@ from pathlib import Path
 import pandas as pd
 
 from skillrepro.studies.kvcache import study
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_table
 
-log = setup_logging(snakemake)
-w, kv = snakemake.wildcards, snakemake.params.kv
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
+w, kv = snakemake.wildcards, job.settings.kv
 stream = study.read_stream(snakemake.input.requests)
 rows, steps = study.simulate_settings(stream, kv.settings(), kv.block_size, kv.max_num_seqs, kv.max_num_batched_tokens,
                                      kv.group_size, kv.draw_pool, kv.task_seed, kv.vllm_version)

@@ -2,10 +2,11 @@
 import pandas as pd
 
 from skillrepro.studies.kvcache import study
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = setup_logging(snakemake)
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
 inp = snakemake.input
 
 
@@ -15,8 +16,8 @@ def cat(paths):
 
 tables = study.tables(summary=cat(inp.summary), steps=cat(inp.steps), load=cat(inp.load), server=cat(inp.server),
                       episodes=cat(inp.episodes), backend=snakemake.params.backend,
-                      capacities=snakemake.params.kv.capacity_tokens, counters=cat(inp.counters),
-                      policies=snakemake.params.kv.policies, vllm_version=snakemake.params.kv.vllm_version)
+                      capacities=job.settings.kv.capacity_tokens, counters=cat(inp.counters),
+                      policies=job.settings.kv.policies, vllm_version=job.settings.kv.vllm_version)
 for name, df in tables.items():
     write_text(snakemake.output[name], df.assign(model=snakemake.wildcards.kvmodel).to_csv(index=False))
 log.info("headline (measured first):\n%s", tables["headline"].to_string(index=False))

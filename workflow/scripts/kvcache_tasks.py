@@ -7,12 +7,13 @@ from skillrepro.progress import PROGRESS_LOGGER
 from skillrepro.studies.kvcache import formats as F
 from skillrepro.studies.kvcache import study
 from skillrepro.studies.kvcache.actor import format_benchmark
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = setup_logging(snakemake)
-kv = snakemake.params.kv
-bench = format_benchmark(snakemake.params.bench)
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
+kv = job.settings.kv
+bench = format_benchmark(job.settings.bench)
 ids = bench.sample_tasks(kv.split, kv.n_games, kv.task_seed)
 bank = F.bank_summary(F.load_bank(kv.bank))
 games = study.games_note(ids, kv.split, getattr(bench, "data_path", None), kv.benchmark)

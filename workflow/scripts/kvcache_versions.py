@@ -3,11 +3,12 @@ seminar's pin): every simulated setting of every (format, seed) run of one model
 import pandas as pd
 
 from skillrepro.studies.kvcache import study
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = setup_logging(snakemake)
-kv = snakemake.params.kv
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
+kv = job.settings.kv
 rows = []
 for fmt, seed, path in snakemake.params.runs:
     rows += [dict(format=fmt, seed=seed, **r) for r in study.version_comparison(study.read_stream(path), kv)]

@@ -3,10 +3,10 @@ refused (and why) with a link to that sleep phase's page, and use in evaluation.
 from pathlib import Path
 
 from skillrepro import views
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 limits = views.ViewLimits(**snakemake.params.limits)
 limits.check()
 run = views.RunRecords(snakemake.params.run_id, tuple(Path(m).parent for m in snakemake.input.libraries),

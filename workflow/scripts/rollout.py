@@ -3,10 +3,10 @@ import json
 from pathlib import Path
 
 from skillrepro.agent import EpisodeSpec
-from skillrepro.pipeline import run_id, run_settings, setup_logging, training_history
+from skillrepro.pipeline import run_id, run_settings, start_job, training_history
 from skillrepro.runner import run_batch
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 w, p = snakemake.wildcards, snakemake.params
 library_dir = Path(snakemake.input.library).parent
 run = run_settings(snakemake, library_dir)

@@ -5,11 +5,11 @@ own worlds (appendix D.1), through `Benchmark.run_task_seed`."""
 import json
 
 from skillrepro import config as cfg
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 from skillrepro.benchmarks import load_benchmark
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 w, p = snakemake.wildcards, snakemake.params
 benchmark = load_benchmark(cfg.benchmark(snakemake.config, w.bench))
 task_seed = benchmark.run_task_seed(p.task_seed, int(w.seed))

@@ -10,15 +10,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from skillrepro.check import scaffold_job
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_table
 from skillrepro.studies.scaffold.cohort import chain_cohort
 from skillrepro.studies.scaffold.rollouts import phase_seed, play
 from skillrepro.studies.scaffold.settings import parse_instance
 
-log = setup_logging(snakemake)
-job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
 i, p, w = snakemake.input, snakemake.params, snakemake.wildcards
 iteration = lambda f: int(re.search(r"@[a-z]+(\d+)/", f).group(1))  # noqa: E731
 by_iter: dict[int, tuple[list[str], list[str]]] = {}

@@ -3,11 +3,10 @@ from pathlib import Path
 
 from skillrepro.studies.scaffold.records import CandidateRecord, read_rows
 from skillrepro.studies.scaffold.rollouts import episode_variant, phase_seed, play
-from skillrepro.check import scaffold_job
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 
-log = setup_logging(snakemake)
-job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
 w, p = snakemake.wildcards, snakemake.params
 plan = [(c.task_id, c.card, episode_variant(w.svariant, "eval", c.candidate))
         for c in read_rows(snakemake.input.candidates, CandidateRecord) if c.valid]

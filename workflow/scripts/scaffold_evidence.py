@@ -3,12 +3,11 @@ from pathlib import Path
 
 from skillrepro.studies.scaffold.evidence import build_evidence, token_counter
 from skillrepro.studies.scaffold.records import EvidenceRecord, load_trajectories
-from skillrepro.check import scaffold_job
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_records
 
-log = setup_logging(snakemake)
-job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
 w, p = snakemake.wildcards, snakemake.params
 scouts = load_trajectories(Path(f).parent for f in snakemake.input.scouts)
 by_task = {}

@@ -3,13 +3,12 @@ from skillrepro.studies.scaffold.cards import GeneratorTemplate, generate_candid
 from skillrepro.studies.scaffold.records import CandidateRecord, EvidenceRecord, read_rows
 from skillrepro.studies.scaffold.rollouts import phase_seed, policy_server
 from skillrepro.llm.client import LLMClient
-from skillrepro.check import scaffold_job
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.progress import Progress
 from skillrepro.store import LLMCall, write_records
 
-log = setup_logging(snakemake)
-job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
 w, p = snakemake.wildcards, snakemake.params
 cfg = job.scaffold
 template = GeneratorTemplate.load(job.bench.env, cfg.generator_prompts.get(job.bench.env))

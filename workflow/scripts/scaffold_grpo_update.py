@@ -7,16 +7,15 @@ import pandas as pd
 
 from skillrepro.llm.models import MODELS, resolve
 from skillrepro.llm.scorer import ChatSequencer
-from skillrepro.check import scaffold_job
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.studies.scaffold.grpo import (OPTIMIZER_STATE, assign_advantages, groups_from_records, load_policy,
                                               make_trainer, prunable_optimizer_states, save_checkpoint, train)
 from skillrepro.studies.scaffold.records import CandidateRecord, UtilityRecord, load_trajectories, read_rows
 from skillrepro.studies.scaffold.selection import paired_utilities
 from skillrepro.studies.scaffold.settings import TrainSettings
 
-log = setup_logging(snakemake)
-job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
 i, p, w = snakemake.input, snakemake.params, snakemake.wildcards
 out = Path(snakemake.output[0])
 chain = job.scaffold.chain(w.svariant)  # its own switches: table 3's training ablations; plain GRPO has neither

@@ -7,14 +7,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from skillrepro.check import scaffold_job
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_table
 from skillrepro.studies.scaffold.heldout import heldout_variant
 from skillrepro.studies.scaffold.rollouts import phase_seed, play, policy_server
 
-log = setup_logging(snakemake)
-job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
 i, p, w = snakemake.input, snakemake.params, snakemake.wildcards
 tasks = json.loads(Path(i.tasks).read_text())
 cards = [i.card] if isinstance(i.card, str) else list(i.card)

@@ -5,10 +5,10 @@ curves: each iteration's skill-free Scouts, raw and smoothed, beside held-out su
 rates per Scout-group kind and iteration; figure 8: the training-time injection rate per iteration."""
 import pandas as pd
 
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.studies.scaffold.figures import figure1, figure6, figure7, figure8
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 i, o = snakemake.input, snakemake.output
 # the base model's chain is "" (kept as a string so that it groups like any chain)
 held = pd.read_csv(i.heldout, keep_default_na=False)

@@ -4,7 +4,7 @@ import re
 
 import pandas as pd
 
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 from skillrepro.studies.scaffold.heldout import (BASE_METHOD, DIRECT_METHOD, heldout_table, injection_rates, table_by_category,
                                                  table_by_split, table_pass_at_k, table_variants, training_curve,
@@ -13,7 +13,7 @@ from skillrepro.studies.scaffold import paper
 from skillrepro.studies.scaffold.paper import with_paper_rows
 from skillrepro.studies.scaffold.settings import DIRECT, DIRECT_POLICY, Chain, parse_instance
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 i, p = snakemake.input, snakemake.params
 chains = [Chain(**c) for c in p.chains]
 label = {c.name: c.method for c in chains} | {DIRECT: DIRECT_METHOD}

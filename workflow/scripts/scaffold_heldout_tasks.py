@@ -2,14 +2,13 @@
 skill-free episodes use."""
 import json
 
-from skillrepro.check import scaffold_job
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.skills import Library
 from skillrepro.store import write_text
 from skillrepro.studies.scaffold.rollouts import split_pool, split_tasks
 
-log = setup_logging(snakemake)
-job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
 p, w = snakemake.params, snakemake.wildcards
 cfg = job.scaffold
 tasks = {split: split_tasks(job.bench, cfg, split, n, p.task_seed, key=f"scaffold.heldout.splits.{w.hbench}.{split}")

@@ -9,11 +9,11 @@ import re
 
 import pandas as pd
 
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 from skillrepro.studies.scaffold.cohort import chain_cohort, internalization, later_difference
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 i = snakemake.input
 
 

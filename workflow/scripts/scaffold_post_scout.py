@@ -5,11 +5,10 @@ from pathlib import Path
 
 from skillrepro.studies.scaffold.records import SelectionRecord, read_rows
 from skillrepro.studies.scaffold.rollouts import episode_variant, phase_seed, play
-from skillrepro.check import scaffold_job
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 
-log = setup_logging(snakemake)
-job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
 w, p = snakemake.wildcards, snakemake.params
 if snakemake.input.selection:
     plan = [(s.task_id, s.card if p.inject else "", episode_variant(w.svariant, "post"))

@@ -1,14 +1,13 @@
 """SkillScaffold: the fixed queries of a benchmark, and the empty library every scaffold episode uses."""
 import json
 
-from skillrepro.check import scaffold_job
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.studies.scaffold.rollouts import sample_queries
 from skillrepro.skills import Library
 from skillrepro.store import write_text
 
-log = setup_logging(snakemake)
-job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
 p = snakemake.params
 tasks = sample_queries(job.bench, job.scaffold, p.task_seed)
 Library(version=0, meta={"method": "skillscaffold"}).write(snakemake.output.library.removesuffix("/manifest.json"))

@@ -4,13 +4,12 @@ from pathlib import Path
 from skillrepro.studies.scaffold.records import ScoreRecord, load_trajectories
 from skillrepro.studies.scaffold.rollouts import policy_server
 from skillrepro.studies.scaffold.scoring import load_scorer, score_contexts, scorer_backend
-from skillrepro.check import scaffold_job
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.progress import Progress
 from skillrepro.store import write_records
 
-log = setup_logging(snakemake)
-job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
 w, p = snakemake.wildcards, snakemake.params
 scouts = load_trajectories(Path(f).parent for f in snakemake.input.scouts)
 with policy_server(job.llm, job.policy if scorer_backend(job.scaffold, job.llm) == "vllm" else ""):

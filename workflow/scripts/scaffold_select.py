@@ -4,12 +4,11 @@ from pathlib import Path
 from skillrepro.studies.scaffold.records import (CandidateRecord, SelectionRecord, UtilityRecord, load_trajectories,
                                                  read_rows)
 from skillrepro.studies.scaffold.selection import selection_for_query
-from skillrepro.check import scaffold_job
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_records
 
-log = setup_logging(snakemake)
-job = scaffold_job(snakemake)  # the typed settings, checked against the rule's fingerprint
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
 w, p = snakemake.wildcards, snakemake.params
 scouts = load_trajectories(Path(f).parent for f in snakemake.input.scouts)
 cands = read_rows(snakemake.input.candidates, CandidateRecord)

@@ -6,9 +6,9 @@ import pandas as pd
 from skillrepro.studies.scaffold.validation import (COMPETENCE_COLUMNS, decision_rules, eval_table, exploration_view,
                                                     pilot_competence, pilot_rollout_estimates, rollout_outcomes,
                                                     split_probes, utility_quintiles)
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 i, p = snakemake.input, snakemake.params
 read = lambda files: pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)  # noqa: E731
 # Downstream rollouts tagged with their index k (from .../k{k}/episodes.parquet) for the pilot diagnostics.

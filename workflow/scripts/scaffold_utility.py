@@ -4,10 +4,10 @@ from pathlib import Path
 from skillrepro.studies.scaffold.records import (CandidateRecord, ScoreRecord, UtilityRecord, load_trajectories,
                                                  read_rows)
 from skillrepro.studies.scaffold.selection import utilities_for_query
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_records
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 w = snakemake.wildcards
 scouts = load_trajectories(Path(f).parent for f in snakemake.input.scouts)
 l_none = {s.episode_id: s.mean_logprob for s in read_rows(snakemake.input.scores_free, ScoreRecord)}

@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 from skillrepro.studies.scaffold.data import load_webshop_goals, webshop_splits
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 goals = load_webshop_goals(Path(snakemake.input.human).parent)
 splits = webshop_splits(goals)
 write_text(snakemake.output.splits, json.dumps({k: [g.index for g in v] for k, v in splits.items()}))

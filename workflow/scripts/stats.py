@@ -3,10 +3,10 @@ import pandas as pd
 
 from skillrepro import analysis
 from skillrepro.analysis import statistics
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 study = analysis.Study(**snakemake.params.study)
 tests = statistics.paired_tests(pd.read_parquet(snakemake.input[0]), study)
 write_text(snakemake.output[0], tests.to_csv(index=False))

@@ -2,10 +2,10 @@
 import pandas as pd
 
 from skillrepro.analysis import tables
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 table = tables.table1(pd.read_csv(snakemake.input[0]))
 write_text(snakemake.output[0], table.to_csv(index=False))
 log.info("table 1:\n%s", table.to_string(index=False))

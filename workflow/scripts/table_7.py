@@ -4,10 +4,10 @@ import pandas as pd
 
 from skillrepro import analysis
 from skillrepro.analysis import tables
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 study = analysis.Study(**snakemake.params.study)
 files = list(snakemake.input)
 runs = {model: (pd.read_csv(files[2 * i]), pd.read_csv(files[2 * i + 1]))

@@ -7,10 +7,10 @@ import pandas as pd
 
 from skillrepro import analysis
 from skillrepro.analysis import tables
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 inp, p = snakemake.input, snakemake.params
 study = analysis.Study(**p.study)
 episodes = analysis.episodes(inp.episodes, inp.calls, inp.skill_calls, p.pricing)

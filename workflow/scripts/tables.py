@@ -4,10 +4,10 @@ import pandas as pd
 
 from skillrepro import analysis
 from skillrepro.analysis import tables
-from skillrepro.pipeline import setup_logging
+from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = setup_logging(snakemake)
+log = start_job(snakemake).log
 study = analysis.Study(**snakemake.params.study)
 per_seed = pd.read_parquet(snakemake.input.checkpoints)
 main = tables.main_table(per_seed, study)

@@ -36,6 +36,8 @@ class Study:
     rules: tuple[str, ...]  # its rules files, under rules/
     # a read that names a part of the job's own instance rather than a config key: the key, `{wildcard}` the job's
     parts: Mapping[str, str] = field(default_factory=dict)
+    # a keyed_by wildcard that some rules name otherwise: the other name (a rule's settings(..., sbench="hbench"))
+    aliases: Mapping[str, str] = field(default_factory=dict)
 
     def settings(self, config: dict[str, Any]) -> Any:
         """This study's typed settings of `config`: the builder, loaded now."""
@@ -115,6 +117,7 @@ SCAFFOLD = Study(
         "update": ("scaffold", "!scaffold.heldout"),  # a GRPO update: the whole section but the held-out evaluation
     },
     keyed_by=("sbench",),
+    aliases={"sbench": "hbench"},  # the held-out rules' instance
     wildcards=("sbench", "svariant", "i", "k", "hbench", "hpolicy"),
     rules=("scaffold.smk", "scaffold_common.smk"),
 )
