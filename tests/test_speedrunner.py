@@ -119,7 +119,7 @@ def test_parse_action_is_lenient():
 
 def session_replies(recorded: Path) -> list[str]:
     return [
-        'Thought: data.\nAction: execute_code\n```python\nshow("SELECT task_id, success, n_steps FROM episodes")\n'
+        'Thought: data.\nAction: execute_code\n```python\nshow("SELECT episode_id, task_id, success, n_steps FROM episodes")\n'
         'print(sql("SELECT count(*) AS n FROM steps")[0]["n"])\nsql("SELECT opening FROM openings")[0]["opening"][:40]\n```',
         "Thought: try to escape.\nAction: execute_code\n```python\nopen('/tmp/evil_inducer.txt', 'w')\n```",
         "Thought: peek at files.\nAction: execute_code\n```python\nimport os\nos.listdir('" + str(recorded.parent) + "')\n```",

@@ -251,7 +251,8 @@ def _example_episode(traces: list[Trace], n_steps: int) -> str:
     if n_steps <= 0 or not traces:
         return ""
     t = min(traces, key=lambda t: (t.success, -t.cycle, t.episode_id))
-    lines = [f"One recorded episode (task {t.task_id}, {'solved' if t.success else 'failed'}), as the agent saw it "
+    lines = [f"One recorded episode (episode_id {t.episode_id!r}, task {t.task_id}, "
+             f"{'solved' if t.success else 'failed'}), as the agent saw it "
              f"(the steps table has every one):", f"Opening observation:\n{t.opening}"]
     for step, (action, args, observation) in enumerate(t.steps[:n_steps]):
         lines.append(f"Step {step}: {action}({', '.join(map(repr, args))}) returned:\n{observation}")
@@ -271,11 +272,12 @@ def _notebook_library(sess: Session) -> str:
 # ------------------------------------------------------------------------------------------ tools
 def _examples(interpreter: bool, primitives, as_json: bool) -> str:
     """The protocol's worked examples. With the interpreter, a query and then a function: shown only the
-    query, the 1.5B inducer wrote skills that act through the notebook (db.execute_query("pick_up()")).
+    query, the 1.5B inducer wrote skills that act through the notebook (db.execute_query("pick_up()")). The
+    query selects episode_id: shown task_id alone, it looked up steps by a task id (`episode_id = 116739`).
     The function loops over the text an argument-less primitive returns, the shape the prompt asks for; it
     is built from this benchmark's primitives, so it names no action the environment lacks."""
     shown = [("I want to see how often the agent succeeded.", "execute_code",
-              'show("SELECT task_id, success, n_steps FROM episodes")')] if interpreter else []
+              'show("SELECT episode_id, task_id, success, n_steps FROM episodes")')] if interpreter else []
     p = next((p for p in primitives if p.signature.startswith(f"{p.name}()") and p.returns == "str"), None)
     if p is not None:
         shown.append(("A function can repeat an action until what it returns says the sub-goal is reached.",
