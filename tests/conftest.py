@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -40,6 +41,27 @@ def llm_url(llm_cfg, tmp_path_factory):
     yield server.url
     server.stop()
     os.environ.pop(servers.URL_ENV, None)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """tests/data/tiny.yaml's `snakemake all` (ReAct and SpeedRunner on BabyAI, about two minutes on two cores)
+    under umask 022, then its report as one HTML file and as a zip (unpacked in `unzipped/`). One run serves
+    test_workflow (records, tables, figures, what reruns) and test_views (the report clicked through); neither
+    changes the folder. Returns the folder and the run's console (stdout + stderr)."""
+    import zipfile
+
+    from test_workflow import copy_workflow, snakemake
+
+    wd = tmp_path_factory.mktemp("tiny")
+    copy_workflow(wd)
+    cfg = str(Path(__file__).parent / "data/tiny.yaml")
+    made = snakemake("all", "--cores", "2", "--configfile", cfg, cwd=wd, umask=0o022)
+    for report in ("report.html", "report.zip"):
+        snakemake("all", "--configfile", cfg, "--report", report, cwd=wd)
+    with zipfile.ZipFile(wd / "report.zip") as z:
+        z.extractall(wd / "unzipped")
+    return wd, made.stdout + made.stderr
 
 
 @pytest.fixture(scope="session")

@@ -132,12 +132,12 @@ def test_a_job_refuses_settings_its_rule_did_not_record():
     (a job run by hand under another config); a training iteration gets its own batch size."""
     cfg = copy.deepcopy(BASE)
     cfg["scaffold"]["training"]["query_batch_size"] = 3
-    fp = scaffold_fingerprint(cfg, ScaffoldConfig.from_config(cfg), "babyai", "play")
+    fp = scaffold_fingerprint(cfg, ScaffoldConfig.from_config(cfg), "play", sbench="babyai")
     other = copy.deepcopy(cfg)
     other["scaffold"]["threshold"] = 0.5  # read by the selection, not by a rollout
-    assert scaffold_fingerprint(other, ScaffoldConfig.from_config(other), "babyai", "play") == fp
-    assert (scaffold_fingerprint(other, ScaffoldConfig.from_config(other), "babyai", "update")
-            != scaffold_fingerprint(cfg, ScaffoldConfig.from_config(cfg), "babyai", "update"))
+    assert scaffold_fingerprint(other, ScaffoldConfig.from_config(other), "play", sbench="babyai") == fp
+    assert (scaffold_fingerprint(other, ScaffoldConfig.from_config(other), "update", sbench="babyai")
+            != scaffold_fingerprint(cfg, ScaffoldConfig.from_config(cfg), "update", sbench="babyai"))
     job = SimpleNamespace(wildcards=_Wildcards(sbench="babyai@grp0"), config=cfg, rule="scaffold_scout", log=[],
                           params=SimpleNamespace(settings=job_fingerprint(cfg, "scaffold", "play", sbench="babyai"),
                                                  policy=""))
@@ -153,7 +153,7 @@ def test_a_card_format_changes_only_the_generate_fingerprint_of_its_env():
     cfg["benchmarks"]["sw"] = {"env": "scienceworld", "llm_call_budget": 3}
 
     def fp(c, bench):
-        return scaffold_fingerprint(c, ScaffoldConfig.from_config(c), bench, "generate")
+        return scaffold_fingerprint(c, ScaffoldConfig.from_config(c), "generate", sbench=bench)
 
     other = copy.deepcopy(cfg)
     other["scaffold"]["card"] = {"scienceworld": {"max_words": 300}}

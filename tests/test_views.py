@@ -6,15 +6,13 @@ library and a scripted actor that does call the skill (so the call counts are no
 method's run through the DAG on the real model in tests/test_reference_workflow.py, which makes the pages with
 the real rules and hands them to `check_pages_of_the_workflow_run` here: the pages are rendered in headless
 Chromium and checked against that run's records; and the smallest ReAct + SpeedRunner run through the whole
-DAG on the session's model (`tiny_report`), whose `snakemake --report` is clicked through section by section
+DAG (`tiny_run`, tests/data/tiny.yaml), whose `snakemake --report` is clicked through section by section
 in headless Chromium (tests/cdp.py drives it), failing on any console error."""
 from __future__ import annotations
 
 import html
 import json
-import os
 import shutil
-import zipfile
 import subprocess
 import uuid
 from pathlib import Path
@@ -22,7 +20,6 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from cdp import Page
 from skillrepro import views
@@ -486,45 +483,14 @@ def click_through_report(report: Path, shots: Path) -> dict[str, int]:
     return opened
 
 
-TINY = {  # the smallest run that has every section: ReAct and SpeedRunner, one sleep phase, v0 and v1 evaluated
-    "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 2}},
-    "methods": {"react": {"method": "react"}, "speedrunner": {"method": "speedrunner"}},
-    "protocol": {"seeds": [0], "train_rollouts": 1, "sleep_every": 1, "eval_every": 1, "n_test": 1},
-    "budgets": {"rollout_wall_s": 300, "inducer_requests": 1},
-    # the one inducer request writes a function (the nudge), briefly: a refused write is as welcome as a kept one
-    "inducer": {"nudge_requests": 1, "min_reply_tokens": 64},
-    "pricing": {},
-}
-
-
-@pytest.fixture(scope="module")
-def tiny_report(tmp_path_factory, llm_cfg, llm_url):
-    """`snakemake all` on TINY against the session's model (about a minute on two cores), then its report as
-    one HTML file and as a zip."""
-    from test_workflow import copy_workflow, snakemake
-
-    wd = tmp_path_factory.mktemp("report")
-    copy_workflow(wd)
-    llm = {"backend": "embedded", "model": llm_cfg.model, "max_tokens": 32, "slots": 2,
-           "ctx_per_slot": llm_cfg.ctx_per_slot, "seed": 1, "threads": llm_cfg.threads}
-    (wd / "tiny.yaml").write_text(yaml.safe_dump({"llm": llm, **TINY}))
-    env = dict(os.environ, SKILLREPRO_LLM_URL=llm_url)
-    snakemake("all", "--cores", "2", "--configfile", "tiny.yaml", cwd=wd, env=env)
-    for report in ("report.html", "report.zip"):
-        snakemake("all", "--configfile", "tiny.yaml", "--report", report, cwd=wd, env=env)
-    with zipfile.ZipFile(wd / "report.zip") as z:
-        z.extractall(wd / "unzipped")
-    return wd
-
-
 @pytest.mark.workflow
-def test_every_section_of_the_report_opens_and_an_empty_library_says_why(tiny_report):
-    wd = tiny_report
+def test_every_section_of_the_report_opens_and_an_empty_library_says_why(tiny_run):
+    wd, _ = tiny_run  # tests/data/tiny.yaml run through `snakemake all`, with its report (conftest.py)
     opened = click_through_report(wd / "report.html", wd / "shots")
-    # landing page: the main table and each figure, and each section; Episodes: two pages per run (v0, v1);
-    # Sleep phases: SpeedRunner's one (react's sleep phase does no work and gets no page)
+    # landing page: the main table and each figure, and each section; Episodes: two pages per run (v0, v2);
+    # Sleep phases: SpeedRunner's two (react's sleep phases do no work and get no page)
     assert opened["landing page"] == 2 + 8 + 4 and opened["Tables"] == 8 and opened["Figures"] == 8
-    assert opened["Libraries"] == 2 and opened["Episodes"] == 4 and opened["Sleep phases"] == 1
+    assert opened["Libraries"] == 2 and opened["Episodes"] == 4 and opened["Sleep phases"] == 2
     for shot in ("Libraries", "Episodes_babyai_speedrunner_seed0", "Sleepphases"):
         assert_not_blank((wd / "shots" / f"{shot}.png").read_bytes())
     # the zip: the same report, with each result a file beside it
@@ -541,14 +507,14 @@ def test_every_section_of_the_report_opens_and_an_empty_library_says_why(tiny_re
         assert f"refused {len(refused)}" in page
         for t in refused:
             assert html.escape(t["observation"].removeprefix("Error: "), quote=True)[:200] in page
-        if not json.loads((run / "library/v1/manifest.json").read_text())["functions"]:
+        if not any(json.loads((run / f"library/v{v}/manifest.json").read_text())["functions"] for v in (1, 2)):
             assert "No version of this library has a function:" in page and "<p>No functions.</p>" not in page
         # ... and links the page of the sleep phase that made v1, which shows each of its requests
         sleep = wd / f"results/views/sleep/babyai/{variant}/seed0"
         if variant == "react":
             assert not sleep.exists() and "sleep-page" not in page and "<td>no sleep phase work</td>" in page
             continue
-        assert [p.name for p in sleep.glob("*.html")] == ["sleep.babyai.speedrunner.seed0.v1.html"]
+        assert sorted(p.name for p in sleep.glob("*.html")) == [f"sleep.babyai.speedrunner.seed0.v{v}.html" for v in (1, 2)]
         assert "href='../sleep/babyai/speedrunner/seed0/sleep.babyai.speedrunner.seed0.v1.html'" in page
         phase = (sleep / "sleep.babyai.speedrunner.seed0.v1.html").read_text()
         assert "href='../../../../library/library.babyai.speedrunner.seed0.html#v1'" in phase

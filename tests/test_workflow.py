@@ -134,12 +134,10 @@ def copy_workflow(dest: Path) -> None:
 
 
 @pytest.mark.workflow
-def test_tiny_run_end_to_end_then_only_the_figure_reruns(tmp_path):
-    copy_workflow(tmp_path)
+def test_tiny_run_end_to_end_then_only_the_figure_reruns(tiny_run):
+    tmp_path, console = tiny_run  # `snakemake all` on tests/data/tiny.yaml, with its report (conftest.py)
     cfg = str(ROOT / "tests" / "data" / "tiny.yaml")
-    made = snakemake("all", "--cores", "2", "--configfile", cfg, cwd=tmp_path, umask=0o022)
     # The console says where the logs are and how far the long jobs are (lines from the jobs' stderr).
-    console = made.stdout + made.stderr
     assert "Logs: each job writes logs/" in console
     assert "rollout bench=babyai, variant=speedrunner, seed=0, k=1: 1/1 train episodes done" in console
     assert "2/2 test episodes done" in console and "1/1 sleep phase" in console
@@ -180,7 +178,6 @@ def test_tiny_run_end_to_end_then_only_the_figure_reruns(tmp_path):
         assert (tmp_path / f"results/figures/figure{n}.png").stat().st_size > 5000
 
     # The report bundles every table and figure with its caption, naming the config that made it.
-    snakemake("all", "--report", "report.html", "--configfile", cfg, cwd=tmp_path)
     html = (tmp_path / "report.html").read_text()
     for name in ("main.csv", "stats.csv", "table1.csv", "figure2.png", "figure11.png"):
         assert name in html
@@ -189,8 +186,12 @@ def test_tiny_run_end_to_end_then_only_the_figure_reruns(tmp_path):
 
     # Editing a figure script re-makes that figure and nothing else.
     figure = tmp_path / "workflow/scripts/figure_2.py"
-    figure.write_text(figure.read_text() + "\n# edited\n")
-    dry = snakemake("all", "-n", "--cores", "2", "--configfile", cfg, cwd=tmp_path)
+    script = figure.read_text()
+    figure.write_text(script + "\n# edited\n")
+    try:
+        dry = snakemake("all", "-n", "--cores", "2", "--configfile", cfg, cwd=tmp_path)
+    finally:  # the folder is shared with test_views
+        figure.write_text(script)
     table = dry.stdout.split("Job stats:")[1].split("\n\n")[0].splitlines()[3:]  # after "job count" and "---"
     jobs = [line.split()[0] for line in table if line.strip()]
     assert set(jobs) - {"all", "total"} == {"figure_2"}
@@ -200,8 +201,11 @@ def test_tiny_run_end_to_end_then_only_the_figure_reruns(tmp_path):
     tiny = yaml.safe_load(Path(cfg).read_text())
     del tiny["methods"]["speedrunner"]
     react_only.write_text(yaml.safe_dump(tiny))
-    snakemake("results/tables/main.csv", "--cores", "2", "--configfile", str(react_only), cwd=tmp_path)
-    assert list(pd.read_csv(tmp_path / "results/tables/main.csv").variant) == ["react"]
+    try:
+        snakemake("results/tables/main.csv", "--cores", "2", "--configfile", str(react_only), cwd=tmp_path)
+        assert list(pd.read_csv(tmp_path / "results/tables/main.csv").variant) == ["react"]
+    finally:  # the folder is shared with test_views: the table of the whole run again
+        snakemake("results/tables/main.csv", "--cores", "2", "--configfile", cfg, cwd=tmp_path)
 
 
 @pytest.mark.workflow

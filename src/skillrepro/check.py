@@ -7,18 +7,18 @@ before any job is scheduled. Every error is a config.ConfigError naming the key.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import MISSING, dataclass, replace
+from dataclasses import MISSING, replace
 from pathlib import Path
 from typing import Any
 
 from skillrepro import benchmarks as benchmark_registry
 from skillrepro.agent import Prompts
-from skillrepro.config import (OPERATIONAL_LLM_KEYS, BenchmarkConfig, ConfigError, LLMConfig, actor_config, benchmark,
-                               benchmarks, file_digest, fingerprint, llm_config, protocol, validate)
+from skillrepro.config import (OPERATIONAL_LLM_KEYS, ConfigError, actor_config, benchmarks, file_digest, fingerprint,
+                               protocol, validate, validate_section)
 from skillrepro.llm.models import MODELS
 from skillrepro.methods import check_benchmarks, get_method, registry
 from skillrepro.studies import contract
-from skillrepro.studies.kvcache.study import KVConfig, kv_settings
+from skillrepro.studies.kvcache.study import KVConfig
 from skillrepro.studies.scaffold.settings import ScaffoldConfig, parse_instance
 
 
@@ -94,26 +94,31 @@ def job_fingerprint(config: dict[str, Any], study: str, kind: str, *, built: Any
                     **wildcards: str | None) -> str:
     """The `settings` param of a job of `study` of `kind` (studies.contract): "<study>/<kind>:" and the
     fingerprint of what that kind reads, for the values of the study's `keyed_by` wildcards in `wildcards` (None
-    where the job has none). The study and kind lead the string, so that the job's start-up
-    (skillrepro.pipeline.start_job) knows what to recompute. `built`: the study's typed settings of `config`,
-    where the caller has them (built here otherwise)."""
-    reads = contract.study(study).kind(kind)
-    if study == "speedrunner":
-        digest = settings_fingerprint(config, reads, bench=wildcards.get("bench"), variant=wildcards.get("variant"))
-    elif study == "scaffold":
-        digest = scaffold_fingerprint(config, built or ScaffoldConfig.from_config(config),
-                                      parse_instance(wildcards["sbench"])[0], kind)
-    else:
-        digest = kvcache_fingerprint(config, built or kv_settings(config), wildcards.get("kvmodel"))
+    where the job has none): the study's own fingerprint function, or the plain one over the config keys the
+    kind reads. The study and kind lead the string, so that the job's start-up (skillrepro.pipeline.start_job)
+    knows what to recompute. `built`: the study's typed settings of `config`, where the caller has them."""
+    declared = contract.study(study)
+    declared.kind(kind)
+    built = declared.settings(config) if built is None else built
+    if declared.fingerprint:
+        digest = contract.load(declared.fingerprint)(config, built, kind, **wildcards)
+    else:  # the study's own sections with their schema's defaults: writing a default out is no change
+        own = {} if declared.schema == "config.schema.yaml" else {s: validate_section(config, s) for s in declared.sections}
+        digest = settings_fingerprint({**config, **own}, declared.keys(kind, **{k: v for k, v in wildcards.items() if v}))
     return f"{study}/{kind}:{digest}"
 
 
-def kvcache_fingerprint(config: dict[str, Any], kv: KVConfig, model: str | None) -> str:
-    """The `settings` param of a KV-cache job (its one kind, `study`): the study's settings, the benchmark it
-    plays and the llm settings of the job's `model` (of every model for a job across models, None). Snakemake
-    leaves the job's `kv` dataclass param out of what it compares between runs: this is what reruns it."""
+def run_fingerprint(config: dict[str, Any], built: Any, kind: str, *, bench: str | None = None,
+                    variant: str | None = None) -> str:
+    """A SpeedRunner-loop job's: what its kind reads of its run's `bench` and `variant` (settings_fingerprint)."""
+    return settings_fingerprint(config, contract.SPEEDRUNNER.kind(kind), bench=bench, variant=variant)
+
+
+def kvcache_fingerprint(config: dict[str, Any], kv: KVConfig, kind: str, *, kvmodel: str | None = None) -> str:
+    """A KV-cache job's (its one kind, `study`): the study's settings, the benchmark it plays and the llm
+    settings of the job's model `kvmodel` (of every model for a job across models, None)."""
     llms = kv.model_llms(config)
-    return fingerprint([kv, kv.bench(config), llms[model] if model else llms])
+    return fingerprint([kv, kv.bench(config), llms[kvmodel] if kvmodel else llms])
 
 
 def settings_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, bench: str | None = None,
@@ -162,11 +167,12 @@ SCORER_FIELDS = {"scorer.backend": "scorer_backend", "scorer.model": "scorer_mod
                  "scorer.batch_tokens": "scorer_batch_tokens"}
 
 
-def scaffold_fingerprint(config: dict[str, Any], scaffold: ScaffoldConfig, benchmark: str, reads: str) -> str:
-    """The `settings` param of a SkillScaffold job of kind `reads` (studies.contract.SCAFFOLD's kinds) on
-    `benchmark`: the llm section, the benchmark and its call budget, and what the kind reads of the scaffold
-    section (the Generator templates' contents too, which a user may edit in place): the typed section whole, but
+def scaffold_fingerprint(config: dict[str, Any], scaffold: ScaffoldConfig, reads: str, *, sbench: str) -> str:
+    """A SkillScaffold job's, of kind `reads` (studies.contract.SCAFFOLD's kinds) on instance `sbench`
+    (<benchmark>[@<chain><k>]): the llm section, the benchmark and its call budget, and what the kind reads of
+    the scaffold section (the Generator templates' contents too, which a user may edit in place): the typed section whole, but
     the keys it leaves out ("!scaffold.<key>", at their defaults), where it reads "scaffold"."""
+    benchmark = parse_instance(sbench)[0]
     base = settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=benchmark)
     keys = contract.SCAFFOLD.kind(reads)
     if "scaffold" in keys:

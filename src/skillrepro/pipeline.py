@@ -59,6 +59,21 @@ class KVJob:
     llms: dict[str, LLMConfig]  # every model of the study, by name
 
 
+def scaffold_job(config: dict[str, Any], scaffold: ScaffoldConfig, keyed: dict[str, Any], params: Any) -> ScaffoldJob:
+    """A SkillScaffold job's typed settings (studies.contract.SCAFFOLD.job): its instance's training iteration,
+    and the Executor and Generator served from the checkpoint that plays (its rule's `policy` param)."""
+    bench, chain, k = parse_instance(keyed["sbench"])
+    llm, policy = cfg.llm_config(config), getattr(params, "policy", "")
+    return ScaffoldJob(training_iteration(scaffold, chain, k), cfg.benchmark(config, bench),
+                       policy_llm(executor_llm(llm, scaffold, bench), policy), policy_llm(llm, policy), policy)
+
+
+def kvcache_job(config: dict[str, Any], kv: KVConfig, keyed: dict[str, Any], params: Any) -> KVJob:
+    """A KV-cache job's typed settings (studies.contract.KVCACHE.job)."""
+    llms = kv.model_llms(config)
+    return KVJob(kv, kv.bench(config), llms[keyed["kvmodel"]] if keyed["kvmodel"] else None, llms)
+
+
 def start_job(snakemake: Any) -> Job:
     """The one start of a workflow script: logging to the rule's log file; then, where the rule carries a
     `settings` param ("<study>/<kind>:<digest>", skillrepro.check.job_fingerprint), the study's settings rebuilt
@@ -77,16 +92,7 @@ def start_job(snakemake: Any) -> Job:
     if made != recorded:
         raise SettingsError(f"job {snakemake.rule} ({dict(w.items())}): its rule's settings fingerprint {recorded} "
                             f"is not the config's ({made}); rerun it through snakemake")
-    if name == "scaffold":
-        bench, chain, k = parse_instance(values["sbench"])
-        llm, policy = cfg.llm_config(c), getattr(snakemake.params, "policy", "")
-        typed: Any = ScaffoldJob(training_iteration(built, chain, k), cfg.benchmark(c, bench),
-                                 policy_llm(executor_llm(llm, built, bench), policy), policy_llm(llm, policy), policy)
-    elif name == "kvcache":
-        llms = built.model_llms(c)
-        typed = KVJob(built, built.bench(c), llms[values["kvmodel"]] if values["kvmodel"] else None, llms)
-    else:
-        typed = built
+    typed = contract.load(study.job)(c, built, values, snakemake.params) if study.job else built
     return Job(log, name, kind, typed)
 
 

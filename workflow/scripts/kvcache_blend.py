@@ -13,7 +13,8 @@ from skillrepro.store import write_text
 
 job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
 log = job.log
-kv, b = job.settings.kv, kv.blend_settings
+kv = job.settings.kv
+b = kv.blend_settings
 targets = blend.targets_from_trajectories(read_trajectories(snakemake.input.trajectories), F.load_bank(kv.bank),
                                           b["min_step"], b["samples"], F.Templates(kv.templates_dir), b["spread"])
 samples = blend.sample_rows(targets)

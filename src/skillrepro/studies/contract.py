@@ -38,14 +38,16 @@ class Study:
     parts: Mapping[str, str] = field(default_factory=dict)
     # a keyed_by wildcard that some rules name otherwise: the other name (a rule's settings(..., sbench="hbench"))
     aliases: Mapping[str, str] = field(default_factory=dict)
+    # "module:attribute" of a function (config, settings, kind, **keyed_by values) -> the digest of what a job of
+    # that kind reads; "" for the plain one, skillrepro.check.settings_fingerprint over the kind's config keys
+    fingerprint: str = ""
+    # "module:attribute" of a function (config, settings, keyed_by values, the job's params) -> one job's typed
+    # settings (skillrepro.pipeline.start_job); "" for the study's settings as they are
+    job: str = ""
 
     def settings(self, config: dict[str, Any]) -> Any:
         """This study's typed settings of `config`: the builder, loaded now."""
-        module, _, attribute = self.builder.partition(":")
-        target: Any = importlib.import_module(module)
-        for name in attribute.split("."):
-            target = getattr(target, name)
-        return target(config)
+        return load(self.builder)(config)
 
     def kind(self, kind: str) -> tuple[str, ...]:
         """What a job of `kind` reads; a kind the study does not declare is a mistake in a rule."""
@@ -56,6 +58,15 @@ class Study:
     def keys(self, kind: str, **wildcards: str) -> tuple[str, ...]:
         """The config keys a job of `kind` reads, its parts named for the job's `wildcards`."""
         return tuple(self.parts.get(r, r).format(**wildcards) for r in self.kind(kind))
+
+
+def load(reference: str) -> Any:
+    """The object a "module:attribute" reference names, its module imported now."""
+    module, _, attribute = reference.partition(":")
+    target: Any = importlib.import_module(module)
+    for name in attribute.split("."):
+        target = getattr(target, name)
+    return target
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,7 @@ SPEEDRUNNER = Study(
         "instance": ("benchmark", "call_budget"),  # another instance a run is evaluated on (its `bench`)
     },
     keyed_by=("bench", "variant"),
+    fingerprint="skillrepro.check:run_fingerprint",
     parts={"benchmark": "benchmarks.{bench}", "call_budget": "benchmarks.{bench}.llm_call_budget",
            "method": "methods.{variant}"},
     wildcards=("bench", "variant", "seed", "k", "split", "target", "n"),
@@ -118,6 +130,8 @@ SCAFFOLD = Study(
     },
     keyed_by=("sbench",),
     aliases={"sbench": "hbench"},  # the held-out rules' instance
+    fingerprint="skillrepro.check:scaffold_fingerprint",
+    job="skillrepro.pipeline:scaffold_job",
     wildcards=("sbench", "svariant", "i", "k", "hbench", "hpolicy"),
     rules=("scaffold.smk", "scaffold_common.smk"),
 )
@@ -131,6 +145,8 @@ KVCACHE = Study(
     # model for a job across models): skillrepro.check.kvcache_fingerprint
     reads={"study": ("kvcache", "llm")},
     keyed_by=("kvmodel",),
+    fingerprint="skillrepro.check:kvcache_fingerprint",
+    job="skillrepro.pipeline:kvcache_job",
     wildcards=("kvmodel", "kvfmt", "kvseed"),
     rules=("kvcache.smk",),
 )
