@@ -315,3 +315,57 @@ def test_every_wildcard_of_the_rules_is_a_declared_wildcard_of_their_study(tmp_p
         found[owner[file].name] |= set(names)
     for study in STUDIES:
         assert found[study.name] == set(study.wildcards), study.name
+
+
+# ------------------------------------------------------------------------------------------ docs
+@pytest.mark.workflow
+def test_the_add_a_study_example_runs_as_written(tmp_path):
+    """docs/pipeline.md's "Add a study": its files written into a copy of the workflow and the package, exactly two
+    shared files edited, then the study's target made through snakemake; its config key is checked before any job,
+    and only a setting its kind reads reruns it."""
+    import shutil
+
+    section = (ROOT / "docs/pipeline.md").read_text().split("## Add a study", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```\w+\n# (\S+)\n(.*?)```", section, re.DOTALL)
+    copy_workflow(tmp_path)
+    shutil.copytree(ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(ROOT / "schemas", tmp_path / "schemas")
+    shared = []
+    for path, code in blocks:
+        target = tmp_path / path
+        if path == "src/skillrepro/studies/contract.py":  # declared before STUDIES, and listed there
+            text = target.read_text()
+            listed = re.search(r"^STUDIES = \((.*)\)$", text, re.M)
+            text = text.replace(listed.group(0), f"{code}\nSTUDIES = ({listed.group(1)}, OPENINGS)")
+            target.write_text(text)
+            shared.append(path)
+        elif path == "Snakefile":  # after the last include
+            text = target.read_text()
+            last = list(re.finditer(r'^include: ".*"$', text, re.M))[-1]
+            target.write_text(text[:last.end()] + "\n" + code.strip() + text[last.end():])
+            shared.append(path)
+        else:
+            assert not target.exists(), f"{path} is not a new file"
+            target.write_text(code)
+    assert sorted(shared) == ["Snakefile", "src/skillrepro/studies/contract.py"]
+    assert len(blocks) == 6
+
+    config = (tmp_path / "config.yaml").read_text()
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "src"))
+    env.pop("SKILLREPRO_LLM_URL", None)
+
+    def snakemake(extra: str, *args):
+        (tmp_path / "config.yaml").write_text(config + extra)
+        return subprocess.run([sys.executable, "-m", "snakemake", "results/tables/openings.csv", "--cores", "1", *args],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+    bad = snakemake("openings: {n: 2, m: 1}\n", "-n")
+    assert bad.returncode != 0 and "config key openings" in bad.stdout + bad.stderr, (bad.stdout + bad.stderr)[-2000:]
+    made = snakemake("openings: {n: 2}\n")
+    assert made.returncode == 0, made.stderr[-3000:]
+    table = __import__("pandas").read_csv(tmp_path / "results/tables/openings.csv")
+    assert len(table) == 2 and set(table.benchmark) == {"babyai"} and table.opening.str.startswith("Mission: ").all()
+    assert "2 openings" in (tmp_path / "logs/openings.log").read_text()
+    # a key the kind does not read, then one it does (written-out defaults are no change)
+    assert "Nothing to be done" in snakemake("openings: {n: 2, seed: 0}\nbudgets: {inducer_requests: 3}\n", "-n").stdout
+    assert "rule openings:" in snakemake("openings: {n: 2, seed: 1}\n", "-n").stdout

@@ -272,6 +272,13 @@ def _check_values(config: Any) -> None:
             stack.extend((f"{where}.{i}", v) for i, v in enumerate(value))
 
 
+def study_sections() -> tuple[str, ...]:
+    """The top-level keys that studies own: each has a schema of its own, schemas/<section>.schema.yaml, which
+    validate_section checks it against (skillrepro.studies.contract names each study's)."""
+    return tuple(sorted(p.name.removesuffix(".schema.yaml") for p in (ROOT / "schemas").glob("*.schema.yaml")
+                        if p != SCHEMA))
+
+
 def validate(config: dict[str, Any], *, check_files: bool = True, billing: bool = True) -> dict[str, Any]:
     """Validate `config` against the schema and the rules a schema can not say that need no registry; return
     it with the schema's defaults. skillrepro.check.check_config adds the checks against the registries
@@ -280,13 +287,18 @@ def validate(config: dict[str, Any], *, check_files: bool = True, billing: bool 
     _check_values(config)
     config = copy.deepcopy(config)
     schema = yaml.safe_load(SCHEMA.read_text())
+    own = study_sections()  # checked against their own schemas when their studies' settings are built
+    schema["properties"].update({s: {"type": "object", "description": f"checked by schemas/{s}.schema.yaml"}
+                                 for s in own})
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError(_describe(errors[0]))
     # Defaults come from the schema, through snakemake's own validator, so there is one list of them.
     from snakemake.utils import validate
 
-    validate(config, str(SCHEMA), set_default=True)
+    shared = {k: v for k, v in config.items() if k not in own}
+    validate(shared, str(SCHEMA), set_default=True)
+    config = {**shared, **{k: config[k] for k in own if k in config}}
 
     llm = LLMConfig.from_dict(config["llm"])
     _check_llm(llm, check_files)
