@@ -31,11 +31,11 @@ cohort = sorted({t for _, t in members})
 log.info("cohort of %d members (%d queries): %s", len(members), len(cohort), members)
 ckpt = getattr(w, "k", None)
 out = Path(snakemake.output.episodes).parent
-parts = [play(bench=job.bench, llm=phase_seed(job.llm, "cohort", r), library_dir=Path(i.library).parent,
+parts = [play(bench=job.settings.bench, llm=phase_seed(job.settings.llm, "cohort", r), library_dir=Path(i.library).parent,
               plan=[(t, "", "cohort/free") for t in cohort],
               run_id=f"scaffold/{w.sbench}/{w.svariant}/" + (f"ckpt{ckpt}" if ckpt else "cohort_early")
               + (f"/{p.played_by}" if hasattr(p, "played_by") else ""),
               cycle=int(ckpt) if ckpt else parse_instance(w.sbench)[2], out_dir=out / f"rollout{r}", wall_s=p.wall_s, logger=log,
-              policy=job.policy)
+              policy=job.settings.policy)
          for r in range(p.rollouts)]
 write_table(snakemake.output.episodes, pa.concat_tables([pq.read_table(d / "episodes.parquet") for d in parts]))

@@ -10,7 +10,7 @@ log = job.log
 w, p = snakemake.wildcards, snakemake.params
 plan = [(c.task_id, c.card, episode_variant(w.svariant, "eval", c.candidate))
         for c in read_rows(snakemake.input.candidates, CandidateRecord) if c.valid]
-play(bench=job.bench, llm=phase_seed(job.llm, "eval", int(w.i)), library_dir=Path(snakemake.input.library).parent,
+play(bench=job.settings.bench, llm=phase_seed(job.settings.llm, "eval", int(w.i)), library_dir=Path(snakemake.input.library).parent,
      plan=plan, run_id=f"scaffold/{w.sbench}/{w.svariant}", cycle=2,
-     out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s, logger=log, policy=job.policy)
+     out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s, logger=log, policy=job.settings.policy)
 log.info("%d query-candidate pairs evaluated", len(plan))

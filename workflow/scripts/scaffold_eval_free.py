@@ -9,6 +9,6 @@ job = start_job(snakemake)  # its log, and its typed settings checked against th
 log = job.log
 w, p = snakemake.wildcards, snakemake.params
 plan = [(t, "", episode_variant("", "eval_free")) for t in json.loads(Path(snakemake.input.queries).read_text())]
-play(bench=job.bench, llm=phase_seed(job.llm, "eval", int(w.i)), library_dir=Path(snakemake.input.library).parent,
+play(bench=job.settings.bench, llm=phase_seed(job.settings.llm, "eval", int(w.i)), library_dir=Path(snakemake.input.library).parent,
      plan=plan, run_id=f"scaffold/{w.sbench}", cycle=2, out_dir=Path(snakemake.output.episodes).parent,
-     wall_s=p.wall_s, logger=log, policy=job.policy)
+     wall_s=p.wall_s, logger=log, policy=job.settings.policy)

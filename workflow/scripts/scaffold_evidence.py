@@ -14,9 +14,9 @@ by_task = {}
 for t in scouts:
     by_task.setdefault(t.task_id, []).append(t)
 # scaffold.evidence_max_tokens: a budget in the Generator's tokens; else evidence_max_chars characters
-tokens = job.scaffold.evidence_max_tokens
-count = token_counter(job.generator_llm) if tokens else None
-records = [build_evidence(w.sbench, w.svariant, ts, tokens or job.scaffold.evidence_max_chars, count)
+tokens = job.settings.scaffold.evidence_max_tokens
+count = token_counter(job.settings.generator_llm) if tokens else None
+records = [build_evidence(w.sbench, w.svariant, ts, tokens or job.settings.scaffold.evidence_max_chars, count)
            for ts in by_task.values()]
 write_records(snakemake.output[0], records, EvidenceRecord)
 for r in records:

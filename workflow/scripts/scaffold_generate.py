@@ -10,15 +10,15 @@ from skillrepro.store import LLMCall, write_records
 job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
 log = job.log
 w, p = snakemake.wildcards, snakemake.params
-cfg = job.scaffold
-template = GeneratorTemplate.load(job.bench.env, cfg.generator_prompts.get(job.bench.env))
-fmt = cfg.card_format(job.bench.env)  # the card format with the benchmark's reply form
-request = cfg.generator_request(job.generator_llm.backend, job.bench.env)
+cfg = job.settings.scaffold
+template = GeneratorTemplate.load(job.settings.bench.env, cfg.generator_prompts.get(job.settings.bench.env))
+fmt = cfg.card_format(job.settings.bench.env)  # the card format with the benchmark's reply form
+request = cfg.generator_request(job.settings.generator_llm.backend, job.settings.bench.env)
 cands, calls = [], []
 evidence = read_rows(snakemake.input.evidence, EvidenceRecord)
-with policy_server(job.generator_llm, job.policy), \
+with policy_server(job.settings.generator_llm, job.settings.policy), \
         Progress(cfg.n_candidates * sum(not ev.skip for ev in evidence), "cards") as progress:
-    clients = {j: LLMClient.connect(phase_seed(job.generator_llm, "generate", j)) for j in range(cfg.n_candidates)}
+    clients = {j: LLMClient.connect(phase_seed(job.settings.generator_llm, "generate", j)) for j in range(cfg.n_candidates)}
     for ev in evidence:
         c, k = generate_candidates(clients.__getitem__, ev, template, fmt, cfg.n_candidates,
                                    cfg.generator_max_tokens, request)

@@ -18,8 +18,8 @@ job = start_job(snakemake)  # its log, and its typed settings checked against th
 log = job.log
 i, p, w = snakemake.input, snakemake.params, snakemake.wildcards
 out = Path(snakemake.output[0])
-chain = job.scaffold.chain(w.svariant)  # its own switches: table 3's training ablations; plain GRPO has neither
-settings = TrainSettings.from_config({**job.scaffold.training, "generator_learning": chain.generator_learning})
+chain = job.settings.scaffold.chain(w.svariant)  # its own switches: table 3's training ablations; plain GRPO has neither
+settings = TrainSettings.from_config({**job.settings.scaffold.training, "generator_learning": chain.generator_learning})
 previous = Path(i.policy) if i.policy else None
 model, tok = load_policy(str(previous) if previous else p.base_model)
 # a policy that starts from GGUF is served by llama.cpp: every checkpoint is written back in that layout
@@ -29,7 +29,7 @@ cards = read_rows(i.candidates, CandidateRecord) if i.candidates else []
 utilities = read_rows(i.utilities, UtilityRecord) if i.utilities else []
 # the Generator is rewarded by the utilities its chain's selection paired with its cards (table 3's shuffled
 # ablation breaks that pairing for selection and rewards alike)
-utilities = paired_utilities(f"{w.sbench}@{w.svariant}{int(w.k) - 1}", w.svariant, cards, utilities, job.scaffold.threshold,
+utilities = paired_utilities(f"{w.sbench}@{w.svariant}{int(w.k) - 1}", w.svariant, cards, utilities, job.settings.scaffold.threshold,
                              chain.selection, chain.gate)
 groups = groups_from_records(
     ChatSequencer(tok), chain.of or "grp", p.m,
@@ -46,7 +46,7 @@ log.info("TRL log: %s", trainer.state.log_history)
 save_checkpoint(model, tok, trainer.optimizer, out, {"settings": repr(settings), "update": int(w.k),
                                                      "from": str(previous or p.base_model),
                                                      "queries": [g.query for g in groups]}, base_gguf=base_gguf)
-keep = job.scaffold.training.get("keep_optimizer_states")
+keep = job.settings.scaffold.training.get("keep_optimizer_states")
 if keep:  # only the last `keep` checkpoints keep their Adam state (update k reads checkpoint k-1's)
     for old in prunable_optimizer_states(out.parent, int(w.k), int(keep)):
         log.info("keep_optimizer_states=%s: removing %s", keep, old)

@@ -20,10 +20,10 @@ cards = [i.card] if isinstance(i.card, str) else list(i.card)
 card = Path(cards[0]).read_text().strip() if cards else ""  # skill-free unless base-skill
 out = Path(snakemake.output.episodes).parent
 parts = []
-with policy_server(job.llm, job.policy):  # one server for every rollout of a checkpoint
+with policy_server(job.settings.llm, job.settings.policy):  # one server for every rollout of a checkpoint
     for r in range(p.rollouts):
         plan = [(t, card, heldout_variant(split, r)) for split, ts in tasks.items() for t in ts]
-        parts.append(play(bench=job.bench, llm=phase_seed(job.llm, "heldout", r), library_dir=Path(i.library).parent,
+        parts.append(play(bench=job.settings.bench, llm=phase_seed(job.settings.llm, "heldout", r), library_dir=Path(i.library).parent,
                           plan=plan, run_id=f"scaffold/{w.hbench}/heldout/{w.hpolicy}", cycle=r,
                           out_dir=out / f"rollout{r}", wall_s=p.wall_s, logger=log, split="test"))
 table = pa.concat_tables([pq.read_table(d / "episodes.parquet") for d in parts])

@@ -10,12 +10,12 @@ from skillrepro.studies.scaffold.rollouts import split_pool, split_tasks
 job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
 log = job.log
 p, w = snakemake.params, snakemake.wildcards
-cfg = job.scaffold
-tasks = {split: split_tasks(job.bench, cfg, split, n, p.task_seed, key=f"scaffold.heldout.splits.{w.hbench}.{split}")
+cfg = job.settings.scaffold
+tasks = {split: split_tasks(job.settings.bench, cfg, split, n, p.task_seed, key=f"scaffold.heldout.splits.{w.hbench}.{split}")
          for split, n in cfg.heldout.of(w.hbench).items()}
 # Held out means never trained on: no held-out task may be a training query (the pools are disjoint by
 # construction, the benchmark's samplers or scaffold.splits' partitions; this checks the ids).
-train = split_pool(job.bench, cfg, cfg.split, "scaffold.split")
+train = split_pool(job.settings.bench, cfg, cfg.split, "scaffold.split")
 if train is not None:
     shared = sorted({t for ts in tasks.values() for t in ts} & set(train))
     if shared:

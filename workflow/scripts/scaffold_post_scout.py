@@ -15,6 +15,6 @@ if snakemake.input.selection:
             for s in read_rows(snakemake.input.selection, SelectionRecord)]
 else:  # plain GRPO: no Generator, every query skill-free
     plan = [(t, "", episode_variant(w.svariant, "post")) for t in json.loads(Path(snakemake.input.queries).read_text())]
-play(bench=job.bench, llm=phase_seed(job.llm, "post", int(w.i)), library_dir=Path(snakemake.input.library).parent,
+play(bench=job.settings.bench, llm=phase_seed(job.settings.llm, "post", int(w.i)), library_dir=Path(snakemake.input.library).parent,
      plan=plan, run_id=f"scaffold/{w.sbench}/{w.svariant}", cycle=1,
-     out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s, logger=log, policy=job.policy)
+     out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s, logger=log, policy=job.settings.policy)

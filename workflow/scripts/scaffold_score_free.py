@@ -12,10 +12,10 @@ job = start_job(snakemake)  # its log, and its typed settings checked against th
 log = job.log
 w, p = snakemake.wildcards, snakemake.params
 scouts = load_trajectories(Path(f).parent for f in snakemake.input.scouts)
-with policy_server(job.llm, job.policy if scorer_backend(job.scaffold, job.llm) == "vllm" else ""):
-    scorer = load_scorer(job.scaffold, job.llm)
+with policy_server(job.settings.llm, job.settings.policy if scorer_backend(job.settings.scaffold, job.settings.llm) == "vllm" else ""):
+    scorer = load_scorer(job.settings.scaffold, job.settings.llm)
     with Progress(len(scouts), "scored trajectories (Scouts, skill-free)") as progress:
-        records = score_contexts(scorer, scouts, {-1: ""}, bench=job.bench, llm=job.llm,
+        records = score_contexts(scorer, scouts, {-1: ""}, bench=job.settings.bench, llm=job.settings.llm,
                                  library_dir=Path(snakemake.input.library).parent, benchmark=w.sbench, variant="",
                                  on_scored=progress.update)
 write_records(snakemake.output[0], records, ScoreRecord)

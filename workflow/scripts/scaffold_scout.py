@@ -10,6 +10,6 @@ log = job.log
 w, p = snakemake.wildcards, snakemake.params
 tasks = json.loads(Path(snakemake.input.queries).read_text())
 plan = [(t, "", episode_variant("", "scout")) for t in tasks]
-play(bench=job.bench, llm=phase_seed(job.llm, "scout", int(w.i)), library_dir=Path(snakemake.input.library).parent,
+play(bench=job.settings.bench, llm=phase_seed(job.settings.llm, "scout", int(w.i)), library_dir=Path(snakemake.input.library).parent,
      plan=plan, run_id=f"scaffold/{w.sbench}", cycle=0, out_dir=Path(snakemake.output.episodes).parent,
-     wall_s=p.wall_s, logger=log, policy=job.policy)
+     wall_s=p.wall_s, logger=log, policy=job.settings.policy)

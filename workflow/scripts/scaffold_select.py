@@ -13,7 +13,7 @@ w, p = snakemake.wildcards, snakemake.params
 scouts = load_trajectories(Path(f).parent for f in snakemake.input.scouts)
 cands = read_rows(snakemake.input.candidates, CandidateRecord)
 utils = read_rows(snakemake.input.utilities, UtilityRecord)
-ablation = job.scaffold.ablation(w.svariant)  # the paper's rule unless svariant names an ablation
+ablation = job.settings.scaffold.ablation(w.svariant)  # the paper's rule unless svariant names an ablation
 records = []
 for task_id in sorted({t.task_id for t in scouts}):
     records.append(selection_for_query(w.sbench, w.svariant, [t for t in scouts if t.task_id == task_id],
