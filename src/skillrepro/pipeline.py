@@ -18,9 +18,6 @@ from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.progress import JOB, PROGRESS_LOGGER
 from skillrepro.skills.sandbox import SandboxPolicy, probe
 from skillrepro.studies import contract
-from skillrepro.studies.kvcache.study import KVConfig
-from skillrepro.studies.scaffold.grpo import policy_llm
-from skillrepro.studies.scaffold.settings import ScaffoldConfig, executor_llm, parse_instance, training_iteration
 
 
 class SettingsError(RuntimeError):
@@ -35,43 +32,7 @@ class Job:
     log: logging.Logger
     study: str | None  # None for a job whose rule reads no settings (a figure of finished tables, say)
     kind: str | None
-    settings: Any  # SpeedRunnerSettings, ScaffoldJob or KVJob (below), by study
-
-
-@dataclass(frozen=True)
-class ScaffoldJob:
-    """The typed settings of one SkillScaffold job (rules/scaffold.smk)."""
-
-    scaffold: ScaffoldConfig  # a training iteration's own for an instance <benchmark>@<chain><k>
-    bench: BenchmarkConfig
-    llm: LLMConfig  # the Executor's on this benchmark (scaffold.executor), served from `policy`
-    generator_llm: LLMConfig  # the Generator's (the llm section's), served from `policy`
-    policy: str  # the GRPO checkpoint that plays ("": llm.model on the invocation's shared server)
-
-
-@dataclass(frozen=True)
-class KVJob:
-    """The typed settings of one KV-cache job (rules/kvcache.smk)."""
-
-    kv: KVConfig
-    bench: BenchmarkConfig  # what the runs play (kvcache.benchmark)
-    llm: LLMConfig | None  # the job's model's (its `kvmodel`); None for a job across models
-    llms: dict[str, LLMConfig]  # every model of the study, by name
-
-
-def scaffold_job(config: dict[str, Any], scaffold: ScaffoldConfig, keyed: dict[str, Any], params: Any) -> ScaffoldJob:
-    """A SkillScaffold job's typed settings (studies.contract.SCAFFOLD.job): its instance's training iteration,
-    and the Executor and Generator served from the checkpoint that plays (its rule's `policy` param)."""
-    bench, chain, k = parse_instance(keyed["sbench"])
-    llm, policy = cfg.llm_config(config), getattr(params, "policy", "")
-    return ScaffoldJob(training_iteration(scaffold, chain, k), cfg.benchmark(config, bench),
-                       policy_llm(executor_llm(llm, scaffold, bench), policy), policy_llm(llm, policy), policy)
-
-
-def kvcache_job(config: dict[str, Any], kv: KVConfig, keyed: dict[str, Any], params: Any) -> KVJob:
-    """A KV-cache job's typed settings (studies.contract.KVCACHE.job)."""
-    llms = kv.model_llms(config)
-    return KVJob(kv, kv.bench(config), llms[keyed["kvmodel"]] if keyed["kvmodel"] else None, llms)
+    settings: Any  # the study's (contract.Study.job): SpeedRunnerSettings, scaffold's ScaffoldJob, kvcache's KVJob
 
 
 def start_job(snakemake: Any) -> Job:

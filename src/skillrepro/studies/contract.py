@@ -131,7 +131,7 @@ SCAFFOLD = Study(
     keyed_by=("sbench",),
     aliases={"sbench": "hbench"},  # the held-out rules' instance
     fingerprint="skillrepro.check:scaffold_fingerprint",
-    job="skillrepro.pipeline:scaffold_job",
+    job="skillrepro.studies.scaffold.grpo:scaffold_job",
     wildcards=("sbench", "svariant", "i", "k", "hbench", "hpolicy"),
     rules=("scaffold.smk", "scaffold_common.smk"),
 )
@@ -146,7 +146,7 @@ KVCACHE = Study(
     reads={"study": ("kvcache", "llm")},
     keyed_by=("kvmodel",),
     fingerprint="skillrepro.check:kvcache_fingerprint",
-    job="skillrepro.pipeline:kvcache_job",
+    job="skillrepro.studies.kvcache.study:kvcache_job",
     wildcards=("kvmodel", "kvfmt", "kvseed"),
     rules=("kvcache.smk",),
 )

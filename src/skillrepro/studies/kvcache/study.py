@@ -466,6 +466,22 @@ class KVConfig:
         return [Setting(p, c, n) for p in self.policies for c in self.capacity_tokens for n in self.concurrency]
 
 
+@dataclass(frozen=True)
+class KVJob:
+    """The typed settings of one KV-cache job (rules/kvcache.smk)."""
+
+    kv: KVConfig
+    bench: BenchmarkConfig  # what the runs play (kvcache.benchmark)
+    llm: LLMConfig | None  # the job's model's (its `kvmodel`); None for a job across models
+    llms: dict[str, LLMConfig]  # every model of the study, by name
+
+
+def kvcache_job(config: dict, kv: KVConfig, keyed: dict, params: object) -> KVJob:
+    """A KV-cache job's typed settings (studies.contract.KVCACHE.job, at skillrepro.pipeline.start_job)."""
+    llms = kv.model_llms(config)
+    return KVJob(kv, kv.bench(config), llms[keyed["kvmodel"]] if keyed["kvmodel"] else None, llms)
+
+
 def kv_settings(config: dict) -> KVConfig:
     """The study's typed settings (its builder in skillrepro.studies.contract): the `kvcache` section checked
     against schemas/kvcache.schema.yaml with its defaults filled in, then against the rest of the config (the

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from skillrepro.config import ConfigError
+from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, benchmark, llm_config
 from skillrepro.llm.models import MODELS, resolve
 from skillrepro.progress import Progress
-from skillrepro.studies.scaffold.settings import TrainSettings
+from skillrepro.studies.scaffold.settings import (ScaffoldConfig, TrainSettings, executor_llm, parse_instance,
+                                                  training_iteration)
 
 
 ROLES = ("executor", "generator")
@@ -390,3 +391,24 @@ def groups_from_records(sequencer: Any, variant: str, m: int, scouts: Sequence[A
         groups.append(QueryGroup(task, execs, gens, [util.get((task, c.candidate), math.nan) for c in cards],
                                  [c.valid for c in cards], variant))
     return groups
+
+
+@dataclass(frozen=True)
+class ScaffoldJob:
+    """The typed settings of one SkillScaffold job (rules/scaffold.smk)."""
+
+    scaffold: ScaffoldConfig  # a training iteration's own for an instance <benchmark>@<chain><k>
+    bench: BenchmarkConfig
+    llm: LLMConfig  # the Executor's on this benchmark (scaffold.executor), served from `policy`
+    generator_llm: LLMConfig  # the Generator's (the llm section's), served from `policy`
+    policy: str  # the GRPO checkpoint that plays ("": llm.model on the invocation's shared server)
+
+
+def scaffold_job(config: dict[str, Any], scaffold: ScaffoldConfig, keyed: dict[str, Any], params: Any) -> ScaffoldJob:
+    """A SkillScaffold job's typed settings (studies.contract.SCAFFOLD.job, at skillrepro.pipeline.start_job): its
+    instance's training iteration, and the Executor and Generator played by the checkpoint its rule's `policy`
+    param names."""
+    bench, chain, k = parse_instance(keyed["sbench"])
+    llm, policy = llm_config(config), getattr(params, "policy", "")
+    return ScaffoldJob(training_iteration(scaffold, chain, k), benchmark(config, bench),
+                       policy_llm(executor_llm(llm, scaffold, bench), policy), policy_llm(llm, policy), policy)
