@@ -31,15 +31,22 @@ def test_figures(run: Path) -> dict:
     d = final_eval(run)
     con = duckdb.connect()
     ep = con.execute(f"SELECT count(*), avg(success::INT), avg(completion_tokens) FROM read_parquet('{d}/episodes.parquet')").fetchone()
-    calls = con.execute(f"SELECT episode_id, count(*) FROM read_parquet('{d}/skill_calls.parquet') "
-                        "WHERE parent_frame_id = '' GROUP BY episode_id").fetchall()
+    # the actor's calls (top-level frames); `primitives` lists every environment action a call issued
+    calls = con.execute(f"SELECT episode_id, count(*), sum(json_array_length(primitives)), sum((exception <> '')::INT) "
+                        f"FROM read_parquet('{d}/skill_calls.parquet') WHERE parent_frame_id = '' "
+                        "GROUP BY episode_id").fetchall()
+    n = sum(c for _, c, _, _ in calls)
     return {"checkpoint": d.name, "episodes": ep[0], "success": ep[1], "output_tokens": ep[2],
-            "skill_calls": sum(n for _, n in calls) / max(ep[0], 1), "episodes_calling": len(calls)}
+            "skill_calls": n / max(ep[0], 1), "episodes_calling": len(calls),
+            # a wrapper of one primitive passes every check and is called: these tell it from a routine
+            "primitives_per_call": sum(p for _, _, p, _ in calls) / n if n else 0.0,
+            "raised": sum(r for _, _, _, r in calls)}
 
 
 print(f"| seed | written | refused (why) | kept at {a.variant}'s last version | test: success | output tokens "
-      f"| skill calls / episode | episodes calling one | " + " | ".join(f"{b}: success, tokens" for b in a.baselines) + " |")
-print("|---" * (8 + len(a.baselines)) + "|")
+      f"| skill calls / episode | episodes calling one | primitives / call | calls that raised | "
+      + " | ".join(f"{b}: success, tokens" for b in a.baselines) + " |")
+print("|---" * (10 + len(a.baselines)) + "|")
 for run in sorted((runs / a.variant).glob("seed*"), key=lambda p: int(p.name[4:])):
     writes = [t for f in sorted(run.glob("induce/v*/transcript.jsonl")) for t in map(json.loads, f.read_text().splitlines())
               if t.get("tool") == "write_function"]
@@ -53,4 +60,5 @@ for run in sorted((runs / a.variant).glob("seed*"), key=lambda p: int(p.name[4:]
         base.append(f"{other['success']:.2f}, {other['output_tokens']:.0f}" if other else "-")
     print(f"| {run.name[4:]} | {len(writes)} | {sum(refused.values())} ({'; '.join(f'{k}: {n}' for k, n in refused.items()) or '-'}) "
           f"| {', '.join(kept) or '-'} ({last.name}) | {t['success']:.2f} | {t['output_tokens']:.0f} | {t['skill_calls']:.2f} "
-          f"| {t['episodes_calling']}/{t['episodes']} | " + " | ".join(base) + " |")
+          f"| {t['episodes_calling']}/{t['episodes']} | {t['primitives_per_call']:.1f} | {t['raised']} | "
+          + " | ".join(base) + " |")
