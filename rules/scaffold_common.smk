@@ -9,19 +9,13 @@ from skillrepro.studies.scaffold.heldout import heldout_policies
 from skillrepro.studies.scaffold.settings import (BASELINE, DIRECT_POLICY, checkpoint_dir, instance_policy,
                                                   parse_instance)
 
-# The Snakefile has included it through rules/common.smk; a test set-up that includes rules/scaffold.smk alone has not.
-if "study_settings" not in globals():
-
-    include: "settings.smk"
-
-
 # The section checked against schemas/scaffold.schema.yaml and the rest of the config (a ConfigError naming the
 # key, before anything is scheduled); the jobs rebuild the same settings (skillrepro.check.scaffold_job).
 SCAFFOLD = study_settings("scaffold")
 SC_LLM = scaffold_cfg.llm_config(config)
 SC_BENCH = [b for b in config["benchmarks"] if b in SCAFFOLD.benchmarks]
-SC_WALL = config.get("budgets", {}).get("rollout_wall_s", scaffold_cfg.ROLLOUT_WALL_S)
-SC_TASK_SEED = config.get("protocol", {}).get("task_seed", 42)
+SC_WALL = config["budgets"]["rollout_wall_s"]
+SC_TASK_SEED = config["protocol"]["task_seed"]
 SC_SCORER_LLM = SCAFFOLD.scorer_backend == "vllm" or (SCAFFOLD.scorer_backend == "auto" and SC_LLM.backend == "vllm")
 SC_GPU = SC_LLM.backend == "vllm"
 SC_CHAIN_NAMES = [c.name for c in SCAFFOLD.chains]

@@ -1,6 +1,6 @@
 # How the rules reach their study's settings (skillrepro.studies.contract): study_settings(study) for the typed
 # settings, settings(study, kind) for the params entry that reruns a job when what it reads changes. Included by
-# rules/common.smk, and by rules/scaffold.smk where a test set-up includes that file alone, without the Snakefile.
+# rules/common.smk, before every study's rules.
 from skillrepro import check
 from skillrepro.studies import contract
 

@@ -66,26 +66,22 @@ def tiny_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def run_scaffold(llm_cfg, llm_url):
-    """Run a target of rules/scaffold.smk on BabyAI in folder `wd`, against the shared server; returns `wd`."""
+    """Run a SkillScaffold target through a copy of the workflow on BabyAI in folder `wd`, against the shared
+    server; returns `wd`."""
     import subprocess
     import sys
-    from pathlib import Path
 
-    import yaml
-
-    root = Path(__file__).resolve().parents[1]
+    from test_workflow import study_workflow
 
     def run(wd, target: str, *, call_budget: int, scaffold: dict):
-        (wd / "Snakefile").write_text(f'configfile: "config.yaml"\ninclude: "{root}/rules/scaffold.smk"\n')
-        cfg = {
+        study_workflow(wd, {
             "llm": {"backend": "embedded", "model": llm_cfg.model, "max_tokens": 48, "slots": 2,
                     "ctx_per_slot": llm_cfg.ctx_per_slot, "seed": 1, "tool_calling": "text", "threads": llm_cfg.threads},
             "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": call_budget}},
             "budgets": {"rollout_wall_s": 300},
             "protocol": {"task_seed": 42},
             "scaffold": scaffold,
-        }
-        (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
+        })
         proc = subprocess.run([sys.executable, "-m", "snakemake", target, "--cores", "2"], cwd=wd,
                               env=dict(os.environ, SKILLREPRO_LLM_URL=llm_url), capture_output=True, text=True,
                               timeout=3000)

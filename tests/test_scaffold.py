@@ -959,6 +959,8 @@ def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
 
     import yaml
 
+    from test_workflow import study_workflow
+
     root = Path(__file__).resolve().parents[1]
     cfg = yaml.safe_load((root / "configs/scaffold-paper.yaml").read_text())
     cfg["benchmarks"]["alfworld"]["options"]["data_path"] = None
@@ -967,8 +969,7 @@ def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
     cfg["scaffold"]["training"]["steps"] = {"alfworld": 2, "sciworld": 3}
     assert cfg["scaffold"]["training"]["cohort_iterations"] == 4
     cfg["scaffold"]["training"]["cohort_iterations"] = 1  # at most steps
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    (tmp_path / "Snakefile").write_text(f'configfile: "config.yaml"\ninclude: "{root}/rules/scaffold.smk"\n')
+    study_workflow(tmp_path, cfg)
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "scaffold_all", "scaffold_grpo", "--cores", "8"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr[-3000:]

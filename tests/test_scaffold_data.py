@@ -93,18 +93,15 @@ def test_webshop_split_rule(webshop_dir, tmp_path):
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     import pandas as pd
-    import yaml
 
-    root = Path(__file__).resolve().parents[1]
+    from test_workflow import study_workflow
+
     wd = tmp_path / "wf"
     wd.mkdir()
-    (wd / "Snakefile").write_text(f'configfile: "config.yaml"\ninclude: "{root}/rules/scaffold.smk"\n')
-    (wd / "config.yaml").write_text(yaml.safe_dump({
-        "llm": {"backend": "embedded"}, "benchmarks": {"babyai": {"env": "babyai"}},
-        "scaffold": {"webshop_data": str(webshop_dir)}}))
+    study_workflow(wd, {"llm": {"backend": "embedded", "model": "smollm2-135m"}, "benchmarks": {"babyai": {"env": "babyai"}},
+                        "scaffold": {"webshop_data": str(webshop_dir)}})
     proc = subprocess.run([sys.executable, "-m", "snakemake", "results/tables/scaffold_webshop_split.csv",
                            "--cores", "1"], cwd=wd, capture_output=True, text=True, timeout=600, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -21,8 +21,10 @@ from skillrepro.pipeline import SettingsError, start_job
 from skillrepro.config import ConfigError
 from skillrepro.studies.scaffold.settings import ScaffoldConfig
 
+from test_workflow import complete, study_workflow
+
 ROOT = Path(__file__).resolve().parents[1]
-BASE = {
+BASE = complete({
     "llm": {"backend": "embedded", "model": "qwen2.5-coder-0.5b", "max_tokens": 48},
     "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 3}, "other": {"env": "babyai", "llm_call_budget": 3}},
     "budgets": {"rollout_wall_s": 300},
@@ -31,7 +33,7 @@ BASE = {
                  "n_post": 1, "n_eval": 1, "n_probes": 1,
                  "training": {"steps": 1, "query_batch_size": 1, "baseline": False},
                  "heldout": {"splits": {"babyai": {"test": 1}}}},
-}
+})
 HELDOUT = {"scaffold_heldout_tasks", "scaffold_heldout_eval", "scaffold_heldout_tables", "scaffold_heldout_figures"}
 
 pytestmark = pytest.mark.workflow
@@ -53,7 +55,7 @@ def scheduled(stdout: str) -> set[str]:
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     wd = tmp_path_factory.mktemp("scaffold_rerun")
-    (wd / "Snakefile").write_text(f'include: "{ROOT}/rules/scaffold.smk"\n')
+    study_workflow(wd, BASE)  # the copy's config.yaml; each run below gives its own with --configfile
     (wd / "base.yaml").write_text(yaml.safe_dump(BASE))
     dry = smk("-n", "--configfile", "base.yaml", cwd=wd)
     outputs = [o.strip() for line in dry.splitlines() if line.strip().startswith("output:")

@@ -106,14 +106,12 @@ def test_plain_grpo_chain_trains_the_executor_alone_on_a_dry_run(tmp_path):
     import subprocess
     import sys
 
-    import yaml
+    from test_workflow import study_workflow
 
-    root = Path(__file__).resolve().parents[1]
-    (tmp_path / "Snakefile").write_text(f'configfile: "config.yaml"\ninclude: "{root}/rules/scaffold.smk"\n')
     cfg = {"llm": {"backend": "embedded", "model": "smollm2-135m"}, "benchmarks": {"babyai": {"env": "babyai"}},
            "scaffold": {"variants": ["grp"], "n_queries": 1, "n_scouts": N, "n_candidates": M, "n_post": L,
                         "training": {"steps": STEPS}, "heldout": {"splits": {"babyai": {"test": 1}}, "every": STEPS}}}
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    study_workflow(tmp_path, cfg)
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "scaffold_grpo", "--cores", "1"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

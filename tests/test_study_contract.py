@@ -265,14 +265,9 @@ def test_every_rules_settings_name_a_declared_kind():
     assert used == declared, f"declared kinds no rule uses: {sorted(declared - used)}"
 
 
-# `.get(key, literal)` on a config value that remain in rules/, each with its reason; the schema's defaults
-# (filled in by the Snakefile's check) replace any other. Removing one means removing it here too.
-LITERAL_DEFAULTS = {
-    # rules/scaffold.smk is included without the Snakefile, on a config no check has filled in, by five test
-    # set-ups (tests/conftest.py, test_scaffold*.py); they go when those run the Snakefile with a study's target
-    ("scaffold_common.smk", 'config.get("budgets", {}).get("rollout_wall_s", scaffold_cfg.ROLLOUT_WALL_S)'),
-    ("scaffold_common.smk", 'config.get("protocol", {}).get("task_seed", 42)'),
-}
+# No `.get(key, literal)` on a config value in rules/: the schema's defaults, filled in by the Snakefile's check,
+# are the one list of them (the test set-ups run the Snakefile with a study's target, tests/test_workflow.py).
+LITERAL_DEFAULTS: set = set()
 GET = re.compile(r"((?:[\w.]+|\([^()]*\))(?:\.get\([^()]*\)|\[[^\]]*\])*)\.get\(([^(),]+),\s*([^()]+|\w+\([^()]*\))\)")
 
 
