@@ -350,3 +350,13 @@ def test_constrained_replies_are_decoded_under_a_schema_of_the_listed_tools():
     text = ScriptedClient(["Action: turn_left()"])
     Actor(text, bench.describe(), 1).run(bench.make(env.task_id), primitive_tools(env), SPEC)
     assert text.extra_bodies == [None]
+
+
+def test_a_skill_parameter_without_annotation_takes_its_defaults_type():
+    """`max_steps=4` is an integer in the call schema: typed as text, the 0.5B actor passed "3" and every call of
+    the inducer's `repeat_until(text, max_steps=4)` raised TypeError (docs/results.md, the run at 7ba277c)."""
+    from skillrepro.agent import _params
+
+    assert _params("repeat_until(text, max_steps=4, ratio=0.5, strict=False, label='x')") == (
+        ("text", "str"), ("max_steps", "int"), ("ratio", "float"), ("strict", "bool"), ("label", "str"))
+    assert _params("solve_mission(mission: str, n: int = 2)") == (("mission", "str"), ("n", "int"))

@@ -94,9 +94,19 @@ def skill_tools(library: Library, env: Env, record: Callable[[SkillCall], None],
 
 
 def _params(signature: str) -> tuple[tuple[str, str], ...]:
+    """Each parameter's name and type: its annotation, else its default's type where that is a number or a bool
+    (`max_steps=4` is an int: typed "str", the 0.5B actor passed "3" and every call raised TypeError), else str."""
     node = parse_untrusted(f"def {signature}: pass").body[0]
-    return tuple((a.arg, ast.unparse(a.annotation) if a.annotation is not None else "str")
-                 for a in node.args.posonlyargs + node.args.args)
+    args = node.args.posonlyargs + node.args.args
+    defaults = [None] * (len(args) - len(node.args.defaults)) + list(node.args.defaults)
+
+    def kind(a: ast.arg, default: ast.expr | None) -> str:
+        if a.annotation is not None:
+            return ast.unparse(a.annotation)
+        value = default.value if isinstance(default, ast.Constant) else None
+        return type(value).__name__ if isinstance(value, (bool, int, float)) else "str"
+
+    return tuple((a.arg, kind(a, d)) for a, d in zip(args, defaults))
 
 
 def example_json(tool: Tool) -> str:
