@@ -68,9 +68,6 @@ def tiny_run(tmp_path_factory):
 def run_scaffold(llm_cfg, llm_url):
     """Run a SkillScaffold target through a copy of the workflow on BabyAI in folder `wd`, against the shared
     server; returns `wd`."""
-    import subprocess
-    import sys
-
     from test_workflow import study_workflow
 
     def run(wd, target: str, *, call_budget: int, scaffold: dict):
