@@ -10,7 +10,7 @@ from skillrepro.studies.scaffold.settings import (BASELINE, DIRECT_POLICY, check
                                                   parse_instance)
 
 # The section checked against schemas/scaffold.schema.yaml and the rest of the config (a ConfigError naming the
-# key, before anything is scheduled); the jobs rebuild the same settings (skillrepro.check.scaffold_job).
+# key, before anything is scheduled); the jobs rebuild the same settings (skillrepro.pipeline.start_job).
 SCAFFOLD = study_settings("scaffold")
 SC_LLM = scaffold_cfg.llm_config(config)
 SC_BENCH = [b for b in config["benchmarks"] if b in SCAFFOLD.benchmarks]

@@ -19,16 +19,15 @@ def settings(study, kind, **wildcard_of):
     only, so the scripts rebuild their typed settings from snakemake.config and the rule carries this string
     instead; the job reruns when one of those settings changes, and only then (key order is no change).
     `wildcard_of` names the wildcard that stands for one the fingerprint is keyed by (bench="target": the
-    instance a run is evaluated on); a keyed wildcard the job lacks is read under the study's alias for it, as
-    the job's start-up reads it (skillrepro.pipeline.start_job). Each distinct fingerprint is computed once per
+    instance a run is evaluated on); a keyed wildcard the job lacks is read under the study's alias for it
+    (contract.Study.keyed, as the job's start-up reads it). Each distinct fingerprint is computed once per
     invocation (the config does not change during one), not once per job; an undeclared kind stops the workflow
     as it is read."""
     declared = contract.study(study)
     declared.kind(kind)
 
     def fingerprint(w):
-        values = {name: getattr(w, wildcard_of.get(name, name if name in w.keys() else declared.aliases.get(name, name)),
-                                None) for name in declared.keyed_by}
+        values = declared.keyed(w, **wildcard_of)
         key = (study, kind, tuple(values.items()))
         if key not in _FINGERPRINTS:
             _FINGERPRINTS[key] = check.job_fingerprint(config, study, kind, built=study_settings(study), **values)

@@ -48,7 +48,7 @@ def start_job(snakemake: Any) -> Job:
     name, _, kind = head.partition("/")
     study, w, c = contract.study(name), snakemake.wildcards, snakemake.config
     built = study.settings(c)
-    values = {key: getattr(w, key if key in w.keys() else study.aliases.get(key, key), None) for key in study.keyed_by}
+    values = study.keyed(w)
     made = check.job_fingerprint(c, name, kind, built=built, **values)
     if made != recorded:
         raise SettingsError(f"job {snakemake.rule} ({dict(w.items())}): its rule's settings fingerprint {recorded} "

@@ -55,6 +55,13 @@ class Study:
             raise ValueError(f"study {self.name} has no job kind {kind!r}; its kinds: {', '.join(self.reads)}")
         return self.reads[kind]
 
+    def keyed(self, wildcards: Any, **wildcard_of: str) -> dict[str, Any]:
+        """The values of `keyed_by` for a job's Snakemake `wildcards` (None where it has none): each read under
+        the wildcard `wildcard_of` names for it, else under its own name, else under the study's alias."""
+        return {key: getattr(wildcards, wildcard_of.get(key) or (key if key in wildcards.keys()
+                                                                else self.aliases.get(key, key)), None)
+                for key in self.keyed_by}
+
     def keys(self, kind: str, **wildcards: str) -> tuple[str, ...]:
         """The config keys a job of `kind` reads, its parts named for the job's `wildcards`."""
         return tuple(self.parts.get(r, r).format(**wildcards) for r in self.kind(kind))
