@@ -29,17 +29,31 @@ CONFIG_NAME = " ".join(map(str, workflow.overwrite_configfiles)) or "config.yaml
 report: "report/workflow.rst"
 
 
+# What every study's rules share (the LLM server, resources, settings), then each study's own: rules/<study>/,
+# with its scripts in workflow/scripts/<study>/ (src/skillrepro/studies/contract.py lists the studies).
 include: "rules/common.smk"
-include: "rules/tasks.smk"
-include: "rules/learn.smk"
-include: "rules/evaluate.smk"
-include: "rules/study.smk"
-include: "rules/protocols.smk"
-include: "rules/analytics.smk"
-include: "rules/figures.smk"
-include: "rules/views.smk"
-include: "rules/kvcache.smk"
-include: "rules/scaffold.smk"
+include: "rules/speedrunner/tasks.smk"
+include: "rules/speedrunner/learn.smk"
+include: "rules/speedrunner/evaluate.smk"
+include: "rules/speedrunner/study.smk"
+include: "rules/speedrunner/protocols.smk"
+include: "rules/speedrunner/analytics.smk"
+include: "rules/speedrunner/figures.smk"
+include: "rules/speedrunner/views.smk"
+include: "rules/kvcache/common.smk"
+include: "rules/kvcache/runs.smk"
+include: "rules/kvcache/analysis.smk"
+include: "rules/scaffold/common.smk"
+include: "rules/scaffold/scouts.smk"
+include: "rules/scaffold/grpo.smk"
+include: "rules/scaffold/heldout.smk"
+
+
+# What each study's wildcards match, in one block (a rule narrows its own where it takes a subset).
+wildcard_constraints:
+    **SPEEDRUNNER_WILDCARDS,
+    **KV_WILDCARDS,
+    **SC_WILDCARDS,
 
 
 # A GPU only for the LLM jobs of a backend that needs one (see rules/common.smk).

@@ -4,7 +4,7 @@ directly through the real sandbox, as the actor's tool calls it, on the pipeline
     python perf/reference_libraries.py [--n 10] [--bench babyai scienceworld-electricity ...] [--trace]
 
 Tasks: `sample_tasks("test", n, run_task_seed(task_seed, 0))` with the default run's task seed (42), the
-draw workflow/scripts/sample_tasks.py makes for run seed 0. Each benchmark's episode is played as an actor
+draw workflow/scripts/speedrunner/sample_tasks.py makes for run seed 0. Each benchmark's episode is played as an actor
 that only calls the top skill would play it:
 - BabyAI: solve_mission(<the mission line>) once; success.
 - ScienceWorld (electricity = T3, classification = T4): solve_task(<the task text>) once (it submits); success.

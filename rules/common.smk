@@ -143,12 +143,9 @@ def variants_whose_sleep(works):
     return "|".join(names) or "(?!)"
 
 
-wildcard_constraints:
-    bench="|".join(BENCHMARKS),
-    variant="|".join(METHODS),
-    seed=r"\d+",
-    k=r"\d+",
-    split="train|test",
+# what SpeedRunner's wildcards match (the Snakefile's wildcard_constraints)
+SPEEDRUNNER_WILDCARDS = dict(bench="|".join(BENCHMARKS), variant="|".join(METHODS), seed=r"\d+", k=r"\d+",
+                             split="train|test")
 
 
 def run_path(wildcards, name):

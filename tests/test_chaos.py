@@ -66,7 +66,7 @@ def test_kill_minus_nine_at_any_moment_loses_no_finished_episode(tmp_path):
     for part in ("Snakefile", "config.yaml", "rules", "workflow", "envs", "profiles"):
         src = ROOT / part
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / part)
-    rollout = tmp_path / "workflow" / "scripts" / "rollout.py"
+    rollout = tmp_path / "workflow" / "scripts" / "speedrunner" / "rollout.py"
     rollout.write_text(rollout.read_text() + KILL_AFTER_MERGE)
     flag = tmp_path / "kill-after-merge"
     flag.touch()

@@ -1,5 +1,5 @@
 """SkillScaffold end to end on the real embedded model (SmolLM2-135M) and real BabyAI, 1 query: every
-rule of rules/scaffold.smk runs through snakemake, then the scoring/utility/selection chain is checked
+rule of rules/scaffold/ runs through snakemake, then the scoring/utility/selection chain is checked
 on the real Scouts with a hand-written valid card."""
 from __future__ import annotations
 

@@ -28,7 +28,8 @@ from test_workflow import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = [ROOT / "config.yaml", *sorted((ROOT / "configs").glob("*.yaml"))]
-SHARED_RULES = {"Snakefile", "common.smk", "settings.smk"}  # every study's: the config check, the server, `settings`
+# every study's: the config check, the server, `settings`
+SHARED_RULES = {"Snakefile", "rules/common.smk", "rules/settings.smk"}
 ids = [s.name for s in STUDIES]
 
 
@@ -224,8 +225,11 @@ def test_a_job_starts_only_under_the_settings_its_rule_recorded(study: Study):
 
 
 def test_every_script_starts_through_the_one_job_start_up():
-    """Each workflow script's first use of `snakemake` is start_job (its log, its settings checked)."""
-    for script in sorted((ROOT / "workflow/scripts").glob("*.py")):
+    """Each workflow script lives in its study's folder, and its first use of `snakemake` is start_job (its log, its
+    settings checked)."""
+    homes = {p.name for p in (ROOT / "workflow/scripts").iterdir() if p.name != "__pycache__"}
+    assert homes == {s.name for s in STUDIES}, "workflow/scripts/ holds one folder per study and nothing else"
+    for script in sorted((ROOT / "workflow/scripts").glob("*/*.py")):
         body = [line for line in script.read_text().splitlines() if "snakemake" in line
                 and not line.lstrip().startswith(("#", '"""')) and "import" not in line]
         assert body and "start_job(snakemake)" in body[0], f"{script.name} starts with {body[:1]}"
@@ -233,7 +237,8 @@ def test_every_script_starts_through_the_one_job_start_up():
 
 # ------------------------------------------------------------------------------------------ rules
 def rule_files() -> dict[str, str]:
-    return {p.name: p.read_text() for p in sorted((ROOT / "rules").glob("*.smk"))}
+    """Every rules file, by its path under rules/: the shared ones, and each study's in rules/<study>/."""
+    return {str(p.relative_to(ROOT / "rules")): p.read_text() for p in sorted((ROOT / "rules").rglob("*.smk"))}
 
 
 # A rule's fingerprint param: `settings("<study>", "<kind>", ...)` (rules/settings.smk), the one way.
@@ -292,7 +297,7 @@ def test_every_wildcard_of_the_rules_is_a_declared_wildcard_of_their_study(tmp_p
     copy_workflow(tmp_path)
     wrapper = tmp_path / "rules.smk"
     wrapper.write_text(f'include: "{tmp_path / "Snakefile"}"\nimport json as _json, os as _os\n'
-                       'print("RULES " + _json.dumps({r.name: [_os.path.basename(r.snakefile), '
+                       'print("RULES " + _json.dumps({r.name: [_os.path.relpath(r.snakefile, workflow.basedir), '
                        'sorted(r.wildcard_names)] for r in workflow.rules}))\n')
     env = dict(os.environ, SKILLREPRO_LLM_URL="http://127.0.0.1:9/v1")  # no model server for a dry run
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "-s", str(wrapper),
@@ -300,14 +305,16 @@ def test_every_wildcard_of_the_rules_is_a_declared_wildcard_of_their_study(tmp_p
                           cwd=tmp_path, capture_output=True, text=True, env=env)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RULES ")), None)
     assert line, proc.stdout[-2000:] + proc.stderr[-2000:]
-    owner = {f: s for s in STUDIES for f in s.rules}
+    owner = {s.name: s for s in STUDIES}
     found: dict[str, set[str]] = {s.name: set() for s in STUDIES}
     for rule, (file, names) in json.loads(line.removeprefix("RULES ")).items():
         if file in SHARED_RULES:
             assert not names, f"rule {rule} in {file} has wildcards but belongs to no study"
             continue
-        assert file in owner, f"rules/{file} (rule {rule}) is no study's: add it to its study's `rules`"
-        found[owner[file].name] |= set(names)
+        home = Path(file).parts
+        assert home[0] == "rules" and len(home) == 3 and home[1] in owner, \
+            f"{file} (rule {rule}) is no study's: a study's rules live in rules/<study>/"
+        found[home[1]] |= set(names)
     for study in STUDIES:
         assert found[study.name] == set(study.wildcards), study.name
 
@@ -341,6 +348,7 @@ def test_the_add_a_study_example_runs_as_written(tmp_path):
             shared.append(path)
         else:
             assert not target.exists(), f"{path} is not a new file"
+            target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(code)
     assert sorted(shared) == ["Snakefile", "src/skillrepro/studies/contract.py"]
     assert len(blocks) == 6

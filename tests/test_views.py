@@ -1,4 +1,4 @@
-"""The library view and the episode view (src/skillrepro/views.py, rules/views.smk), and the report that
+"""The library view and the episode view (src/skillrepro/views.py, rules/speedrunner/views.smk), and the report that
 bundles them with the tables and figures.
 
 Three sources of records, all real: a batch played by the real runner and sandbox with the shipped reference

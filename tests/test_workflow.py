@@ -203,7 +203,7 @@ def test_tiny_run_end_to_end_then_only_the_figure_reruns(tiny_run):
     assert "Two-sided paired t-tests" in html and "Figure 3: dollar cost per training episode" in html
 
     # Editing a figure script re-makes that figure and nothing else.
-    figure = tmp_path / "workflow/scripts/figure_2.py"
+    figure = tmp_path / "workflow/scripts/speedrunner/figure_2.py"
     script = figure.read_text()
     figure.write_text(script + "\n# edited\n")
     try:

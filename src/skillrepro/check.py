@@ -161,7 +161,7 @@ def settings_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, benc
 
 
 # ----------------------------------------------------------------------------------------------------------
-# SkillScaffold's jobs (rules/scaffold.smk): their settings fingerprint.
+# SkillScaffold's jobs (rules/scaffold/): their settings fingerprint.
 # The config's scaffold.scorer sub-section is three fields of ScaffoldConfig (and of the fingerprints made so far).
 SCORER_FIELDS = {"scorer.backend": "scorer_backend", "scorer.model": "scorer_model",
                  "scorer.batch_tokens": "scorer_batch_tokens"}

@@ -131,7 +131,7 @@ class Method:
     initial: Callable[[BenchmarkConfig, Any], Library] = default_initial
     envs: tuple[str, ...] | None = None  # the benchmark envs it runs on by default; None: every env
     # False for a method whose sleep phase only carries the library forward (no model, a second's work):
-    # the workflow runs it as a local job that asks a cluster for nothing (rules/learn.smk, carry_library).
+    # the workflow runs it as a local job that asks a cluster for nothing (rules/speedrunner/learn.smk, carry_library).
     sleeps: bool = True
 
     def sleep(self, ctx: InduceContext, client: Any = None) -> Library:

@@ -3,7 +3,8 @@
 A study owns config sections, checked against a schema; builds its typed settings from a config whose shared
 sections are checked (skillrepro.config.validate), raising a ConfigError that names the key; names the kinds of
 its jobs and what each kind reads of the config (a job's `settings` param is the fingerprint of exactly that, so
-the job reruns when one of those settings changes, and only then); and names its rules' wildcards.
+the job reruns when one of those settings changes, and only then); and names its rules' wildcards. Its rules live
+in rules/<name>/, their scripts in workflow/scripts/<name>/.
 
 The Snakefile's config check (skillrepro.check.check_config) builds the settings of every study whose section the
 config sets, before any job; the rules reach them, and their fingerprints, through rules/settings.smk;
@@ -32,8 +33,7 @@ class Study:
     # function says how (its docstring), and a key written "!section.key" is one the kind leaves out
     reads: Mapping[str, tuple[str, ...]]
     keyed_by: tuple[str, ...]  # the wildcards a kind's fingerprint differs by (one fingerprint per value)
-    wildcards: tuple[str, ...]  # every wildcard of its rules
-    rules: tuple[str, ...]  # its rules files, under rules/
+    wildcards: tuple[str, ...]  # every wildcard of its rules (rules/<name>/)
     # a read that names a part of the job's own instance rather than a config key: the key, `{wildcard}` the job's
     parts: Mapping[str, str] = field(default_factory=dict)
     # a keyed_by wildcard that some rules name otherwise: the other name (a rule's settings(..., sbench="hbench"))
@@ -112,8 +112,6 @@ SPEEDRUNNER = Study(
     parts={"benchmark": "benchmarks.{bench}", "call_budget": "benchmarks.{bench}.llm_call_budget",
            "method": "methods.{variant}"},
     wildcards=("bench", "variant", "seed", "k", "split", "target", "n"),
-    rules=("tasks.smk", "learn.smk", "evaluate.smk", "study.smk", "protocols.smk", "analytics.smk", "figures.smk",
-           "views.smk"),
 )
 
 SCAFFOLD = Study(
@@ -140,7 +138,6 @@ SCAFFOLD = Study(
     fingerprint="skillrepro.check:scaffold_fingerprint",
     job="skillrepro.studies.scaffold.grpo:scaffold_job",
     wildcards=("sbench", "svariant", "i", "k", "hbench", "hpolicy"),
-    rules=("scaffold.smk", "scaffold_common.smk"),
 )
 
 KVCACHE = Study(
@@ -155,7 +152,6 @@ KVCACHE = Study(
     fingerprint="skillrepro.check:kvcache_fingerprint",
     job="skillrepro.studies.kvcache.study:kvcache_job",
     wildcards=("kvmodel", "kvfmt", "kvseed"),
-    rules=("kvcache.smk",),
 )
 
 STUDIES = (SPEEDRUNNER, SCAFFOLD, KVCACHE)

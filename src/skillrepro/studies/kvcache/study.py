@@ -468,7 +468,7 @@ class KVConfig:
 
 @dataclass(frozen=True)
 class KVJob:
-    """The typed settings of one KV-cache job (rules/kvcache.smk)."""
+    """The typed settings of one KV-cache job (rules/kvcache/)."""
 
     kv: KVConfig
     bench: BenchmarkConfig  # what the runs play (kvcache.benchmark)

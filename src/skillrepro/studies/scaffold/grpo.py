@@ -395,7 +395,7 @@ def groups_from_records(sequencer: Any, variant: str, m: int, scouts: Sequence[A
 
 @dataclass(frozen=True)
 class ScaffoldJob:
-    """The typed settings of one SkillScaffold job (rules/scaffold.smk)."""
+    """The typed settings of one SkillScaffold job (rules/scaffold/)."""
 
     scaffold: ScaffoldConfig  # a training iteration's own for an instance <benchmark>@<chain><k>
     bench: BenchmarkConfig

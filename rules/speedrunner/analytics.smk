@@ -1,5 +1,5 @@
 # Records -> per-episode and per-seed tables (DuckDB over exactly the files of the runs this config
-# declares, never a glob of results/) -> the paper's tables. Figures: rules/figures.smk.
+# declares, never a glob of results/) -> the paper's tables. Figures: figures.smk.
 
 
 rule analytics:
@@ -23,9 +23,9 @@ rule analytics:
     benchmark:
         "results/timings/analytics.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/analytics.py"
+        "../../workflow/scripts/speedrunner/analytics.py"
 
 
 rule tables:
@@ -41,9 +41,9 @@ rule tables:
     benchmark:
         "results/timings/tables.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/tables.py"
+        "../../workflow/scripts/speedrunner/tables.py"
 
 
 rule stats:
@@ -58,9 +58,9 @@ rule stats:
     benchmark:
         "results/timings/stats.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/stats.py"
+        "../../workflow/scripts/speedrunner/stats.py"
 
 
 rule callgraph_table:
@@ -75,9 +75,9 @@ rule callgraph_table:
     benchmark:
         "results/timings/callgraph_table.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/callgraph_table.py"
+        "../../workflow/scripts/speedrunner/callgraph_table.py"
 
 
 rule table_1:
@@ -92,9 +92,9 @@ rule table_1:
     benchmark:
         "results/timings/table_1.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/table_1.py"
+        "../../workflow/scripts/speedrunner/table_1.py"
 
 
 rule table_8:
@@ -115,9 +115,9 @@ rule table_8:
     benchmark:
         "results/timings/table_8.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/table_8.py"
+        "../../workflow/scripts/speedrunner/table_8.py"
 
 
 rule table_7:
@@ -134,9 +134,9 @@ rule table_7:
     benchmark:
         "results/timings/table_7.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/table_7.py"
+        "../../workflow/scripts/speedrunner/table_7.py"
 
 
 rule retention:
@@ -151,6 +151,6 @@ rule retention:
     benchmark:
         "results/timings/retention.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/retention.py"
+        "../../workflow/scripts/speedrunner/retention.py"

@@ -1,5 +1,5 @@
-# The settings, paths and input functions of rules/scaffold.smk (which includes this file): snakemake --lint
-# asks for a rule file's functions to live apart from its rules.
+# SkillScaffold's settings, paths and input functions, shared by its rules (scouts.smk, grpo.smk, heldout.smk):
+# snakemake --lint asks for a rule file's functions to live apart from its rules.
 import dataclasses
 import os
 import re
@@ -26,8 +26,12 @@ SC_COHORT_ITERS = SCAFFOLD.training["cohort_iterations"]
 SC = "results/scaffold/{sbench}"
 SCV = "results/scaffold/{sbench}/{svariant}"
 SC_SCOUTS = [f"{SC}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts)]
-SC_CONSTRAINTS = dict(sbench=f"(?:{'|'.join(SC_BENCH) or 'none'})(?:@(?:{'|'.join(SC_CHAIN_NAMES)})\\d+)?",
-                      svariant="|".join(SCAFFOLD.variants + tuple(SCAFFOLD.ablations) + (BASELINE,)), i=r"\d+")
+# what its wildcards match (the Snakefile's wildcard_constraints)
+SC_WILDCARDS = dict(sbench=f"(?:{'|'.join(SC_BENCH) or 'none'})(?:@(?:{'|'.join(SC_CHAIN_NAMES)})\\d+)?",
+                    svariant="|".join(SCAFFOLD.variants + tuple(SCAFFOLD.ablations) + (BASELINE,)), i=r"\d+",
+                    # the held-out evaluation's benchmark and policy folder: base, base-skill, {chain}/ckpt{k}
+                    hbench="|".join(SC_BENCH) or "none",
+                    hpolicy=f"base|{DIRECT_POLICY}|(?:" + "|".join(SC_CHAIN_NAMES) + r")/ckpt[1-9]\d*")
 
 
 def scaffold_policy(wildcards):
@@ -186,8 +190,6 @@ SC_HO = "results/scaffold/{hbench}/heldout"
 # (and base-skill: the base model with the card of scaffold.heldout.skills, the direct-skill-prompting baseline)
 SC_HO_POLICIES = {b: heldout_policies(SCAFFOLD.chains, SCAFFOLD.heldout.checkpoints(SC_STEPS[b]),
                                       b in SCAFFOLD.heldout.skills) for b in SC_BENCH}
-SC_HO_CONSTRAINTS = dict(hbench="|".join(SC_BENCH) or "none",
-                         hpolicy=f"base|{DIRECT_POLICY}|(?:" + "|".join(SC_CHAIN_NAMES) + r")/ckpt[1-9]\d*")
 
 
 def scaffold_heldout_policy(wildcards):

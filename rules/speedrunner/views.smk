@@ -34,9 +34,9 @@ rule library_view:
     benchmark:
         "results/timings/views/library.{bench}.{variant}.seed{seed}.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/library_view.py"
+        "../../workflow/scripts/speedrunner/library_view.py"
 
 
 rule episode_view:
@@ -59,9 +59,9 @@ rule episode_view:
     benchmark:
         "results/timings/views/episodes.{bench}.{variant}.seed{seed}.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/episode_view.py"
+        "../../workflow/scripts/speedrunner/episode_view.py"
 
 
 # One page per sleep phase of a run whose method does sleep phase work, every inducer request in order.
@@ -86,9 +86,9 @@ rule sleep_view:
     benchmark:
         "results/timings/views/sleep.{bench}.{variant}.seed{seed}.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/sleep_view.py"
+        "../../workflow/scripts/speedrunner/sleep_view.py"
 
 
 VIEW_TARGETS = [

@@ -24,9 +24,9 @@ rule continue_library:
     benchmark:
         "results/timings/runs/{bench}/{variant}/seed{seed}/continue_library.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/continue_library.py"
+        "../../workflow/scripts/speedrunner/continue_library.py"
 
 
 rule evaluate_on:
@@ -54,9 +54,9 @@ rule evaluate_on:
     benchmark:
         "results/timings/runs/{bench}/{variant}/seed{seed}/evaluate_on_{target}_v{k}.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/evaluate_on.py"
+        "../../workflow/scripts/speedrunner/evaluate_on.py"
 
 
 rule evaluate_truncated:
@@ -85,6 +85,6 @@ rule evaluate_truncated:
     benchmark:
         "results/timings/runs/{bench}/{variant}/seed{seed}/evaluate_truncated_n{n}.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/evaluate_truncated.py"
+        "../../workflow/scripts/speedrunner/evaluate_truncated.py"

@@ -20,6 +20,6 @@ rule evaluate:
     benchmark:
         "results/timings/runs/{bench}/{variant}/seed{seed}/evaluate_v{k}.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/evaluate.py"
+        "../../workflow/scripts/speedrunner/evaluate.py"

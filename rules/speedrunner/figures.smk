@@ -12,9 +12,9 @@ rule figure_2:
     benchmark:
         "results/timings/figures/figure2.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/figure_2.py"
+        "../../workflow/scripts/speedrunner/figure_2.py"
 
 
 rule figure_4:
@@ -29,9 +29,9 @@ rule figure_4:
     benchmark:
         "results/timings/figures/figure4.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/figure_4.py"
+        "../../workflow/scripts/speedrunner/figure_4.py"
 
 
 rule figure_7:
@@ -46,9 +46,9 @@ rule figure_7:
     benchmark:
         "results/timings/figures/figure7.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/figure_7.py"
+        "../../workflow/scripts/speedrunner/figure_7.py"
 
 
 rule figure_12:
@@ -63,9 +63,9 @@ rule figure_12:
     benchmark:
         "results/timings/figures/figure12.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/figure_12.py"
+        "../../workflow/scripts/speedrunner/figure_12.py"
 
 
 rule figure_3:
@@ -80,9 +80,9 @@ rule figure_3:
     benchmark:
         "results/timings/figures/figure3.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/figure_3.py"
+        "../../workflow/scripts/speedrunner/figure_3.py"
 
 
 rule figure_5:
@@ -99,9 +99,9 @@ rule figure_5:
     benchmark:
         "results/timings/figures/figure5.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/figure_5.py"
+        "../../workflow/scripts/speedrunner/figure_5.py"
 
 
 rule figure_6:
@@ -117,9 +117,9 @@ rule figure_6:
     benchmark:
         "results/timings/figures/figure6.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/figure_6.py"
+        "../../workflow/scripts/speedrunner/figure_6.py"
 
 
 rule figure_11:
@@ -136,13 +136,13 @@ rule figure_11:
     benchmark:
         "results/timings/figures/figure11.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/figure_11.py"
+        "../../workflow/scripts/speedrunner/figure_11.py"
 
 
 # Figures 9 and 10 (appendix G.2): figure 2's curves for the model analysis.cross_model_figures names, from
-# its own finished run; no empty state (a run that does not exist fails, see rules/study.smk).
+# its own finished run; no empty state (a run that does not exist fails, see study.smk).
 rule figure_9_10:
     input:
         lambda w: os.path.join(cross_model_folder(CROSS_FIGURES[int(w.n)], f"figure {w.n}"), "checkpoints.csv"),
@@ -158,9 +158,9 @@ rule figure_9_10:
     benchmark:
         "results/timings/figures/figure{n}.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/figure_9_10.py"
+        "../../workflow/scripts/speedrunner/figure_9_10.py"
 
 
 # Figures 9, 10 and table 7, asked for whatever the config declares: fails naming the runs that are missing.

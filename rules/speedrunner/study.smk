@@ -5,7 +5,7 @@ from skillrepro.methods import get_method
 
 STUDY = study_params(config, CONFIG_NAME)
 ANALYSIS_STUDY = Study(**STUDY)
-CAPTIONS = "../report"
+CAPTIONS = "../../report"
 PHASED = [b for b, d in BENCHMARKS.items() if d.after]
 TRUNCATION = (config.get("analysis") or {}).get("truncation")
 

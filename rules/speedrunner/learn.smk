@@ -18,9 +18,9 @@ rule init_library:
     benchmark:
         "results/timings/runs/{bench}/{variant}/seed{seed}/init_library.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/init_library.py"
+        "../../workflow/scripts/speedrunner/init_library.py"
 
 
 rule rollout:
@@ -47,9 +47,9 @@ rule rollout:
     benchmark:
         "results/timings/runs/{bench}/{variant}/seed{seed}/rollout_batch{k}.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/rollout.py"
+        "../../workflow/scripts/speedrunner/rollout.py"
 
 
 rule induce:
@@ -82,9 +82,9 @@ rule induce:
     benchmark:
         "results/timings/runs/{bench}/{variant}/seed{seed}/induce_v{k}.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/induce.py"
+        "../../workflow/scripts/speedrunner/induce.py"
 
 
 # The sleep phase of a method that learns nothing between batches (react, reference): the same recipe, which

@@ -12,6 +12,6 @@ rule sample_tasks:
     benchmark:
         "results/timings/sample_tasks/{bench}_seed{seed}_{split}.tsv"
     conda:
-        "../envs/skillrepro.yaml"
+        "../../envs/skillrepro.yaml"
     script:
-        "../workflow/scripts/sample_tasks.py"
+        "../../workflow/scripts/speedrunner/sample_tasks.py"

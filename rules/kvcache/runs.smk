@@ -1,0 +1,106 @@
+# The KV-cache study's runs: tasks, trajectories (replay), actor runs, prefix-cache simulations (common.smk).
+rule kvcache_all:
+    input:
+        expand("results/tables/kvcache/{kvmodel}/{name}.csv", kvmodel=_KV_LLMS, name=_KV_TABLE_NAMES),
+        expand("results/figures/kvcache/{kvmodel}/{name}.png", kvmodel=_KV_LLMS, name=_KV_FIGURE_NAMES),
+        "results/tables/kvcache_prefix.csv",
+        "results/tables/kvcache_segments.csv",
+        "results/figures/kvcache_segments.png",  # the seminar's 2-3 prompt example
+        "results/tables/kvcache_share.csv",
+        expand("results/tables/kvcache/{kvmodel}/breaks.csv", kvmodel=_KV_LLMS),
+        expand("results/tables/kvcache/{kvmodel}/locations.csv", kvmodel=_KV_LLMS),
+        expand("results/tables/kvcache/{kvmodel}/versions.csv", kvmodel=_KV_LLMS),
+        # harness vs actor prompts: a replay has no actor prompts to compare
+        [] if KV.replay else expand("results/tables/kvcache/{kvmodel}/prompt_check.csv", kvmodel=_KV_LLMS),
+        "results/tables/kvcache_models.csv",
+        "results/figures/kvcache_models.png",
+        # the non-prefix reuse experiment, when kvcache.blend.model names a model
+        ["results/tables/kvcache_blend_summary.csv", "results/figures/kvcache_blend.png"]
+        if KV.blend_settings.get("model")
+        else [],
+
+
+rule kvcache_tasks:
+    output:
+        "results/kvcache/tasks.json",
+    params:
+        settings=settings("kvcache", "study"),
+    log:
+        "logs/kvcache/tasks.log",
+    benchmark:
+        "results/timings/kvcache/tasks.tsv"
+    conda:
+        "../../envs/skillrepro.yaml"
+    script:
+        "../../workflow/scripts/kvcache/tasks.py"
+
+
+rule kvcache_trajectories:
+    input:
+        tasks="results/kvcache/tasks.json",
+    output:
+        "results/kvcache/trajectories.json",
+    params:
+        settings=settings("kvcache", "study"),
+    log:
+        "logs/kvcache/trajectories.log",
+    benchmark:
+        "results/timings/kvcache/trajectories.tsv"
+    conda:
+        "../../envs/skillrepro.yaml"
+    script:
+        "../../workflow/scripts/kvcache/trajectories.py"
+
+
+rule kvcache_run:
+    input:
+        tasks="results/kvcache/tasks.json",
+        # replay mode: every format replays the same recorded games
+        **({"trajectories": "results/kvcache/trajectories.json"} if KV.replay else {}),
+    output:
+        episodes=f"{_KV_RUN}/episodes.parquet",
+        steps=f"{_KV_RUN}/steps.parquet",
+        llm_calls=f"{_KV_RUN}/llm_calls.parquet",
+        requests=f"{_KV_RUN}/requests.jsonl",
+        counters=f"{_KV_RUN}/server_counters.json",
+    params:
+        settings=settings("kvcache", "study"),
+        own_server=_kv_own_server,
+        wall_s=_KV_WALL,
+    resources:
+        # a run with P episodes in flight takes P slots of the shared server, so runs do not crowd each
+        # other's batch; a replay or a run on its own server takes none
+        llm=lambda w: 0 if KV.replay or _kv_own_server(w) else min(KV.parallel_episodes, LLM.slots),
+        mem_mb=4000,
+    log:
+        "logs/kvcache/{kvmodel}/run_{kvfmt}_seed{kvseed}.log",
+    benchmark:
+        "results/timings/kvcache/{kvmodel}/run_{kvfmt}_seed{kvseed}.tsv"
+    conda:
+        "../../envs/skillrepro.yaml"
+    script:
+        "../../workflow/scripts/kvcache/run.py"
+
+
+rule kvcache_simulate:
+    input:
+        requests=f"{_KV_RUN}/requests.jsonl",
+        counters=f"{_KV_RUN}/server_counters.json",
+    output:
+        summary=f"{_KV_SIM}/summary.parquet",
+        steps=f"{_KV_SIM}/steps.parquet",
+        load=f"{_KV_SIM}/load.parquet",
+        server=f"{_KV_SIM}/server.parquet",
+        counters=f"{_KV_SIM}/counters.parquet",
+    params:
+        settings=settings("kvcache", "study"),
+        # a run with P episodes in flight holds min(P, slots) slots of its server (the llm resource)
+        slots=lambda w: max(KV.server_slots, min(KV.parallel_episodes, _KV_LLMS[w.kvmodel].slots)),
+    log:
+        "logs/kvcache/{kvmodel}/simulate_{kvfmt}_seed{kvseed}.log",
+    benchmark:
+        "results/timings/kvcache/{kvmodel}/simulate_{kvfmt}_seed{kvseed}.tsv"
+    conda:
+        "../../envs/skillrepro.yaml"
+    script:
+        "../../workflow/scripts/kvcache/simulate.py"

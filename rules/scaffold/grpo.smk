@@ -1,0 +1,161 @@
+# GRPO joint training (section 4.5): update k trains checkpoint k-1 on iteration k-1 of its chain; not part of
+# scaffold_all. Held-out evaluation and figures 6-8 belong to it (SC_HELDOUT_TARGETS).
+rule scaffold_grpo:
+    input:
+        scaffold_last_checkpoints(),
+        "results/tables/scaffold_internalization.csv",
+        SC_HELDOUT_TARGETS,
+
+
+rule scaffold_grpo_update:
+    input:
+        scouts=scaffold_previous(*(f"{SC_CHAIN}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts))),
+        post=scaffold_previous(*(f"{SC_CHAIN}/{{svariant}}/post/l{i}/episodes.parquet"
+                                 for i in range(SCAFFOLD.n_post))),
+        # the cards of the chain's utility variant (a trained ablation selects among them); plain GRPO has none
+        candidates=scaffold_cards("candidates.parquet"),
+        utilities=scaffold_cards("utilities.parquet"),
+        generator_calls=scaffold_cards("generate/llm_calls.parquet"),
+        policy=scaffold_update_input,
+    output:
+        directory("results/scaffold/{sbench}/{svariant}/grpo/ckpt{k}"),
+    wildcard_constraints:
+        sbench="|".join(SC_BENCH) or "none",
+        svariant="|".join(SC_CHAIN_NAMES),
+        k=r"[1-9]\d*",
+    params:
+        # the chain's own switches (table 3's training ablations; plain GRPO has neither) are in the settings
+        settings=settings("scaffold", "update"),
+        policy=scaffold_update_policy,
+        base_model=SCAFFOLD.training.get("model") or SC_LLM.model,
+        m=scaffold_m,
+        group_size=scaffold_group_size,
+        use_cpu=not SC_GPU,
+    resources:
+        gpu=1 if SC_GPU else 0,
+        mem_mb=64000 if SC_GPU else 12000,
+    log:
+        "logs/scaffold/{sbench}/{svariant}/grpo_update_{k}.log",
+    benchmark:
+        "results/timings/scaffold/{sbench}/{svariant}/grpo_update_{k}.tsv"
+    conda:
+        "../../envs/scaffold.yaml"
+    script:
+        "../../workflow/scripts/scaffold/grpo_update.py"
+
+
+# Internalization (table 4): the cohort of the first `training.cohort_iterations` iterations' queries that
+# skill-assisted exploration helped, played skill-free by the checkpoint that chose it and by each later one.
+rule scaffold_cohort_early:
+    input:
+        selections=[f"{SCV}/selection.parquet"],
+        post=[f"{SCV}/post/l{i}/episodes.parquet" for i in range(SCAFFOLD.n_post)],
+        library=f"{SC}/library/v0/manifest.json",
+        policy=scaffold_policy_input,
+    output:
+        episodes=f"{SCV}/cohort_early/episodes.parquet",
+    params:
+        rollouts=SCAFFOLD.n_scouts,
+        wall_s=SC_WALL,
+        settings=settings("scaffold", "play"),
+        policy=scaffold_policy,
+    resources:
+        llm=scaffold_llm_units,
+    log:
+        "logs/scaffold/{sbench}/{svariant}/cohort_early.log",
+    benchmark:
+        "results/timings/scaffold/{sbench}/{svariant}/cohort_early.tsv"
+    conda:
+        "../../envs/scaffold.yaml"
+    script:
+        "../../workflow/scripts/scaffold/cohort_eval.py"
+
+
+rule scaffold_cohort_eval:
+    input:
+        selections=scaffold_cohort_files("results/scaffold/{chain}{j}/{v}/selection.parquet"),
+        post=scaffold_cohort_files("results/scaffold/{chain}{j}/{v}/post/l{i}/episodes.parquet"),
+        library="results/scaffold/{sbench}@{svariant}0/library/v0/manifest.json",
+        policy="results/scaffold/{sbench}/{svariant}/grpo/ckpt{k}",
+    output:
+        episodes="results/scaffold/{sbench}/{svariant}/cohort/ckpt{k}/episodes.parquet",
+    wildcard_constraints:
+        sbench="|".join(SC_BENCH) or "none",
+        svariant="|".join(SCAFFOLD.variants),
+        k=r"[1-9]\d*",
+    params:
+        settings=settings("scaffold", "play"),
+        policy=scaffold_cohort_policy,
+        rollouts=SCAFFOLD.n_scouts,
+        wall_s=SC_WALL,
+    resources:
+        llm=SC_LLM.slots,  # a server of its own (see scaffold_llm_units)
+    log:
+        "logs/scaffold/{sbench}/{svariant}/cohort_eval_{k}.log",
+    benchmark:
+        "results/timings/scaffold/{sbench}/{svariant}/cohort_eval_{k}.tsv"
+    conda:
+        "../../envs/scaffold.yaml"
+    script:
+        "../../workflow/scripts/scaffold/cohort_eval.py"
+
+
+rule scaffold_cohort_control:
+    """Table 4's plain-GRPO control: chain {svariant}'s cohort played skill-free by plain GRPO's checkpoint k (same
+    query batches, no skill pathway), so a reader can tell internalization from what ordinary RL gives the cohort."""
+    input:
+        selections=scaffold_cohort_files("results/scaffold/{chain}{j}/{v}/selection.parquet"),
+        post=scaffold_cohort_files("results/scaffold/{chain}{j}/{v}/post/l{i}/episodes.parquet"),
+        library="results/scaffold/{sbench}@{svariant}0/library/v0/manifest.json",
+        policy=f"results/scaffold/{{sbench}}/{BASELINE}/grpo/ckpt{{k}}",
+    output:
+        episodes="results/scaffold/{sbench}/{svariant}/cohort_grpo/ckpt{k}/episodes.parquet",
+    wildcard_constraints:
+        sbench="|".join(SC_BENCH) or "none",
+        svariant="|".join(SCAFFOLD.variants),
+        k=r"[1-9]\d*",
+    params:
+        settings=settings("scaffold", "play"),
+        policy=scaffold_control_policy,
+        rollouts=SCAFFOLD.n_scouts,
+        wall_s=SC_WALL,
+        played_by=BASELINE,
+    resources:
+        llm=SC_LLM.slots,  # a server of its own (see scaffold_llm_units)
+    log:
+        "logs/scaffold/{sbench}/{svariant}/cohort_control_{k}.log",
+    benchmark:
+        "results/timings/scaffold/{sbench}/{svariant}/cohort_control_{k}.tsv"
+    conda:
+        "../../envs/scaffold.yaml"
+    script:
+        "../../workflow/scripts/scaffold/cohort_eval.py"
+
+
+rule scaffold_internalization:
+    input:
+        selections=[f"results/scaffold/{b}@{v}{j}/{v}/selection.parquet" for b, v in SC_CHAINS
+                    for j in range(SC_COHORT_ITERS)],
+        post=[f"results/scaffold/{b}@{v}{j}/{v}/post/l{i}/episodes.parquet" for b, v in SC_CHAINS
+              for j in range(SC_COHORT_ITERS) for i in range(SCAFFOLD.n_post)],
+        scouts=[f"results/scaffold/{b}@{v}{j}/scouts/s{i}/episodes.parquet" for b, v in SC_CHAINS
+                for j in range(SC_COHORT_ITERS) for i in range(SCAFFOLD.n_scouts)],
+        early=[f"results/scaffold/{b}@{v}{j}/{v}/cohort_early/episodes.parquet" for b, v in SC_CHAINS
+               for j in range(SC_COHORT_ITERS)],
+        later=[f"results/scaffold/{b}/{v}/cohort/ckpt{k}/episodes.parquet" for b, v in SC_CHAINS
+               for k in scaffold_later(b)],
+        # with plain GRPO trained (training.baseline): its checkpoints on the same cohorts, the control rows
+        control=[f"results/scaffold/{b}/{v}/cohort_grpo/ckpt{k}/episodes.parquet" for b, v in SC_CHAINS
+                 for k in scaffold_later(b) if any(c.name == BASELINE for c in SCAFFOLD.chains)],
+    params:
+        interval=SCAFFOLD.bootstrap_interval,
+    output:
+        report("results/tables/scaffold_internalization.csv", caption="../../report/scaffold_internalization.rst", category="SkillScaffold"),
+    log:
+        "logs/scaffold/internalization.log",
+    benchmark:
+        "results/timings/scaffold/internalization.tsv"
+    conda:
+        "../../envs/scaffold.yaml"
+    script:
+        "../../workflow/scripts/scaffold/internalization.py"

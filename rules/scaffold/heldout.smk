@@ -1,0 +1,103 @@
+# Held-out evaluation (appendix A.1): every policy played skill-free on each benchmark's held-out splits.
+rule scaffold_heldout:
+    input:
+        SC_HELDOUT_TARGETS,
+
+
+rule scaffold_heldout_tasks:
+    output:
+        tasks=f"{SC_HO}/tasks.json",
+        library=f"{SC_HO}/library/v0/manifest.json",
+    params:
+        task_seed=SC_TASK_SEED,
+        settings=settings("scaffold", "heldout"),
+        policy="",
+    log:
+        "logs/scaffold/{hbench}/heldout_tasks.log",
+    benchmark:
+        "results/timings/scaffold/{hbench}/heldout_tasks.tsv"
+    conda:
+        "../../envs/scaffold.yaml"
+    script:
+        "../../workflow/scripts/scaffold/heldout_tasks.py"
+
+
+rule scaffold_heldout_eval:
+    input:
+        tasks=f"{SC_HO}/tasks.json",
+        library=f"{SC_HO}/library/v0/manifest.json",
+        policy=scaffold_heldout_input,
+        card=scaffold_heldout_card,
+    output:
+        episodes=f"{SC_HO}/{{hpolicy}}/episodes.parquet",
+    params:
+        policy=scaffold_heldout_policy,
+        rollouts=SCAFFOLD.heldout.rollouts,
+        wall_s=SC_WALL,
+        settings=settings("scaffold", "heldout"),
+    resources:
+        llm=scaffold_heldout_units,
+    log:
+        "logs/scaffold/{hbench}/heldout/{hpolicy}.log",
+    benchmark:
+        "results/timings/scaffold/{hbench}/heldout/{hpolicy}.tsv"
+    conda:
+        "../../envs/scaffold.yaml"
+    script:
+        "../../workflow/scripts/scaffold/heldout_eval.py"
+
+
+rule scaffold_heldout_tables:
+    input:
+        episodes=[f"results/scaffold/{b}/heldout/{pol}/episodes.parquet" for b in SC_BENCH
+                  for pol, _, _ in SC_HO_POLICIES[b]],
+        # figure 7: the skill-free Scouts of every training iteration; figure 1: the injections
+        scouts=scaffold_chain_files("results/scaffold/{b}@{c}{j}/scouts/s{i}/episodes.parquet"),
+        selections=sorted(set(scaffold_chain_files("results/scaffold/{b}@{c}{j}/{c}/selection.parquet",
+                                                   [c for c in SCAFFOLD.chains if c.of]))),
+        # figures 6 and 8-12: the Post-Scouts of every SkillScaffold chain's iterations
+        post=[f"results/scaffold/{b}@{c.name}{j}/{c.name}/post/l{i}/episodes.parquet" for b in SC_BENCH
+              for c in SCAFFOLD.chains if c.of for j in range(SC_STEPS[b]) for i in range(SCAFFOLD.n_post)],
+    output:
+        heldout=report("results/tables/scaffold_heldout.csv", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        table1=report("results/tables/scaffold_table1.csv", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        table2=report("results/tables/scaffold_table2.csv", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        table3=report("results/tables/scaffold_table3.csv", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        table6=report("results/tables/scaffold_table6.csv", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        curve="results/tables/scaffold_training_curve.csv",
+        injection="results/tables/scaffold_injection.csv",
+        exploration="results/tables/scaffold_training_exploration.csv",
+    params:
+        threshold=SCAFFOLD.threshold,
+        # plain values (Snakemake compares them between runs): each chain's switches, each benchmark's env
+        chains=[dataclasses.asdict(c) for c in SCAFFOLD.chains],
+        envs={b: config["benchmarks"][b]["env"] for b in SC_BENCH},
+    log:
+        "logs/scaffold/heldout_tables.log",
+    benchmark:
+        "results/timings/scaffold/heldout_tables.tsv"
+    conda:
+        "../../envs/scaffold.yaml"
+    script:
+        "../../workflow/scripts/scaffold/heldout_tables.py"
+
+
+rule scaffold_heldout_figures:
+    input:
+        heldout="results/tables/scaffold_heldout.csv",
+        curve="results/tables/scaffold_training_curve.csv",
+        injection="results/tables/scaffold_injection.csv",
+        exploration="results/tables/scaffold_training_exploration.csv",
+    output:
+        figure1=report("results/figures/scaffold_figure1.png", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        figure6=report("results/figures/scaffold_figure6.png", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        figure7=report("results/figures/scaffold_figure7.png", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        figure8=report("results/figures/scaffold_figure8.png", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+    log:
+        "logs/scaffold/heldout_figures.log",
+    benchmark:
+        "results/timings/scaffold/heldout_figures.tsv"
+    conda:
+        "../../envs/scaffold.yaml"
+    script:
+        "../../workflow/scripts/scaffold/heldout_figures.py"
