@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from snakemake.iocontainers import Wildcards  # a job's wildcards, as a script sees them
 import yaml
 
 from skillrepro.check import job_fingerprint, scaffold_fingerprint
@@ -123,12 +124,6 @@ def test_scaffold_settings_errors_are_config_errors(change, message):
     assert ScaffoldConfig.from_config(BASE).steps("babyai") == 1
 
 
-class _Wildcards(dict):
-    """Snakemake's wildcards as a script sees them: by attribute, and keys()/items()."""
-
-    __getattr__ = dict.__getitem__
-
-
 def test_a_job_refuses_settings_its_rule_did_not_record():
     """skillrepro.pipeline.start_job rebuilds a job's typed settings and refuses a fingerprint other than the config's
     (a job run by hand under another config); a training iteration gets its own batch size."""
@@ -140,7 +135,7 @@ def test_a_job_refuses_settings_its_rule_did_not_record():
     assert scaffold_fingerprint(other, ScaffoldConfig.from_config(other), "play", sbench="babyai") == fp
     assert (scaffold_fingerprint(other, ScaffoldConfig.from_config(other), "update", sbench="babyai")
             != scaffold_fingerprint(cfg, ScaffoldConfig.from_config(cfg), "update", sbench="babyai"))
-    job = SimpleNamespace(wildcards=_Wildcards(sbench="babyai@grp0"), config=cfg, rule="scaffold_scout", log=[],
+    job = SimpleNamespace(wildcards=Wildcards(fromdict={"sbench": "babyai@grp0"}), config=cfg, rule="scaffold_scout", log=[],
                           params=SimpleNamespace(settings=job_fingerprint(cfg, "scaffold", "play", sbench="babyai"),
                                                  policy=""))
     settings = start_job(job).settings

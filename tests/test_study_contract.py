@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from snakemake.iocontainers import Wildcards  # a job's wildcards, as a script sees them
 
 from skillrepro.check import check_config, job_fingerprint
 from skillrepro.config import ConfigError, load_yaml, validate, validate_section
@@ -185,12 +186,6 @@ def test_a_kinds_fingerprint_ignores_key_order_and_changes_with_what_it_reads(st
                 assert job_fingerprint(other, study.name, kind, **wildcards) == made, f"{kind}: {path}"
 
 
-class _Wildcards(dict):
-    """Snakemake's wildcards as a script sees them: by attribute, and keys()/items()."""
-
-    __getattr__ = dict.__getitem__
-
-
 @pytest.mark.parametrize("study", STUDIES, ids=ids)
 def test_a_job_starts_only_under_the_settings_its_rule_recorded(study: Study):
     """skillrepro.pipeline.start_job: each kind's job, its rule's fingerprint in hand, gets the study's typed
@@ -208,7 +203,7 @@ def test_a_job_starts_only_under_the_settings_its_rule_recorded(study: Study):
         wildcards["kvmodel"] = next(iter(study.settings(config).model_llms(config)))
     refused = []
     for kind in study.reads:
-        job = SimpleNamespace(wildcards=_Wildcards(wildcards), params=SimpleNamespace(
+        job = SimpleNamespace(wildcards=Wildcards(fromdict=wildcards), params=SimpleNamespace(
             settings=job_fingerprint(config, study.name, kind, **wildcards), policy=""), config=config, log=[],
             rule=f"a {kind} job")
         started = start_job(job)
