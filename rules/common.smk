@@ -148,9 +148,15 @@ SPEEDRUNNER_WILDCARDS = dict(bench="|".join(BENCHMARKS), variant="|".join(METHOD
                              split="train|test")
 
 
+# One run's folders (benchmark x method variant x seed): its records, its jobs' logs, their timings.
+RUN = "results/runs/{bench}/{variant}/seed{seed}"
+RUN_LOG = "logs/runs/{bench}/{variant}/seed{seed}"
+RUN_TIMING = "results/timings/runs/{bench}/{variant}/seed{seed}"
+
+
 def run_path(wildcards, name):
-    """A file of one run (benchmark x method variant x seed)."""
-    return f"results/runs/{wildcards.bench}/{wildcards.variant}/seed{wildcards.seed}/{name}"
+    """A file of one run."""
+    return f"{RUN.format(bench=wildcards.bench, variant=wildcards.variant, seed=wildcards.seed)}/{name}"
 
 
 def previous_batch(wildcards):
@@ -165,7 +171,7 @@ def previous_batch(wildcards):
 def run_files(names):
     """Every name in `names`, for every run of the config."""
     return [
-        f"results/runs/{b}/{v}/seed{s}/{name}"
+        f"{RUN.format(bench=b, variant=v, seed=s)}/{name}"
         for b in BENCHMARKS
         for v, m in METHODS.items()
         if m.runs_on(b)

@@ -1,12 +1,12 @@
 rule evaluate:
     input:
         tasks="results/tasks/{bench}/seed{seed}/test.json",
-        library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
+        library=f"{RUN}/library/v{{k}}/manifest.json",
     output:
-        episodes="results/runs/{bench}/{variant}/seed{seed}/eval/v{k}/episodes.parquet",
-        steps="results/runs/{bench}/{variant}/seed{seed}/eval/v{k}/steps.parquet",
-        llm_calls="results/runs/{bench}/{variant}/seed{seed}/eval/v{k}/llm_calls.parquet",
-        skill_calls="results/runs/{bench}/{variant}/seed{seed}/eval/v{k}/skill_calls.parquet",
+        episodes=f"{RUN}/eval/v{{k}}/episodes.parquet",
+        steps=f"{RUN}/eval/v{{k}}/steps.parquet",
+        llm_calls=f"{RUN}/eval/v{{k}}/llm_calls.parquet",
+        skill_calls=f"{RUN}/eval/v{{k}}/skill_calls.parquet",
     params:
         settings=settings("speedrunner", "run"),
         wall_s=config["budgets"]["rollout_wall_s"],
@@ -16,9 +16,9 @@ rule evaluate:
         cpus_per_task=job_cpus("evaluate"),
         runtime=240,
     log:
-        "logs/runs/{bench}/{variant}/seed{seed}/evaluate_v{k}.log",
+        f"{RUN_LOG}/evaluate_v{{k}}.log",
     benchmark:
-        "results/timings/runs/{bench}/{variant}/seed{seed}/evaluate_v{k}.tsv"
+        f"{RUN_TIMING}/evaluate_v{{k}}.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:

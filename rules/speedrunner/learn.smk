@@ -6,17 +6,17 @@ rule init_library:
     output:
         # manifest.json is written last and marks a complete version; the other two are declared so that
         # nothing in results/ is written behind Snakemake's back.
-        "results/runs/{bench}/{variant}/seed{seed}/library/v0/manifest.json",
-        "results/runs/{bench}/{variant}/seed{seed}/library/v0/skills.py",
-        "results/runs/{bench}/{variant}/seed{seed}/library/v0/notes.md",
+        f"{RUN}/library/v0/manifest.json",
+        f"{RUN}/library/v0/skills.py",
+        f"{RUN}/library/v0/notes.md",
     params:
         # What every job of the run reads; the manifest keeps it, so a changed setting reruns the whole
         # chain here, and a run folder made under other settings is refused, never extended silently.
         settings=settings("speedrunner", "run"),
     log:
-        "logs/runs/{bench}/{variant}/seed{seed}/init_library.log",
+        f"{RUN_LOG}/init_library.log",
     benchmark:
-        "results/timings/runs/{bench}/{variant}/seed{seed}/init_library.tsv"
+        f"{RUN_TIMING}/init_library.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -26,13 +26,13 @@ rule init_library:
 rule rollout:
     input:
         tasks="results/tasks/{bench}/seed{seed}/train.json",
-        library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
+        library=f"{RUN}/library/v{{k}}/manifest.json",
         previous_batch=previous_batch,
     output:
-        episodes="results/runs/{bench}/{variant}/seed{seed}/train/batch{k}/episodes.parquet",
-        steps="results/runs/{bench}/{variant}/seed{seed}/train/batch{k}/steps.parquet",
-        llm_calls="results/runs/{bench}/{variant}/seed{seed}/train/batch{k}/llm_calls.parquet",
-        skill_calls="results/runs/{bench}/{variant}/seed{seed}/train/batch{k}/skill_calls.parquet",
+        episodes=f"{RUN}/train/batch{{k}}/episodes.parquet",
+        steps=f"{RUN}/train/batch{{k}}/steps.parquet",
+        llm_calls=f"{RUN}/train/batch{{k}}/llm_calls.parquet",
+        skill_calls=f"{RUN}/train/batch{{k}}/skill_calls.parquet",
     params:
         settings=settings("speedrunner", "run"),
         sleep_every=config["protocol"]["sleep_every"],
@@ -43,9 +43,9 @@ rule rollout:
         cpus_per_task=job_cpus("rollout"),
         runtime=240,
     log:
-        "logs/runs/{bench}/{variant}/seed{seed}/rollout_batch{k}.log",
+        f"{RUN_LOG}/rollout_batch{{k}}.log",
     benchmark:
-        "results/timings/runs/{bench}/{variant}/seed{seed}/rollout_batch{k}.tsv"
+        f"{RUN_TIMING}/rollout_batch{{k}}.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -57,11 +57,11 @@ rule induce:
         library=lambda w: run_path(w, f"library/v{int(w.k) - 1}/manifest.json"),
         previous_batch=previous_batch,
     output:
-        library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
-        skills="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/skills.py",
-        notes="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/notes.md",
-        llm_calls="results/runs/{bench}/{variant}/seed{seed}/induce/v{k}/llm_calls.parquet",
-        transcript="results/runs/{bench}/{variant}/seed{seed}/induce/v{k}/transcript.jsonl",
+        library=f"{RUN}/library/v{{k}}/manifest.json",
+        skills=f"{RUN}/library/v{{k}}/skills.py",
+        notes=f"{RUN}/library/v{{k}}/notes.md",
+        llm_calls=f"{RUN}/induce/v{{k}}/llm_calls.parquet",
+        transcript=f"{RUN}/induce/v{{k}}/transcript.jsonl",
     params:
         settings=settings("speedrunner", "run"),
         request_budget=config["budgets"]["inducer_requests"],
@@ -78,9 +78,9 @@ rule induce:
         cpus_per_task=job_cpus("induce"),
         runtime=120,
     log:
-        "logs/runs/{bench}/{variant}/seed{seed}/induce_v{k}.log",
+        f"{RUN_LOG}/induce_v{{k}}.log",
     benchmark:
-        "results/timings/runs/{bench}/{variant}/seed{seed}/induce_v{k}.tsv"
+        f"{RUN_TIMING}/induce_v{{k}}.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:

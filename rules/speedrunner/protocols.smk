@@ -11,18 +11,18 @@ ruleorder: continue_library > init_library
 
 rule continue_library:
     input:
-        lambda w: f"results/runs/{BENCHMARKS[w.bench].after}/{w.variant}/seed{w.seed}/library/v{PROTOCOL.n_cycles}/manifest.json",
+        lambda w: f"{RUN.format(bench=BENCHMARKS[w.bench].after, variant=w.variant, seed=w.seed)}/library/v{PROTOCOL.n_cycles}/manifest.json",
     output:
-        "results/runs/{bench}/{variant}/seed{seed}/library/v0/manifest.json",
+        f"{RUN}/library/v0/manifest.json",
     wildcard_constraints:
         bench="|".join(PHASED) or "(?!)",
     params:
         # as init_library's: v0 records the settings of the run it starts
         settings=settings("speedrunner", "run"),
     log:
-        "logs/runs/{bench}/{variant}/seed{seed}/continue_library.log",
+        f"{RUN_LOG}/continue_library.log",
     benchmark:
-        "results/timings/runs/{bench}/{variant}/seed{seed}/continue_library.tsv"
+        f"{RUN_TIMING}/continue_library.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -32,12 +32,12 @@ rule continue_library:
 rule evaluate_on:
     input:
         tasks="results/tasks/{target}/seed{seed}/test.json",
-        library="results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json",
+        library=f"{RUN}/library/v{{k}}/manifest.json",
     output:
-        episodes="results/runs/{bench}/{variant}/seed{seed}/eval_on/{target}/v{k}/episodes.parquet",
-        steps="results/runs/{bench}/{variant}/seed{seed}/eval_on/{target}/v{k}/steps.parquet",
-        llm_calls="results/runs/{bench}/{variant}/seed{seed}/eval_on/{target}/v{k}/llm_calls.parquet",
-        skill_calls="results/runs/{bench}/{variant}/seed{seed}/eval_on/{target}/v{k}/skill_calls.parquet",
+        episodes=f"{RUN}/eval_on/{{target}}/v{{k}}/episodes.parquet",
+        steps=f"{RUN}/eval_on/{{target}}/v{{k}}/steps.parquet",
+        llm_calls=f"{RUN}/eval_on/{{target}}/v{{k}}/llm_calls.parquet",
+        skill_calls=f"{RUN}/eval_on/{{target}}/v{{k}}/skill_calls.parquet",
     wildcard_constraints:
         target="|".join(BENCHMARKS),
     params:
@@ -50,9 +50,9 @@ rule evaluate_on:
         cpus_per_task=job_cpus("evaluate"),
         runtime=240,
     log:
-        "logs/runs/{bench}/{variant}/seed{seed}/evaluate_on_{target}_v{k}.log",
+        f"{RUN_LOG}/evaluate_on_{{target}}_v{{k}}.log",
     benchmark:
-        "results/timings/runs/{bench}/{variant}/seed{seed}/evaluate_on_{target}_v{k}.tsv"
+        f"{RUN_TIMING}/evaluate_on_{{target}}_v{{k}}.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -62,13 +62,13 @@ rule evaluate_on:
 rule evaluate_truncated:
     input:
         tasks="results/tasks/{bench}/seed{seed}/test.json",
-        library=f"results/runs/{{bench}}/{{variant}}/seed{{seed}}/library/v{PROTOCOL.n_cycles}/manifest.json",
+        library=f"{RUN}/library/v{PROTOCOL.n_cycles}/manifest.json",
     output:
-        library="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/library/manifest.json",
-        episodes="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/episodes.parquet",
-        steps="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/steps.parquet",
-        llm_calls="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/llm_calls.parquet",
-        skill_calls="results/runs/{bench}/{variant}/seed{seed}/truncated/n{n}/skill_calls.parquet",
+        library=f"{RUN}/truncated/n{{n}}/library/manifest.json",
+        episodes=f"{RUN}/truncated/n{{n}}/episodes.parquet",
+        steps=f"{RUN}/truncated/n{{n}}/steps.parquet",
+        llm_calls=f"{RUN}/truncated/n{{n}}/llm_calls.parquet",
+        skill_calls=f"{RUN}/truncated/n{{n}}/skill_calls.parquet",
     wildcard_constraints:
         n=r"\d+|all",
     params:
@@ -81,9 +81,9 @@ rule evaluate_truncated:
         cpus_per_task=job_cpus("evaluate"),
         runtime=240,
     log:
-        "logs/runs/{bench}/{variant}/seed{seed}/evaluate_truncated_n{n}.log",
+        f"{RUN_LOG}/evaluate_truncated_n{{n}}.log",
     benchmark:
-        "results/timings/runs/{bench}/{variant}/seed{seed}/evaluate_truncated_n{n}.tsv"
+        f"{RUN_TIMING}/evaluate_truncated_n{{n}}.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:

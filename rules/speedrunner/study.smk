@@ -20,7 +20,7 @@ def v0_shows_skills(bench, variant):
 
 
 TRUNCATION_FILES = [
-    f"results/runs/{TRUNCATION['benchmark']}/{TRUNCATION['variant']}/seed{s}/truncated/n{n}/{table}.parquet"
+    f"{RUN.format(bench=TRUNCATION['benchmark'], variant=TRUNCATION['variant'], seed=s)}/truncated/n{n}/{table}.parquet"
     for s in (TRUNCATION.get("seeds") or PROTOCOL.seeds[:1])
     # "all": the full library, evaluated as the truncations are (table 8's full-library row)
     for n in [*([0] if v0_shows_skills(TRUNCATION["benchmark"], TRUNCATION["variant"]) else []),
@@ -63,7 +63,7 @@ CROSS_MODEL_TARGETS = [f"results/figures/figure{n}.png" for n, label in CROSS_FI
 def cross_eval_files(names):
     """Every extra test set of every run, at every checkpoint."""
     return [
-        f"results/runs/{b}/{v}/seed{s}/eval_on/{t}/v{k}/{name}"
+        f"{RUN.format(bench=b, variant=v, seed=s)}/eval_on/{t}/v{k}/{name}"
         for b, bench in BENCHMARKS.items()
         for t in bench.eval_targets
         for v, m in METHODS.items()
