@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from skillrepro import analysis
-from skillrepro.analysis import figures, statistics, tables
+from skillrepro.studies.speedrunner import analysis
+from skillrepro.studies.speedrunner.analysis import figures, statistics, tables
 from skillrepro.skills import Library
 from skillrepro.skills.library import parse_functions
 from skillrepro.store import Episode, LLMCall, SkillCall, Step, write_records
@@ -466,7 +466,7 @@ def test_cross_model_outputs_build_from_finished_runs_and_fail_without_them(tmp_
 
 
 def test_a_cross_model_run_is_found_or_named(tmp_path):
-    from skillrepro.analysis import cross_model_tables
+    from skillrepro.studies.speedrunner.analysis import cross_model_tables
 
     assert cross_model_tables("m", "m", {}, "figure 9") == "results/tables"  # this run's own
     folder = tmp_path / "other/results/tables"

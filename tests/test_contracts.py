@@ -17,7 +17,7 @@ import yaml
 
 from skillrepro import benchmarks
 from skillrepro.agent import EpisodeSpec
-from skillrepro.analysis import study_params
+from skillrepro.studies.speedrunner.analysis import study_params
 from skillrepro.benchmarks import base
 from skillrepro.benchmarks import ContractError, StepResult, check_benchmark, load_benchmark, names
 from skillrepro.check import check_config

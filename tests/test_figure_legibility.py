@@ -7,8 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from skillrepro import analysis
-from skillrepro.analysis import figures, tables
+from skillrepro.studies.speedrunner import analysis
+from skillrepro.studies.speedrunner.analysis import figures, tables
 
 STUDY = analysis.Study(
     variants={"react": {"method": "react", "options": {}, "benchmarks": None},

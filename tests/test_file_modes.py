@@ -6,7 +6,7 @@ import stat
 import pytest
 
 from skillrepro import store
-from skillrepro.analysis import figures
+from skillrepro.studies.speedrunner.analysis import figures
 from skillrepro.skills import Library
 
 

@@ -21,8 +21,7 @@ LAYERS = [
     ("the actor", ["skillrepro.agent"]),
     ("the method registry", ["skillrepro.methods:registry"]),  # the package itself: contexts and register()
     ("the runner", ["skillrepro.runner"]),
-    ("methods, studies, analytics", ["skillrepro.methods", "skillrepro.studies", "skillrepro.analysis",
-                                     "skillrepro.views"]),
+    ("methods, studies, analytics", ["skillrepro.methods", "skillrepro.studies"]),
     ("checks, job start-up, CLIs", ["skillrepro.check", "skillrepro.pipeline", "skillrepro.cli", "*.cli"]),
 ]
 

@@ -1,4 +1,4 @@
-"""The library view and the episode view (src/skillrepro/views.py, rules/speedrunner/views.smk), and the report that
+"""The library view and the episode view (src/skillrepro/studies/speedrunner/views.py, rules/speedrunner/views.smk), and the report that
 bundles them with the tables and figures.
 
 Three sources of records, all real: a batch played by the real runner and sandbox with the shipped reference
@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cdp import Page
-from skillrepro import views
+from skillrepro.studies.speedrunner import views
 from skillrepro.agent import EpisodeSpec
 from skillrepro.benchmarks import get_benchmark
 from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig

@@ -1,6 +1,6 @@
 # What the results rules share: the study the config declares (plain values for params), the protocol
 # variants' runs, and the declared record files the tables read (never a glob of results/).
-from skillrepro.analysis import Study, cross_model_labels, cross_model_tables, study_params
+from skillrepro.studies.speedrunner.analysis import Study, cross_model_labels, cross_model_tables, study_params
 from skillrepro.methods import get_method
 
 STUDY = study_params(config, CONFIG_NAME)

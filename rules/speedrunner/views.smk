@@ -1,4 +1,4 @@
-# The library view, the sleep phase view and the episode view of every run (src/skillrepro/views.py): HTML pages
+# The library view, the sleep phase view and the episode view of every run (src/skillrepro/studies/speedrunner/views.py): HTML pages
 # made from the run's records, in the report under "Libraries", "Sleep phases" and "Episodes". Their sizes are
 # bounded by analysis.views; the helpers that name their files are in rules/common.smk.
 VIEW_LIMITS = config["analysis"]["views"]

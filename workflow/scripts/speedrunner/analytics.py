@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from skillrepro import analysis, store
+from skillrepro import store
+from skillrepro.studies.speedrunner import analysis
 from skillrepro.pipeline import start_job
 
 log = start_job(snakemake).log

@@ -2,7 +2,7 @@
 import os
 from pathlib import Path
 
-from skillrepro import views
+from skillrepro.studies.speedrunner import views
 from skillrepro.pipeline import start_job
 from skillrepro.store import atomic_dir, write_text
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from skillrepro.agent import EpisodeSpec
-from skillrepro.analysis.tables import truncate
+from skillrepro.studies.speedrunner.analysis.tables import truncate
 from skillrepro.methods import get_method
 from skillrepro.pipeline import run_id, run_settings, start_job
 from skillrepro.runner import run_batch

@@ -1,8 +1,8 @@
 """Figure 11: the performance-efficiency plane of this config's model and of every analysis.cross_model run."""
 import pandas as pd
 
-from skillrepro import analysis
-from skillrepro.analysis import figures
+from skillrepro.studies.speedrunner import analysis
+from skillrepro.studies.speedrunner.analysis import figures
 from skillrepro.pipeline import start_job
 
 log = start_job(snakemake).log

@@ -1,8 +1,8 @@
 """Figure 3: dollar cost per training episode over training, every call counted (actor + sleep phase)."""
 import pandas as pd
 
-from skillrepro import analysis
-from skillrepro.analysis import figures
+from skillrepro.studies.speedrunner import analysis
+from skillrepro.studies.speedrunner.analysis import figures
 from skillrepro.pipeline import start_job
 
 log = start_job(snakemake).log

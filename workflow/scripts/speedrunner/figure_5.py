@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from skillrepro import analysis
-from skillrepro.analysis import figures, tables
+from skillrepro.studies.speedrunner import analysis
+from skillrepro.studies.speedrunner.analysis import figures, tables
 from skillrepro.pipeline import start_job
 from skillrepro.skills import Library
 from skillrepro.store import write_text

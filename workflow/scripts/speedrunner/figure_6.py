@@ -1,8 +1,8 @@
 """Figure 6: both test sets over a distribution shift's whole training chain; retention.csv beside it."""
 import pandas as pd
 
-from skillrepro import analysis
-from skillrepro.analysis import figures
+from skillrepro.studies.speedrunner import analysis
+from skillrepro.studies.speedrunner.analysis import figures
 from skillrepro.pipeline import start_job
 
 log = start_job(snakemake).log

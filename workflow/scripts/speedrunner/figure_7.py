@@ -1,8 +1,8 @@
 """Figure 7: the inducer without its code interpreter: headline metric and output tokens per episode over training, mean ± 1 s.d. over seeds."""
 import pandas as pd
 
-from skillrepro import analysis
-from skillrepro.analysis import figures
+from skillrepro.studies.speedrunner import analysis
+from skillrepro.studies.speedrunner.analysis import figures
 from skillrepro.pipeline import start_job
 
 log = start_job(snakemake).log

@@ -2,8 +2,8 @@
 training for the model analysis.cross_model_figures names, from its own run's checkpoints.csv."""
 import pandas as pd
 
-from skillrepro import analysis
-from skillrepro.analysis import figures
+from skillrepro.studies.speedrunner import analysis
+from skillrepro.studies.speedrunner.analysis import figures
 from skillrepro.pipeline import start_job
 
 log = start_job(snakemake).log

@@ -2,7 +2,7 @@
 refused (and why) with a link to that sleep phase's page, and use in evaluation."""
 from pathlib import Path
 
-from skillrepro import views
+from skillrepro.studies.speedrunner import views
 from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 

@@ -1,8 +1,8 @@
 """Section 6.4: change in the first task's headline metric (points) and cost (%) after training on the second."""
 import pandas as pd
 
-from skillrepro import analysis
-from skillrepro.analysis import tables
+from skillrepro.studies.speedrunner import analysis
+from skillrepro.studies.speedrunner.analysis import tables
 from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 

@@ -3,7 +3,7 @@ transcript in order: for SpeedRunner each inducer request, its reply, the tool i
 import os
 from pathlib import Path
 
-from skillrepro import views
+from skillrepro.studies.speedrunner import views
 from skillrepro.pipeline import start_job
 from skillrepro.skills import Library
 from skillrepro.store import atomic_dir, write_text

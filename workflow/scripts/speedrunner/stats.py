@@ -1,8 +1,8 @@
 """stats.csv: two-sided paired t-tests of SpeedRunner against each baseline at the final checkpoint."""
 import pandas as pd
 
-from skillrepro import analysis
-from skillrepro.analysis import statistics
+from skillrepro.studies.speedrunner import analysis
+from skillrepro.studies.speedrunner.analysis import statistics
 from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 

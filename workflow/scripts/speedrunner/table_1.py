@@ -1,7 +1,7 @@
 """Table 1: call-graph max depth and density of the final libraries, mean and s.d. over seeds."""
 import pandas as pd
 
-from skillrepro.analysis import tables
+from skillrepro.studies.speedrunner.analysis import tables
 from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 

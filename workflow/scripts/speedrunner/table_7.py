@@ -2,8 +2,8 @@
 t-tests of SpeedRunner against each variant, from each model's checkpoints.csv and stats.csv."""
 import pandas as pd
 
-from skillrepro import analysis
-from skillrepro.analysis import tables
+from skillrepro.studies.speedrunner import analysis
+from skillrepro.studies.speedrunner.analysis import tables
 from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 

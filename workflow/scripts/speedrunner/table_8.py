@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from skillrepro import analysis
-from skillrepro.analysis import tables
+from skillrepro.studies.speedrunner import analysis
+from skillrepro.studies.speedrunner.analysis import tables
 from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 

@@ -2,8 +2,8 @@
 checkpoint on every test set the runs played)."""
 import pandas as pd
 
-from skillrepro import analysis
-from skillrepro.analysis import tables
+from skillrepro.studies.speedrunner import analysis
+from skillrepro.studies.speedrunner.analysis import tables
 from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 

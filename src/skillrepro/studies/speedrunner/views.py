@@ -32,9 +32,10 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
-from skillrepro import analysis, store
+from skillrepro import store
 from skillrepro.skills import Library
 from skillrepro.skills.callgraph import graph_of, stats
+from skillrepro.studies.speedrunner import analysis
 
 
 @dataclass(frozen=True)

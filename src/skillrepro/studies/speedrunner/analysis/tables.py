@@ -6,7 +6,7 @@ import re
 
 import pandas as pd
 
-from skillrepro.analysis import RUN_KEYS, Study, cross_model_groups, final, over_seeds, own, with_score
+from skillrepro.studies.speedrunner.analysis import RUN_KEYS, Study, cross_model_groups, final, over_seeds, own, with_score
 from skillrepro.skills.callgraph import graph_of
 
 # %Combat (figure 5's overlay): a library function is combat-aware when its source names a combat target

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from skillrepro.analysis import Study, with_score
+from skillrepro.studies.speedrunner.analysis import Study, with_score
 
 # ------------------------------------------------------------------------------------------ stats
 def paired_tests(test: pd.DataFrame, study: Study) -> pd.DataFrame:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from skillrepro.analysis import COMPARISONS, Study, cross_model_groups, over_seeds, own
+from skillrepro.studies.speedrunner.analysis import COMPARISONS, Study, cross_model_groups, over_seeds, own
 from skillrepro.store import atomic_path
 
 # ------------------------------------------------------------------------------------------ figures
