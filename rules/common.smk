@@ -149,9 +149,7 @@ SPEEDRUNNER_WILDCARDS = dict(bench="|".join(BENCHMARKS), variant="|".join(METHOD
 
 
 # One run's folders (benchmark x method variant x seed): its records, its jobs' logs, their timings.
-RUN = "results/runs/{bench}/{variant}/seed{seed}"
-RUN_LOG = "logs/runs/{bench}/{variant}/seed{seed}"
-RUN_TIMING = "results/timings/runs/{bench}/{variant}/seed{seed}"
+from skillrepro.studies.speedrunner.paths import RUN, RUN_LOG, RUN_TIMING
 
 
 def run_path(wildcards, name):

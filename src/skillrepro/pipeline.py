@@ -18,6 +18,7 @@ from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.progress import JOB, PROGRESS_LOGGER
 from skillrepro.skills.sandbox import SandboxPolicy, probe
 from skillrepro.studies import contract
+from skillrepro.studies.speedrunner import paths
 
 
 class SettingsError(RuntimeError):
@@ -84,7 +85,7 @@ def announce_logs(log: Any, backend: str) -> None:
 
 
 def run_id(wildcards: Any) -> str:
-    return f"{wildcards.bench}/{wildcards.variant}/seed{wildcards.seed}"
+    return paths.run_id(wildcards.bench, wildcards.variant, wildcards.seed)
 
 
 def training_history(library_dir: Path, k: int) -> tuple[Path, ...]:

@@ -13,7 +13,6 @@ seeds. The headline metric of a benchmark is success, or progression where the b
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -23,6 +22,7 @@ import pyarrow as pa
 
 from skillrepro import store
 from skillrepro.benchmarks import benchmark_class
+from skillrepro.studies.speedrunner.paths import batch_of
 
 # Dollar cost of one LLM call from the pricing table; a model without a price costs nothing (the embedded
 # and self-hosted models). check.check_config refuses an unpriced model on a billed backend.
@@ -279,28 +279,20 @@ def episodes(episode_files: Iterable[str | Path], call_files: Iterable[str | Pat
     return con.execute(EPISODES_SQL).df()
 
 
-_BATCH_PATH = re.compile(r"runs/(?P<run>[^/]+/[^/]+/seed\d+)/(?:train/batch(?P<batch>\d+)|induce/v(?P<v>\d+))/llm_calls\.parquet$")
-
-
 def batch_calls(call_files: Iterable[str | Path], pricing: dict[str, Any]) -> pd.DataFrame:
     """Every call of the given training batches (train/batch{k}: the actor's, and a curriculum's) and sleep
     phases (induce/v{k}: the inducer's, and replayed episodes'), totalled per file: one row per (run, cycle,
     phase). Sleep phase v{k} follows training batch k-1, so it is charged to cycle k-1."""
     files = [str(f) for f in call_files]
     cols = ["run_id", "cycle", "phase", "calls", "output_tokens", "dollars"]
-    matches = [_BATCH_PATH.search(f) for f in files]
-    for f, m in zip(files, matches):
-        if not m:
-            raise ValueError(f"{f}: neither a training batch's nor a sleep phase's calls "
-                             f"(…/runs/BENCH/VARIANT/seedN/train/batchK/ or induce/vK/llm_calls.parquet)")
+    batches = [batch_of(f) for f in files]
     by_file = {}
     if files:
         by_file = {r[0]: r[1:] for r in connect({"llm_calls": files}, pricing).execute(CALLS_BY_FILE_SQL).fetchall()}
     rows = []
-    for f, m in zip(files, matches):
+    for f, (run, cycle, phase) in zip(files, batches):
         calls, out, dollars = by_file.get(f, (0, 0, 0.0))
-        cycle, phase = (int(m["batch"]), "train") if m["batch"] is not None else (int(m["v"]) - 1, "sleep")
-        rows.append([m["run"], cycle, phase, calls, out or 0, dollars or 0.0])
+        rows.append([run, cycle, phase, calls, out or 0, dollars or 0.0])
     return pd.DataFrame(rows, columns=cols).astype({"cycle": int, "calls": int, "output_tokens": int, "dollars": float})
 
 

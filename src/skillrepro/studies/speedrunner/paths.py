@@ -1,0 +1,27 @@
+"""A SpeedRunner run's folder layout, written here once: the rules build every path of a run from these patterns
+(rules/common.smk), the jobs name their run with run_id, and the analytics read a record's run and cycle back
+from its path with batch_of."""
+from __future__ import annotations
+
+import re
+
+RUN_ID = "{bench}/{variant}/seed{seed}"  # one run: benchmark x method variant x seed
+RUN = "results/runs/" + RUN_ID  # its records: library/v{k}/, train/batch{k}/, induce/v{k}/, eval/v{k}/, ...
+RUN_LOG = "logs/runs/" + RUN_ID  # its jobs' logs
+RUN_TIMING = "results/timings/runs/" + RUN_ID  # its jobs' timings
+
+_CALLS = re.compile(r"runs/(?P<run>[^/]+/[^/]+/seed\d+)/(?:train/batch(?P<batch>\d+)|induce/v(?P<v>\d+))/llm_calls\.parquet$")
+
+
+def run_id(bench: str, variant: str, seed: int | str) -> str:
+    return RUN_ID.format(bench=bench, variant=variant, seed=seed)
+
+
+def batch_of(path: str) -> tuple[str, int, str]:
+    """(run id, cycle, phase) of a training batch's or a sleep phase's llm_calls.parquet. Sleep phase v{k} follows
+    training batch k-1, so it belongs to cycle k-1."""
+    m = _CALLS.search(path)
+    if not m:
+        raise ValueError(f"{path}: neither a training batch's nor a sleep phase's calls "
+                         f"(…/runs/BENCH/VARIANT/seedN/train/batchK/ or induce/vK/llm_calls.parquet)")
+    return (m["run"], int(m["batch"]), "train") if m["batch"] is not None else (m["run"], int(m["v"]) - 1, "sleep")
