@@ -100,7 +100,7 @@ def main() -> None:
     workdir = Path(a.workdir)
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    for part in ("Snakefile", "config.yaml", "rules", "workflow", "envs", "profiles", "schemas"):
+    for part in ("Snakefile", "config.yaml", "rules", "workflow", "envs", "profiles"):
         src = ROOT / part
         (shutil.copytree if src.is_dir() else shutil.copy)(src, workdir / part)
     cfg_path, targets = preset(a.model, a.benchmarks.split(","), workdir)

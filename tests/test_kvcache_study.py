@@ -4,6 +4,7 @@ shared-prefix table and the kvcache config section."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,10 +14,11 @@ from skillrepro.agent import EpisodeSpec
 from skillrepro.studies.kvcache import formats as F
 from skillrepro.studies.kvcache import study
 from skillrepro.studies.kvcache.actor import AlfWorldFormatter, StreamRequest, format_benchmark, run_format, walk_views
-from skillrepro.config import BenchmarkConfig
+from skillrepro.config import SCHEMAS, BenchmarkConfig
 from skillrepro.progress import PROGRESS_LOGGER
 from skillrepro.studies.kvcache.tokenizers import get_tokenizer
 
+ROOT = Path(__file__).resolve().parents[1]
 TOK = get_tokenizer("qwen2.5")
 SPEC = EpisodeSpec("kvcache/skillrl/seed0", "alfworld", "kvcache", "skillrl", 0, "test", 0, 0)
 
@@ -234,8 +236,6 @@ def test_kvcache_config_errors_name_the_key(tmp_path):
 def test_every_preset_names_its_bank_and_the_gpu_preset_asks_for_skillrls():
     import yaml
 
-    from skillrepro.config import ROOT
-
     for preset in sorted((ROOT / "configs").glob("kvcache*.yaml")):
         kv = yaml.safe_load(preset.read_text())["kvcache"]
         assert "bank" in kv, preset.name
@@ -303,9 +303,7 @@ def test_a_lockstep_live_run_sends_each_step_of_a_group_together(alfworld):
 def test_schema_lists_every_format():
     import yaml
 
-    from skillrepro.config import ROOT
-
-    props = yaml.safe_load((ROOT / "schemas/kvcache.schema.yaml").read_text())["properties"]["formats"]
+    props = yaml.safe_load((SCHEMAS / "kvcache.schema.yaml").read_text())["properties"]["formats"]
     assert tuple(props["items"]["enum"]) == tuple(props["default"]) == F.FORMATS
 
 
@@ -313,13 +311,11 @@ def test_gpu_preset_lists_the_seminars_models_and_refuses_placeholders():
     import yaml
     from snakemake.utils import validate
 
-    from skillrepro.config import ROOT
-
     config = yaml.safe_load((ROOT / "configs/kvcache-gpu.yaml").read_text())
     kv = config["kvcache"]
     assert [m["name"] for m in kv["models"]] == ["base", "skillrl-sft", "skillrl-rl"]
     kv["bank"] = None  # past the bank's own placeholder
-    validate(kv, str(ROOT / "schemas" / "kvcache.schema.yaml"), set_default=True)
+    validate(kv, str(SCHEMAS / "kvcache.schema.yaml"), set_default=True)
     with pytest.raises(ValueError, match=r"kvcache.models\[skillrl-sft\].llm.model is still the preset's "
                                          r"placeholder .*SFT checkpoint.*folder"):
         study.KVConfig.from_config(config)
@@ -342,8 +338,6 @@ def test_every_kvcache_caption_says_simulator_only_in_replay_mode():
     import types
 
     import jinja2
-
-    from skillrepro.config import ROOT
 
     env = jinja2.Environment()
     captions = sorted(p for p in (ROOT / "report").glob("kvcache_*.rst") if not p.name.startswith("kvcache_blend"))

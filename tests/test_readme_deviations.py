@@ -11,8 +11,8 @@ Key-extraction rule (kept simple on purpose):
   `kvcache.models[<name>].llm.model`). Anything else in backticks (file names, method options, values, Python
   paths such as `skillrepro.methods.common.render_traces`) is not a config key and is not checked, so name a
   config key by its full path for this test to cover it.
-- a key exists when it can be walked in the merged schema: schemas/config.schema.yaml with each
-  schemas/<section>.schema.yaml in place of its `<section>` property (as skillrepro.config checks them). A
+- a key exists when it can be walked in the merged schema: src/skillrepro/schemas/config.schema.yaml with each
+  src/skillrepro/schemas/<section>.schema.yaml in place of its `<section>` property (as skillrepro.config checks them). A
   name is a declared property, or any key of a map (`additionalProperties` with a schema: benchmark and
   variant names); a free-form object (no declared properties: benchmark and method `options`, a model's
   `llm` overrides) is checked by its own code and ends the walk.
@@ -24,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from skillrepro.config import SCHEMAS
+
 ROOT = Path(__file__).resolve().parents[1]
 DEVIATIONS = ROOT / "docs" / "deviations.md"
 HEADING = "# Deviations from the papers"
@@ -32,8 +34,8 @@ HEAD = re.compile(r"[A-Za-z_][\w-]*")
 
 
 def merged_schema() -> dict:
-    schema = yaml.safe_load((ROOT / "schemas" / "config.schema.yaml").read_text())
-    for path in sorted((ROOT / "schemas").glob("*.schema.yaml")):
+    schema = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
+    for path in sorted(SCHEMAS.glob("*.schema.yaml")):
         section = path.name.removesuffix(".schema.yaml")
         if section != "config":  # a study's own section (skillrepro.config.study_sections)
             schema["properties"][section] = yaml.safe_load(path.read_text())

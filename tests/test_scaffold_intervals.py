@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
+from skillrepro.config import SCHEMAS
 from skillrepro.studies.scaffold import statistics as st
 from skillrepro.studies.scaffold.validation import competence_levels
 
@@ -101,11 +102,9 @@ def test_best_effect_null_band_holds_null_data_and_not_a_planted_effect():
 
 
 def test_the_schema_offers_exactly_the_intervals():
-    from pathlib import Path
-
     import yaml
 
-    schema = yaml.safe_load((Path(__file__).parents[1] / "schemas/scaffold.schema.yaml").read_text())
+    schema = yaml.safe_load((SCHEMAS / "scaffold.schema.yaml").read_text())
     assert schema["properties"]["bootstrap_interval"]["enum"] == list(st.INTERVALS)
 
 

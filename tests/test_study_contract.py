@@ -21,7 +21,7 @@ import pytest
 from snakemake.iocontainers import Wildcards  # a job's wildcards, as a script sees them
 
 from skillrepro.check import check_config, job_fingerprint
-from skillrepro.config import ConfigError, load_yaml, validate, validate_section
+from skillrepro.config import SCHEMAS, ConfigError, load_yaml, validate, validate_section
 from skillrepro.studies.contract import STUDIES, Study
 
 from test_layers import layer_of
@@ -57,7 +57,7 @@ def placeholder(value) -> bool:
 
 @pytest.mark.parametrize("study", STUDIES, ids=ids)
 def test_the_study_is_declared_whole(study: Study):
-    schema = ROOT / "schemas" / study.schema
+    schema = SCHEMAS / study.schema
     assert schema.is_file(), f"{study.name}: no schema {schema}"
     for section in study.sections:
         if study.schema != "config.schema.yaml":  # a section with its own schema file is named after it
@@ -326,7 +326,6 @@ def test_the_add_a_study_example_runs_as_written(tmp_path):
     blocks = re.findall(r"```\w+\n# (\S+)\n(.*?)```", section, re.DOTALL)
     copy_workflow(tmp_path)
     shutil.copytree(ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copytree(ROOT / "schemas", tmp_path / "schemas")
     shared = []
     for path, code in blocks:
         target = tmp_path / path

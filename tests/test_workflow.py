@@ -133,7 +133,7 @@ def copy_workflow(dest: Path) -> None:
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / part)
 
 
-# What schemas/config.schema.yaml requires beside llm and benchmarks: the rest of a config whose test runs
+# What src/skillrepro/schemas/config.schema.yaml requires beside llm and benchmarks: the rest of a config whose test runs
 # another study's target (a protocol of one rollout; methods, budgets and pricing at the schema's defaults)
 REQUIRED = {"methods": {"react": {"method": "react"}}, "budgets": {}, "pricing": {},
             "protocol": {"seeds": [0], "train_rollouts": 1, "sleep_every": 1, "eval_every": 1, "n_test": 1}}

@@ -9,7 +9,7 @@ from skillrepro.studies.scaffold.heldout import heldout_policies
 from skillrepro.studies.scaffold.settings import (BASELINE, DIRECT_POLICY, checkpoint_dir, instance_policy,
                                                   parse_instance)
 
-# The section checked against schemas/scaffold.schema.yaml and the rest of the config (a ConfigError naming the
+# The section checked against src/skillrepro/schemas/scaffold.schema.yaml and the rest of the config (a ConfigError naming the
 # key, before anything is scheduled); the jobs rebuild the same settings (skillrepro.pipeline.start_job).
 SCAFFOLD = study_settings("scaffold")
 SC_LLM = scaffold_cfg.llm_config(config)

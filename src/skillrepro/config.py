@@ -18,8 +18,8 @@ from typing import Any
 import jsonschema
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = ROOT / "schemas" / "config.schema.yaml"
+SCHEMAS = Path(__file__).resolve().parent / "schemas"  # package data: the config's and each study section's
+SCHEMA = SCHEMAS / "config.schema.yaml"
 # One episode's wall clock, in seconds: budgets.rollout_wall_s's default (the schema's, under test) and every
 # function's default for it. An int as the schema writes it; the functions take float(ROLLOUT_WALL_S).
 ROLLOUT_WALL_S = 1800
@@ -273,9 +273,9 @@ def _check_values(config: Any) -> None:
 
 
 def study_sections() -> tuple[str, ...]:
-    """The top-level keys that studies own: each has a schema of its own, schemas/<section>.schema.yaml, which
+    """The top-level keys that studies own: each has a schema of its own, src/skillrepro/schemas/<section>.schema.yaml, which
     validate_section checks it against (skillrepro.studies.contract names each study's)."""
-    return tuple(sorted(p.name.removesuffix(".schema.yaml") for p in (ROOT / "schemas").glob("*.schema.yaml")
+    return tuple(sorted(p.name.removesuffix(".schema.yaml") for p in SCHEMAS.glob("*.schema.yaml")
                         if p != SCHEMA))
 
 
@@ -288,7 +288,7 @@ def validate(config: dict[str, Any], *, check_files: bool = True, billing: bool 
     config = copy.deepcopy(config)
     schema = yaml.safe_load(SCHEMA.read_text())
     own = study_sections()  # checked against their own schemas when their studies' settings are built
-    schema["properties"].update({s: {"type": "object", "description": f"checked by schemas/{s}.schema.yaml"}
+    schema["properties"].update({s: {"type": "object", "description": f"checked by src/skillrepro/schemas/{s}.schema.yaml"}
                                  for s in own})
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
@@ -335,11 +335,11 @@ def validate(config: dict[str, Any], *, check_files: bool = True, billing: bool 
 
 
 def validate_section(config: dict[str, Any], section: str) -> dict[str, Any]:
-    """A study's config section (`{}` when absent) checked against its own schema, schemas/<section>.schema.yaml,
+    """A study's config section (`{}` when absent) checked against its own schema, src/skillrepro/schemas/<section>.schema.yaml,
     with the main schema's messages (the key named as `<section>.<key>`, a ConfigError); returned as a copy with
     the schema's defaults."""
     value = copy.deepcopy(config.get(section) or {})
-    path = ROOT / "schemas" / f"{section}.schema.yaml"
+    path = SCHEMAS / f"{section}.schema.yaml"
     schema = yaml.safe_load(path.read_text())
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
     if errors:

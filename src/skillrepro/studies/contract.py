@@ -27,7 +27,7 @@ from skillrepro.config import (BenchmarkConfig, InducerLimits, LLMConfig, Method
 class Study:
     name: str
     sections: tuple[str, ...]  # the config sections it owns
-    schema: str  # the schema file under schemas/ that checks them
+    schema: str  # the schema file under src/skillrepro/schemas/ that checks them
     builder: str  # "module:attribute", a function config -> typed settings (a ConfigError naming the key)
     # job kind -> what a job of that kind reads: config keys ("section" or "section.key"); the study's fingerprint
     # function says how (its docstring), and a key written "!section.key" is one the kind leaves out

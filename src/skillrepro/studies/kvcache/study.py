@@ -338,7 +338,7 @@ def is_placeholder(value) -> bool:
 
 @dataclass(frozen=True)
 class KVConfig:
-    """The `kvcache:` section (schemas/kvcache.schema.yaml), defaults filled in by the schema."""
+    """The `kvcache:` section (src/skillrepro/schemas/kvcache.schema.yaml), defaults filled in by the schema."""
 
     benchmark: str
     formats: tuple[str, ...]
@@ -484,7 +484,7 @@ def kvcache_job(config: dict, kv: KVConfig, keyed: dict, params: object) -> KVJo
 
 def kv_settings(config: dict) -> KVConfig:
     """The study's typed settings (its builder in skillrepro.studies.contract): the `kvcache` section checked
-    against schemas/kvcache.schema.yaml with its defaults filled in, then against the rest of the config (the
+    against src/skillrepro/schemas/kvcache.schema.yaml with its defaults filled in, then against the rest of the config (the
     benchmark it plays, its models' llm settings). Every problem is a ConfigError naming the key."""
     kv = KVConfig.from_config({**config, "kvcache": validate_section(config, "kvcache")})
     kv.bench(config)

@@ -1,4 +1,4 @@
-"""The `scaffold:` config section (checked by schemas/scaffold.schema.yaml) as typed settings: the study's sizes, the
+"""The `scaffold:` config section (checked by src/skillrepro/schemas/scaffold.schema.yaml) as typed settings: the study's sizes, the
 card format, the ablations, the GRPO training chains and table 5's training keys, the held-out evaluation. Every
 value the workflow cannot honour is refused here, before any work, with a ConfigError naming its key."""
 from __future__ import annotations
@@ -253,7 +253,7 @@ class ScaffoldConfig:
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "ScaffoldConfig":
-        """The `scaffold:` section of `config`, checked against schemas/scaffold.schema.yaml and then against the
+        """The `scaffold:` section of `config`, checked against src/skillrepro/schemas/scaffold.schema.yaml and then against the
         rest of the config; every problem is a ConfigError naming its key, raised before any work."""
         s = validate_section(config, "scaffold")
         card = s.pop("card", {}) or {}
