@@ -273,8 +273,8 @@ def _check_values(config: Any) -> None:
 
 
 def study_sections() -> tuple[str, ...]:
-    """The top-level keys that studies own: each has a schema of its own, src/skillrepro/schemas/<section>.schema.yaml, which
-    validate_section checks it against (skillrepro.studies.contract names each study's)."""
+    """The top-level keys that studies own: each has a schema of its own, schemas/<section>.schema.yaml in the
+    package, which validate_section checks it against (skillrepro.studies.contract names each study's)."""
     return tuple(sorted(p.name.removesuffix(".schema.yaml") for p in SCHEMAS.glob("*.schema.yaml")
                         if p != SCHEMA))
 
@@ -335,8 +335,8 @@ def validate(config: dict[str, Any], *, check_files: bool = True, billing: bool 
 
 
 def validate_section(config: dict[str, Any], section: str) -> dict[str, Any]:
-    """A study's config section (`{}` when absent) checked against its own schema, src/skillrepro/schemas/<section>.schema.yaml,
-    with the main schema's messages (the key named as `<section>.<key>`, a ConfigError); returned as a copy with
+    """A study's config section (`{}` when absent) checked against its own schema, schemas/<section>.schema.yaml in
+    the package, with the main schema's messages (the key named as `<section>.<key>`, a ConfigError); returned as a copy with
     the schema's defaults."""
     value = copy.deepcopy(config.get(section) or {})
     path = SCHEMAS / f"{section}.schema.yaml"
