@@ -67,10 +67,6 @@ def view_evaluations(table):
     return files
 
 
-def view_run_id(wildcards):
-    return f"{wildcards.bench}/{wildcards.variant}/seed{wildcards.seed}"
-
-
 def view_library_page(wildcards):
     return library_page(wildcards.bench, wildcards.variant, wildcards.seed)
 
