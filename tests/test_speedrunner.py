@@ -192,40 +192,6 @@ def test_missing_prompt_file_is_named(recorded):
         get_method("speedrunner").induce(ctx_for(recorded, inducer_prompt_file="nope.txt"), client=Fake(["x"]))
 
 
-def test_real_model_session_writes_a_valid_v1(recorded, llm_cfg, llm_url, tmp_path):
-    """SmolLM2-135M drives a short session: v1 holds a valid new function, v0 is unchanged."""
-    import shutil
-
-    run = tmp_path / "run"
-    shutil.copytree(recorded / "library", run / "library", ignore=shutil.ignore_patterns("v1"))
-    shutil.copytree(recorded / "batches", run / "batches")
-    v0_before = tree_hash(run / "library" / "v0")
-    ctx = ctx_for(run, llm=llm_cfg, budget=3)
-    lib = get_method("speedrunner").sleep(ctx)
-    lib.write(ctx.out_dir)
-    v1 = Library.load(ctx.out_dir)
-    assert tree_hash(run / "library" / "v0") == v0_before
-    for f in v1.functions:
-        compile(f.source, f.name, "exec")  # every function in v1 is syntactically valid
-    assert {"turn_around"} <= {f.name for f in v1.functions}
-    log = [json.loads(x) for x in (run / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
-    calls = pq.read_table(run / "induce" / "v1" / "llm_calls.parquet").to_pylist()
-    assert len(calls) == len(log) == 3 and all(c["completion_tokens"] > 0 for c in calls)
-    new = [f.name for f in v1.functions if f.name != "turn_around"]
-    print("model tools:", [t["tool"] for t in log], "accepted:", v1.meta["writes_accepted"], "new functions:", new)
-    for t in log:
-        print("---", t["tool"], "|", t["reply"][:300].replace("\n", "\\n"), "=>", t["observation"][:200].replace("\n", "\\n"))
-    # Either SmolLM2 saved a function on its own, or the last request was the nudge, pre-filled with the start of
-    # a write_function call, and its reply was read as that call (saved, or refused with the reason named). Whether
-    # a 135M model's code then passes the checks is a draw: over seeds 1-6 at this commit, 3 of 6 sessions saved a
-    # function; a test that needs the draw to go one way breaks on every prompt change.
-    if new:
-        assert v1.meta["writes_accepted"] >= 1
-    else:
-        assert log[-1]["prefill"].startswith("Action: write_function") and log[-1]["tool"] == "write_function"
-        assert log[-1]["observation"].startswith("Error:")  # every refusal names its reason after this
-
-
 def test_last_request_is_prefilled_when_nothing_was_saved(recorded):
     # The server answers a trailing assistant message with its continuation only (the name's leading space
     # included: the prefill ends at "def", not "def ", so that the model is not asked to start a word mid-token).
