@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 import uuid
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from skillrepro.agent import EpisodeSpec
-from skillrepro.config import BenchmarkConfig, InducerLimits, LLMConfig, MethodConfig
+from skillrepro.config import BenchmarkConfig, ConfigError, InducerLimits, LLMConfig, MethodConfig
 from skillrepro.methods import InduceContext, get_method
 from skillrepro.methods.speedrunner import LAST_CHANCE_PREFILL, parse_action
 from skillrepro.llm.client import Reply
@@ -190,6 +191,40 @@ def test_missing_prompt_file_is_named(recorded):
 
     with pytest.raises(ConfigError, match="config key methods.sr.options: inducer_prompt_file: nope.txt does not exist"):
         get_method("speedrunner").induce(ctx_for(recorded, inducer_prompt_file="nope.txt"), client=Fake(["x"]))
+
+
+EXAMPLE_FILE = Path(__file__).resolve().parents[1] / "src/skillrepro/resources/examples/babyai_approach.py"
+
+
+def test_an_example_file_replaces_the_protocols_example_function(recorded):
+    fake = Fake(["Action: finish()"])
+    get_method("speedrunner").induce(ctx_for(recorded, budget=1, example_file=str(EXAMPLE_FILE)), client=fake)
+    system = fake.seen[0][0]["content"]
+    assert "Action: write_function(public=True)\n```python\ndef approach(name, max_steps=20):" in system
+    assert "def turn_left_until(" not in system and "Action: execute_code\n```python\nshow(" in system
+    with pytest.raises(ConfigError, match="config key methods.sr.options: example_file: nope.py does not exist"):
+        get_method("speedrunner").parse_options({"example_file": "nope.py"}, "sr")
+
+
+def test_the_shipped_babyai_example_reaches_the_missions_objects():
+    """The example file's `approach` is a working routine: approach the object to pick up, pick it up, approach
+    the other solves most training tasks (the inducer is shown something that works, not a sketch)."""
+    tasks = load_benchmark(BENCH).sample_tasks("train", 20, 7)
+    solved = 0
+    for task in tasks:
+        env = load_benchmark(BENCH).make(task)
+        mission = env.reset().splitlines()[0]
+        space = {p.name: (lambda name=p.name: env.step(name).observation) for p in load_benchmark(BENCH).primitives()}
+        exec(EXAMPLE_FILE.read_text(), space)
+        first, second = re.findall(r"(?:pick up|go to) (?:the|a|an) (\w+ \w+)", mission)
+        if mission.startswith("Mission: go to"):
+            first, second = second, first  # "go to Y after you pick up X"
+        space["approach"](first)
+        space["pick_up"]()
+        space["approach"](second)
+        solved += env.success()
+        env.release()
+    assert solved >= 12, f"{solved} of {len(tasks)}"
 
 
 def test_last_request_is_prefilled_when_nothing_was_saved(recorded):

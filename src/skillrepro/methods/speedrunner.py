@@ -20,7 +20,9 @@ function public), interpreter false (no execute_code; the recent trajectories ar
 
 The notebook defines the working library's functions (after every write), with each primitive raising
 there, so a cell can try a function's parsing on recorded observations. `inducer.example_steps` (a
-deviation, 0 in the paper) puts one recorded episode's first steps in the first message.
+deviation, 0 in the paper) puts one recorded episode's first steps in the first message. The protocol shows
+a worked function (a deviation too: the paper's protocol shows none); the `example_file` option replaces the
+built-in one, a loop over one primitive, with the functions of a file (src/skillrepro/resources/examples/).
 
 Records: the session's LLM calls go to <run>/induce/v{k+1}/llm_calls.parquet (role "inducer") and every
 tool call, its input and its output to transcript.jsonl beside it.
@@ -87,10 +89,25 @@ class Options:
     interpreter: bool = True  # false: no execute_code; recent trajectories go into the context instead
     inducer_prompt_file: str | None = None  # replaces the prompt file
     replay_check: bool = False  # deviation: run new functions on a past training task (not online)
+    # deviation: the functions of this Python file are the protocol's worked example of a skill, in place of
+    # the built-in loop over one primitive (null)
+    example_file: str | None = None
 
     def check(self) -> None:
         if self.inducer_prompt_file and not Path(self.inducer_prompt_file).is_file():
             raise ValueError(f"inducer_prompt_file: {self.inducer_prompt_file} does not exist")
+        if self.example_file:
+            example_source(self.example_file)
+
+
+def example_source(path: str) -> str:
+    """The functions of an `example_file`, as the protocol shows them (a ValueError names what is wrong)."""
+    if not Path(path).is_file():
+        raise ValueError(f"example_file: {path} does not exist")
+    functions = parse_functions(Path(path).read_text())
+    if not functions:
+        raise ValueError(f"example_file: {path} defines no function")
+    return Library(0, tuple(functions)).source.strip()
 
 
 @dataclass
@@ -270,16 +287,20 @@ def _notebook_library(sess: Session) -> str:
 
 
 # ------------------------------------------------------------------------------------------ tools
-def _examples(interpreter: bool, primitives, as_json: bool) -> str:
+def _examples(interpreter: bool, primitives, as_json: bool, function: str = "") -> str:
     """The protocol's worked examples. With the interpreter, a query and then a function: shown only the
     query, the 1.5B inducer wrote skills that act through the notebook (db.execute_query("pick_up()")). The
     query selects episode_id: shown task_id alone, it looked up steps by a task id (`episode_id = 116739`).
-    The function loops over the text an argument-less primitive returns, the shape the prompt asks for; it
-    is built from this benchmark's primitives, so it names no action the environment lacks."""
+    The function is `function` (option example_file) where given; else a loop over the text an argument-less
+    primitive returns, the shape the prompt asks for, built from this benchmark's primitives so that it names
+    no action the environment lacks."""
     shown = [("I want to see how often the agent succeeded.", "execute_code",
               'show("SELECT episode_id, task_id, success, n_steps FROM episodes")')] if interpreter else []
     p = next((p for p in primitives if p.signature.startswith(f"{p.name}()") and p.returns == "str"), None)
-    if p is not None:
+    if function:
+        shown.append(("A function can read where things are in the text the primitives return and act on it.",
+                      "write_function(public=True)", function))
+    elif p is not None:
         shown.append(("A function can repeat an action until what it returns says the sub-goal is reached.",
                       "write_function(public=True)",
                       f'def {p.name}_until(text, max_steps=4):\n    """Call {p.name}() until the text it returns '
@@ -480,7 +501,8 @@ def induce(ctx: InduceContext, client) -> Library:
     native, constrained = ctx.llm.tool_calling == "native", ctx.llm.tool_calling == "constrained"
     protocol = (PROMPTS / f"inducer_tools_{'json' if constrained else 'text'}.txt").read_text().format(
         tool_list="\n".join(f"- {TOOL_DOCS[t]}" for t in tools),
-        examples=_examples(interpreter, bench.primitives(), constrained))
+        examples=_examples(interpreter, bench.primitives(), constrained,
+                           example_source(opts.example_file) if opts.example_file else ""))
     system = prompt_file.read_text().format(
         environment=bench.describe(),
         primitives="\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives()),
