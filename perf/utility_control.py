@@ -2,7 +2,7 @@
 how BabyAI's missions are solved against an irrelevant card of about the same length and against no card.
 
     python perf/utility_control.py [--model smollm2-135m] [--queries 8] [--scouts 3] [--call-budget 6] \
-        [--variant grp] [--interval expanded] [--threads 1]
+        [--variant grp] [--interval expanded] [--threads 1] [--expert]
     python perf/utility_control.py --run results/scaffold/babyai --call-budget N   # the Scouts of a scaffold run
 
 The Scouts are played here (skill-free, the pipeline's `play`, one sampling seed per Scout index as the Scout rule
@@ -11,6 +11,11 @@ library/v0; --call-budget and --model must then be the run's, or the rebuilt ski
 recorded one and scoring refuses). Each Scout is then scored under three contexts with the pipeline's
 `score_contexts` (the CPU teacher-forced scorer on --model), and the utilities and the gate are the pipeline's
 (`utilities_for_query`, `selection_for_query`, threshold 0), both cards being each query's candidates.
+
+--expert adds to each query a Scout whose replies are BabyAI's own bot's moves (`control.play_expert_scouts`): planted
+successes, since the shipped models' own Scouts seldom succeed and on failures alone the utility rewards any card
+that makes the failed replies less likely. The queries are then the first --queries training tasks the bot solves
+within --call-budget moves.
 
 The cards are files a user can replace (--solution, --irrelevant; default perf/data/utility_control/): the
 solution card states, in prose, what the reference library (src/skillrepro/resources/reference/babyai/) does; the
@@ -29,8 +34,8 @@ from pathlib import Path
 from skillrepro.config import BenchmarkConfig, LLMConfig
 from skillrepro.llm import servers
 from skillrepro.studies.scaffold.cards import paper_card
-from skillrepro.studies.scaffold.control import (IRRELEVANT, SOLUTION, control_rows, format_table, load_card,
-                                                 summarize)
+from skillrepro.studies.scaffold.control import (IRRELEVANT, SOLUTION, bot_moves, control_rows, format_table,
+                                                 load_card, play_expert_scouts, summarize)
 from skillrepro.studies.scaffold.records import load_trajectories
 from skillrepro.studies.scaffold.scoring import load_scorer
 from skillrepro.studies.scaffold.settings import ScaffoldConfig
@@ -39,15 +44,17 @@ DATA = Path(__file__).resolve().parent / "data" / "utility_control"
 
 
 def play_scouts(bench: BenchmarkConfig, llm: LLMConfig, n_queries: int, n_scouts: int, task_seed: int,
-                workdir: Path) -> tuple[list[Path], Path]:
-    """Scout i of every query, as the scaffold_scout rule plays it: skill-free, on an empty library."""
-    from skillrepro.benchmarks import load_benchmark
+                workdir: Path, expert: bool = False) -> tuple[list[Path], Path]:
+    """Scout i of every query, as the scaffold_scout rule plays it: skill-free, on an empty library; then
+    with `expert`, one expert Scout per query (the tasks: the first the bot solves within the call budget)."""
+    from skillrepro.benchmarks import call_budget, load_benchmark
     from skillrepro.skills import Library
     from skillrepro.studies.scaffold.rollouts import episode_variant, phase_seed, play
 
     library = workdir / "library" / "v0"
     Library(version=0, meta={"method": "skillscaffold"}).write(library)
-    tasks = load_benchmark(bench).sample_tasks("train", n_queries, task_seed)
+    pool = load_benchmark(bench).sample_tasks("train", 200 if expert else n_queries, task_seed)
+    tasks = [t for t in pool if not expert or bot_moves(t, call_budget(bench))][:n_queries]
     plan = [(t, "", episode_variant("", "scout")) for t in tasks]
     dirs = []
     for i in range(n_scouts):
@@ -55,6 +62,8 @@ def play_scouts(bench: BenchmarkConfig, llm: LLMConfig, n_queries: int, n_scouts
         play(bench=bench, llm=phase_seed(llm, "scout", i), library_dir=library, plan=plan,
              run_id="utility_control", cycle=0, out_dir=out)
         dirs.append(out)
+    if expert:
+        dirs.append(play_expert_scouts(bench, llm, library, tasks, workdir / "scouts" / "expert"))
     return dirs, library
 
 
@@ -73,6 +82,7 @@ def main() -> None:
     ap.add_argument("--variant", default="grp", choices=["grp", "anc"])
     ap.add_argument("--interval", default="expanded", choices=["expanded", "percentile", "t"])
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--expert", action="store_true", help="one Scout per query playing BabyAI's bot: a planted success")
     ap.add_argument("--workdir", default="/tmp/skillrepro_utility_control")
     a = ap.parse_args()
 
@@ -92,7 +102,7 @@ def main() -> None:
         server = None if url else servers.start(llm, workdir=workdir)
         try:
             llm_play = replace(llm, base_url=url or server.url)
-            scout_dirs, library = play_scouts(bench, llm_play, a.queries, a.scouts, a.task_seed, workdir)
+            scout_dirs, library = play_scouts(bench, llm_play, a.queries, a.scouts, a.task_seed, workdir, a.expert)
         finally:
             if server:
                 server.stop()
@@ -106,7 +116,8 @@ def main() -> None:
     scored = time.perf_counter() - started - played
     s = summarize(rows, a.interval)
     n_success = sum(t.success for t in scouts)
-    print(f"model {a.model}; {len(scouts)} Scouts ({n_success} successful) on {len(rows)} BabyAI queries; "
+    n_expert = len(rows) if a.expert else 0
+    print(f"model {a.model}; {len(scouts)} Scouts ({n_success} successful, {n_expert} of them the bot's) on {len(rows)} BabyAI queries; "
           f"call budget {a.call_budget}; utility {a.variant}; scorer {scorer.name}")
     print(f"cards: solution {len(solution.card)} characters, {len(tok(solution.card)['input_ids'])} tokens; "
           f"irrelevant {len(irrelevant.card)} characters, {len(tok(irrelevant.card)['input_ids'])} tokens")

@@ -1,19 +1,93 @@
 """A positive control for the utility (seed 002, equations 7-10) on real Scouts: a card that states the task's
 solution, an irrelevant card of about the same length and no card, each scored on the same Scouts by the pipeline's
 own code (`score_contexts`, `utilities_for_query`, `selection_for_query`). Used by perf/utility_control.py and its
-small version in tests/test_scaffold_control.py."""
+small version in tests/test_scaffold_control.py.
+
+The shipped models' Scouts seldom succeed, and on failures alone the utility rewards any card that makes the failed
+replies less likely. `play_expert_scouts` plants the successes: Scouts whose replies are BabyAI's own bot's moves,
+played through the runner as any Scout is (same prompts, same records), so the scorer reads them as it would a
+successful Scout of the model.
+"""
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from skillrepro.agent import EpisodeSpec
+from skillrepro.benchmarks import call_budget
+from skillrepro.benchmarks.babyai import _ACTIONS, BabyAIEnv
+from skillrepro.llm.client import Reply
+from skillrepro.runner import run_batch
+from skillrepro.store import LLMCall
 from skillrepro.studies.scaffold.cards import CardFormat, check_card
 from skillrepro.studies.scaffold.records import CandidateRecord, Trajectory
 from skillrepro.studies.scaffold.scoring import score_contexts
 from skillrepro.studies.scaffold.selection import selection_for_query, utilities_for_query
 from skillrepro.studies.scaffold.statistics import interval_label, mean_interval
+
+EXPERT = "babyai-bot"  # the model name of an expert Scout's calls
+
+
+def bot_moves(task_id: str, limit: int) -> list[str] | None:
+    """BabyAI's own bot (minigrid's BabyAIBot) solving `task_id`: its primitive moves, or None when it needs more
+    than `limit` (an expert Scout must finish within the Scouts' call budget)."""
+    from minigrid.utils.baby_ai_bot import BabyAIBot
+
+    env = BabyAIEnv(task_id)
+    env.reset()
+    bot, names, moves = BabyAIBot(env._env.unwrapped), {v: k for k, v in _ACTIONS.items()}, []
+    while not env.success() and len(moves) < limit:
+        moves.append(names[int(bot.replan())])
+        env.step(moves[-1])
+    return moves if env.success() else None
+
+
+class ExpertClient:
+    """Answers each actor request of a task's episode with the bot's next move in the text protocol
+    ("Action: go_forward()"), recording the call as the LLM client does. `moves`: the first observation of each
+    task (as `BabyAIEnv.reset` gives it) -> its moves."""
+
+    def __init__(self, moves: dict[str, list[str]]):
+        self.moves = moves
+
+    def chat(self, messages, *, role, session_id, tools=None, max_tokens=None, stop=None, seed=0, extra_body=None):
+        first = next(m["content"] for m in messages if m["role"] == "user")
+        plan = next(v for k, v in self.moves.items() if k in first)
+        step = sum(m["role"] == "assistant" for m in messages)
+        text = f"Action: {plan[min(step, len(plan) - 1)]}()"
+        prompt = json.dumps({"messages": messages, "tools": tools or [], **(extra_body or {})}, ensure_ascii=False)
+        record = LLMCall(uuid.uuid4().hex, session_id, role, EXPERT, "expert", 0, None, 0, 0, 0.0, 0, "stop",
+                         hashlib.sha256(prompt.encode()).hexdigest(), prompt,
+                         json.dumps({"content": text, "tool_calls": []}), time.time(), usage_missing=True)
+        return Reply(text, [], "stop", record)
+
+
+def play_expert_scouts(bench: Any, llm: Any, library_dir: str | Path, tasks: Sequence[str], out_dir: str | Path,
+                       run_id: str = "utility_control") -> Path:
+    """One successful Scout per task (each must be in reach of the bot within the call budget), in `out_dir` as a
+    Scout folder of the scaffold_scout rule. `llm`: the Scouts' settings (its tool_calling must be text)."""
+    if llm.tool_calling != "text":
+        raise ValueError("expert Scouts reply in the text protocol: llm.tool_calling must be text")
+    moves = {}
+    for t in tasks:
+        plan = bot_moves(t, call_budget(bench))
+        if plan is None:
+            raise ValueError(f"task {t}: the bot needs more than the call budget of {call_budget(bench)} moves")
+        moves[BabyAIEnv(t).reset()] = plan
+    spec = EpisodeSpec(run_id, bench.name, "skillscaffold", "scout", llm.seed, "train", 0, 0)
+    outcome = run_batch(bench=bench, llm=llm, library_dir=library_dir, task_ids=list(tasks), spec=spec,
+                        out_dir=out_dir, client=ExpertClient(moves))
+    failed = [e.task_id for e in outcome.episodes if not e.success]
+    if failed:
+        raise RuntimeError(f"expert Scouts failed on {failed}: the bot's moves did not replay")
+    return Path(out_dir)
+
 
 # Candidate indices as scores.parquet numbers them (-1 is no card).
 SOLUTION, IRRELEVANT, NONE = 0, 1, -1
