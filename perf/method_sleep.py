@@ -22,7 +22,7 @@ from skillrepro.agent import EpisodeSpec
 from skillrepro.config import BenchmarkConfig, MethodConfig, llm_config, load_yaml
 from skillrepro.llm import servers
 from skillrepro.llm.client import LLMClient
-from skillrepro.methods import InduceContext, get_method
+from skillrepro.methods import InduceContext, bind, get_method
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library
 from skillrepro.benchmarks import load_benchmark
@@ -60,7 +60,7 @@ def play(bench, method, run: Path, k: int, tasks: list[str], library: int | None
     spec = EpisodeSpec(f"{bench.name}/{method.variant}/seed0", bench.name, method.method, method.variant, 0, "train", k, k)
     out = run / "train" / f"batch{k}"
     run_batch(bench=bench, llm=llm, library_dir=run / "library" / f"v{k if library is None else library}", task_ids=tasks, spec=spec, out_dir=out,
-              method=method, history_dirs=tuple(run / "train" / f"batch{i}" for i in range(k)), client=client)
+              method=bind(method), history_dirs=tuple(run / "train" / f"batch{i}" for i in range(k)), client=client)
     return out
 
 

@@ -123,9 +123,10 @@ def _gpus_of(units):
 
 @functools.cache
 def _one_at_a_time(bench, variant, split):
+    from skillrepro.methods import bind
     from skillrepro.runner import plays_one_at_a_time
 
-    return plays_one_at_a_time(load_benchmark(BENCHMARKS[bench]), METHODS[variant], split)
+    return plays_one_at_a_time(load_benchmark(BENCHMARKS[bench]), bind(METHODS[variant]), split)
 
 
 # A snakemake killed with -9 leaves its locks behind; release them so the plain rerun works (see pipeline).

@@ -22,7 +22,7 @@ from skillrepro.benchmarks import base
 from skillrepro.benchmarks import ContractError, StepResult, check_benchmark, load_benchmark, names
 from skillrepro.check import check_config
 from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig
-from skillrepro.methods import InduceContext, registry
+from skillrepro.methods import InduceContext, bind, registry
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library
 from scripted import ScriptedClient, methods_config
@@ -98,7 +98,7 @@ def test_every_method_runs_one_cycle_and_returns_a_library_that_loads(name, tmp_
     cfg = MethodConfig(name, name, {})
     tasks = load_benchmark(bench).sample_tasks("train", 1, 0)
     out = run_batch(bench=bench, llm=LLMConfig(), library_dir=lib_root / "v0", task_ids=tasks, spec=spec,
-                    out_dir=batch, method=cfg, client=client, wall_s=120)
+                    out_dir=batch, method=bind(cfg), client=client, wall_s=120)
     assert len(out.episodes) == 1
     ctx = InduceContext(library=Library.load(lib_root / "v0"), cycle=0, history_dirs=(batch,), library_root=lib_root,
                         out_dir=lib_root / "v1", record_dir=tmp_path / "induce" / "v1", run_id=spec.run_id,

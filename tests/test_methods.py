@@ -18,7 +18,7 @@ from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodCon
 from skillrepro.check import check_config
 from skillrepro.benchmarks.babyai import _ACTIONS, BabyAIEnv
 from skillrepro.llm.client import Reply
-from skillrepro.methods import InduceContext, TaskContext, get_method, registry
+from skillrepro.methods import InduceContext, TaskContext, get_method, registry, bind
 from skillrepro.methods.common import Frame, Trace
 from skillrepro.methods.voyager import FALLBACK_GOAL, parse_goals, progress, retrieve
 from skillrepro.runner import run_batch
@@ -151,7 +151,7 @@ def test_opo_rewrites_the_notes_and_the_actor_reads_them(run, tmp_path):
     actor = RoleFake(actor=["Action: turn_left()"])
     run_batch(bench=BenchmarkConfig("babyai", "babyai", llm_call_budget=1), llm=LLMConfig(), library_dir=tmp_path / "v1",
               task_ids=run["tasks"][:1], spec=EpisodeSpec("r", "babyai", "opo", "opo", 0, "test", 1, 1),
-              out_dir=tmp_path / "eval", method=MethodConfig("opo", "opo"), client=actor)
+              out_dir=tmp_path / "eval", method=bind(MethodConfig("opo", "opo")), client=actor)
     assert "Read the mission twice; face the object, then pick_up." in actor.seen[0][2][0]["content"]
 
 

@@ -18,7 +18,7 @@ from skillrepro.agent import EpisodeSpec
 from skillrepro.check import check_config
 from skillrepro.config import MethodConfig, llm_config, load_yaml
 from skillrepro.llm import LLMClient
-from skillrepro.methods import get_method
+from skillrepro.methods import get_method, bind
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
 from test_methods import run  # noqa: F401  (the recorded BabyAI batch, a module fixture)
@@ -98,7 +98,7 @@ def one_cycle(tmp: Path, babyai_run: dict, llm) -> dict[str, Library]:
     tasks = tm.load_benchmark(tm.CRAFTER).sample_tasks("train", 1, 42)
     run_batch(bench=replace(tm.CRAFTER, llm_call_budget=2), llm=llm, library_dir=root / "library" / "v0",
               task_ids=tasks, spec=EpisodeSpec("crafter/voyager/seed0", "crafter", "voyager", "voyager", 0, "train", 0, 0),
-              out_dir=root / "train" / "batch0", method=MethodConfig("voyager", "voyager", {"retrieval": "tfidf"}),
+              out_dir=root / "train" / "batch0", method=bind(MethodConfig("voyager", "voyager", {"retrieval": "tfidf"})),
               client=client)
     libraries = {}
     for variant, method, where, bench in (("voyager", "voyager", root, tm.CRAFTER), ("opo", "opo", None, tm.BABYAI),

@@ -14,7 +14,7 @@ from skillrepro.benchmarks import get_benchmark
 from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig
 from skillrepro.check import check_config
 from skillrepro.llm.client import Reply
-from skillrepro.methods import InduceContext, get_method
+from skillrepro.methods import InduceContext, get_method, bind
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library
 from skillrepro.skills.sandbox import SandboxSession
@@ -129,7 +129,7 @@ def test_an_episode_with_the_reference_library_succeeds_through_the_actors_tool_
     task = get_benchmark("babyai").sample_tasks("test", 1, 42)
     run_batch(bench=BABYAI, llm=LLMConfig(), library_dir=tmp_path / "v0", task_ids=task,
               spec=EpisodeSpec("babyai/ref/seed0", "babyai", "reference", "ref", 0, "test", 0, 0),
-              out_dir=tmp_path / "eval", method=MethodConfig("ref", "reference"), client=actor)
+              out_dir=tmp_path / "eval", method=bind(MethodConfig("ref", "reference")), client=actor)
     episodes = pq.read_table(tmp_path / "eval" / "episodes.parquet").to_pylist()
     calls = pq.read_table(tmp_path / "eval" / "skill_calls.parquet").to_pylist()
     assert [e["success"] for e in episodes] == [True] and episodes[0]["n_llm_calls"] == 1
@@ -164,7 +164,7 @@ def play_reference(tmp_path, bench: BenchmarkConfig, task_ids: list[str], action
     shipped(bench).write(tmp_path / "v0")
     run_batch(bench=bench, llm=LLMConfig(), library_dir=tmp_path / "v0", task_ids=task_ids,
               spec=EpisodeSpec(f"{bench.name}/ref/seed0", bench.name, "reference", "ref", 0, "test", 0, 0),
-              out_dir=tmp_path / "eval", method=MethodConfig("ref", "reference"), client=ScriptedCall(action))
+              out_dir=tmp_path / "eval", method=bind(MethodConfig("ref", "reference")), client=ScriptedCall(action))
     return (pq.read_table(tmp_path / "eval" / "episodes.parquet").to_pylist(),
             pq.read_table(tmp_path / "eval" / "skill_calls.parquet").to_pylist())
 

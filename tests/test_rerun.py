@@ -190,4 +190,4 @@ def test_a_job_refuses_a_run_folder_made_under_other_settings(tmp_path):
         run_settings(job, library / "v1")
     job.params.settings = "made-before"
     run = run_settings(job, library / "v1")
-    assert (run.bench.options, run.method.method, run.llm.seed) == ({"zombie_frequency": 1.0}, "speedrunner", 2000)
+    assert (run.bench.options, run.method.config.method, run.llm.seed) == ({"zombie_frequency": 1.0}, "speedrunner", 2000)

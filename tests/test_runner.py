@@ -12,8 +12,7 @@ from scripted import ScriptedClient
 from skillrepro.agent import EpisodeSpec
 from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.llm.client import Reply
-from skillrepro import runner
-from skillrepro.methods import Method, NoOptions, TaskChoice
+from skillrepro.methods import Method, NoOptions, TaskChoice, Variant
 from skillrepro.methods.react import induce as react_induce
 from skillrepro.runner import forget_finished, resume_dir, run_batch
 from skillrepro.skills import Library
@@ -137,15 +136,16 @@ def test_a_failed_episode_stops_the_batch_and_keeps_the_finished_ones(batch):
     assert len(resumed.requests) == 3 * (4 - len(finished))
 
 
-def test_a_curriculum_plays_its_batch_one_episode_at_a_time(batch, monkeypatch):
+def test_a_curriculum_plays_its_batch_one_episode_at_a_time(batch):
     seen = []
 
     def next_task(ctx):
         seen.append(len(ctx.history_dirs))  # every earlier episode of the batch is visible to the next choice
         return TaskChoice(ctx.planned[ctx.index])
 
-    monkeypatch.setattr(runner, "get_method", lambda name: Method(name, NoOptions, react_induce, next_task=next_task))
+    method = Variant(MethodConfig("cur", "test-curriculum"), Method("test-curriculum", NoOptions, react_induce,
+                                                                   next_task=next_task), NoOptions())
     client = ByRequest(delay_s=0.01)
-    run_batch(client=client, method=MethodConfig("cur", "test-curriculum"),
+    run_batch(client=client, method=method,
               **{**batch, "llm": LLMConfig(episodes_in_flight=4)})
     assert seen == [0, 1, 2, 3] and client.peak == 1

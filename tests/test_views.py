@@ -27,7 +27,7 @@ from skillrepro.agent import EpisodeSpec
 from skillrepro.benchmarks import get_benchmark
 from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.llm.client import Reply
-from skillrepro.methods import get_method
+from skillrepro.methods import get_method, bind
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
 from skillrepro.store import LLMCall
@@ -61,7 +61,7 @@ def scripted_run(tmp_path_factory) -> views.RunRecords:
     tasks = get_benchmark("babyai").sample_tasks("test", 2, 42)
     run_batch(bench=BABYAI, llm=LLMConfig(), library_dir=root / "library/v0", task_ids=tasks,
               spec=EpisodeSpec("babyai/reference/seed0", "babyai", "reference", "reference", 0, "test", 0, 0),
-              out_dir=root / "eval/v0", method=MethodConfig("reference", "reference"), client=WrongThenSkill())
+              out_dir=root / "eval/v0", method=bind(MethodConfig("reference", "reference")), client=WrongThenSkill())
     return views.RunRecords("babyai/reference/seed0", (root / "library/v0", root / "library/v1"), (root / "eval/v0",))
 
 

@@ -11,7 +11,7 @@ from skillrepro.agent import EpisodeSpec
 from skillrepro.benchmarks import load_benchmark
 from skillrepro.benchmarks.crafter import CrafterEnv
 from skillrepro.config import LLMConfig, MethodConfig
-from skillrepro.methods import get_method
+from skillrepro.methods import get_method, bind
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
 
@@ -47,7 +47,7 @@ def episode(tmp_path_factory):
     try:
         run_batch(bench=bench, llm=LLMConfig(), library_dir=root / "library" / "v0", task_ids=task,
                   spec=EpisodeSpec("crafter/voyager/seed0", "crafter", "voyager", "voyager", 0, "train", 0, 0),
-                  out_dir=root / "train" / "batch0", method=MethodConfig("voyager", "voyager", {"retrieval": "tfidf"}),
+                  out_dir=root / "train" / "batch0", method=bind(MethodConfig("voyager", "voyager", {"retrieval": "tfidf"})),
                   client=fake)
     finally:
         mp.undo()

@@ -14,7 +14,8 @@ from typing import Any, Iterable
 from skillrepro import check
 from skillrepro import config as cfg
 from skillrepro.agent import Prompts
-from skillrepro.config import BenchmarkConfig, LLMConfig, MethodConfig
+from skillrepro.config import BenchmarkConfig, LLMConfig
+from skillrepro.methods import Variant, bind
 from skillrepro.progress import JOB, PROGRESS_LOGGER
 from skillrepro.skills.sandbox import SandboxPolicy, probe
 from skillrepro.studies import contract
@@ -108,7 +109,7 @@ def seeded(llm: LLMConfig, seed: int) -> LLMConfig:
 @dataclass(frozen=True)
 class RunSettings:
     bench: BenchmarkConfig
-    method: MethodConfig
+    method: Variant  # the run's variant bound to its method
     llm: LLMConfig  # with the run's sampling seed
     sandbox: SandboxPolicy  # config key sandbox.require: every sandbox the job starts must have these layers
     prompts: Prompts  # the actor's (config section actor)
@@ -130,7 +131,7 @@ def run_settings(snakemake: Any, library_dir: Path) -> RunSettings:
         )
     policy = SandboxPolicy(cfg.sandbox_require(c))
     probe(policy)  # logs this machine's layers; a required one that is missing fails the job before any work
-    return RunSettings(cfg.benchmark(c, w.bench), cfg.method(c, w.variant), seeded(cfg.llm_config(c), w.seed), policy,
+    return RunSettings(cfg.benchmark(c, w.bench), bind(cfg.method(c, w.variant)), seeded(cfg.llm_config(c), w.seed), policy,
                        Prompts.configured(cfg.actor_config(c)))
 
 

@@ -38,7 +38,7 @@ from skillrepro import skills
 from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, Prompts, primitive_tools, skill_tools
 from skillrepro.config import OPERATIONAL_LLM_KEYS, ROLLOUT_WALL_S, BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.llm.client import LLMClient, session
-from skillrepro.methods import TaskContext, default_next_task, get_method
+from skillrepro.methods import TaskContext, Variant, default_next_task
 from skillrepro.progress import Progress
 from skillrepro.skills.sandbox import SandboxPolicy, tag_skill_calls
 from skillrepro.store import Episode, LLMCall, SkillCall, Step, read_records, write_records
@@ -71,7 +71,7 @@ def run_batch(
     wall_s: float = float(ROLLOUT_WALL_S),
     prompts: Prompts | None = None,
     notes: str | None = None,
-    method: MethodConfig | None = None,
+    method: Variant | None = None,
     history_dirs: tuple[Path, ...] = (),
     client: LLMClient | None = None,
     logger: logging.Logger | None = None,
@@ -80,7 +80,7 @@ def run_batch(
 ) -> BatchOutcome:
     """Play `task_ids` and write episodes/steps/llm_calls/skill_calls.parquet into `out_dir`.
 
-    `method` decides what the actor is shown of the library (its notes and visible skills) and, for
+    `method` (a config variant bound to its method: skillrepro.methods.bind) decides what the actor is shown of the library (its notes and visible skills) and, for
     training batches, which task comes next (a curriculum; by default `task_ids` in order). `notes`
     overrides the notes (SkillScaffold injects a skill card this way). `progress`: the job's count when it plays
     several batches (SkillScaffold plays one batch per card), updated here and closed by the caller; None: the
@@ -89,10 +89,10 @@ def run_batch(
     log = logger or logging.getLogger("skillrepro.runner")
     out_dir = Path(out_dir)
     prompts = prompts or Prompts()
-    impl, options = _method(method)
+    impl, options = (method.impl, method.options) if method else (None, None)
     curriculum = _curriculum(impl, spec.split)
     key = batch_key(bench=bench, llm=llm, library_dir=library_dir, task_ids=task_ids, spec=spec, wall_s=wall_s,
-                    prompts=prompts, notes=notes, method=method, history_dirs=history_dirs if curriculum else ())
+                    prompts=prompts, notes=notes, method=method.config if method else None, history_dirs=history_dirs if curriculum else ())
     partial = _open_resume_dir(resume_dir(out_dir), key, log)
     if (partial / "done.episodes.parquet").exists():
         log.info("batch already merged before an interruption: its %d episodes are kept", len(task_ids))
@@ -165,10 +165,10 @@ def run_batch(
         return BatchOutcome(_link_outputs(partial, out_dir), out_dir)
 
 
-def plays_one_at_a_time(benchmark: Any, method: MethodConfig | None, split: str) -> bool:
+def plays_one_at_a_time(benchmark: Any, method: Variant | None, split: str) -> bool:
     """True when a batch's episodes cannot be in flight together: a curriculum's training batch (each choice
     sees the episodes before it) or a benchmark whose envs share one simulator per process."""
-    return _curriculum(_method(method)[0], split) or benchmark.one_episode_per_process
+    return _curriculum(method.impl if method else None, split) or benchmark.one_episode_per_process
 
 
 def batch_key(*, bench: BenchmarkConfig, llm: LLMConfig, library_dir: str | Path, task_ids: list[str],
@@ -302,12 +302,5 @@ class _Locked:
 
 def _curriculum(impl: Any, split: str) -> bool:
     return impl is not None and split == "train" and impl.next_task is not default_next_task
-
-
-def _method(method: MethodConfig | None) -> tuple[Any, Any]:
-    if method is None:
-        return None, None
-    impl = get_method(method.method)
-    return impl, impl.parse_options(method.options, method.variant)
 
 

@@ -174,6 +174,22 @@ def get_method(name: str) -> Method:
     return methods[name]
 
 
+@dataclass(frozen=True)
+class Variant:
+    """A config variant bound to its method: what a job hands the runner, so that playing a batch looks
+    nothing up by name."""
+
+    config: MethodConfig
+    impl: Method
+    options: Any  # the method's options dataclass, parsed from config.options
+
+
+def bind(config: MethodConfig) -> Variant:
+    """`config` bound to its registered method, its options parsed (a ConfigError names a bad one)."""
+    impl = get_method(config.method)
+    return Variant(config, impl, impl.parse_options(config.options, config.variant))
+
+
 def check_benchmarks(variant: str, method: str, options: dict[str, Any], envs: dict[str, str]) -> None:
     """A ConfigError when the variant would run on a benchmark whose env its method does not support.
     `envs`: the variant's benchmarks (name -> env)."""

@@ -20,7 +20,7 @@ import shutil
 from dataclasses import dataclass, replace
 
 from skillrepro.config import ROLLOUT_WALL_S
-from skillrepro.methods import InduceContext, register
+from skillrepro.methods import InduceContext, register, bind
 from skillrepro.methods.common import (Trace, append_functions, budget, check_prompt_file, prompt_text,
                                         read_traces, reply_code, show_traces, save_records)
 from skillrepro.skills import Library
@@ -126,7 +126,7 @@ def _replay(ctx: InduceContext, client, candidate: Library, trace: Trace, n: int
     spec = EpisodeSpec(ctx.run_id, ctx.bench.name, ctx.method.method, ctx.method.variant, seed, "replay",
                        ctx.cycle, candidate.version + 1)
     outcome = run_batch(bench=ctx.bench, llm=ctx.llm, library_dir=lib_dir, task_ids=[trace.task_id], spec=spec,
-                        out_dir=folder, wall_s=opts.replay_wall_s, method=ctx.method, client=client,
+                        out_dir=folder, wall_s=opts.replay_wall_s, method=bind(ctx.method), client=client,
                         sandbox=ctx.sandbox, prompts=ctx.prompts)
     shutil.rmtree(lib_dir, ignore_errors=True)
     # The replay's calls are a sleep-phase cost: they move into the sleep phase's llm_calls table.

@@ -11,7 +11,7 @@ w, p = snakemake.wildcards, snakemake.params
 library_dir = Path(snakemake.input.library).parent
 run = run_settings(snakemake, library_dir)
 task_ids = json.loads(Path(snakemake.input.tasks).read_text())
-spec = EpisodeSpec(run_id(w), w.bench, run.method.method, w.variant, int(w.seed), "test", int(w.k), int(w.k))
+spec = EpisodeSpec(run_id(w), w.bench, run.method.config.method, w.variant, int(w.seed), "test", int(w.k), int(w.k))
 run_batch(bench=run.bench, llm=run.llm, library_dir=library_dir,
           task_ids=task_ids, spec=spec, out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s,
           method=run.method, logger=log, sandbox=run.sandbox, prompts=run.prompts)

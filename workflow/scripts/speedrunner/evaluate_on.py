@@ -14,6 +14,6 @@ w, p = snakemake.wildcards, snakemake.params
 library_dir = Path(snakemake.input.library).parent
 run = replace(run_settings(snakemake, library_dir), bench=cfg.benchmark(snakemake.config, w.target))
 task_ids = json.loads(Path(snakemake.input.tasks).read_text())
-spec = EpisodeSpec(run_id(w), w.target, run.method.method, w.variant, int(w.seed), "test", int(w.k), int(w.k))
+spec = EpisodeSpec(run_id(w), w.target, run.method.config.method, w.variant, int(w.seed), "test", int(w.k), int(w.k))
 run_batch(bench=run.bench, llm=run.llm, library_dir=library_dir, task_ids=task_ids, spec=spec,
           out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s, method=run.method, logger=log, sandbox=run.sandbox, prompts=run.prompts)

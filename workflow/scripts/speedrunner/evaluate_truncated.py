@@ -7,7 +7,7 @@ from pathlib import Path
 
 from skillrepro.agent import EpisodeSpec
 from skillrepro.studies.speedrunner.analysis.tables import truncate
-from skillrepro.methods import get_method
+from skillrepro.methods import bind
 from skillrepro.pipeline import run_id, run_settings, start_job
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library
@@ -16,17 +16,17 @@ log = start_job(snakemake).log
 w, p, out = snakemake.wildcards, snakemake.params, snakemake.output
 final_dir = Path(snakemake.input.library).parent
 run = run_settings(snakemake, final_dir)
-method = replace(run.method, options={**run.method.options, **p.options})
+method = bind(replace(run.method.config, options={**run.method.config.options, **p.options}))
 final = Library.load(final_dir)
 shown = truncate(final, len(final.public()) if w.n == "all" else int(w.n))
 shown.write(Path(out.library).parent)
 # Every row shows its N skills whole (the paper's "only the last N"), whatever a retrieval top_k would list
-top_k = getattr(get_method(method.method).parse_options(method.options, w.variant), "top_k", None)
+top_k = getattr(method.options, "top_k", None)
 if top_k is not None:
-    method = replace(method, options={**method.options, "top_k": max(top_k, shown.meta["truncated_to"])})
+    method = bind(replace(method.config, options={**method.config.options, "top_k": max(top_k, shown.meta["truncated_to"])}))
 log.info("v%d: showing %d of %d visible skills", final.version, shown.meta["truncated_to"], shown.meta["visible_before"])
 task_ids = json.loads(Path(snakemake.input.tasks).read_text())
 # Same split and cycle as the final checkpoint: the same sampling draws, only the visible skills differ.
-spec = EpisodeSpec(run_id(w), w.bench, method.method, w.variant, int(w.seed), "test", final.version, final.version)
+spec = EpisodeSpec(run_id(w), w.bench, method.config.method, w.variant, int(w.seed), "test", final.version, final.version)
 run_batch(bench=run.bench, llm=run.llm, library_dir=Path(out.library).parent, task_ids=task_ids, spec=spec,
           out_dir=Path(out.episodes).parent, wall_s=p.wall_s, method=method, logger=log, sandbox=run.sandbox, prompts=run.prompts)

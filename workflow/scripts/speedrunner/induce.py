@@ -4,7 +4,7 @@ from pathlib import Path
 
 from skillrepro import config as cfg
 from skillrepro.llm.servers import own_server
-from skillrepro.methods import InduceContext, get_method
+from skillrepro.methods import InduceContext
 from skillrepro.pipeline import run_id, run_settings, start_job, training_history
 from skillrepro.progress import Progress
 from skillrepro.skills import Library
@@ -19,11 +19,11 @@ ctx = InduceContext(
     library=Library.load(previous), cycle=int(w.k) - 1,
     history_dirs=training_history(previous, int(w.k)),
     library_root=previous.parent, out_dir=Path(out.library).parent, record_dir=Path(out.llm_calls).parent,
-    run_id=run_id(w), bench=run.bench, method=run.method, llm=limits.sleep_llm(run.llm), request_budget=p.request_budget,
+    run_id=run_id(w), bench=run.bench, method=run.method.config, llm=limits.sleep_llm(run.llm), request_budget=p.request_budget,
     sandbox=run.sandbox, trajectory_tokens=p.trajectory_tokens, prompts=run.prompts,
     limits=limits,
 )
-method = get_method(run.method.method)
+method = run.method.impl
 what = (f"sleep phase (v{int(w.k) - 1} -> v{w.k}, at most {p.request_budget} inducer requests on {ctx.llm.model})"
         if method.sleeps else f"sleep phase (v{int(w.k) - 1} -> v{w.k}: {method.name} carries its library forward)")
 # on the console: the phase's start, a line a minute while it runs, its end

@@ -12,7 +12,7 @@ library_dir = Path(snakemake.input.library).parent
 run = run_settings(snakemake, library_dir)
 k, n = int(w.k), p.sleep_every
 task_ids = json.loads(Path(snakemake.input.tasks).read_text())[k * n : (k + 1) * n]
-spec = EpisodeSpec(run_id(w), w.bench, run.method.method, w.variant, int(w.seed), "train", k, k)
+spec = EpisodeSpec(run_id(w), w.bench, run.method.config.method, w.variant, int(w.seed), "train", k, k)
 run_batch(bench=run.bench, llm=run.llm, library_dir=library_dir,
           task_ids=task_ids, spec=spec, out_dir=Path(snakemake.output.episodes).parent, wall_s=p.wall_s,
           method=run.method, history_dirs=training_history(library_dir, k), logger=log, sandbox=run.sandbox, prompts=run.prompts)
