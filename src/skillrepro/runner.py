@@ -80,11 +80,11 @@ def run_batch(
 ) -> BatchOutcome:
     """Play `task_ids` and write episodes/steps/llm_calls/skill_calls.parquet into `out_dir`.
 
-    `method` (a config variant bound to its method: skillrepro.methods.bind) decides what the actor is shown of the library (its notes and visible skills) and, for
-    training batches, which task comes next (a curriculum; by default `task_ids` in order). `notes`
-    overrides the notes (SkillScaffold injects a skill card this way). `progress`: the job's count when it plays
-    several batches (SkillScaffold plays one batch per card), updated here and closed by the caller; None: the
-    batch's own.
+    `method` (the variant bound to its method, skillrepro.methods.bind) decides what the actor is shown of the
+    library (its notes and visible skills) and, for training batches, which task comes next (a curriculum; by
+    default `task_ids` in order). `notes` overrides the notes (SkillScaffold injects a skill card this way).
+    `progress`: the job's count when it plays several batches (SkillScaffold plays one batch per card), updated
+    here and closed by the caller; None: the batch's own.
     """
     log = logger or logging.getLogger("skillrepro.runner")
     out_dir = Path(out_dir)
@@ -302,5 +302,3 @@ class _Locked:
 
 def _curriculum(impl: Any, split: str) -> bool:
     return impl is not None and split == "train" and impl.next_task is not default_next_task
-
-
