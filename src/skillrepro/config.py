@@ -119,6 +119,8 @@ class InducerLimits:
     repeat_notice: bool = False
     # SpeedRunner: a public function that reaches no primitive action is refused (it cannot act); the paper: no
     require_action: bool = False
+    # SpeedRunner: a function using a name bound nowhere a skill runs is refused; the paper: no
+    require_defined: bool = False
 
     def reply_tokens(self, llm: "LLMConfig") -> int:
         return max(llm.max_tokens, self.min_reply_tokens)

@@ -30,8 +30,10 @@ tool call, its input and its output to transcript.jsonl beside it.
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 import re
+import symtable
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -128,6 +130,7 @@ class Session:
     all_public: bool
     policy: SandboxPolicy = SandboxPolicy()  # what every sandbox the session starts must have
     require_action: bool = False  # inducer.require_action: a public function must reach a primitive
+    require_defined: bool = False  # inducer.require_defined: every name a function uses is bound where skills run
     transcript: list[dict] = field(default_factory=list)
     writes_ok: int = 0
     finished: bool = False
@@ -369,6 +372,24 @@ def _idle(names: list[str], reads: dict[str, set[str]], primitives: set[str]) ->
     return [n for n in names if not acts(n)]
 
 
+# Bound in the namespace a skill runs in (skills/_worker.py), beside the primitives and the library's functions.
+SKILL_GLOBALS = frozenset(dir(builtins)) | {"ActionError", "SandboxLimit", "__name__"}
+
+
+def _unbound(source: str, known: set[str]) -> list[str]:
+    """The global names a function's source reads that are bound nowhere a skill runs: not in `known` (the
+    primitives and the library's functions), not a builtin, not assigned by the function itself. Each would
+    raise NameError when the function runs."""
+    out: set[str] = set()
+    tables = symtable.symtable(source, "<skill>", "exec").get_children()
+    while tables:
+        table = tables.pop()
+        out |= {s.get_name() for s in table.get_symbols()
+                if s.is_global() and s.is_referenced() and not s.is_assigned()}
+        tables.extend(table.get_children())
+    return sorted(out - known - SKILL_GLOBALS)
+
+
 def refusal_kind(observation: str) -> str:
     """A refused write's reason with its names, numbers and quoted text taken out, for counting refusals
     by kind across sessions (perf/sleep_replay.py, perf/learning_report.py)."""
@@ -421,6 +442,13 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
         return (f"Error: {', '.join(idle)} call(s) no primitive action, directly or through library functions: a "
                 f"skill acts by calling them ({', '.join(sorted(sess.primitives)[:4])}, ...; returning an action's "
                 f"name as text does nothing{how}). Nothing was saved.")
+    known = sess.primitives | set(candidate)
+    unbound = {f.name: names for f in parsed if (names := _unbound(f.source, known))} if sess.require_defined else {}
+    if unbound:
+        which = "; ".join(f"{name} uses {', '.join(names)}" for name, names in unbound.items())
+        return (f"Error: {which}, defined nowhere a skill runs (not a primitive, a library function or a Python "
+                f"builtin): every call would raise NameError. Write those functions first (or in the same block), or "
+                f"act with the primitives. Nothing was saved.")
     problem = (smoke_check(candidate, [f.name for f in parsed], bench, task_ids, sess.policy) if replay
                else load_check(candidate, sess.policy))
     if problem:
@@ -489,7 +517,7 @@ def induce(ctx: InduceContext, client) -> Library:
     task_ids = sorted({t.task_id for t in traces})
     primitives = {p.name for p in bench.primitives()}
     sess = Session({f.name: f for f in ctx.library.functions}, primitives, all_public, ctx.sandbox,
-                   require_action=ctx.limits.require_action)
+                   require_action=ctx.limits.require_action, require_defined=ctx.limits.require_defined)
     session_id = f"{ctx.run_id}/induce/v{ctx.library.version + 1}"
     record_dir = ctx.record_dir
 
