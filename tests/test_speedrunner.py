@@ -442,6 +442,24 @@ def test_code_cut_at_the_reply_limit_is_refused_with_the_limit_named(recorded):
     assert entry["observation"].startswith("Error: the code does not parse")
     assert "stopped at its 256-token limit" in entry["observation"]
 
+    # Cut where what is left still parses (the example-file run at 4cc617a saved `navigate` ending in
+    # `ahead, left, right = where.get("forward", 0), where.get`): the cut function is dropped, the complete one kept.
+    parses = ('Action: write_function(public=True)\n```python\ndef face():\n    return turn_left()\n\n'
+              'def navigate(where):\n    view = go_forward()\n    ahead, left, right = where.get("forward", 0), where.get')
+    lib = get_method("speedrunner").induce(ctx_for(recorded, budget=1), CutOff([parses]))
+    (entry,) = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
+    assert entry["observation"].startswith("Saved face") and "inside navigate, so navigate is incomplete" in entry["observation"]
+    assert "face" in {f.name for f in lib.functions} and "navigate" not in {f.name for f in lib.functions}
+    alone = 'Action: write_function(public=True)\n```python\ndef navigate(where):\n    ahead = where.get'
+    lib = get_method("speedrunner").induce(ctx_for(recorded, budget=1), CutOff([alone]))
+    (entry,) = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
+    assert entry["observation"].startswith("Error: the reply stopped at its 256-token limit inside navigate")
+    # A block closed before the cap stopped the reply is whole: saved as written.
+    closed = 'Action: write_function(public=True)\n```python\ndef navigate(where):\n    return where.get\n```\nThought: more'
+    lib = get_method("speedrunner").induce(ctx_for(recorded, budget=1), CutOff([closed]))
+    assert "navigate" in {f.name for f in lib.functions}
+
+
 def test_require_defined_refuses_a_function_using_a_name_bound_nowhere(recorded):
     """inducer.require_defined: `move_to_grey_box` calling `is_in_grey_box` and `move_to`, written nowhere (what the
     1.5B inducer saved in the 3-seed run at 4cc617a; every call raised NameError), is refused with the names; the

@@ -35,7 +35,7 @@ import json
 import re
 import symtable
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -202,6 +202,34 @@ def reply_schema(tools: list[dict]) -> dict:
 
 
 _SOURCE_PREFIX = re.compile(r'"(?:source|code)"\s*:\s*"((?:[^"\\]|\\.)*)')
+
+
+def cut_inside_code(text: str, constrained: bool) -> bool:
+    """Whether a reply that stopped at its token cap stopped inside its code: an unclosed ```python block (or code
+    with no block at all), or a constrained reply that is not complete JSON."""
+    if constrained:
+        try:
+            json.loads(text)
+            return False
+        except ValueError:
+            return True
+    return "```" not in text or text.count("```") % 2 == 1
+
+
+def drop_cut_function(code: str) -> tuple[str, str]:
+    """The code of a write cut at the reply's token cap, without its last function, and that function's name ("" if
+    the code does not parse: write_function then keeps the complete functions before the cut). What is left of a
+    cut function can parse (`a, b = f(0), g` is valid Python) and would be saved half written."""
+    try:
+        tree = parse_untrusted(code)
+    except SyntaxError:
+        return code, ""
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    if not defs:
+        return code, ""
+    last = defs[-1]
+    start = min([last.lineno, *(d.lineno for d in last.decorator_list)]) - 1
+    return "\n".join(code.splitlines()[:start]).rstrip(), last.name
 
 
 def json_action(text: str) -> Action:
@@ -618,6 +646,17 @@ def induce(ctx: InduceContext, client) -> Library:
             if first is not None and action.name in ("execute_code", "read_library") and not action.problem:
                 observation = (f"The same call as request {first + 1}, and nothing has changed since: its answer is "
                                "above. Do something new: query other columns or episodes, or write a function.")
+            elif (reply.finish_reason == "length" and action.name == "write_function" and not reply.tool_calls
+                  and cut_inside_code(text, constrained)
+                  and (cut := drop_cut_function(action.code))[1]):
+                # the reply ended inside its last function: never save half of it, even where the rest parses
+                code, name = cut
+                why = (f"the reply stopped at its {max_tokens}-token limit inside {name}, so {name} is incomplete and "
+                       "was not saved; write a shorter function (a loop over what the primitives return, not one "
+                       "branch per step)")
+                observation = (_apply(replace(action, code=code), sess, sandbox, interpreter, bench, task_ids,
+                                      opts.replay_check, limits) + f" ({why})" if code.strip()
+                               else f"Error: {why}. Nothing was saved.")
             else:
                 observation = _apply(action, sess, sandbox, interpreter, bench, task_ids, opts.replay_check, limits)
                 if reply.finish_reason == "length" and observation.startswith("Error: the code does not parse"):
