@@ -271,7 +271,7 @@ def voyager_run(tmp_path_factory):
     method = MethodConfig("voyager", "voyager", {"top_k": 1, "retrieval": "tfidf", "goal_proposal": "upfront"})
     spec = EpisodeSpec("crafter/voyager/seed0", "crafter", "voyager", "voyager", 0, "train", 0, 0)
     run_batch(bench=CRAFTER, llm=LLMConfig(), library_dir=root / "library" / "v0", task_ids=tasks, spec=spec,
-              out_dir=root / "train" / "batch0", method=method, client=fake)
+              out_dir=root / "train" / "batch0", method=bind(method), client=fake)
     return {"root": root, "fake": fake, "tasks": tasks}
 
 
