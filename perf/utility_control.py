@@ -117,8 +117,8 @@ def main() -> None:
     s = summarize(rows, a.interval)
     n_success = sum(t.success for t in scouts)
     n_expert = len(rows) if a.expert else 0
-    print(f"model {a.model}; {len(scouts)} Scouts ({n_success} successful, {n_expert} of them the bot's) on {len(rows)} BabyAI queries; "
-          f"call budget {a.call_budget}; utility {a.variant}; scorer {scorer.name}")
+    print(f"model {a.model}; {len(scouts)} Scouts ({n_success} successful, {n_expert} of them the bot's) on "
+          f"{len(rows)} BabyAI queries; call budget {a.call_budget}; utility {a.variant}; scorer {scorer.name}")
     print(f"cards: solution {len(solution.card)} characters, {len(tok(solution.card)['input_ids'])} tokens; "
           f"irrelevant {len(irrelevant.card)} characters, {len(tok(irrelevant.card)['input_ids'])} tokens")
     print(f"Scouts {'read from ' + a.run if a.run else f'played in {played:.0f} s'}; three contexts scored in "
