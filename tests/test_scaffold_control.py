@@ -1,6 +1,7 @@
 """The utility's positive control on the real shipped model, a small version of perf/utility_control.py: real
 skill-free BabyAI Scouts of the suite's server, each scored by the pipeline's own code under a card stating how the
-missions are solved, an irrelevant card of the same length in characters, and no card."""
+missions are solved, an irrelevant card of the same length in characters, and no card; then the same with a planted
+success per query (a Scout replaying BabyAI's own bot, `control.play_expert_scouts`)."""
 from __future__ import annotations
 
 import math
@@ -11,10 +12,10 @@ import pytest
 
 from skillrepro.config import BenchmarkConfig
 from skillrepro.studies.scaffold.cards import paper_card
-from skillrepro.studies.scaffold.control import (IRRELEVANT, NONE, SOLUTION, card_record, control_rows, load_card,
-                                                 summarize)
+from skillrepro.studies.scaffold.control import (IRRELEVANT, NONE, SOLUTION, bot_moves, card_record, load_card,
+                                                 play_expert_scouts, rows_from_scores, summarize)
 from skillrepro.studies.scaffold.records import load_trajectories
-from skillrepro.studies.scaffold.scoring import load_scorer
+from skillrepro.studies.scaffold.scoring import load_scorer, score_contexts
 from skillrepro.studies.scaffold.selection import select
 from skillrepro.studies.scaffold.settings import ScaffoldConfig
 
@@ -24,40 +25,57 @@ pytestmark = [pytest.mark.integration, pytest.mark.own_process]
 DATA = Path(__file__).resolve().parents[1] / "perf" / "data" / "utility_control"
 Q, N, BUDGET = 3, 2, 3  # queries, Scouts per query, actor calls per Scout: 4-7 minutes on a busy 2-core machine
 BENCH = BenchmarkConfig("babyai", "babyai", BUDGET)
+EXPERT = BenchmarkConfig("babyai", "babyai", 10)  # the expert Scout's budget: the tasks are ones the bot solves in it
 ECHO, TWIN = 2, 3  # candidate indices of the planted cards beside SOLUTION (0) and IRRELEVANT (1)
 
 
 @pytest.fixture(scope="module")
 def scouts(tmp_path_factory, llm_cfg, llm_url):
-    """Scout i of every query, played as the scaffold_scout rule plays it (skill-free, Scout i's own seed)."""
-    from skillrepro.benchmarks import load_benchmark
+    """Scout i of every query, played as the scaffold_scout rule plays it (skill-free, Scout i's own seed), on the
+    first Q training tasks the bot solves within EXPERT's budget; then the expert Scouts: (model's, expert's)."""
+    from skillrepro.benchmarks import call_budget, load_benchmark
     from skillrepro.skills import Library
     from skillrepro.studies.scaffold.rollouts import episode_variant, phase_seed, play
 
     wd = tmp_path_factory.mktemp("control")
     library = wd / "library" / "v0"
     Library(version=0, meta={"method": "skillscaffold"}).write(library)
-    tasks = load_benchmark(BENCH).sample_tasks("train", Q, 42)
+    tasks = [t for t in load_benchmark(BENCH).sample_tasks("train", 40, 42) if bot_moves(t, call_budget(EXPERT))][:Q]
+    assert len(tasks) == Q, "too few training tasks in the bot's reach"
     dirs = [play(bench=BENCH, llm=phase_seed(llm_cfg, "scout", i), library_dir=library,
                  plan=[(t, "", episode_variant("", "scout")) for t in tasks], run_id="control", cycle=0,
                  out_dir=wd / "scouts" / f"s{i}") for i in range(N)]
-    return load_trajectories(dirs), library
+    planted = {t.episode_id for t in load_trajectories([play_expert_scouts(EXPERT, llm_cfg, library, tasks,
+                                                                           wd / "scouts" / "expert")])}
+    every = load_trajectories([*dirs, wd / "scouts" / "expert"])  # one load: the expert is last in sampling order
+    return ([t for t in every if t.episode_id not in planted], [t for t in every if t.episode_id in planted],
+            library)
 
 
 @pytest.fixture(scope="module")
-def rows(scouts, llm_cfg):
-    """Each query's Scouts scored under no card and under four cards: the solution card, the irrelevant card, the
-    irrelevant card again under another index (the null pair) and a card made of that query's own Scout replies."""
-    trajectories, library = scouts
+def scored(scouts, llm_cfg):
+    """Each query's Scouts, the expert's among them, scored under no card and under four cards: the solution card,
+    the irrelevant card, the irrelevant card again under another index (the null pair) and a card made of that
+    query's own model Scouts' replies. Rows of the model's Scouts alone, and rows with the expert's."""
+    model, expert, library = scouts
     sol, irr = cards()
     scorer = load_scorer(ScaffoldConfig(benchmarks=("babyai",)), llm_cfg)
-    out = []
-    for task in dict.fromkeys(t.task_id for t in trajectories):
-        group = [t for t in trajectories if t.task_id == task]
+    alone, planted = [], []
+    for task in dict.fromkeys(t.task_id for t in model):
+        group = [t for t in model if t.task_id == task]
+        both = group + [t for t in expert if t.task_id == task]
         echo = card_record(echo_card(group), paper_card("babyai"), ECHO)
-        out += control_rows(scorer, group, [sol, irr, replace(irr, candidate=TWIN), echo], bench=BENCH,
-                            llm=llm_cfg, library_dir=library)
-    return out
+        four = [sol, irr, replace(irr, candidate=TWIN), echo]
+        recs = score_contexts(scorer, both, {NONE: "", **{c.candidate: c.card for c in four}}, bench=BENCH,
+                              llm=llm_cfg, library_dir=library, benchmark="babyai", variant="grp")
+        alone += rows_from_scores(recs, group, four, bench=BENCH)
+        planted += rows_from_scores(recs, both, [sol, irr], bench=BENCH)
+    return alone, planted
+
+
+@pytest.fixture(scope="module")
+def rows(scored):
+    return scored[0]
 
 
 def cards(solution: str = "babyai_solution.md", irrelevant: str = "babyai_irrelevant.md"):
@@ -84,8 +102,7 @@ def test_the_cards_are_valid_and_of_the_same_length_in_characters():
     assert abs(len(sol.card) - len(irr.card)) <= 0.01 * len(sol.card)
 
 
-def test_every_context_scores_the_same_scout_replies_and_the_utility_is_eq_8(rows, scouts):
-    success = {t.episode_id: t.success for t in scouts[0]}
+def test_every_context_scores_the_same_scout_replies_and_the_utility_is_eq_8(rows):
     assert len(rows) == Q
     for r in rows:
         assert r.n_scouts == N and set(r.n_tokens) == {NONE, SOLUTION, IRRELEVANT, TWIN, ECHO}
@@ -137,6 +154,22 @@ def test_the_solution_card_outranks_the_irrelevant_card_and_the_gate_picks_it(ro
     assert above > n / 2, rows
     assert s["solution_minus_irrelevant"][0] > 0 and s["solution_minus_none"][0] > 0, s
     assert s["selected"]["solution"] > Q / 2, rows
+
+
+def test_with_a_planted_success_the_solution_card_outranks_the_irrelevant_card(scored, scouts):
+    """The half of the positive control that holds on the shipped model (perf/utility_control.py --expert: 8 of 8
+    queries, docs/results.md): the bot's successful replies are likelier under the card stating the solution than
+    under the irrelevant card, so on every query the solution card's utility is the higher, and the gate, offered
+    both, never injects the irrelevant one."""
+    _, planted = scored
+    _, expert, _ = scouts
+    assert all(t.success for t in expert) and len(expert) == Q
+    for r in planted:
+        assert r.kind != "all_failure" and r.n_success >= 1, r
+        assert r.u_solution > r.u_irrelevant, r
+        assert r.selected != IRRELEVANT, r
+        # the expert Scout is the last of the group in sampling order: its d, signed + for a success
+        assert r.signed[SOLUTION][-1] > r.signed[IRRELEVANT][-1], r
 
 
 def test_too_few_queries_print_no_interval(rows):

@@ -146,13 +146,19 @@ def control_rows(scorer: Any, scouts: Sequence[Trajectory], cards: Sequence[Cand
     """Score every Scout under no card and under each card (one pass of `score_contexts`), then apply eq. 8/9 per
     query and the gate (eq. 10) with the solution and the irrelevant card as that query's candidates. `cards`
     must hold SOLUTION and IRRELEVANT; others (a planted null, say) get utilities but are not offered to the gate."""
-    from dataclasses import replace
-
-    by_index = {c.candidate: c for c in cards}
-    if SOLUTION not in by_index or IRRELEVANT not in by_index or NONE in by_index or len(by_index) != len(cards):
-        raise ValueError("control_rows: the cards need distinct indices, SOLUTION and IRRELEVANT among them, not NONE")
+    _check_indices(cards)  # before the scoring, which is the work
     recs = score_contexts(scorer, scouts, {NONE: "", **{c.candidate: c.card for c in cards}}, bench=bench, llm=llm,
                           library_dir=library_dir, benchmark=bench.name, variant=variant)
+    return rows_from_scores(recs, scouts, cards, bench=bench, variant=variant, threshold=threshold)
+
+
+def rows_from_scores(recs: Sequence[Any], scouts: Sequence[Trajectory], cards: Sequence[CandidateRecord], *,
+                     bench: Any, variant: str = "grp", threshold: float = 0.0) -> list[ControlRow]:
+    """`control_rows` on scores already made (`score_contexts`' records for these Scouts, or for more): one
+    scoring pass serves several subsets of the Scouts (the model's alone, then with a planted success)."""
+    from dataclasses import replace
+
+    by_index = _check_indices(cards)
     l_none = {r.episode_id: r.mean_logprob for r in recs if r.candidate == NONE}
     l_cand = {(r.candidate, r.episode_id): r.mean_logprob for r in recs if r.candidate != NONE}
     tokens = {(r.candidate, r.episode_id): r.n_tokens for r in recs}
@@ -170,6 +176,13 @@ def control_rows(scorer: Any, scouts: Sequence[Trajectory], cards: Sequence[Cand
                                {u.candidate: u.utility for u in utils}, sel.selected, signed,
                                {c: [tokens[(c, t.episode_id)] for t in group] for c in (NONE, *by_index)}))
     return rows
+
+
+def _check_indices(cards: Sequence[CandidateRecord]) -> dict[int, CandidateRecord]:
+    by_index = {c.candidate: c for c in cards}
+    if SOLUTION not in by_index or IRRELEVANT not in by_index or NONE in by_index or len(by_index) != len(cards):
+        raise ValueError("control_rows: the cards need distinct indices, SOLUTION and IRRELEVANT among them, not NONE")
+    return by_index
 
 
 def summarize(rows: Sequence[ControlRow], interval: str = "expanded") -> dict[str, Any]:
