@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import re
 import uuid
 from pathlib import Path
 
@@ -193,7 +192,8 @@ def test_missing_prompt_file_is_named(recorded):
         get_method("speedrunner").induce(ctx_for(recorded, inducer_prompt_file="nope.txt"), client=Fake(["x"]))
 
 
-EXAMPLE_FILE = Path(__file__).resolve().parents[1] / "src/skillrepro/resources/examples/babyai_approach.py"
+EXAMPLES = Path(__file__).resolve().parents[1] / "src/skillrepro/resources/examples"
+EXAMPLE_FILE = EXAMPLES / "babyai_approach.py"
 
 
 def test_an_example_file_replaces_the_protocols_example_function(recorded):
@@ -202,26 +202,32 @@ def test_an_example_file_replaces_the_protocols_example_function(recorded):
     system = fake.seen[0][0]["content"]
     assert "Action: write_function(public=True)\n```python\ndef approach(name, max_steps=20):" in system
     assert "def turn_left_until(" not in system and "Action: execute_code\n```python\nshow(" in system
+    fake = Fake(["Action: finish()"])  # a list of files: their functions in order, in the one example
+    files = [str(EXAMPLE_FILE), str(EXAMPLES / "babyai_mission.py")]
+    get_method("speedrunner").induce(ctx_for(recorded, budget=1, example_file=files), client=fake)
+    system = fake.seen[0][0]["content"]
+    assert system.index("def approach(name, max_steps=20):") < system.index("def mission_steps(mission):")
     with pytest.raises(ConfigError, match="config key methods.sr.options: example_file: nope.py does not exist"):
         get_method("speedrunner").parse_options({"example_file": "nope.py"}, "sr")
 
 
-def test_the_shipped_babyai_example_reaches_the_missions_objects():
-    """The example file's `approach` is a working routine: approach the object to pick up, pick it up, approach
-    the other solves most training tasks (the inducer is shown something that works, not a sketch)."""
+def test_the_shipped_babyai_examples_reach_the_missions_objects():
+    """The example files are working routines: the mission's steps (`mission_steps`), each object approached
+    (`approach`) and picked up where the step says so, solve most training tasks (the inducer is shown something
+    that works, not a sketch)."""
     tasks = load_benchmark(BENCH).sample_tasks("train", 20, 7)
     solved = 0
     for task in tasks:
         env = load_benchmark(BENCH).make(task)
         mission = env.reset().splitlines()[0]
         space = {p.name: (lambda name=p.name: env.step(name).observation) for p in load_benchmark(BENCH).primitives()}
-        exec(EXAMPLE_FILE.read_text(), space)
-        first, second = re.findall(r"(?:pick up|go to) (?:the|a|an) (\w+ \w+)", mission)
-        if mission.startswith("Mission: go to"):
-            first, second = second, first  # "go to Y after you pick up X"
-        space["approach"](first)
-        space["pick_up"]()
-        space["approach"](second)
+        exec(EXAMPLE_FILE.read_text() + (EXAMPLES / "babyai_mission.py").read_text(), space)
+        steps = space["mission_steps"](mission)
+        assert [verb for verb, _ in steps] == ["pick up", "go to"], mission
+        for verb, name in steps:
+            space["approach"](name)
+            if verb == "pick up":
+                space["pick_up"]()
         solved += env.success()
         env.release()
     assert solved >= 12, f"{solved} of {len(tasks)}"

@@ -147,8 +147,9 @@ def settings_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, benc
             options = get_method(m["method"]).parse_options(m.get("options"), variant)
             chosen[part] = {"method": m["method"], "options": options}
             # a prompt file the user replaces in place is a new setting too
-            files = {f.name: file_digest(getattr(options, f.name)) for f in dataclasses.fields(options)
-                     if f.name.endswith("_file") and getattr(options, f.name)}
+            files = {f.name: ([file_digest(x) for x in v] if isinstance(v, (list, tuple)) else file_digest(v))
+                     for f in dataclasses.fields(options)
+                     if f.name.endswith("_file") and (v := getattr(options, f.name))}
             if files:
                 chosen[part]["file_contents"] = files
         elif part == "actor":

@@ -91,9 +91,9 @@ class Options:
     interpreter: bool = True  # false: no execute_code; recent trajectories go into the context instead
     inducer_prompt_file: str | None = None  # replaces the prompt file
     replay_check: bool = False  # deviation: run new functions on a past training task (not online)
-    # deviation: the functions of this Python file are the protocol's worked example of a skill, in place of
-    # the built-in loop over one primitive (null)
-    example_file: str | None = None
+    # deviation: the functions of this Python file (or files, in order) are the protocol's worked example of a
+    # skill, in place of the built-in loop over one primitive (null)
+    example_file: str | list[str] | None = None
 
     def check(self) -> None:
         if self.inducer_prompt_file and not Path(self.inducer_prompt_file).is_file():
@@ -102,13 +102,16 @@ class Options:
             example_source(self.example_file)
 
 
-def example_source(path: str) -> str:
-    """The functions of an `example_file`, as the protocol shows them (a ValueError names what is wrong)."""
-    if not Path(path).is_file():
-        raise ValueError(f"example_file: {path} does not exist")
-    functions = parse_functions(Path(path).read_text())
-    if not functions:
-        raise ValueError(f"example_file: {path} defines no function")
+def example_source(paths: str | list[str]) -> str:
+    """The functions of the `example_file`(s), as the protocol shows them (a ValueError names what is wrong)."""
+    functions = []
+    for path in [paths] if isinstance(paths, str) else paths:
+        if not Path(path).is_file():
+            raise ValueError(f"example_file: {path} does not exist")
+        found = parse_functions(Path(path).read_text())
+        if not found:
+            raise ValueError(f"example_file: {path} defines no function")
+        functions += found
     return Library(0, tuple(functions)).source.strip()
 
 
