@@ -34,8 +34,9 @@ from pathlib import Path
 from skillrepro.config import BenchmarkConfig, LLMConfig
 from skillrepro.llm import servers
 from skillrepro.studies.scaffold.cards import paper_card
-from skillrepro.studies.scaffold.control import (IRRELEVANT, SOLUTION, bot_moves, control_rows, format_table,
-                                                 load_card, play_expert_scouts, summarize)
+from skillrepro.benchmarks.babyai import bot_moves
+from skillrepro.studies.scaffold.control import (IRRELEVANT, SOLUTION, control_rows, format_table, load_card,
+                                                 play_expert_scouts, summarize)
 from skillrepro.studies.scaffold.records import load_trajectories
 from skillrepro.studies.scaffold.scoring import load_scorer
 from skillrepro.studies.scaffold.settings import ScaffoldConfig

@@ -97,18 +97,9 @@ def test_native_tool_calls_are_used_and_answered_as_tool_messages():
 
 def test_solving_ends_the_episode_with_success():
     # Replay minigrid's own bot's actions through the actor to reach the goal.
-    from minigrid.utils.baby_ai_bot import BabyAIBot
+    from skillrepro.benchmarks.babyai import bot_moves
 
-    from skillrepro.benchmarks.babyai import _ACTIONS
-
-    bench = get_benchmark("babyai")
-    task = bench.sample_tasks("train", 1, 42)[0]
-    probe = bench.make(task)
-    probe.reset()
-    bot, names, plan = BabyAIBot(probe._env.unwrapped), {v: k for k, v in _ACTIONS.items()}, []
-    while not probe.done and len(plan) < 40:
-        plan.append(names[int(bot.replan())])
-        probe.step(plan[-1])
+    plan = bot_moves(get_benchmark("babyai").sample_tasks("train", 1, 42)[0], 40)
     rec, _ = run([f"Action: {a}()" for a in plan], budget=len(plan) + 5)
     assert rec.episode.success and rec.episode.termination == "success"
     assert rec.episode.n_steps == len(plan) and rec.episode.progression == 1.0

@@ -222,6 +222,14 @@ def test_a_prompt_file_edited_in_place_changes_the_fingerprint(tmp_path):
     assert before == settings_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
     prompt.write_text("Write better skills.")
     assert before != settings_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
+    # an option naming several files: an edit to any of them
+    one, two = tmp_path / "one.py", tmp_path / "two.py"
+    one.write_text("def a():\n    return 1\n")
+    two.write_text("def b():\n    return 2\n")
+    cfg = check_config({**BASE, "methods": {"sr": {"method": "speedrunner", "options": {"example_file": [str(one), str(two)]}}}})
+    before = settings_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
+    two.write_text("def b():\n    return 3\n")
+    assert before != settings_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
 
 
 def test_actor_prompt_files_are_checked_before_any_work(tmp_path):

@@ -16,7 +16,7 @@ import yaml
 from skillrepro.agent import EpisodeSpec
 from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig
 from skillrepro.check import check_config
-from skillrepro.benchmarks.babyai import _ACTIONS, BabyAIEnv
+from skillrepro.benchmarks.babyai import BabyAIEnv, bot_moves
 from skillrepro.llm.client import Reply
 from skillrepro.methods import InduceContext, TaskContext, get_method, registry, bind
 from skillrepro.methods.common import Frame, Trace
@@ -63,16 +63,9 @@ def _cycle(items):
 
 def gold_actions(task_id: str) -> list[str]:
     """BabyAI's own bot solving the task: the actions of a successful episode."""
-    from minigrid.utils.baby_ai_bot import BabyAIBot
-
-    env = BabyAIEnv(task_id)
-    env.reset()
-    bot, names, out = BabyAIBot(env._env.unwrapped), {v: k for k, v in _ACTIONS.items()}, []
-    while not env.success() and len(out) < 60:
-        out.append(names[int(bot.replan())])
-        env.step(out[-1])
-    assert env.success()
-    return out
+    moves = bot_moves(task_id, 60)
+    assert moves is not None, task_id
+    return moves
 
 
 def scripted_actor(win_task: str, gold: list[str]):

@@ -12,8 +12,9 @@ import pytest
 
 from skillrepro.config import BenchmarkConfig
 from skillrepro.studies.scaffold.cards import paper_card
-from skillrepro.studies.scaffold.control import (IRRELEVANT, NONE, SOLUTION, bot_moves, card_record, load_card,
-                                                 play_expert_scouts, rows_from_scores, summarize)
+from skillrepro.benchmarks.babyai import bot_moves
+from skillrepro.studies.scaffold.control import (IRRELEVANT, NONE, SOLUTION, card_record, load_card, play_expert_scouts,
+                                                 rows_from_scores, summarize)
 from skillrepro.studies.scaffold.records import load_trajectories
 from skillrepro.studies.scaffold.scoring import load_scorer, score_contexts
 from skillrepro.studies.scaffold.selection import select

@@ -169,6 +169,26 @@ class BabyAIEnv(Env):
         """Open, close or unlock the door or box directly in front of you."""
 
 
+def bot_moves(task_id: str, limit: int) -> list[str] | None:
+    """BabyAI's own bot (minigrid's BabyAIBot) solving `task_id` through this env: its primitive moves, or None
+    when it needs more than `limit` or an action the text env lacks (a test's gold path, an expert Scout)."""
+    from minigrid.utils.baby_ai_bot import BabyAIBot
+
+    env = BabyAIEnv(task_id)
+    env.reset()
+    bot, names, moves = BabyAIBot(env._env.unwrapped), {v: k for k, v in _ACTIONS.items()}, []
+    try:
+        while not env.done and len(moves) < limit:
+            action = int(bot.replan())
+            if action not in names:
+                return None
+            moves.append(names[action])
+            env.step(moves[-1])
+        return moves if env.success() else None
+    finally:
+        env.release()
+
+
 class BabyAIBenchmark(Benchmark):
     name = "babyai"
     env_class = BabyAIEnv

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from skillrepro.agent import EpisodeSpec
 from skillrepro.benchmarks import call_budget
-from skillrepro.benchmarks.babyai import _ACTIONS, BabyAIEnv
+from skillrepro.benchmarks.babyai import BabyAIEnv, bot_moves
 from skillrepro.llm.client import Reply
 from skillrepro.runner import run_batch
 from skillrepro.store import LLMCall
@@ -32,20 +32,6 @@ from skillrepro.studies.scaffold.selection import selection_for_query, utilities
 from skillrepro.studies.scaffold.statistics import interval_label, mean_interval
 
 EXPERT = "babyai-bot"  # the model name of an expert Scout's calls
-
-
-def bot_moves(task_id: str, limit: int) -> list[str] | None:
-    """BabyAI's own bot (minigrid's BabyAIBot) solving `task_id`: its primitive moves, or None when it needs more
-    than `limit` (an expert Scout must finish within the Scouts' call budget)."""
-    from minigrid.utils.baby_ai_bot import BabyAIBot
-
-    env = BabyAIEnv(task_id)
-    env.reset()
-    bot, names, moves = BabyAIBot(env._env.unwrapped), {v: k for k, v in _ACTIONS.items()}, []
-    while not env.success() and len(moves) < limit:
-        moves.append(names[int(bot.replan())])
-        env.step(moves[-1])
-    return moves if env.success() else None
 
 
 class ExpertClient:
