@@ -31,6 +31,9 @@ rule scaffold_grpo_update:
         m=scaffold_m,
         group_size=scaffold_group_size,
         use_cpu=not SC_GPU,
+    # torch's threads: Snakemake sets OMP_NUM_THREADS to the job's threads, 1 where a rule names none (the CPU
+    # update then ran on one core of two); llm.threads, as the scorer's
+    threads: SC_LLM.threads
     resources:
         gpu=1 if SC_GPU else 0,
         mem_mb=64000 if SC_GPU else 12000,

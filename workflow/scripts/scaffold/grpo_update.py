@@ -4,6 +4,7 @@ checkpoint k (weights, tokenizer, Adam state; and GGUF for llama.cpp when the po
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from skillrepro.llm.models import MODELS, resolve
 from skillrepro.llm.scorer import ChatSequencer
@@ -37,8 +38,9 @@ groups = groups_from_records(
     cards, utilities,
     pd.read_parquet(i.generator_calls) if i.generator_calls else pd.DataFrame(columns=["call_id", "prompt"]))
 samples = assign_advantages(groups, p.m, settings.lambda_gen, settings.generator_learning)
-log.info("update %s from %s: %d queries, %d samples; Generator groups trained: %d", w.k, previous or p.base_model,
-         len(groups), len(samples), sum(g.trainable_generator for g in groups))
+log.info("update %s from %s: %d queries, %d samples; Generator groups trained: %d; torch threads: %d", w.k,
+         previous or p.base_model, len(groups), len(samples), sum(g.trainable_generator for g in groups),
+         torch.get_num_threads())
 trainer = make_trainer(model, tok, samples, p.group_size, settings, out.parent / f".trl{w.k}", steps=1,
                        use_cpu=p.use_cpu, optimizer_state=previous / OPTIMIZER_STATE if previous else None)
 train(trainer)  # micro-batches done of N on the console
