@@ -426,7 +426,7 @@ def test_require_action_refuses_a_public_function_that_reaches_no_primitive(reco
     lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=4), fake)
     obs = [json.loads(x)["observation"] for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     assert obs[0].startswith("Error: pick_up_object call(s) no primitive action") and "Nothing was saved" in obs[0]
-    assert "notebook" not in obs[0]
+    assert "notebook" not in obs[0] and "name it with a leading underscore, write it with public=False" in obs[0]
     assert obs[1].startswith("Error: pick_and_move call(s) no primitive action")
     assert "db exist only in execute_code's notebook" in obs[1] and "not db.execute_query" in obs[1]
     assert obs[2].startswith("Saved") and {"grab_twice", "_target", "_step"} <= {f.name for f in lib.functions}

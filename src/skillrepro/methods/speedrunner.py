@@ -470,9 +470,13 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
         how = (f"; {', '.join(notebook)} exist only in execute_code's notebook, not where the agent runs a skill: "
                f"call an action by its name, {sorted(sess.primitives)[0]}(), not db.execute_query(...)" if notebook
                else "")
+        # the way out for a helper that only computes (the inducers wrote parse_mission public, again and again)
+        helper = ("" if sess.all_public else " A helper that only computes (reads the mission, say) can be saved "
+                  "private: name it with a leading underscore, write it with public=False, and call it from a "
+                  "public function that acts.")
         return (f"Error: {', '.join(idle)} call(s) no primitive action, directly or through library functions: a "
                 f"skill acts by calling them ({', '.join(sorted(sess.primitives)[:4])}, ...; returning an action's "
-                f"name as text does nothing{how}). Nothing was saved.")
+                f"name as text does nothing{how}). Nothing was saved.{helper}")
     known = sess.primitives | set(candidate)
     unbound = {f.name: names for f in parsed if (names := _unbound(f.source, known))} if sess.require_defined else {}
     if unbound:
