@@ -411,8 +411,9 @@ def test_the_inducer_may_speak_its_own_protocol_on_the_shared_server():
 
 def test_require_action_refuses_a_public_function_that_reaches_no_primitive(recorded):
     """inducer.require_action: `return 'pick_up()'` (what the 1.5B inducer wrote) is refused with the reason;
-    a public function acting through a private helper, a private helper that only parses, and a function that
-    holds its primitives as values (the reference library's dispatch dict) are kept."""
+    a public function acting through a private helper, a private helper that only parses, a function that holds
+    its primitives as values (the reference library's dispatch dict), and one that only computes written beside
+    one that acts (kept private) are kept."""
     idle = 'Action: write_function(public=True)\n```python\ndef pick_up_object():\n    return "pick_up()"\n```'
     # what the 1.5B inducer wrote next: acting through the notebook's connection; the refusal says so
     through_db = ('Action: write_function(public=True)\n```python\ndef pick_and_move():\n'
@@ -422,8 +423,11 @@ def test_require_action_refuses_a_public_function_that_reaches_no_primitive(reco
               'def _step():\n    return turn_left()\n```')
     by_value = ('Action: write_function(public=True)\n```python\ndef do(name):\n'
                 '    return {"left": turn_left, "up": pick_up}[name]()\n```')
-    fake = Fake([idle, through_db, acting, by_value])
-    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=4), fake)
+    # a function that only computes, written public beside one that acts: kept, as a private helper
+    beside = ('Action: write_function(public=True)\n```python\ndef steps(mission):\n    return mission.split(", then ")\n\n'
+              'def walk(n):\n    """Go forward n times."""\n    for _ in range(n):\n        go_forward()\n```')
+    fake = Fake([idle, through_db, acting, by_value, beside])
+    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=5), fake)
     obs = [json.loads(x)["observation"] for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     assert obs[0].startswith("Error: pick_up_object call(s) no primitive action") and "Nothing was saved" in obs[0]
     assert "notebook" not in obs[0] and "name it with a leading underscore, write it with public=False" in obs[0]
@@ -431,6 +435,8 @@ def test_require_action_refuses_a_public_function_that_reaches_no_primitive(reco
     assert "db exist only in execute_code's notebook" in obs[1] and "not db.execute_query" in obs[1]
     assert obs[2].startswith("Saved") and {"grab_twice", "_target", "_step"} <= {f.name for f in lib.functions}
     assert obs[3].startswith("Saved do") and "do" in {f.name for f in lib.functions}
+    assert obs[4].startswith("Saved steps (private), walk (public)"), obs[4]
+    assert {f.name: f.public for f in lib.functions if f.name in ("steps", "walk")} == {"steps": False, "walk": True}
     # off (the paper): the idle function is kept
     lib = get_method("speedrunner").induce(ctx_for(recorded, budget=1), Fake([idle]))
     assert "pick_up_object" in {f.name for f in lib.functions}

@@ -464,6 +464,13 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
     candidate = {n: SkillFunction(n, c.public, c.signature, c.doc, c.source, whole[n].callees) for n, c in candidate.items()}
     reads = {n: _reads(f.source) for n, f in candidate.items()} if sess.require_action else {}
     idle = _idle([f.name for f in parsed if candidate[f.name].public], reads, sess.primitives) if reads else []
+    acting = [f.name for f in parsed if candidate[f.name].public and f.name not in idle]
+    if idle and acting and not sess.all_public:
+        # written beside a function that acts, one that only computes is its helper: kept private, not the reason
+        # to lose the block (the inducers copied the example's approach + mission_steps with public=True)
+        for name in idle:
+            candidate[name] = replace(candidate[name], public=False)
+        idle = []
     if idle:
         # The 1.5B inducer's commonest mistake: acting through the notebook, db.execute_query("pick_up()").
         notebook = sorted({n for f in idle for n in reads[f] & NOTEBOOK_NAMES})
