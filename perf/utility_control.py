@@ -31,10 +31,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from skillrepro.benchmarks.babyai import bot_moves
 from skillrepro.config import BenchmarkConfig, LLMConfig
 from skillrepro.llm import servers
 from skillrepro.studies.scaffold.cards import paper_card
-from skillrepro.benchmarks.babyai import bot_moves
 from skillrepro.studies.scaffold.control import (IRRELEVANT, SOLUTION, control_rows, format_table, load_card,
                                                  play_expert_scouts, summarize)
 from skillrepro.studies.scaffold.records import load_trajectories

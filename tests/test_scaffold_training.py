@@ -13,7 +13,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from skillrepro.studies.scaffold.paper import SOURCE_RUN
 from skillrepro.studies.scaffold.statistics import MIN_N
 
 N, M, L, STEPS = 2, 2, 1, 2
@@ -57,6 +56,8 @@ def test_each_update_trains_the_previous_checkpoint(workdir):
         assert meta["update"] == k and (c / "optimizer.pt").stat().st_size > 0
         assert meta["from"].endswith("grpo/ckpt1") if k == 2 else meta["from"] == "smollm2-135m"
         assert (c / "gguf/model.gguf").read_bytes()[:4] == b"GGUF"
+        # the rule's threads reach torch (Snakemake sets OMP_NUM_THREADS to them; 1 where a rule names none)
+        assert "; torch threads: 2\n" in (workdir / f"logs/scaffold/babyai/grp/grpo_update_{k}.log").read_text()
         # the update trained on its own iteration's query batch
         assert meta["queries"] == json.loads((s / f"babyai@grp{k - 1}/queries.json").read_text())
     w1, w2 = _weights(ckpts[0]), _weights(ckpts[1])
