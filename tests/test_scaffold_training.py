@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from skillrepro.studies.scaffold.paper import SOURCE_RUN  # noqa: F401 (read by DataFrame.query as @SOURCE_RUN)
 from skillrepro.studies.scaffold.statistics import MIN_N
 
 N, M, L, STEPS = 2, 2, 1, 2
