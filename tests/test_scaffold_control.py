@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from skillrepro.benchmarks.babyai import bot_moves
 from skillrepro.config import BenchmarkConfig
 from skillrepro.studies.scaffold.cards import paper_card
-from skillrepro.benchmarks.babyai import bot_moves
 from skillrepro.studies.scaffold.control import (IRRELEVANT, NONE, SOLUTION, card_record, load_card, play_expert_scouts,
                                                  rows_from_scores, summarize)
 from skillrepro.studies.scaffold.records import load_trajectories
