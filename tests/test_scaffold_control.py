@@ -46,11 +46,9 @@ def scouts(tmp_path_factory, llm_cfg, llm_url):
     dirs = [play(bench=BENCH, llm=phase_seed(llm_cfg, "scout", i), library_dir=library,
                  plan=[(t, "", episode_variant("", "scout")) for t in tasks], run_id="control", cycle=0,
                  out_dir=wd / "scouts" / f"s{i}") for i in range(N)]
-    planted = {t.episode_id for t in load_trajectories([play_expert_scouts(EXPERT, llm_cfg, library, tasks,
-                                                                           wd / "scouts" / "expert")])}
-    every = load_trajectories([*dirs, wd / "scouts" / "expert"])  # one load: the expert is last in sampling order
-    return ([t for t in every if t.episode_id not in planted], [t for t in every if t.episode_id in planted],
-            library)
+    expert = play_expert_scouts(EXPERT, llm_cfg, library, tasks, wd / "scouts" / "expert")
+    every = load_trajectories([*dirs, expert])  # in folder order: the expert is each query's last (order N)
+    return [t for t in every if t.order < N], [t for t in every if t.order == N], library
 
 
 @pytest.fixture(scope="module")
