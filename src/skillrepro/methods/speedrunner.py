@@ -466,8 +466,9 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
     idle = _idle([f.name for f in parsed if candidate[f.name].public], reads, sess.primitives) if reads else []
     acting = [f.name for f in parsed if candidate[f.name].public and f.name not in idle]
     if idle and acting and not sess.all_public:
-        # written beside a function that acts, one that only computes is its helper: kept private, not the reason
-        # to lose the block (the inducers copied the example's approach + mission_steps with public=True)
+        # written beside a function that acts, one that only computes is its helper: kept private (as a `_` name
+        # written beside a public one is, above), not the reason to lose the block (the inducers copied the
+        # example's approach + mission_steps with public=True). Here, not above: acting needs the whole library.
         for name in idle:
             candidate[name] = replace(candidate[name], public=False)
         idle = []
