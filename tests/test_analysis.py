@@ -528,13 +528,15 @@ def test_phase_chain_and_truncation_are_in_the_dag(tmp_path):
     assert "results/runs/t4/react/seed0/library/v0/manifest.json" in out and "rule init_library" in out
 
 
-@pytest.mark.parametrize("preset", ["cpu-study", "shift", "cross-model-gemini-3-flash"])
+@pytest.mark.parametrize("preset", ["cpu-study", "shift", "cross-model-gemini-3-flash", "laptop-learning"])
 def test_presets_build_their_dag(preset, tmp_path):
     env = os.environ | {"GEMINI_API_KEY": "unused-in-a-dry-run"}
     # A billed preset ships zero rates that the user replaces (a zero-priced billed model is refused).
     rates = tmp_path / "rates.yaml"
     rates.write_text("pricing:\n  gemini-3-flash: {input: 0.5, cached_input: 0.05, output: 3.0}\n")
     extra = [str(rates)] if preset.startswith("cross-model") else []  # --configfile takes several files
+    if preset == "laptop-learning":  # with the lever preset after it: a list-valued example_file, fingerprinted
+        extra = ["configs/laptop-example.yaml"]
     proc = subprocess.run([sys.executable, "-m", "snakemake", "all", "-n", "--forceall", "--cores", "8",
                            "--configfile", f"configs/{preset}.yaml", *extra], cwd=ROOT, env=env, capture_output=True,
                           text=True)
@@ -542,6 +544,8 @@ def test_presets_build_their_dag(preset, tmp_path):
     assert "rule analytics:" in proc.stdout and "rule figure_11:" in proc.stdout
     if preset == "shift":
         assert "rule continue_library:" in proc.stdout and "rule evaluate_on:" in proc.stdout
+    if preset == "laptop-learning":
+        assert "results/runs/babyai/speedrunner_mission/seed2/eval/v2/episodes.parquet" in proc.stdout
 
 
 def test_an_unreported_cached_count_is_priced_as_uncached_and_its_ratio_unknown(tmp_path):
