@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import logging
 import os
 import random
 import shutil
@@ -74,6 +75,9 @@ def shutdown() -> None:
     global _SIM, _OWNER
     if _SIM is not None:
         sim, _SIM, _OWNER = _SIM, None, None
+        # py4j logs its own shutdown at INFO; at interpreter exit the handlers' streams may be closed (pytest's
+        # capture), and each message became a "--- Logging error ---" traceback after the suite's summary
+        logging.getLogger("py4j").setLevel(logging.WARNING)
         try:
             sim.close()
         except Exception:  # the JVM may already be gone at interpreter exit
