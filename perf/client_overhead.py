@@ -1,6 +1,6 @@
 """What the `openai` SDK costs the LLM client: its import in a fresh process, and its per-call overhead.
 
-    python perf/client_overhead.py [--calls 200] [--imports 5] [--turns 6]
+    python perf/client_overhead.py [--calls 200] [--imports 5] [--turns 6] [--server canned|model]
 
 1. Import: `python -c "import openai"` against `python -c "pass"` in fresh processes, median of --imports
    runs, wall and CPU; and whether `import skillrepro.llm.client` alone loads the SDK (it must not: the SDK
@@ -14,6 +14,10 @@
    loopback round trip on every side. The series are interleaved in blocks, after a warm-up, so the shared
    machine's load falls on all of them alike.
 
+   With `--server model` the same series run against the real embedded llama.cpp server (SmolLM2-135M, one
+   slot, the reply capped at one token, the prompt cached after the first call): the request as a run sends
+   it, where the client's cost sits beside the server's few milliseconds of work.
+
 Target (issue 32): `LLMClient.chat` within 1.2x of the direct httpx request at the median (httpx2 where
 httpx is not installed). Timings on the shared 2-core machine move by +-25 %: re-run before relying on one
 number.
@@ -21,6 +25,7 @@ number.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -28,6 +33,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 BODY = json.dumps({
@@ -103,7 +109,40 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"cells": {"type": "integer"}}, "required": []}}}]
 
 
-def per_call(calls: int, turns: int, block: int = 20) -> dict[str, list[float]]:
+@contextlib.contextmanager
+def canned_server():
+    """The canned server above in a child process; yields its /v1 URL."""
+    port_q = multiprocessing.get_context("fork").Queue()
+    server = multiprocessing.get_context("fork").Process(target=serve, args=(port_q,), daemon=True)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port_q.get(timeout=30)}/v1"
+    finally:
+        server.terminate()
+        server.join()
+
+
+@contextlib.contextmanager
+def model_server():
+    """The embedded llama.cpp server the workflow starts, on SmolLM2-135M; yields its /v1 URL."""
+    from skillrepro.llm import servers
+
+    with tempfile.TemporaryDirectory() as wd:
+        server = servers.start(model_config(), workdir=wd)
+        try:
+            yield server.url
+        finally:
+            server.stop()
+
+
+def model_config():
+    from skillrepro.config import LLMConfig
+
+    return LLMConfig(backend="embedded", model="smollm2-135m", slots=1, ctx_per_slot=4096, max_tokens=1,
+                     temperature=0.0, threads=2, timeout_s=60)
+
+
+def per_call(url: str, calls: int, turns: int, block: int = 20) -> dict[str, list[float]]:
     import httpx2
 
     try:
@@ -111,62 +150,53 @@ def per_call(calls: int, turns: int, block: int = 20) -> dict[str, list[float]]:
     except ImportError:
         httpx = None
 
-    from skillrepro.config import LLMConfig
     from skillrepro.llm.client import _SDK_FIELDS, LLMClient
 
-    port_q = multiprocessing.get_context("fork").Queue()
-    server = multiprocessing.get_context("fork").Process(target=serve, args=(port_q,), daemon=True)
-    server.start()
-    url = f"http://127.0.0.1:{port_q.get(timeout=30)}/v1"
-    try:
-        client = LLMClient(LLMConfig(backend="embedded", model="smollm2-135m", timeout_s=30), url)
-        messages = request(turns)
-        kwargs = dict(role="actor", session_id="perf", tools=TOOLS, extra_body={"cache_prompt": True})
+    client = LLMClient(model_config(), url)
+    messages = request(turns)
+    kwargs = dict(role="actor", session_id="perf", tools=TOOLS, extra_body={"cache_prompt": True})
 
-        # the body chat() sends, caught once, is what the direct clients send
-        sent: list[dict] = []
-        post = client._post
-        client._post = lambda req: sent.append(req) or post(req)
-        client.chat(messages, **kwargs)
-        del client._post
-        [body] = sent
-        fields = {k: v for k, v in body.items() if k in _SDK_FIELDS}
-        extra = {k: v for k, v in body.items() if k not in _SDK_FIELDS}
-        create = client._sdk.chat.completions.with_raw_response.create
+    # the body chat() sends, caught once, is what the direct clients send
+    sent: list[dict] = []
+    post = client._post
+    client._post = lambda req: sent.append(req) or post(req)
+    client.chat(messages, **kwargs)
+    del client._post
+    [body] = sent
+    fields = {k: v for k, v in body.items() if k in _SDK_FIELDS}
+    extra = {k: v for k, v in body.items() if k not in _SDK_FIELDS}
+    create = client._sdk.chat.completions.with_raw_response.create
 
-        headers = {"Authorization": "Bearer none", "Content-Type": "application/json"}
-        direct = {"httpx2": httpx2.Client(timeout=30, headers=headers)}
-        if httpx is not None:
-            direct["httpx"] = httpx.Client(timeout=30, headers=headers)
+    headers = {"Authorization": "Bearer none", "Content-Type": "application/json"}
+    direct = {"httpx2": httpx2.Client(timeout=30, headers=headers)}
+    if httpx is not None:
+        direct["httpx"] = httpx.Client(timeout=30, headers=headers)
 
-        def post_direct(name):
-            r = direct[name].post(url + "/chat/completions", content=json.dumps(body).encode())
-            assert r.status_code == 200
-            return json.loads(r.content.decode("utf-8"))
+    def post_direct(name):
+        r = direct[name].post(url + "/chat/completions", content=json.dumps(body).encode())
+        assert r.status_code == 200
+        return json.loads(r.content.decode("utf-8"))
 
-        series = {
-            **({"direct POST, httpx": lambda: post_direct("httpx")} if httpx is not None else {}),
-            "direct POST, httpx2": lambda: post_direct("httpx2"),
-            "LLMClient._post (SDK post)": lambda: client._post(body),
-            "SDK create(), with_raw_response":
-                lambda: json.loads(create(**fields, extra_body=extra).http_response.content),
-            "LLMClient.chat (SDK)": lambda: client.chat(messages, **kwargs),
-        }
-        times: dict[str, list[float]] = {n: [] for n in series}
-        for fn in series.values():  # warm-up: connections open, caches filled
-            for _ in range(block):
+    series = {
+        **({"direct POST, httpx": lambda: post_direct("httpx")} if httpx is not None else {}),
+        "direct POST, httpx2": lambda: post_direct("httpx2"),
+        "LLMClient._post (SDK post)": lambda: client._post(body),
+        "SDK create(), with_raw_response":
+            lambda: json.loads(create(**fields, extra_body=extra).http_response.content),
+        "LLMClient.chat (SDK)": lambda: client.chat(messages, **kwargs),
+    }
+    times: dict[str, list[float]] = {n: [] for n in series}
+    for fn in series.values():  # warm-up: connections open, caches filled
+        for _ in range(block):
+            fn()
+    for _ in range(0, calls, block):
+        for name, fn in series.items():
+            for _ in range(min(block, calls - len(times[name]))):
+                t = time.perf_counter()
                 fn()
-        for _ in range(0, calls, block):
-            for name, fn in series.items():
-                for _ in range(min(block, calls - len(times[name]))):
-                    t = time.perf_counter()
-                    fn()
-                    times[name].append((time.perf_counter() - t) * 1000)
-            client.records.clear()
-        return times
-    finally:
-        server.terminate()
-        server.join()
+                times[name].append((time.perf_counter() - t) * 1000)
+        client.records.clear()
+    return times
 
 
 def main() -> None:
@@ -174,11 +204,14 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--imports", type=int, default=5)
     ap.add_argument("--turns", type=int, default=6, help="observation/action turns in the request")
+    ap.add_argument("--server", choices=("canned", "model"), default="canned",
+                    help="canned: a reply at once, the client's own cost; model: the embedded SmolLM2 server")
     a = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
     import_cost(a.imports)
-    times = per_call(a.calls, a.turns)
-    label = f"per call (ms), n={a.calls}, {2 * a.turns + 2} messages"
+    with (canned_server() if a.server == "canned" else model_server()) as url:
+        times = per_call(url, a.calls, a.turns)
+    label = f"per call (ms), {a.server} server, n={a.calls}, {2 * a.turns + 2} messages"
     print(f"{label:<48}{'median':>10}{'mean':>10}{'p95':>10}")
     for name, xs in times.items():
         xs = sorted(xs)
