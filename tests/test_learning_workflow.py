@@ -8,7 +8,7 @@ actor settings (constrained JSON calls).
 Only the inducer is scripted: a proxy answers its requests and passes every other one (the actor's, the
 tokenizer's) to the real llama.cpp server. It asserts that the protocol showed a function example built from
 BabyAI's primitives, that the idle write was refused and the next request read why, that the second write
-passed its checks and reached v1, that
+passed its checks and reached v1 (its mission parser, written public, kept private: it acts on nothing), that
 the v1 actor was offered the function and called it, and that the call ran in the sandbox and was recorded
 in skill_calls.parquet; it fails if a written function does not reach the next checkpoint's actor."""
 import json
@@ -29,8 +29,10 @@ from test_workflow import copy_workflow, snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILL = (ROOT / "src/skillrepro/resources/reference/babyai/skills.py").read_text()
-# As the default run's inducer replies (inducer.tool_calling: text).
-WRITE = f"Thought: one routine for the whole mission.\nAction: write_function(public=True)\n```python\n{SKILL}```"
+# As the default run's inducer replies (inducer.tool_calling: text), with its mission parser named as the
+# inducers named theirs: public, though it only computes (kept as the acting function's private helper).
+WRITE = ("Thought: one routine for the whole mission.\nAction: write_function(public=True)\n```python\n"
+         f"{SKILL.replace('_parse_mission', 'parse_mission')}```")
 FINISH = 'Thought: done.\nAction: finish("one routine for the whole mission")'
 # Acts through the analysis notebook: no primitive is called where the agent runs a skill.
 IDLE = ('Thought: pick the object up.\nAction: write_function(public=True)\n```python\n'
@@ -97,6 +99,7 @@ def test_a_function_the_inducer_writes_is_called_by_the_next_checkpoints_actor(t
     assert any(idle["observation"] in (m["content"] or "") for m in proxy.requests[1])
     # The second write passed its checks, and v1 holds it as the only public skill.
     assert write["observation"].startswith("Saved ") and "solve_mission (public)" in write["observation"], write
+    assert "parse_mission (private)" in write["observation"], write  # written public; it acts on nothing
     v1 = json.loads((run / "library/v1/manifest.json").read_text())
     assert [f["name"] for f in v1["functions"] if f["public"]] == ["solve_mission"]
 
