@@ -66,6 +66,27 @@ def test_each_update_trains_the_previous_checkpoint(workdir):
     assert len(changed) > 0.5 * len(w1), f"update 2 changed {len(changed)} of {len(w1)} tensors"
 
 
+def test_a_checkpoint_read_from_its_folder_is_its_gguf(workdir):
+    """The scorer reads a checkpoint from its Hugging Face folder, rounded as its GGUF export rounds it
+    (load_served), not from the GGUF: every tensor and the chat template come out as transformers reads them
+    from the GGUF that llama.cpp serves."""
+    import torch
+
+    from skillrepro.llm.scorer import _read_gguf
+    from skillrepro.studies.scaffold.grpo import CHECKPOINT_GGUF, exported_checkpoint, load_served
+
+    ckpt = workdir / "results/scaffold/babyai/grp/grpo/ckpt1"
+    assert exported_checkpoint(ckpt / CHECKPOINT_GGUF) == ckpt
+    (lm, tok), (gguf_lm, gguf_tok) = load_served(ckpt), _read_gguf(ckpt / CHECKPOINT_GGUF)
+    mine, theirs = lm.state_dict(), gguf_lm.state_dict()
+    assert mine.keys() == theirs.keys()
+    assert [n for n in mine if not torch.equal(mine[n], theirs[n])] == []
+    chat = [{"role": "system", "content": "Act."}, {"role": "user", "content": "Mission: go to the red ball."}]
+    assert tok.apply_chat_template(chat, tokenize=False) == gguf_tok.apply_chat_template(chat, tokenize=False)
+    assert "scored skill-free with transformers (results/scaffold/babyai/grp/grpo/ckpt1/gguf/model.gguf)" in (
+        workdir / "logs/scaffold/babyai@grp1/score_free.log").read_text()
+
+
 def test_iteration_1_is_played_carded_and_scored_by_checkpoint_1(workdir):
     it0, it1 = workdir / "results/scaffold/babyai@grp0", workdir / "results/scaffold/babyai@grp1"
     served = "results/scaffold/babyai/grp/grpo/ckpt1/gguf/model.gguf"  # the checkpoint, as its own server loads it

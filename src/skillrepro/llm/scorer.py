@@ -180,14 +180,15 @@ class TransformersScorer:
     name = "transformers"
 
     def __init__(self, gguf_path: str | Path, *, batch_tokens: int = 8192, threads: int | None = None,
-                 model_name: str | None = None):
+                 model_name: str | None = None, weights: tuple[Any, Any] | None = None):
+        """`weights`: (model, tokenizer) already loaded with the numbers `gguf_path` holds, read another way."""
         import torch
 
         if threads:
             torch.set_num_threads(threads)
         p = Path(gguf_path)
         self.model = model_name or p.name
-        self.lm, self.tokenizer = load_gguf(p)
+        self.lm, self.tokenizer = weights or load_gguf(p)
         self.sequencer = ChatSequencer(self.tokenizer)
         self.lm.eval()
         self.batch_tokens = batch_tokens

@@ -12,6 +12,7 @@ from skillrepro.config import ConfigError
 from skillrepro.llm.models import MODELS, resolve
 from skillrepro.llm.servers import URL_ENV
 from skillrepro.skills.sandbox import SandboxPolicy
+from skillrepro.studies.scaffold.grpo import exported_checkpoint, load_served
 from skillrepro.studies.scaffold.records import ScoreRecord, Trajectory
 from skillrepro.studies.scaffold.settings import ScaffoldConfig
 
@@ -79,8 +80,10 @@ def load_scorer(cfg: ScaffoldConfig, llm: Any) -> Any:
         if llm.backend == "openai" and not cfg.scorer_model:
             raise ConfigError("config key scaffold.scorer.model: an API model cannot be scored; name a GGUF file "
                               "or a shipped model for the CPU scorer")
-        return sc.TransformersScorer(resolve(model), batch_tokens=cfg.scorer_batch_tokens, threads=llm.threads,
-                                     model_name=model)
+        path = resolve(model)
+        checkpoint = exported_checkpoint(path)  # a training iteration's policy: read from its own folder
+        return sc.TransformersScorer(path, batch_tokens=cfg.scorer_batch_tokens, threads=llm.threads,
+                                     model_name=model, weights=load_served(checkpoint) if checkpoint else None)
     if backend == "vllm":
         import os
 
