@@ -426,8 +426,11 @@ def test_require_action_refuses_a_public_function_that_reaches_no_primitive(reco
     # a function that only computes, written public beside one that acts: kept, as a private helper
     beside = ('Action: write_function(public=True)\n```python\ndef steps(mission):\n    return mission.split(", then ")\n\n'
               'def walk(n):\n    """Go forward n times."""\n    for _ in range(n):\n        go_forward()\n```')
-    fake = Fake([idle, through_db, acting, by_value, beside])
-    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=5), fake)
+    # what the 1.5B inducer wrote at fb1b8db, five times: a call of the protocol's example, which is not saved
+    unsaved = ('Action: write_function(public=True)\n```python\ndef go_to_box(observation):\n'
+               '    return turn_left_until(observation)\n```')
+    fake = Fake([idle, through_db, acting, by_value, beside, unsaved])
+    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=6), fake)
     obs = [json.loads(x)["observation"] for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     assert obs[0].startswith("Error: pick_up_object call(s) no primitive action") and "Nothing was saved" in obs[0]
     assert "notebook" not in obs[0] and "name it with a leading underscore, write it with public=False" in obs[0]
@@ -437,6 +440,9 @@ def test_require_action_refuses_a_public_function_that_reaches_no_primitive(reco
     assert obs[3].startswith("Saved do") and "do" in {f.name for f in lib.functions}
     assert obs[4].startswith("Saved steps (private), walk (public)"), obs[4]
     assert {f.name: f.public for f in lib.functions if f.name in ("steps", "walk")} == {"steps": False, "walk": True}
+    assert obs[5].startswith("Error: go_to_box call(s) no primitive action"), obs[5]
+    assert "go_to_box uses turn_left_until, defined nowhere a skill runs" in obs[5] and "notebook" not in obs[5]
+    assert "uses" not in obs[0] and "uses db" not in obs[1]  # db: the notebook's own hint says why
     # off (the paper): the idle function is kept
     lib = get_method("speedrunner").induce(ctx_for(recorded, budget=1), Fake([idle]))
     assert "pick_up_object" in {f.name for f in lib.functions}

@@ -478,6 +478,13 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
         how = (f"; {', '.join(notebook)} exist only in execute_code's notebook, not where the agent runs a skill: "
                f"call an action by its name, {sorted(sess.primitives)[0]}(), not db.execute_query(...)" if notebook
                else "")
+        # a call of a function written nowhere (the protocol's example, unsaved) is why many reach no action
+        known = sess.primitives | set(candidate) | NOTEBOOK_NAMES
+        nowhere = {f: names for f in idle if (names := _unbound(candidate[f].source, known))}
+        if nowhere:
+            uses = "; ".join(f"{f} uses {', '.join(n)}" for f, n in nowhere.items())
+            how += (f"; {uses}, defined nowhere a skill runs (not an action, a library function or a builtin): "
+                    "write it in the same block")
         # the way out for a helper that only computes (the inducers wrote parse_mission public, again and again)
         helper = ("" if sess.all_public else " A helper that only computes (reads the mission, say) can be saved "
                   "private: name it with a leading underscore, write it with public=False, and call it from a "
