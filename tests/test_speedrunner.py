@@ -412,8 +412,9 @@ def test_the_inducer_may_speak_its_own_protocol_on_the_shared_server():
 def test_require_action_refuses_a_public_function_that_reaches_no_primitive(recorded):
     """inducer.require_action: `return 'pick_up()'` (what the 1.5B inducer wrote) is refused with the reason;
     a public function acting through a private helper, a private helper that only parses, a function that holds
-    its primitives as values (the reference library's dispatch dict), and one that only computes written beside
-    one that acts (kept private) are kept."""
+    its primitives as values (the reference library's dispatch dict), one that only computes written beside
+    one that acts, and one that calls the action passed to it (both kept private) are kept; a refusal names the
+    names an idle function uses that are defined nowhere."""
     idle = 'Action: write_function(public=True)\n```python\ndef pick_up_object():\n    return "pick_up()"\n```'
     # what the 1.5B inducer wrote next: acting through the notebook's connection; the refusal says so
     through_db = ('Action: write_function(public=True)\n```python\ndef pick_and_move():\n'
@@ -429,8 +430,12 @@ def test_require_action_refuses_a_public_function_that_reaches_no_primitive(reco
     # what the 1.5B inducer wrote at fb1b8db, five times: a call of the protocol's example, which is not saved
     unsaved = ('Action: write_function(public=True)\n```python\ndef go_to_box(observation):\n'
                '    return turn_left_until(observation)\n```')
-    fake = Fake([idle, through_db, acting, by_value, beside, unsaved])
-    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=6), fake)
+    # and, from the same protocol example: the loop over an action passed in (kept as a private helper)
+    passed = ('Action: write_function(public=True)\n```python\ndef repeat_until(text, action, max_steps=4):\n'
+              '    seen = ""\n    for _ in range(max_steps):\n        seen = action()\n        if text in seen:\n'
+              '            break\n    return seen\n```')
+    fake = Fake([idle, through_db, acting, by_value, beside, unsaved, passed])
+    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=7), fake)
     obs = [json.loads(x)["observation"] for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     assert obs[0].startswith("Error: pick_up_object call(s) no primitive action") and "Nothing was saved" in obs[0]
     assert "notebook" not in obs[0] and "name it with a leading underscore, write it with public=False" in obs[0]
@@ -443,6 +448,8 @@ def test_require_action_refuses_a_public_function_that_reaches_no_primitive(reco
     assert obs[5].startswith("Error: go_to_box call(s) no primitive action"), obs[5]
     assert "go_to_box uses turn_left_until, defined nowhere a skill runs" in obs[5] and "notebook" not in obs[5]
     assert "uses" not in obs[0] and "uses db" not in obs[1]  # db: the notebook's own hint says why
+    assert obs[6].startswith("Saved repeat_until (private) (repeat_until call(s) a function passed in"), obs[6]
+    assert "e.g. repeat_until(..., " in obs[6] and not next(f for f in lib.functions if f.name == "repeat_until").public
     # off (the paper): the idle function is kept
     lib = get_method("speedrunner").induce(ctx_for(recorded, budget=1), Fake([idle]))
     assert "pick_up_object" in {f.name for f in lib.functions}

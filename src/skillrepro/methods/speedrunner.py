@@ -403,6 +403,18 @@ def _idle(names: list[str], reads: dict[str, set[str]], primitives: set[str]) ->
     return [n for n in names if not acts(n)]
 
 
+def _calls_a_parameter(source: str) -> bool:
+    """Whether a function calls one of its own parameters (`action()` in `repeat_until(text, action)`): it acts
+    when a caller passes it an action, which the agent, calling with text and numbers, cannot."""
+    for fn in ast.walk(parse_untrusted(source)):
+        if isinstance(fn, ast.FunctionDef):
+            a = fn.args
+            params = {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x is not None}
+            return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in params
+                       for c in ast.walk(fn))
+    return False
+
+
 # Bound in the namespace a skill runs in (skills/_worker.py), beside the primitives and the library's functions.
 SKILL_GLOBALS = frozenset(dir(builtins)) | {"ActionError", "SandboxLimit", "__name__"}
 
@@ -472,6 +484,13 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
         for name in idle:
             candidate[name] = replace(candidate[name], public=False)
         idle = []
+    # One that calls the action passed to it (the inducers generalised the protocol's example loop into
+    # repeat_action_until(text, action), again and again) is kept as a helper too: private, since the agent
+    # cannot pass it an action, with a word on how a public function uses it.
+    passed = [n for n in idle if not sess.all_public and _calls_a_parameter(candidate[n].source)]
+    for name in passed:
+        candidate[name] = replace(candidate[name], public=False)
+    idle = [n for n in idle if n not in passed]
     if idle:
         # The 1.5B inducer's commonest mistake: acting through the notebook, db.execute_query("pick_up()").
         notebook = sorted({n for f in idle for n in reads[f] & NOTEBOOK_NAMES})
@@ -506,6 +525,10 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
     sess.functions = candidate
     sess.writes_ok += 1
     note = f" (ignored top-level statements: {'; '.join(other)[:200]}; put imports inside functions)" if other else ""
+    if passed:
+        p = sorted(sess.primitives)[0]
+        note += (f" ({', '.join(passed)} call(s) a function passed in, which the agent cannot pass: kept private, "
+                 f"for a public function to call with an action, e.g. {passed[0]}(..., {p}))")
     saved = ", ".join(f"{f.name} ({'public' if candidate[f.name].public else 'private'})" for f in parsed)
     return f"Saved {saved}{note}{dropped}. Library: {', '.join(sess.functions)}."
 
