@@ -1,13 +1,13 @@
 """A learned skill reaches the next checkpoint's actor (issue 38): through the real rules, a SpeedRunner
 sleep phase whose inducer is scripted to write first a function that acts through the notebook (the 1.5B
-inducer's commonest mistake, refused under `inducer.require_action` with the reason) and then a known
+inducer's commonest mistake, kept private under `inducer.require_action`, with the reason) and then a known
 function (the shipped BabyAI reference routine, as a model would write it in the default run's sleep-phase protocol, `inducer.tool_calling: text`: an Action line and
 a ```python block), then the test evaluation at v1 on the real embedded Qwen2.5-Coder-0.5B with the default run's
 actor settings (constrained JSON calls).
 
 Only the inducer is scripted: a proxy answers its requests and passes every other one (the actor's, the
 tokenizer's) to the real llama.cpp server. It asserts that the protocol showed a function example built from
-BabyAI's primitives, that the idle write was refused and the next request read why, that the second write
+BabyAI's primitives, that the idle write was kept out of the actor's list and the next request read why, that the second write
 passed its checks and reached v1 (its mission parser, written public, kept private: it acts on nothing), that
 the v1 actor was offered the function and called it, and that the call ran in the sandbox and was recorded
 in skill_calls.parquet; it fails if a written function does not reach the next checkpoint's actor."""
@@ -92,10 +92,11 @@ def test_a_function_the_inducer_writes_is_called_by_the_next_checkpoints_actor(t
     assert proxy.schemas == [None, None, None]
     protocol = "\n".join(m["content"] or "" for m in proxy.requests[0])
     assert "Action: write_function(public=True)" in protocol and "def turn_left_until(" in protocol, protocol
-    # The idle write was refused with why, and the next request carried that reason to the model.
+    # The idle write was kept private with why, and the next request carried that reason to the model.
     transcript = [json.loads(line) for line in (run / "induce/v1/transcript.jsonl").read_text().splitlines()]
     idle, write = [t for t in transcript if t["tool"] == "write_function"]
-    assert "no primitive action" in idle["observation"] and "exist only in execute_code" in idle["observation"], idle
+    assert idle["observation"].startswith("Saved grab (private)") and "no primitive action" in idle["observation"]
+    assert "exist only in execute_code" in idle["observation"], idle
     assert any(idle["observation"] in (m["content"] or "") for m in proxy.requests[1])
     # The second write passed its checks, and v1 holds it as the only public skill.
     assert write["observation"].startswith("Saved ") and "solve_mission (public)" in write["observation"], write

@@ -409,14 +409,14 @@ def test_the_inducer_may_speak_its_own_protocol_on_the_shared_server():
     assert both.own_server(llm) and both.sleep_llm(llm).model == "qwen2.5-coder-1.5b"
 
 
-def test_require_action_refuses_a_public_function_that_reaches_no_primitive(recorded):
-    """inducer.require_action: `return 'pick_up()'` (what the 1.5B inducer wrote) is refused with the reason;
-    a public function acting through a private helper, a private helper that only parses, a function that holds
-    its primitives as values (the reference library's dispatch dict), one that only computes written beside
-    one that acts, and one that calls the action passed to it (both kept private) are kept; a refusal names the
-    names an idle function uses that are defined nowhere."""
+def test_require_action_keeps_a_function_that_reaches_no_primitive_private(recorded):
+    """inducer.require_action: a public function that reaches no primitive action is saved private (out of the
+    agent's list, where it would do nothing; there for a function that acts to call), saying why: returning an
+    action's name as text, acting through the notebook, calling a function defined nowhere or one passed in.
+    A public function acting through a private helper and one that holds its primitives as values (the
+    reference library's dispatch dict) stay public. Under access all_public (no private functions) it is refused."""
     idle = 'Action: write_function(public=True)\n```python\ndef pick_up_object():\n    return "pick_up()"\n```'
-    # what the 1.5B inducer wrote next: acting through the notebook's connection; the refusal says so
+    # what the 1.5B inducer wrote next: acting through the notebook's connection
     through_db = ('Action: write_function(public=True)\n```python\ndef pick_and_move():\n'
                   '    db.execute_query("pick_up()")\n    return "done"\n```')
     acting = ('Action: write_function(public=True)\n```python\ndef _target(mission):\n    return mission.split()[-1]\n\n'
@@ -424,35 +424,42 @@ def test_require_action_refuses_a_public_function_that_reaches_no_primitive(reco
               'def _step():\n    return turn_left()\n```')
     by_value = ('Action: write_function(public=True)\n```python\ndef do(name):\n'
                 '    return {"left": turn_left, "up": pick_up}[name]()\n```')
-    # a function that only computes, written public beside one that acts: kept, as a private helper
     beside = ('Action: write_function(public=True)\n```python\ndef steps(mission):\n    return mission.split(", then ")\n\n'
               'def walk(n):\n    """Go forward n times."""\n    for _ in range(n):\n        go_forward()\n```')
     # what the 1.5B inducer wrote at fb1b8db, five times: a call of the protocol's example, which is not saved
     unsaved = ('Action: write_function(public=True)\n```python\ndef go_to_box(observation):\n'
                '    return turn_left_until(observation)\n```')
-    # and, from the same protocol example: the loop over an action passed in (kept as a private helper)
+    # and, from the same protocol example: the loop over an action passed in
     passed = ('Action: write_function(public=True)\n```python\ndef repeat_until(text, action, max_steps=4):\n'
               '    seen = ""\n    for _ in range(max_steps):\n        seen = action()\n        if text in seen:\n'
               '            break\n    return seen\n```')
-    fake = Fake([idle, through_db, acting, by_value, beside, unsaved, passed])
-    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=7), fake)
+    # a helper written alone, then the function that uses it (refused, the helper sank the second write too)
+    parser = 'Action: write_function(public=True)\n```python\ndef targets(mission):\n    return mission.split()[-2:]\n```'
+    user = ('Action: write_function(public=True)\n```python\ndef go_to_targets(mission):\n'
+            '    for t in targets(mission):\n        go_forward()\n```')
+    fake = Fake([idle, through_db, acting, by_value, beside, unsaved, passed, parser, user])
+    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=9), fake)
     obs = [json.loads(x)["observation"] for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
-    assert obs[0].startswith("Error: pick_up_object call(s) no primitive action") and "Nothing was saved" in obs[0]
-    assert "notebook" not in obs[0] and "name it with a leading underscore, write it with public=False" in obs[0]
-    assert obs[1].startswith("Error: pick_and_move call(s) no primitive action")
+    public = {f.name: f.public for f in lib.functions}
+    assert obs[0].startswith("Saved pick_up_object (private) (pick_up_object reach(es) no primitive action"), obs[0]
+    assert "kept private, out of the agent's list" in obs[0] and "notebook" not in obs[0] and "uses" not in obs[0]
     assert "db exist only in execute_code's notebook" in obs[1] and "not db.execute_query" in obs[1]
-    assert obs[2].startswith("Saved") and {"grab_twice", "_target", "_step"} <= {f.name for f in lib.functions}
-    assert obs[3].startswith("Saved do") and "do" in {f.name for f in lib.functions}
+    assert "uses db" not in obs[1]  # db: the notebook's own hint says why
+    assert obs[2].startswith("Saved") and {"grab_twice", "_target", "_step"} <= set(public) and public["grab_twice"]
+    assert obs[3].startswith("Saved do (public)") and public["do"]
     assert obs[4].startswith("Saved steps (private), walk (public)"), obs[4]
-    assert {f.name: f.public for f in lib.functions if f.name in ("steps", "walk")} == {"steps": False, "walk": True}
-    assert obs[5].startswith("Error: go_to_box call(s) no primitive action"), obs[5]
-    assert "go_to_box uses turn_left_until, defined nowhere a skill runs" in obs[5] and "notebook" not in obs[5]
-    assert "uses" not in obs[0] and "uses db" not in obs[1]  # db: the notebook's own hint says why
-    assert obs[6].startswith("Saved repeat_until (private) (repeat_until call(s) a function passed in"), obs[6]
-    assert "e.g. repeat_until(..., " in obs[6] and not next(f for f in lib.functions if f.name == "repeat_until").public
-    # off (the paper): the idle function is kept
+    assert "go_to_box uses turn_left_until, defined nowhere a skill runs" in obs[5], obs[5]
+    assert "repeat_until call(s) a function passed in, which the agent, passing text, cannot" in obs[6], obs[6]
+    assert obs[8].startswith("Saved go_to_targets (public)") and not public["targets"] and public["go_to_targets"]
+    assert not any(public[n] for n in ("pick_up_object", "pick_and_move", "go_to_box", "repeat_until", "steps"))
+    # access all_public: every function is offered to the agent, so one that does nothing is refused
+    get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=1,
+                                             access="all_public"), Fake([idle]))
+    (entry,) = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
+    assert entry["observation"].startswith("Error: pick_up_object call(s) no primitive action"), entry["observation"]
+    # off (the paper): the idle function is kept public
     lib = get_method("speedrunner").induce(ctx_for(recorded, budget=1), Fake([idle]))
-    assert "pick_up_object" in {f.name for f in lib.functions}
+    assert {f.name: f.public for f in lib.functions}["pick_up_object"]
 
 
 def test_code_cut_at_the_reply_limit_is_refused_with_the_limit_named(recorded):

@@ -476,41 +476,30 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
     candidate = {n: SkillFunction(n, c.public, c.signature, c.doc, c.source, whole[n].callees) for n, c in candidate.items()}
     reads = {n: _reads(f.source) for n, f in candidate.items()} if sess.require_action else {}
     idle = _idle([f.name for f in parsed if candidate[f.name].public], reads, sess.primitives) if reads else []
-    acting = [f.name for f in parsed if candidate[f.name].public and f.name not in idle]
-    if idle and acting and not sess.all_public:
-        # written beside a function that acts, one that only computes is its helper: kept private (as a `_` name
-        # written beside a public one is, above), not the reason to lose the block (the inducers copied the
-        # example's approach + mission_steps with public=True). Here, not above: acting needs the whole library.
-        for name in idle:
-            candidate[name] = replace(candidate[name], public=False)
-        idle = []
-    # One that calls the action passed to it (the inducers generalised the protocol's example loop into
-    # repeat_action_until(text, action), again and again) is kept as a helper too: private, since the agent
-    # cannot pass it an action, with a word on how a public function uses it.
-    passed = [n for n in idle if not sess.all_public and _calls_a_parameter(candidate[n].source)]
-    for name in passed:
-        candidate[name] = replace(candidate[name], public=False)
-    idle = [n for n in idle if n not in passed]
+    how = ""
     if idle:
         # The 1.5B inducer's commonest mistake: acting through the notebook, db.execute_query("pick_up()").
         notebook = sorted({n for f in idle for n in reads[f] & NOTEBOOK_NAMES})
-        how = (f"; {', '.join(notebook)} exist only in execute_code's notebook, not where the agent runs a skill: "
-               f"call an action by its name, {sorted(sess.primitives)[0]}(), not db.execute_query(...)" if notebook
-               else "")
+        if notebook:
+            how += (f"; {', '.join(notebook)} exist only in execute_code's notebook, not where the agent runs a "
+                    f"skill: call an action by its name, {sorted(sess.primitives)[0]}(), not db.execute_query(...)")
         # a call of a function written nowhere (the protocol's example, unsaved) is why many reach no action
         known = sess.primitives | set(candidate) | NOTEBOOK_NAMES
-        nowhere = {f: names for f in idle if (names := _unbound(candidate[f].source, known))}
-        if nowhere:
+        if nowhere := {f: names for f in idle if (names := _unbound(candidate[f].source, known))}:
             uses = "; ".join(f"{f} uses {', '.join(n)}" for f, n in nowhere.items())
-            how += (f"; {uses}, defined nowhere a skill runs (not an action, a library function or a builtin): "
-                    "write it in the same block")
-        # the way out for a helper that only computes (the inducers wrote parse_mission public, again and again)
-        helper = ("" if sess.all_public else " A helper that only computes (reads the mission, say) can be saved "
-                  "private: name it with a leading underscore, write it with public=False, and call it from a "
-                  "public function that acts.")
+            how += f"; {uses}, defined nowhere a skill runs (not an action, a library function or a builtin)"
+        # the inducers generalised the protocol's example loop into repeat_action_until(text, action)
+        if passed := [n for n in idle if _calls_a_parameter(candidate[n].source)]:
+            how += f"; {', '.join(passed)} call(s) a function passed in, which the agent, passing text, cannot"
+    if idle and sess.all_public:
         return (f"Error: {', '.join(idle)} call(s) no primitive action, directly or through library functions: a "
                 f"skill acts by calling them ({', '.join(sorted(sess.primitives)[:4])}, ...; returning an action's "
-                f"name as text does nothing{how}). Nothing was saved.{helper}")
+                f"name as text does nothing{how}). Nothing was saved.")
+    # Otherwise such a function is kept, private: out of the agent's list, where it would do nothing, and there
+    # for a public function that acts to call. Refused instead, a helper written alone before the function that
+    # uses it sank both (the inducers wrote parse_mission, then a function calling it, each refused in turn).
+    for name in idle:
+        candidate[name] = replace(candidate[name], public=False)
     known = sess.primitives | set(candidate)
     unbound = {f.name: names for f in parsed if (names := _unbound(f.source, known))} if sess.require_defined else {}
     if unbound:
@@ -525,10 +514,11 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
     sess.functions = candidate
     sess.writes_ok += 1
     note = f" (ignored top-level statements: {'; '.join(other)[:200]}; put imports inside functions)" if other else ""
-    if passed:
-        p = sorted(sess.primitives)[0]
-        note += (f" ({', '.join(passed)} call(s) a function passed in, which the agent cannot pass: kept private, "
-                 f"for a public function to call with an action, e.g. {passed[0]}(..., {p}))")
+    if idle:
+        note += (f" ({', '.join(idle)} reach(es) no primitive action, directly or through library functions (an "
+                 f"action's name returned as text does nothing){how}: "
+                 f"kept private, out of the agent's list; a public function that acts (calls "
+                 f"{', '.join(sorted(sess.primitives)[:3])}, ...) can use it)")
     saved = ", ".join(f"{f.name} ({'public' if candidate[f.name].public else 'private'})" for f in parsed)
     return f"Saved {saved}{note}{dropped}. Library: {', '.join(sess.functions)}."
 
