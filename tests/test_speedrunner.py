@@ -496,7 +496,8 @@ def test_require_defined_refuses_a_function_using_a_name_bound_nowhere(recorded)
     """inducer.require_defined: `move_to_grey_box` calling `is_in_grey_box` and `move_to`, written nowhere (what the
     1.5B inducer saved in the 3-seed run at 4cc617a; every call raised NameError), is refused with the names; the
     same function written with its helper in one block, and one using builtins, imports, its own locals, nested
-    functions and the primitives, are kept."""
+    functions and the primitives, are kept. A name read as a value (the agent's view as a global) gets a word on
+    where the view comes from."""
     unbound = ('Action: write_function(public=True)\n```python\ndef move_to_grey_box():\n'
                '    if not is_in_grey_box():\n        turn_left()\n    move_to()\n    return "Moved."\n```')
     with_helper = ('Action: write_function(public=True)\n```python\ndef is_in_grey_box():\n    return "grey box" in turn_left()\n\n'
@@ -504,11 +505,17 @@ def test_require_defined_refuses_a_function_using_a_name_bound_nowhere(recorded)
     bound = ('Action: write_function(public=True)\n```python\ndef walk(n=3):\n    import re\n    seen = [go_forward() for _ in range(n)]\n'
              '    def last():\n        return seen[-1]\n    try:\n        return str(len(re.findall("a", last())))\n'
              '    except ActionError as e:\n        return str(e)\n```')
-    fake = Fake([unbound, with_helper, bound])
-    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_defined=True), budget=3), fake)
+    # what the inducer wrote at c7346c4, three times: the agent's view read as a global
+    as_global = ('Action: write_function(public=True)\n```python\ndef go_to_obstacle():\n'
+                 '    while "wall" not in observation:\n        go_forward()\n```')
+    fake = Fake([unbound, with_helper, bound, as_global])
+    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_defined=True), budget=4), fake)
     obs = [json.loads(x)["observation"] for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     assert obs[0].startswith("Error: move_to_grey_box uses is_in_grey_box, move_to, defined nowhere") and "Nothing was saved" in obs[0]
     assert obs[1].startswith("Saved") and obs[2].startswith("Saved walk")
+    assert "read as values" not in obs[0]  # called names: functions to write
+    assert "observation: read as values, bound nowhere; what the agent sees is the text each action returns (seen = " \
+        in obs[3], obs[3]
     assert {"is_in_grey_box", "move_to_grey_box", "walk"} <= {f.name for f in lib.functions}
     # off (the paper): the function is kept as written
     lib = get_method("speedrunner").induce(ctx_for(recorded, budget=1), Fake([unbound]))

@@ -134,6 +134,7 @@ class Session:
     policy: SandboxPolicy = SandboxPolicy()  # what every sandbox the session starts must have
     require_action: bool = False  # inducer.require_action: a public function must reach a primitive
     require_defined: bool = False  # inducer.require_defined: every name a function uses is bound where skills run
+    observes: str = ""  # an argument-less primitive that returns the text the agent sees, for the refusals' hints
     transcript: list[dict] = field(default_factory=list)
     writes_ok: int = 0
     finished: bool = False
@@ -321,6 +322,11 @@ def _notebook_library(sess: Session) -> str:
 
 
 # ------------------------------------------------------------------------------------------ tools
+def _observing(primitives):
+    """An argument-less primitive that returns the text the agent sees after it (None if the benchmark has none)."""
+    return next((p for p in primitives if p.signature.startswith(f"{p.name}()") and p.returns == "str"), None)
+
+
 def _examples(interpreter: bool, primitives, as_json: bool, function: str = "") -> str:
     """The protocol's worked examples. With the interpreter, a query and then a function: shown only the
     query, the 1.5B inducer wrote skills that act through the notebook (db.execute_query("pick_up()")). The
@@ -330,7 +336,7 @@ def _examples(interpreter: bool, primitives, as_json: bool, function: str = "") 
     no action the environment lacks."""
     shown = [("I want to see how often the agent succeeded.", "execute_code",
               'show("SELECT episode_id, task_id, success, n_steps FROM episodes")')] if interpreter else []
-    p = next((p for p in primitives if p.signature.startswith(f"{p.name}()") and p.returns == "str"), None)
+    p = _observing(primitives)
     if function:
         shown.append(("A function can read where things are in the text the primitives return and act on it.",
                       "write_function(public=True)", function))
@@ -401,6 +407,11 @@ def _idle(names: list[str], reads: dict[str, set[str]], primitives: set[str]) ->
                 todo.extend(reads[n])
         return False
     return [n for n in names if not acts(n)]
+
+
+def _called(source: str) -> set[str]:
+    """The bare names a function's source calls."""
+    return {n.func.id for n in ast.walk(parse_untrusted(source)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
 
 
 def _calls_a_parameter(source: str) -> bool:
@@ -504,9 +515,14 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
     unbound = {f.name: names for f in parsed if (names := _unbound(f.source, known))} if sess.require_defined else {}
     if unbound:
         which = "; ".join(f"{name} uses {', '.join(names)}" for name, names in unbound.items())
+        # the inducers read `observation` (or `step`) as if the agent's view were a global
+        values = sorted({n for f in parsed for n in unbound.get(f.name, ()) if n not in _called(f.source)})
+        seen = (f" {', '.join(values)}: read as values, bound nowhere; what the agent sees is the text each action "
+                f"returns (seen = {sess.observes}()), and what a skill is told comes in its arguments."
+                if values and sess.observes else "")
         return (f"Error: {which}, defined nowhere a skill runs (not a primitive, a library function or a Python "
                 f"builtin): every call would raise NameError. Write those functions first (or in the same block), or "
-                f"act with the primitives. Nothing was saved.")
+                f"act with the primitives.{seen} Nothing was saved.")
     problem = (smoke_check(candidate, [f.name for f in parsed], bench, task_ids, sess.policy) if replay
                else load_check(candidate, sess.policy))
     if problem:
@@ -579,8 +595,10 @@ def induce(ctx: InduceContext, client) -> Library:
     traces = read_traces(ctx.history_dirs)
     task_ids = sorted({t.task_id for t in traces})
     primitives = {p.name for p in bench.primitives()}
+    observing = _observing(bench.primitives())
     sess = Session({f.name: f for f in ctx.library.functions}, primitives, all_public, ctx.sandbox,
-                   require_action=ctx.limits.require_action, require_defined=ctx.limits.require_defined)
+                   require_action=ctx.limits.require_action, require_defined=ctx.limits.require_defined,
+                   observes=observing.name if observing else "")
     session_id = f"{ctx.run_id}/induce/v{ctx.library.version + 1}"
     record_dir = ctx.record_dir
 
