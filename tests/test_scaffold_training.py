@@ -77,6 +77,7 @@ def test_a_checkpoint_read_from_its_folder_is_its_gguf(workdir):
 
     ckpt = workdir / "results/scaffold/babyai/grp/grpo/ckpt1"
     assert exported_checkpoint(ckpt / CHECKPOINT_GGUF) == ckpt
+    assert exported_checkpoint("model.gguf") is None and exported_checkpoint(ckpt / "model.gguf") is None
     (lm, tok), (gguf_lm, gguf_tok) = load_served(ckpt), _read_gguf(ckpt / CHECKPOINT_GGUF)
     mine, theirs = lm.state_dict(), gguf_lm.state_dict()
     assert mine.keys() == theirs.keys()

@@ -375,9 +375,11 @@ def load_served(checkpoint: str | Path) -> tuple[Any, Any]:
 def exported_checkpoint(gguf_path: str | Path) -> Path | None:
     """The checkpoint folder a CHECKPOINT_GGUF was exported from (save_checkpoint wrote both), else None."""
     p = Path(gguf_path)
+    if not p.as_posix().endswith("/" + CHECKPOINT_GGUF):
+        return None
     folder = p.parents[len(Path(CHECKPOINT_GGUF).parts) - 1]
-    written = p.as_posix().endswith(CHECKPOINT_GGUF) and (folder / "scaffold_update.json").is_file()
-    return folder if written and (folder / "model.safetensors").is_file() else None
+    written = (folder / "scaffold_update.json").is_file() and (folder / "model.safetensors").is_file()
+    return folder if written else None
 
 
 def serving_model(checkpoint: str | Path, backend: str) -> str:
