@@ -414,7 +414,8 @@ def test_require_action_keeps_a_function_that_reaches_no_primitive_private(recor
     agent's list, where it would do nothing; there for a function that acts to call), saying why: returning an
     action's name as text, acting through the notebook, calling a function defined nowhere or one passed in.
     A public function acting through a private helper and one that holds its primitives as values (the
-    reference library's dispatch dict) stay public. Under access all_public (no private functions) it is refused."""
+    reference library's dispatch dict) stay public; the same code written again changes nothing and says so. Under
+    access all_public (no private functions) it is refused."""
     idle = 'Action: write_function(public=True)\n```python\ndef pick_up_object():\n    return "pick_up()"\n```'
     # what the 1.5B inducer wrote next: acting through the notebook's connection
     through_db = ('Action: write_function(public=True)\n```python\ndef pick_and_move():\n'
@@ -437,8 +438,8 @@ def test_require_action_keeps_a_function_that_reaches_no_primitive_private(recor
     parser = 'Action: write_function(public=True)\n```python\ndef targets(mission):\n    return mission.split()[-2:]\n```'
     user = ('Action: write_function(public=True)\n```python\ndef go_to_targets(mission):\n'
             '    for t in targets(mission):\n        go_forward()\n```')
-    fake = Fake([idle, through_db, acting, by_value, beside, unsaved, passed, parser, user])
-    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=9), fake)
+    fake = Fake([idle, through_db, acting, by_value, beside, unsaved, passed, parser, user, passed])
+    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=10), fake)
     obs = [json.loads(x)["observation"] for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     public = {f.name: f.public for f in lib.functions}
     assert obs[0].startswith("Saved pick_up_object (private) (pick_up_object reach(es) no primitive action"), obs[0]
@@ -452,6 +453,9 @@ def test_require_action_keeps_a_function_that_reaches_no_primitive_private(recor
     assert "repeat_until call(s) a function passed in, which the agent, passing text, cannot" in obs[6], obs[6]
     assert obs[8].startswith("Saved go_to_targets (public)") and not public["targets"] and public["go_to_targets"]
     assert not any(public[n] for n in ("pick_up_object", "pick_and_move", "go_to_box", "repeat_until", "steps"))
+    # the same code again: nothing changes, and the reply says what to write instead
+    assert obs[9].startswith("Unchanged: repeat_until (private) is in the library already, word for word"), obs[9]
+    assert obs[9].endswith("Write something new: a public function that acts and uses it.")
     # access all_public: every function is offered to the agent, so one that does nothing is refused
     get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=1,
                                              access="all_public"), Fake([idle]))

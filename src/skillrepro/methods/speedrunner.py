@@ -511,6 +511,13 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
     # uses it sank both (the inducers wrote parse_mission, then a function calling it, each refused in turn).
     for name in idle:
         candidate[name] = replace(candidate[name], public=False)
+    if all((had := sess.functions.get(f.name)) is not None and had.source == candidate[f.name].source
+           and had.public == candidate[f.name].public for f in parsed):
+        # the inducers saved the same code again and again (5 of 6 requests of a sleep phase at 002b237)
+        kept = ", ".join(f"{f.name} ({'public' if candidate[f.name].public else 'private'})" for f in parsed)
+        nothing_public = not any(candidate[f.name].public for f in parsed)
+        return (f"Unchanged: {kept} is in the library already, word for word; nothing was saved. Write something "
+                f"new{': a public function that acts and uses it' if nothing_public else ''}.")
     known = sess.primitives | set(candidate)
     unbound = {f.name: names for f in parsed if (names := _unbound(f.source, known))} if sess.require_defined else {}
     if unbound:
@@ -716,7 +723,7 @@ def induce(ctx: InduceContext, client) -> Library:
                     observation += (f" The reply stopped at its {max_tokens}-token limit in the middle of the code: "
                                     "write a shorter function (a loop over what the primitives return, not one "
                                     "branch per step).")
-                if action.name in ("write_function", "delete_function") and not observation.startswith("Error"):
+                if action.name in ("write_function", "delete_function") and observation.startswith(("Saved", "Deleted")):
                     sess.asked.clear()  # the library changed: a read or a cell may now answer otherwise
                 sess.asked.setdefault((action.name, action.code), req)
             sess.transcript.append({"request": req, "prefill": prefill, "reply": reply.text, "tool": action.name, "code": action.code,
