@@ -427,7 +427,7 @@ def test_require_action_keeps_a_function_that_reaches_no_primitive_private(recor
                 '    return {"left": turn_left, "up": pick_up}[name]()\n```')
     beside = ('Action: write_function(public=True)\n```python\ndef steps(mission):\n    return mission.split(", then ")\n\n'
               'def walk(n):\n    """Go forward n times."""\n    for _ in range(n):\n        go_forward()\n```')
-    # what the 1.5B inducer wrote at fb1b8db, five times: a call of the protocol's example, which is not saved
+    # what the 1.5B inducer wrote at 03078bb, five times: a call of the protocol's example, which is not saved
     unsaved = ('Action: write_function(public=True)\n```python\ndef go_to_box(observation):\n'
                '    return turn_left_until(observation)\n```')
     # and, from the same protocol example: the loop over an action passed in
