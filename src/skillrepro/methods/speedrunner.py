@@ -601,9 +601,9 @@ def induce(ctx: InduceContext, client) -> Library:
     # every past episode from the records (the online protocol never re-runs a task, not even to reset it)
     traces = read_traces(ctx.history_dirs)
     task_ids = sorted({t.task_id for t in traces})
-    primitives = {p.name for p in bench.primitives()}
-    observing = _observing(bench.primitives())
-    sess = Session({f.name: f for f in ctx.library.functions}, primitives, all_public, ctx.sandbox,
+    prims = bench.primitives()
+    observing = _observing(prims)
+    sess = Session({f.name: f for f in ctx.library.functions}, {p.name for p in prims}, all_public, ctx.sandbox,
                    require_action=ctx.limits.require_action, require_defined=ctx.limits.require_defined,
                    observes=observing.name if observing else "")
     session_id = f"{ctx.run_id}/induce/v{ctx.library.version + 1}"
@@ -617,12 +617,12 @@ def induce(ctx: InduceContext, client) -> Library:
     native, constrained = ctx.llm.tool_calling == "native", ctx.llm.tool_calling == "constrained"
     protocol = (PROMPTS / f"inducer_tools_{'json' if constrained else 'text'}.txt").read_text().format(
         tool_list="\n".join(f"- {TOOL_DOCS[t]}" for t in tools),
-        examples=_examples(interpreter, bench.primitives(), constrained,
+        examples=_examples(interpreter, prims, constrained,
                            example_source(opts.example_file) if opts.example_file else ""))
     system = prompt_file.read_text().format(
         environment=bench.describe(),
-        primitives="\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives()),
-        returns=primitive_returns(bench.primitives()), access_rule=access_rule, tools=protocol)
+        primitives="\n".join(f"- {p.signature}: {p.doc}" for p in prims),
+        returns=primitive_returns(prims), access_rule=access_rule, tools=protocol)
     limits = ctx.limits
     max_tokens, ctx_chars = limits.reply_tokens(ctx.llm), limits.history_chars(ctx.llm)
     facts = "\n".join(json.dumps(r, default=str) for r in summary) or "(no episodes yet)"
