@@ -524,3 +524,26 @@ def test_require_defined_refuses_a_function_using_a_name_bound_nowhere(recorded)
     # off (the paper): the function is kept as written
     lib = get_method("speedrunner").induce(ctx_for(recorded, budget=1), Fake([unbound]))
     assert "move_to_grey_box" in {f.name for f in lib.functions}
+
+
+def test_a_top_level_import_is_copied_into_the_functions_that_use_it(recorded):
+    """`import re` above the function using it (what the 1.5B inducer wrote at 651d6b7, refused as `re` defined
+    nowhere: a library keeps functions only): copied into the function's body, after its docstring, so the
+    function runs; an import nothing uses stays an ignored top-level statement."""
+    from skillrepro.skills.library import Library
+
+    code = ('Action: write_function(public=True)\n```python\nimport re\nfrom json import dumps as d\nimport os\n\n'
+            'def where(text):\n    """The first colour named."""\n    m = re.search("red|blue", text)\n    return d(m and m.group())\n\n'
+            'def walk():\n    return go_forward()\n```')
+    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_defined=True), budget=1),
+                                           Fake([code]))
+    (obs,) = [json.loads(x)["observation"] for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
+    assert obs.startswith("Saved where"), obs
+    assert "import re; from json import dumps as d into where" in obs and "ignored top-level statements: import os" in obs
+    fns = {f.name: f for f in lib.functions}
+    assert fns["where"].source.splitlines()[1:4] == ['    """The first colour named."""', "    import re",
+                                                     "    from json import dumps as d"]
+    assert fns["where"].doc == "The first colour named." and "import" not in fns["walk"].source
+    namespace: dict = {}
+    exec(Library(0, (fns["where"],)).source, namespace)
+    assert namespace["where"]("a blue key") == '"blue"'

@@ -444,6 +444,28 @@ def _unbound(source: str, known: set[str]) -> list[str]:
     return sorted(out - known - SKILL_GLOBALS)
 
 
+def _move_imports(code: str, tree: ast.Module) -> tuple[str, ast.Module, dict[str, list[str]]]:
+    """The block's top-level imports, copied into each function that uses a name they bind (a library keeps
+    functions only, so `import re` above a function that calls re.match would leave it a NameError at every
+    call; the 1.5B inducer writes imports there). Returns the new code, its tree and function -> imports."""
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    binds = {(a.asname or a.name).split(".")[0]: ast.get_source_segment(code, n) or ast.unparse(n)
+             for n in imports for a in n.names if a.name != "*"}
+    lines, moved = code.splitlines(), {}
+    for fn in sorted((n for n in tree.body if isinstance(n, ast.FunctionDef)), key=lambda n: -n.lineno):
+        body = fn.body[1:] if ast.get_docstring(fn) is not None and len(fn.body) > 1 else fn.body
+        used = [text for name, text in binds.items()
+                if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(fn))]
+        if used and body[0].lineno > fn.lineno:  # not a one-line `def f(): ...`
+            at = body[0].lineno - 1
+            lines[at:at] = [" " * body[0].col_offset + text for text in dict.fromkeys(used)]
+            moved[fn.name] = list(dict.fromkeys(used))
+    if not moved:
+        return code, tree, {}
+    code = "\n".join(lines)
+    return code, parse_untrusted(code), moved
+
+
 def refusal_kind(observation: str) -> str:
     """A refused write's reason with its names, numbers and quoted text taken out, for counting refusals
     by kind across sessions (perf/sleep_replay.py, perf/learning_report.py)."""
@@ -468,10 +490,13 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
         dropped = f" (lines {cut + 1}-{len(lines)} did not parse and were dropped: {e.msg})"
         code = "\n".join(lines[:cut])
         tree = parse_untrusted(code)
+    code, tree, moved = _move_imports(code, tree)
     defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
     if not defs:
         return "Error: no function definition (def name(...):) in the code block. Nothing was saved."
-    other = [ast.unparse(n).splitlines()[0] for n in tree.body if not isinstance(n, ast.FunctionDef)]
+    copied = {text for texts in moved.values() for text in texts}
+    other = [ast.unparse(n).splitlines()[0] for n in tree.body if not isinstance(n, ast.FunctionDef)
+             and (ast.get_source_segment(code, n) or ast.unparse(n)) not in copied]
     clash = [d.name for d in defs if d.name in sess.primitives]
     if clash:
         return f"Error: {', '.join(clash)} would hide a primitive action of the same name. Nothing was saved."
@@ -537,6 +562,9 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
     sess.functions = candidate
     sess.writes_ok += 1
     note = f" (ignored top-level statements: {'; '.join(other)[:200]}; put imports inside functions)" if other else ""
+    if moved:
+        where = ", ".join(f"{'; '.join(texts)} into {name}" for name, texts in moved.items())
+        note += f" (top-level imports copied into the functions using them: {where})"
     if idle:
         note += (f" ({', '.join(idle)} reach(es) no primitive action, directly or through library functions (an "
                  f"action's name returned as text does nothing){how}: "
