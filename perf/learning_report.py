@@ -43,14 +43,15 @@ def test_figures(run: Path) -> dict:
             "raised": sum(r for _, _, _, r in calls)}
 
 
-print(f"| seed | written | refused (why) | kept at {a.variant}'s last version | test: success | output tokens "
+print(f"| seed | written | not saved (why) | kept at {a.variant}'s last version | test: success | output tokens "
       f"| skill calls / episode | episodes calling one | primitives / call | calls that raised | "
       + " | ".join(f"{b}: success, tokens" for b in a.baselines) + " |")
 print("|---" * (10 + len(a.baselines)) + "|")
 for run in sorted((runs / a.variant).glob("seed*"), key=lambda p: int(p.name[4:])):
     writes = [t for f in sorted(run.glob("induce/v*/transcript.jsonl")) for t in map(json.loads, f.read_text().splitlines())
               if t.get("tool") == "write_function"]
-    refused = collections.Counter(refusal_kind(t["observation"]) for t in writes if t["observation"].startswith("Error"))
+    # not saved: refused, or the same code again ("Unchanged"), as perf/sleep_replay.py counts them
+    refused = collections.Counter(refusal_kind(t["observation"]) for t in writes if not t["observation"].startswith("Saved"))
     last = max(run.glob("library/v*"), key=lambda p: int(p.name[1:]))
     kept = [f["name"] for f in json.loads((last / "manifest.json").read_text())["functions"] if f["public"]]
     t = test_figures(run)
