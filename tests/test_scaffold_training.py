@@ -19,7 +19,8 @@ from skillrepro.studies.scaffold.statistics import MIN_N
 N, M, L, STEPS = 2, 2, 1, 2
 HELDOUT = 1  # BabyAI test tasks per policy
 
-pytestmark = [pytest.mark.integration, pytest.mark.workflow]
+pytestmark = [pytest.mark.integration, pytest.mark.workflow,
+              pytest.mark.own_process(alone=True)]  # its update (5.2 GB) beside nothing else
 
 
 @pytest.fixture(scope="module")
