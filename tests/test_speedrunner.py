@@ -547,3 +547,16 @@ def test_a_top_level_import_is_copied_into_the_functions_that_use_it(recorded):
     namespace: dict = {}
     exec(Library(0, (fns["where"],)).source, namespace)
     assert namespace["where"]("a blue key") == '"blue"'
+
+
+def test_a_saved_function_that_never_reads_an_argument_is_told_so(recorded):
+    """The function 002b237's inducer kept, `pick_up_and_move(text, target)` = pick_up(); go_forward(), does the
+    same whatever the actor passes: its save says which arguments it never reads; one reading them gets no word."""
+    ignores = ('Action: write_function(public=True)\n```python\ndef pick_up_and_move(text, target):\n'
+               '    """Pick up, then move to the target."""\n    pick_up()\n    go_forward()\n```')
+    reads = ('Action: write_function(public=True)\n```python\ndef walk_to(target, steps=3):\n'
+             '    for _ in range(steps):\n        if target in go_forward():\n            return "there"\n    return "not yet"\n```')
+    get_method("speedrunner").induce(ctx_for(recorded, budget=2), Fake([ignores, reads]))
+    obs = [json.loads(x)["observation"] for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
+    assert obs[0].startswith("Saved pick_up_and_move") and "pick_up_and_move never reads text, target" in obs[0]
+    assert obs[1].startswith("Saved walk_to") and "never reads" not in obs[1]

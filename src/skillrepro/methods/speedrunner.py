@@ -414,6 +414,18 @@ def _called(source: str) -> set[str]:
     return {n.func.id for n in ast.walk(parse_untrusted(source)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
 
 
+def _unread_parameters(source: str) -> list[str]:
+    """The parameters a function never reads: the actor fills them (`pick_up_and_move("purple ball", "yellow
+    key")`) and the function does the same whatever they say (002b237: `pick_up(); go_forward()`)."""
+    for fn in ast.walk(parse_untrusted(source)):
+        if isinstance(fn, ast.FunctionDef):
+            a = fn.args
+            read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            return [x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
+                    if x is not None and x.arg not in read]
+    return []
+
+
 def _calls_a_parameter(source: str) -> bool:
     """Whether a function calls one of its own parameters (`action()` in `repeat_until(text, action)`): it acts
     when a caller passes it an action, which the agent, calling with text and numbers, cannot."""
@@ -570,6 +582,10 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
                  f"action's name returned as text does nothing){how}: "
                  f"kept private, out of the agent's list; a public function that acts (calls "
                  f"{', '.join(sorted(sess.primitives)[:3])}, ...) can use it)")
+    if unread := {f.name: p for f in parsed if candidate[f.name].public and (p := _unread_parameters(f.source))}:
+        which = "; ".join(f"{name} never reads {', '.join(p)}" for name, p in unread.items())
+        note += (f" ({which}: the agent fills every argument and expects the function to act on it; use it, e.g. "
+                 f"act until the observation names the target, or drop it)")
     saved = ", ".join(f"{f.name} ({'public' if candidate[f.name].public else 'private'})" for f in parsed)
     return f"Saved {saved}{note}{dropped}. Library: {', '.join(sess.functions)}."
 
