@@ -479,12 +479,6 @@ def sandbox_require(config: dict[str, Any]) -> tuple[str, ...]:
     return tuple((config.get("sandbox") or {}).get("require") or ())
 
 
-def price(config: dict[str, Any]) -> Price:
-    llm = llm_config(config)
-    p = config.get("pricing", {}).get(llm.model)
-    return Price(**p) if p else Price(0.0, 0.0)
-
-
 # Settings that change how a job runs, not what it produces: raising threads on a bigger machine, or the
 # retry and timeout limits, must not redo finished work.
 OPERATIONAL_LLM_KEYS = frozenset({"slots", "threads", "max_retries", "timeout_s", "api_key_env", "episodes_in_flight"})
