@@ -1,12 +1,9 @@
 """Shared fixtures. `llm_url` is a real embedded llama.cpp server (SmolLM2-135M) for the whole session."""
 from __future__ import annotations
 
-import concurrent.futures
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -92,48 +89,25 @@ def run_scaffold(llm_cfg, llm_url):
 
 
 # ------------------------------------------------------------------------------- modules in their own process
-# A module marked `pytestmark = pytest.mark.own_process` runs in a pytest process of its own, one item here
-# standing for its tests, for one of two reasons:
-# - `own_process(alone=True)`: it loads models whose memory torch and the allocator never give back
-#   (test_scaffold_grpo's policy: 5.8 GB at its peak; test_scaffold_training's update: 5.2 GB). Run in this
-#   process, every later test would keep it; run beside anything, the two would not fit 8 GB. These run
-#   first, one at a time, with nothing beside them.
-# - plain `own_process`: a long run of the real model (a workflow, a scorer) that fits beside the suite
-#   (2.7 GB at most). These run one at a time in a background lane while this process runs the rest: on 2
-#   cores the suite alone kept them 1.25 busy on average (issue 32: 20 minutes). Their items come last and
-#   wait for the lane's results.
-# Each child's own report is printed when it fails.
+# A module marked `pytestmark = pytest.mark.own_process` loads models whose memory torch and the allocator
+# never give back (test_scaffold_grpo's policy: 5.8 GB at its peak; test_scaffold_training's update: 4.5 GB):
+# run in this process, every later test would keep it. Its tests run in a pytest process of their own instead,
+# one item here standing for them, so the suite's peak is the largest module's, not their sum. The child's own
+# report is printed when it fails. They run one at a time: beside the rest of the suite (tried at 250f2b9) the
+# two lanes fought over 2 cores (the shared tiny run took 386 s against 105) and the suite took longer.
 _CHILD = "SKILLREPRO_TEST_OWN_PROCESS"
 
 
-def _run_child(root: str, nodeids: list[str]) -> subprocess.CompletedProcess:
-    started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", *nodeids],
-                            cwd=root, env=dict(os.environ, **{_CHILD: "1"}), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    _RUNNING.add(proc)
-    try:
-        out, err = proc.communicate()
-    finally:
-        _RUNNING.discard(proc)
-    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-    done.wall_s = time.monotonic() - started
-    return done
-
-
 class OwnProcess(pytest.Item):
-    def __init__(self, *, nodeids: list[str], alone: bool, **kwargs):
+    def __init__(self, *, nodeids: list[str], **kwargs):
         super().__init__(**kwargs)
-        self.nodeids, self.alone = nodeids, alone
+        self.nodeids = nodeids
 
     def runtest(self):
-        if self.alone:
-            proc = _run_child(str(self.config.rootpath), self.nodeids)
-        else:
-            proc = _BESIDE[self.nodeid].result()  # waits for the background lane
-        how = "alone" if self.alone else "beside the suite"
-        last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
-        _SUMMARIES.append(f"{self.path.name} ({how}, {proc.wall_s:.0f} s): {last}")
+        root = str(self.config.rootpath)
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", *self.nodeids],
+                              cwd=root, env=dict(os.environ, **{_CHILD: "1"}), capture_output=True, text=True)
+        _SUMMARIES.append(f"{self.path.name}: " + (proc.stdout.strip().splitlines() or ["(no output)"])[-1])
         if proc.returncode != 0:
             raise OwnProcessFailed(proc.stdout[-6000:] + proc.stderr[-2000:])
 
@@ -151,32 +125,6 @@ class OwnProcessFailed(Exception):
 
 
 _SUMMARIES: list[str] = []
-_RUNNING: set[subprocess.Popen] = set()
-_BESIDE: dict[str, concurrent.futures.Future] = {}  # nodeid of a beside item -> its finished child
-_LANE: list = []  # the background lane's executor, once started
-
-
-def _start_lane(session: pytest.Session) -> None:
-    """Start the background lane's children, one at a time, in the items' order."""
-    if _LANE:
-        return
-    lane = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="own-process-lane")
-    _LANE.append(lane)
-    for item in session.items:
-        if isinstance(item, OwnProcess) and not item.alone:
-            _BESIDE[item.nodeid] = lane.submit(_run_child, str(session.config.rootpath), item.nodeids)
-
-
-def pytest_runtest_setup(item):
-    if not os.environ.get(_CHILD) and not (isinstance(item, OwnProcess) and item.alone):  # the alone ones are done: start the lane beside the rest
-        _start_lane(item.session)
-
-
-def pytest_sessionfinish(session):
-    for proc in list(_RUNNING):  # interrupted (-x, Ctrl-C): a child left behind would run on alone
-        os.killpg(proc.pid, signal.SIGKILL)
-    if _LANE:
-        _LANE[0].shutdown(wait=False, cancel_futures=True)
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -190,13 +138,10 @@ def pytest_collection_modifyitems(session, config, items):
         return
     kept, own = [], {}
     for item in items:
-        if marker := item.get_closest_marker("own_process"):
-            own.setdefault(item.module, (item.getparent(pytest.Module), bool(marker.kwargs.get("alone")), []))[2].append(
-                item.nodeid)
+        if item.get_closest_marker("own_process"):
+            own.setdefault(item.module, (item.getparent(pytest.Module), []))[1].append(item.nodeid)
         else:
             kept.append(item)
-    grouped = [OwnProcess.from_parent(module, name="in_own_process", nodeids=ids, alone=alone)
-               for module, alone, ids in own.values()]
-    # alone first, before the session's fixtures (the shared llama.cpp server) hold memory beside them; the
-    # beside ones last, where their items wait for the lane that ran them while the rest did
-    items[:] = [i for i in grouped if i.alone] + kept + [i for i in grouped if not i.alone]
+    # first: before the session's fixtures (the shared llama.cpp server) hold memory beside them
+    items[:] = [OwnProcess.from_parent(module, name="in_own_process", nodeids=ids)
+                for module, ids in own.values()] + kept

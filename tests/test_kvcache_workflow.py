@@ -4,9 +4,6 @@ import pytest
 
 from test_workflow import ROOT, copy_workflow, snakemake
 
-# a workflow on the real model, in a process of its own beside the rest of the suite (tests/conftest.py)
-pytestmark = pytest.mark.own_process
-
 
 @pytest.mark.workflow
 def test_kvcache_study_end_to_end(tmp_path):

@@ -6,9 +6,6 @@ import pytest
 
 from test_workflow import ROOT, copy_workflow, snakemake
 
-# a workflow on the real model, in a process of its own beside the rest of the suite (tests/conftest.py)
-pytestmark = pytest.mark.own_process
-
 
 @pytest.mark.workflow
 def test_comparison_methods_run_through_the_dag(tmp_path):

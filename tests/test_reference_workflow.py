@@ -19,9 +19,6 @@ import yaml
 from test_views import VIEW_TARGETS, check_pages_of_the_workflow_run
 from test_workflow import copy_workflow, snakemake
 
-# a workflow on the real model, in a process of its own beside the rest of the suite (tests/conftest.py)
-pytestmark = pytest.mark.own_process
-
 
 @pytest.mark.workflow
 def test_reference_solves_tasks_through_its_skill_in_the_dag_on_the_real_model(tmp_path):

@@ -13,7 +13,7 @@ from skillrepro.studies.scaffold.grpo import (QueryGroup, Sample, assign_advanta
                                               query_advantages)
 from skillrepro.studies.scaffold.settings import TrainSettings
 
-pytestmark = pytest.mark.own_process(alone=True)  # the policy it trains (5.8 GB) stays out of the suite
+pytestmark = pytest.mark.own_process  # the models it loads stay out of the suite's process
 
 
 def test_eq_11_generator_rewards():

@@ -19,8 +19,8 @@ from skillrepro.studies.scaffold.statistics import MIN_N
 N, M, L, STEPS = 2, 2, 1, 2
 HELDOUT = 1  # BabyAI test tasks per policy
 
-pytestmark = [pytest.mark.integration, pytest.mark.workflow,
-              pytest.mark.own_process(alone=True)]  # its update (5.2 GB) beside nothing else
+# own_process: its GRPO update (4.5 GB) no longer lands beside the pytest process's own memory (tests/conftest.py)
+pytestmark = [pytest.mark.integration, pytest.mark.workflow, pytest.mark.own_process]
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from skillrepro.llm.scorer import (
 )
 from skillrepro.progress import PROGRESS_LOGGER, Progress
 
-pytestmark = pytest.mark.own_process  # the scorer it loads stays out of the suite's process, beside it
+pytestmark = pytest.mark.own_process  # the models it loads stay out of the suite's process
 
 SYSTEM = "You are an agent in a grid world. Call one function per turn."
 
