@@ -414,28 +414,29 @@ def _called(source: str) -> set[str]:
     return {n.func.id for n in ast.walk(parse_untrusted(source)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
 
 
+def _parameters(source: str) -> tuple[ast.FunctionDef | None, list[str]]:
+    """A function's definition and its parameters' names, in order (None, [] without a def)."""
+    fn = next((n for n in ast.walk(parse_untrusted(source)) if isinstance(n, ast.FunctionDef)), None)
+    if fn is None:
+        return None, []
+    a = fn.args
+    return fn, [x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x is not None]
+
+
 def _unread_parameters(source: str) -> list[str]:
     """The parameters a function never reads: the actor fills them (`pick_up_and_move("purple ball", "yellow
     key")`) and the function does the same whatever they say (002b237: `pick_up(); go_forward()`)."""
-    for fn in ast.walk(parse_untrusted(source)):
-        if isinstance(fn, ast.FunctionDef):
-            a = fn.args
-            read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-            return [x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
-                    if x is not None and x.arg not in read]
-    return []
+    fn, params = _parameters(source)
+    read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} if fn else set()
+    return [p for p in params if p not in read]
 
 
 def _calls_a_parameter(source: str) -> bool:
     """Whether a function calls one of its own parameters (`action()` in `repeat_until(text, action)`): it acts
     when a caller passes it an action, which the agent, calling with text and numbers, cannot."""
-    for fn in ast.walk(parse_untrusted(source)):
-        if isinstance(fn, ast.FunctionDef):
-            a = fn.args
-            params = {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x is not None}
-            return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in params
-                       for c in ast.walk(fn))
-    return False
+    fn, params = _parameters(source)
+    return fn is not None and any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in params
+                                  for c in ast.walk(fn))
 
 
 # Bound in the namespace a skill runs in (skills/_worker.py), beside the primitives and the library's functions.
@@ -466,12 +467,12 @@ def _move_imports(code: str, tree: ast.Module) -> tuple[str, ast.Module, dict[st
     lines, moved = code.splitlines(), {}
     for fn in sorted((n for n in tree.body if isinstance(n, ast.FunctionDef)), key=lambda n: -n.lineno):
         body = fn.body[1:] if ast.get_docstring(fn) is not None and len(fn.body) > 1 else fn.body
-        used = [text for name, text in binds.items()
-                if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(fn))]
+        names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+        used = list(dict.fromkeys(text for name, text in binds.items() if name in names))  # `import os, re`: once
         if used and body[0].lineno > fn.lineno:  # not a one-line `def f(): ...`
             at = body[0].lineno - 1
-            lines[at:at] = [" " * body[0].col_offset + text for text in dict.fromkeys(used)]
-            moved[fn.name] = list(dict.fromkeys(used))
+            lines[at:at] = [" " * body[0].col_offset + text for text in used]
+            moved[fn.name] = used
     if not moved:
         return code, tree, {}
     code = "\n".join(lines)
@@ -548,12 +549,12 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
     # uses it sank both (the inducers wrote parse_mission, then a function calling it, each refused in turn).
     for name in idle:
         candidate[name] = replace(candidate[name], public=False)
+    written = ", ".join(f"{f.name} ({'public' if candidate[f.name].public else 'private'})" for f in parsed)
     if all((had := sess.functions.get(f.name)) is not None and had.source == candidate[f.name].source
            and had.public == candidate[f.name].public for f in parsed):
         # the inducers saved the same code again and again (5 of 6 requests of a sleep phase at 002b237)
-        kept = ", ".join(f"{f.name} ({'public' if candidate[f.name].public else 'private'})" for f in parsed)
         nothing_public = not any(candidate[f.name].public for f in parsed)
-        return (f"Unchanged: {kept} is in the library already, word for word; nothing was saved. Write something "
+        return (f"Unchanged: {written} is in the library already, word for word; nothing was saved. Write something "
                 f"new{': a public function that acts and uses it' if nothing_public else ''}.")
     known = sess.primitives | set(candidate)
     unbound = {f.name: names for f in parsed if (names := _unbound(f.source, known))} if sess.require_defined else {}
@@ -586,8 +587,7 @@ def write_function(sess: Session, code: str, public: bool | None, bench, task_id
         which = "; ".join(f"{name} never reads {', '.join(p)}" for name, p in unread.items())
         note += (f" ({which}: the agent fills every argument and expects the function to act on it; use it, e.g. "
                  f"act until the observation names the target, or drop it)")
-    saved = ", ".join(f"{f.name} ({'public' if candidate[f.name].public else 'private'})" for f in parsed)
-    return f"Saved {saved}{note}{dropped}. Library: {', '.join(sess.functions)}."
+    return f"Saved {written}{note}{dropped}. Library: {', '.join(sess.functions)}."
 
 
 def delete_function(sess: Session, name: str) -> str:
