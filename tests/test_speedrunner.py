@@ -438,8 +438,11 @@ def test_require_action_keeps_a_function_that_reaches_no_primitive_private(recor
     parser = 'Action: write_function(public=True)\n```python\ndef targets(mission):\n    return mission.split()[-2:]\n```'
     user = ('Action: write_function(public=True)\n```python\ndef go_to_targets(mission):\n'
             '    for t in targets(mission):\n        go_forward()\n```')
-    fake = Fake([idle, through_db, acting, by_value, beside, unsaved, passed, parser, user, passed])
-    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=10), fake)
+    # the 1.5B inducer's public function at a84538f: a local named for the primitive holds text, acting on nothing
+    shadow = ('Action: write_function(public=True)\n```python\ndef pick_up_and_go_to(text, obj, place):\n'
+              '    pick_up = f"pick_up({obj})"\n    return pick_up + " then go to " + place\n```')
+    fake = Fake([idle, through_db, acting, by_value, beside, unsaved, passed, parser, user, passed, shadow])
+    lib = get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=11), fake)
     obs = [json.loads(x)["observation"] for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     public = {f.name: f.public for f in lib.functions}
     assert obs[0].startswith("Saved pick_up_object (private) (pick_up_object reach(es) no primitive action"), obs[0]
@@ -456,6 +459,7 @@ def test_require_action_keeps_a_function_that_reaches_no_primitive_private(recor
     # the same code again: nothing changes, and the reply says what to write instead
     assert obs[9].startswith("Unchanged: repeat_until (private) is in the library already, word for word"), obs[9]
     assert obs[9].endswith("Write something new: a public function that acts and uses it.")
+    assert obs[10].startswith("Saved pick_up_and_go_to (private)") and not public["pick_up_and_go_to"], obs[10]
     # access all_public: every function is offered to the agent, so one that does nothing is refused
     get_method("speedrunner").induce(ctx_for(recorded, limits=InducerLimits(require_action=True), budget=1,
                                              access="all_public"), Fake([idle]))

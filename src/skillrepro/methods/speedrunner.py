@@ -389,9 +389,18 @@ def smoke_check(functions: dict[str, SkillFunction], new: list[str], bench, task
 
 
 def _reads(source: str) -> set[str]:
-    """Every bare name a function's source reads: what it calls, and what it holds as a value (the reference
-    library reaches its primitives through a dict of them, {"pick_up": pick_up, ...})."""
-    return {n.id for n in ast.walk(parse_untrusted(source)) if isinstance(n, ast.Name)}
+    """The global names a function's source reads: what it calls, and what it holds as a value (the reference
+    library reaches its primitives through a dict of them, {"pick_up": pick_up, ...}). Not a name the function
+    binds itself: `pick_up = f"pick_up({obj})"` is a string, not the action (the 1.5B inducer's public
+    `pick_up_and_go_to` returned such strings, counted as acting, and was called 12 times an episode to no effect)."""
+    out: set[str] = set()
+    tables = symtable.symtable(source, "<skill>", "exec").get_children()
+    while tables:
+        table = tables.pop()
+        out |= {s.get_name() for s in table.get_symbols()
+                if s.is_global() and s.is_referenced() and not s.is_assigned()}
+        tables.extend(table.get_children())
+    return out
 
 
 def _idle(names: list[str], reads: dict[str, set[str]], primitives: set[str]) -> list[str]:
@@ -447,14 +456,7 @@ def _unbound(source: str, known: set[str]) -> list[str]:
     """The global names a function's source reads that are bound nowhere a skill runs: not in `known` (the
     primitives and the library's functions), not a builtin, not assigned by the function itself. Each would
     raise NameError when the function runs."""
-    out: set[str] = set()
-    tables = symtable.symtable(source, "<skill>", "exec").get_children()
-    while tables:
-        table = tables.pop()
-        out |= {s.get_name() for s in table.get_symbols()
-                if s.is_global() and s.is_referenced() and not s.is_assigned()}
-        tables.extend(table.get_children())
-    return sorted(out - known - SKILL_GLOBALS)
+    return sorted(_reads(source) - known - SKILL_GLOBALS)
 
 
 def _move_imports(code: str, tree: ast.Module) -> tuple[str, ast.Module, dict[str, list[str]]]:
