@@ -505,6 +505,28 @@ def test_a_library_that_attacks_while_loading_fails_to_load(module_code, expect)
     s.close()
 
 
+
+def test_a_child_that_closes_its_pipe_before_its_pidfd_arrives_is_not_a_dead_zygote(monkeypatch):
+    """The zygote sends a child's pidfd right after the fork; on a busy machine the child can load its library
+    and close its frame pipe first (seen once in the suite: "the sandbox's zygote died"). Held back here for a
+    second, the pidfd still arrives, the child is killed through it, and the load error says what it did."""
+    import socket
+
+    real, hold = socket.recv_fds, {"until": 0.0}
+
+    def late(sock, *args, **kwargs):
+        if time.monotonic() < hold["until"]:
+            raise BlockingIOError  # the message waits in the socket, unread
+        return real(sock, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "recv_fds", late)
+    code = "import os, sys\nos.close(sys.modules['__main__'].OUT_FD)\nwhile True:\n    pass\n"
+    s, calls, env = session(code, limits=SandboxLimits(call_wall_s=5, start_wall_s=3, call_cpu_s=10))
+    hold["until"] = time.monotonic() + 1.0
+    out = s.call_skill("forward_once", [])
+    assert "failed to load" in out.exception and "closed its frame pipe" in out.exception, out
+    s.close()
+
 COUNTER = """
 import os
 _calls = [0]

@@ -516,6 +516,13 @@ class SandboxSession:
         child.buf += chunk
         return chunk
 
+    def _await_pidfd(self, child: _Child, deadline: float) -> None:
+        """Take the control messages until `child`'s pidfd has come (the zygote sends it right after the fork),
+        the zygote is gone, or `deadline` passes."""
+        self._ctrl_poll()
+        while child.pidfd is None and not self._zygote_gone and self._wait(None, deadline):
+            pass
+
     def _retire(self, child: _Child) -> bool:
         """Kill `child` (through its pidfd: no round trip through the zygote) and wait until nothing more can
         come from it: its frame pipe reads end-of-file once every write end is closed, at its exit or when an
@@ -525,9 +532,7 @@ class SandboxSession:
             return child.leftover
         child.closed, child.leftover = True, bool(child.buf)
         deadline = time.monotonic() + 10
-        self._ctrl_poll()  # the pidfd: the zygote sends it right after the fork
-        while child.pidfd is None and not self._zygote_gone and self._wait(None, deadline):
-            pass
+        self._await_pidfd(child, deadline)
         if child.pidfd is not None:  # even after end-of-file: a child that closed its pipe may still run
             try:
                 signal.pidfd_send_signal(child.pidfd, signal.SIGKILL)
@@ -678,8 +683,9 @@ class SandboxSession:
         if not child.eof:
             return f"wall-clock limit of {wall_s:g} s reached" if time.monotonic() >= deadline else "worker gone"
         # Its frame pipe is closed: it exited, or skill code closed the pipe and goes on (then it is killed
-        # here, and its exit status would only say SIGKILL).
-        self._ctrl_poll()
+        # here, and its exit status would only say SIGKILL). On a busy machine a child can close its pipe before
+        # the zygote has sent its pidfd: without waiting for it, a child still running read as a dead zygote.
+        self._await_pidfd(child, time.monotonic() + 5)
         if child.pidfd is not None and not self._exited(child, 0.5):
             try:
                 signal.pidfd_send_signal(child.pidfd, signal.SIGKILL)
