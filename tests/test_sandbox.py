@@ -505,7 +505,6 @@ def test_a_library_that_attacks_while_loading_fails_to_load(module_code, expect)
     s.close()
 
 
-
 def test_a_child_that_closes_its_pipe_before_its_pidfd_arrives_is_not_a_dead_zygote(monkeypatch):
     """The zygote sends a child's pidfd right after the fork; on a busy machine the child can load its library
     and close its frame pipe first (seen once in the suite: "the sandbox's zygote died"). Held back here for a
@@ -526,6 +525,7 @@ def test_a_child_that_closes_its_pipe_before_its_pidfd_arrives_is_not_a_dead_zyg
     out = s.call_skill("forward_once", [])
     assert "failed to load" in out.exception and "closed its frame pipe" in out.exception, out
     s.close()
+
 
 COUNTER = """
 import os
