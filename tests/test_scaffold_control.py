@@ -24,9 +24,10 @@ from skillrepro.studies.scaffold.settings import ScaffoldConfig
 pytestmark = [pytest.mark.integration, pytest.mark.own_process]
 
 DATA = Path(__file__).resolve().parents[1] / "perf" / "data" / "utility_control"
-Q, N, BUDGET = 3, 2, 3  # queries, Scouts per query, actor calls per Scout: 4-7 minutes on a busy 2-core machine
+Q, N, BUDGET = 2, 2, 3  # queries, Scouts per query, actor calls per Scout: about a minute on 2 cores
 BENCH = BenchmarkConfig("babyai", "babyai", BUDGET)
-EXPERT = BenchmarkConfig("babyai", "babyai", 10)  # the expert Scout's budget: the tasks are ones the bot solves in it
+# the expert Scout's budget: the tasks are ones the bot solves in it (short ones: every sequence is scored 5 times)
+EXPERT = BenchmarkConfig("babyai", "babyai", 4)
 ECHO, TWIN = 2, 3  # candidate indices of the planted cards beside SOLUTION (0) and IRRELEVANT (1)
 
 
