@@ -14,6 +14,8 @@ backends receive the same token ids and the same positions:
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
 import urllib.request
@@ -136,16 +138,39 @@ def _read_gguf(p: Path, tokenizer_only: bool = False) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
-    if tokenizer_only:
-        return None, tok
-    lm = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32)
+    with _parsed_once(p):
+        tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+        if tokenizer_only:
+            return None, tok
+        lm = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32)
     # The weights are dequantised into plain tensors; the quantizer marker left on the model would make
     # the Trainer refuse to train it (and would be saved into a converted folder's config).
     if getattr(lm, "hf_quantizer", None) is not None:
         lm.hf_quantizer.remove_quantization_config(lm)
     lm.is_quantized = False
     return lm, tok
+
+
+@contextlib.contextmanager
+def _parsed_once(p: Path):
+    """Within the block, gguf-py parses `p` once and builds each tensor-name map once. transformers asks it to
+    parse the file's metadata three times per load (config, tokenizer, weights: about 4 s each for SmolLM2-135M's
+    vocabulary, in pure Python) and to rebuild the name map for every module (about 7 s); both are read-only
+    after they are built. transformers imports both names from gguf at each call, so replacing them on the module
+    reaches it; anything else is passed to the originals."""
+    import gguf
+
+    reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    reader = reader_class(str(p))
+
+    def one_reader(path, *args, **kwargs):
+        return reader if Path(path) == p and not args and not kwargs else reader_class(path, *args, **kwargs)
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = one_reader, functools.cache(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map
 
 
 def _converted(p: Path) -> Path:
