@@ -41,7 +41,7 @@ Stop when the second object is one step ahead and you face it."""
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, run_scaffold):
-    return run_scaffold(tmp_path_factory.mktemp("scaffold"), "scaffold_all", call_budget=3, scaffold={
+    return run_scaffold(tmp_path_factory.mktemp("scaffold"), "scaffold_all", call_budget=2, scaffold={
         "variants": ["grp", "anc"], "n_queries": Q, "n_scouts": N, "n_candidates": M, "n_post": L, "n_eval": K, "n_probes": 1,
         "generator_max_tokens": GEN_TOKENS, "evidence_max_chars": 2000})
 
