@@ -193,11 +193,12 @@ def test_tiny_run_end_to_end_then_only_the_figure_reruns(tiny_run):
         for f in library.functions:
             compile(f.source, f.name, "exec")
         # SmolLM2 saved a function on its own, or its last request was the nudge, pre-filled with the start of a
-        # write_function call, and the reply was read as that call: saved, or refused with the reason named.
+        # write_function call, and the reply was read as that call: saved, or refused with the reason named, or (v2)
+        # the function v1 saved written again word for word, which saves nothing and says so.
         # Whether a 135M model's code passes the checks is a draw (3 of 6 sessions over seeds 1-6 saved one).
         if library.meta["writes_accepted"] == 0:
             assert log[-1]["prefill"].startswith("Action: write_function") and log[-1]["tool"] == "write_function"
-            assert log[-1]["observation"].startswith("Error:")
+            assert log[-1]["observation"].startswith(("Error:", "Unchanged:")), log[-1]["observation"]
     log = (tmp_path / "logs/runs/babyai/react/seed0/rollout_batch0.log").read_text()
     assert "train task=" in log and "success=" in log and "output_tokens=" in log
     assert (tmp_path / "results/timings/runs/babyai/react/seed0/rollout_batch0.tsv").exists()
