@@ -23,12 +23,11 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--repeat", type=int, default=2)
     a = ap.parse_args()
-    path = Path(resolve(a.model))
-    for i in range(a.repeat):
+    path, base = Path(resolve(a.model)), BASELINE_S.get(a.model)
+    for _ in range(a.repeat):
         started = time.perf_counter()
-        lm, _ = _read_gguf(path)
+        lm = _read_gguf(path)[0]
         took = time.perf_counter() - started
-        base = BASELINE_S.get(a.model)
         print(f"{a.model}: read {sum(p.numel() for p in lm.parameters()) / 1e6:.0f}M parameters in {took:.1f} s"
               + (f" (baseline {base:.1f} s)" if base else ""))
 
