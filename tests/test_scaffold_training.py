@@ -140,14 +140,19 @@ def test_plain_grpo_chain_trains_the_executor_alone_on_a_dry_run(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "scaffold_grpo", "--cores", "1"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    jobs = {}  # output -> (rule, inputs)
+    jobs, units = {}, {}  # output -> (rule, inputs); rule -> its jobs' `llm` units
     for block in re.split(r"\n(?=\[\w{3} \w{3} )", proc.stdout):
         rule = re.search(r"^(?:local)?rule (\w+):", block, re.M)
         out = re.search(r"^\s+output: (.+)$", block, re.M)
+        if rule:
+            units.setdefault(rule.group(1), set()).add(int((re.search(r"\bllm=(\d+)", block) or [0, 0])[1]))
         if rule and out:
             inp = re.search(r"^\s+input: (.+)$", block, re.M)
             for o in out.group(1).split(", "):
                 jobs[o] = (rule.group(1), inp.group(1).split(", ") if inp else [])
+    # torch on the CPU (scoring, the update) never shares the cores with the embedded server's requests: every unit
+    assert units["scaffold_score_free"] == units["scaffold_score"] == units["scaffold_grpo_update"] == {2}, units
+    assert units["scaffold_scout"] == {1, 2}  # 2: iteration 1's Scouts, on checkpoint 1's server of their own
     plain = {o: j for o, j in jobs.items() if "babyai@grpo" in o or "/grpo/grpo/" in o}
     assert {r for r, _ in plain.values()} == {"scaffold_queries", "scaffold_scout", "scaffold_post_scout",
                                              "scaffold_grpo_update"}  # no evidence, Generator, scoring or selection

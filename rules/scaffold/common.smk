@@ -50,9 +50,17 @@ def scaffold_llm_units(wildcards):
     return SC_LLM.slots if instance_policy(wildcards.sbench) else 1
 
 
+def scaffold_torch_units(wildcards=None):
+    """`llm` units of a job computing with torch on the CPU (the scorer, the GRPO update): every one where the
+    embedded llama.cpp server shares this machine's cores, so that no request is in flight while it runs; else
+    none. Side by side the two each run about twice as slow or worse (a skill-free scoring job beside the
+    Generator's requests: 43 s, each about 12 s and 20 s alone)."""
+    return SC_LLM.slots if SC_LLM.backend == "embedded" and workflow.local_exec and not SC_GPU else 0
+
+
 def scaffold_scorer_units(wildcards):
-    """`llm` units of a scoring job: as a playing job's where the scorer is the LLM server, else none."""
-    return scaffold_llm_units(wildcards) if SC_SCORER_LLM else 0
+    """`llm` units of a scoring job: as a playing job's where the scorer is the LLM server, else a torch job's."""
+    return scaffold_llm_units(wildcards) if SC_SCORER_LLM else scaffold_torch_units()
 
 
 def scaffold_task_seed(wildcards):

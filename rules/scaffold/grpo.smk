@@ -36,6 +36,7 @@ rule scaffold_grpo_update:
     threads: SC_LLM.threads
     resources:
         gpu=1 if SC_GPU else 0,
+        llm=scaffold_torch_units,
         mem_mb=64000 if SC_GPU else 12000,
     log:
         "logs/scaffold/{sbench}/{svariant}/grpo_update_{k}.log",
