@@ -53,9 +53,9 @@ def scaffold_llm_units(wildcards):
 def scaffold_torch_units(wildcards=None):
     """`llm` units of a job computing with torch on the CPU (the scorer, the GRPO update): every one where the
     embedded llama.cpp server shares this machine's cores, so that no request is in flight while it runs; else
-    none. Side by side the two each run about twice as slow or worse (a skill-free scoring job beside the
-    Generator's requests: 43 s, each about 12 s and 20 s alone)."""
-    return SC_LLM.slots if SC_LLM.backend == "embedded" and workflow.local_exec and not SC_GPU else 0
+    none. Side by side the two each ran about twice as slow or worse on 2 cores (a skill-free scoring job beside
+    the Generator's requests: 43 s and 40 s; one after the other, 8 s and 10 s)."""
+    return SC_LLM.slots if SC_LLM.backend == "embedded" and workflow.local_exec else 0
 
 
 def scaffold_scorer_units(wildcards):
