@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, benchmark, llm_config
-from skillrepro.llm.models import MODELS, resolve
+from skillrepro.llm.models import MODELS, gguf_writer_like, resolve
 from skillrepro.progress import Progress
 from skillrepro.studies.scaffold.settings import (ScaffoldConfig, TrainSettings, executor_llm, parse_instance,
                                                   training_iteration)
@@ -345,13 +345,7 @@ def export_gguf(model: Any, base_gguf: str | Path, out: str | Path) -> Path:
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     reader = gguf.GGUFReader(str(base_gguf))
     arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
-    writer = gguf.GGUFWriter(str(out), arch)
-    for f in reader.fields.values():
-        if f.name == gguf.Keys.General.ARCHITECTURE or f.name.startswith("GGUF.") or f.name == gguf.Keys.General.FILE_TYPE:
-            continue
-        kind = f.types[0]
-        writer.add_key_value(f.name, f.contents(), kind, sub_type=f.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    writer = gguf_writer_like(reader, out, gguf.LlamaFileType.MOSTLY_F16)
     state = model.state_dict()
     names = gguf.get_tensor_name_map(next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch),
                                      model.config.num_hidden_layers)
