@@ -186,6 +186,27 @@ def test_scoring_reports_scored_trajectories_on_the_console(tokenizer, caplog):
     assert lines[-1].startswith("score: finished, 3/3 scored trajectories")
 
 
+def test_a_repeated_conversation_is_scored_once(tokenizer, caplog):
+    """Two identical contexts for one Scout (a Generator that wrote the same card twice): one request, the same
+    score for both, forward tokens counted once; the progress still counts every pair."""
+    server = http.server.HTTPServer(("127.0.0.1", 0), _FakeVLLM)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        scorer = VLLMScorer(f"http://127.0.0.1:{server.server_port}/v1", "HuggingFaceTB/SmolLM2-135M-Instruct",
+                            tokenizer)
+        with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
+            with Progress(3, "scored trajectories", label="score") as progress:
+                first, other, again = score_conversations(scorer, [conv(2), conv(1), conv(2)], progress.update)
+        assert len(_FakeVLLM.requests) == 2
+    finally:
+        server.shutdown()
+        _FakeVLLM.requests.clear()
+    assert (again.n_tokens, again.sum_logprob) == (first.n_tokens, first.sum_logprob) != (other.n_tokens, other.sum_logprob)
+    assert first.n_forward_tokens > 0 and again.n_forward_tokens == 0
+    assert [r.getMessage() for r in caplog.records if r.name == PROGRESS_LOGGER][-1].startswith(
+        "score: finished, 3/3 scored trajectories")
+
+
 def test_vllm_parse_rejects_short_or_missing_logprobs():
     seq = ScoringSequence((5, 6, 7), (1, 2))
     with pytest.raises(ScoringError, match="2 prompt log-probs for 3"):

@@ -34,7 +34,8 @@ def _models(a: argparse.Namespace) -> int:
             raise SystemExit(f"skillrepro models: {e}") from None
         return 0
     for m in MODELS.values():
-        print(json.dumps({"name": m.name, "file": m.filename, "upstream": m.hf_id, "sha256": m.sha256}))
+        print(json.dumps({"name": m.name, "file": m.filename, "upstream": m.hf_id, "sha256": m.sha256,
+                          "served_as": m.served_as}))
     return 0
 
 

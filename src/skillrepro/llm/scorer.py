@@ -113,8 +113,23 @@ class Scorer(Protocol):
 
 def score_conversations(scorer: Scorer, conversations: Sequence[Sequence[dict[str, Any]]],
                         on_scored: Callable[[int], None] | None = None) -> list[TokenScore]:
-    """`on_scored(n)`: called as each batch's n sequences are scored (a job's progress on the console)."""
-    return scorer.score_sequences([scorer.sequencer.build(c) for c in conversations], on_scored)
+    """`on_scored(n)`: called as each batch's n sequences are scored (a job's progress on the console).
+
+    A conversation that occurs more than once (one Scout under two identical cards) is scored once: its repeats
+    get the same score with no forward tokens of their own (`n_forward_tokens` counts what was computed)."""
+    import dataclasses
+
+    seqs = [scorer.sequencer.build(c) for c in conversations]
+    unique = list(dict.fromkeys(seqs))
+    scores = dict(zip(unique, scorer.score_sequences(unique, on_scored)))
+    if on_scored and len(unique) < len(seqs):
+        on_scored(len(seqs) - len(unique))
+    seen: set[ScoringSequence] = set()
+    out = []
+    for s in seqs:
+        out.append(scores[s] if s not in seen else dataclasses.replace(scores[s], n_forward_tokens=0))
+        seen.add(s)
+    return out
 
 
 def load_gguf(gguf_path: str | Path, tokenizer_only: bool = False) -> tuple[Any, Any]:
