@@ -1,5 +1,7 @@
 """The real embedded llama.cpp server (SmolLM2-135M) playing two short BabyAI episodes."""
 import dataclasses
+import json
+import urllib.request
 
 import pytest
 
@@ -76,6 +78,8 @@ def test_the_shipped_smollm2_is_served_as_its_q8_0_reencoding(llm_url):
 
     served, shipped = resolve("smollm2-135m"), cache_dir() / MODELS["smollm2-135m"].filename
     assert served == shipped.with_name("SmolLM2-135M-Instruct.Q4_1.Q8_0.gguf")
+    with urllib.request.urlopen(f"{llm_url}/models", timeout=30) as r:  # llama.cpp names a model by its file
+        assert [m["id"] for m in json.load(r)["data"]] == [str(served)]
     a, b = gguf.GGUFReader(str(shipped)), gguf.GGUFReader(str(served))
     for key in ("general.architecture", "tokenizer.chat_template", "llama.block_count", "llama.context_length"):
         assert a.fields[key].contents() == b.fields[key].contents(), key

@@ -164,12 +164,14 @@ def gguf_writer_like(reader, out: str | Path, file_type):
 
 
 def reencode(src: Path, out: Path, kind: str) -> None:
-    """Write `src` to `out` with each quantized matrix of another type re-encoded as GGML type `kind` (Q8_0);
+    """Write `src` to `out` with each quantized matrix of another type re-encoded as GGML type `kind` (Q8_0 only);
     metadata, tensor order and every other tensor as they are. Re-encoding changes a weight by at most about
     half a step of the new type; a weight that moved further (a quantizer that changed) stops the write."""
     import gguf
     import numpy as np
 
+    if kind != "Q8_0":  # the check below knows Q8_0's step
+        raise ValueError(f"re-encoding as {kind}: only Q8_0 is supported")
     qtype = gguf.GGMLQuantizationType[kind]
     block = gguf.GGML_QUANT_SIZES[qtype][0]
     reader = gguf.GGUFReader(str(src))
