@@ -166,20 +166,27 @@ def test_vllm_scorer_requests_and_parsing_against_fake_server(tokenizer):
     assert score.sum_logprob == pytest.approx(sum(-0.01 * p for p in seq.scored))
 
 
-def test_scoring_reports_scored_trajectories_on_the_console(tokenizer, caplog):
-    """scaffold_score's progress: each scored (Scout, context) pair is a line on logger skillrepro.progress."""
+def _scored_on_fake_vllm(tokenizer, caplog, conversations):
+    """score_conversations against _FakeVLLM under a Progress of every conversation: (scores, the progress lines,
+    the number of requests the server got)."""
     server = http.server.HTTPServer(("127.0.0.1", 0), _FakeVLLM)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         scorer = VLLMScorer(f"http://127.0.0.1:{server.server_port}/v1", "HuggingFaceTB/SmolLM2-135M-Instruct",
                             tokenizer)
         with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
-            with Progress(3, "scored trajectories", label="score") as progress:
-                scores = score_conversations(scorer, [conv(1), conv(2), conv(3)], progress.update)
+            with Progress(len(conversations), "scored trajectories", label="score") as progress:
+                scores = score_conversations(scorer, conversations, progress.update)
+        lines = [r.getMessage() for r in caplog.records if r.name == PROGRESS_LOGGER]
+        return scores, lines, len(_FakeVLLM.requests)
     finally:
         server.shutdown()
         _FakeVLLM.requests.clear()
-    lines = [r.getMessage() for r in caplog.records if r.name == PROGRESS_LOGGER]
+
+
+def test_scoring_reports_scored_trajectories_on_the_console(tokenizer, caplog):
+    """scaffold_score's progress: each scored (Scout, context) pair is a line on logger skillrepro.progress."""
+    scores, lines, _ = _scored_on_fake_vllm(tokenizer, caplog, [conv(1), conv(2), conv(3)])
     assert len(scores) == 3
     assert lines[0] == "score: 3 scored trajectories to do"
     assert [x.split(" done")[0] for x in lines[1:4]] == [f"score: {k}/3 scored trajectories" for k in (1, 2, 3)]
@@ -189,22 +196,11 @@ def test_scoring_reports_scored_trajectories_on_the_console(tokenizer, caplog):
 def test_a_repeated_conversation_is_scored_once(tokenizer, caplog):
     """Two identical contexts for one Scout (a Generator that wrote the same card twice): one request, the same
     score for both, forward tokens counted once; the progress still counts every pair."""
-    server = http.server.HTTPServer(("127.0.0.1", 0), _FakeVLLM)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        scorer = VLLMScorer(f"http://127.0.0.1:{server.server_port}/v1", "HuggingFaceTB/SmolLM2-135M-Instruct",
-                            tokenizer)
-        with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
-            with Progress(3, "scored trajectories", label="score") as progress:
-                first, other, again = score_conversations(scorer, [conv(2), conv(1), conv(2)], progress.update)
-        assert len(_FakeVLLM.requests) == 2
-    finally:
-        server.shutdown()
-        _FakeVLLM.requests.clear()
+    (first, other, again), lines, requests = _scored_on_fake_vllm(tokenizer, caplog, [conv(2), conv(1), conv(2)])
+    assert requests == 2
     assert (again.n_tokens, again.sum_logprob) == (first.n_tokens, first.sum_logprob) != (other.n_tokens, other.sum_logprob)
     assert first.n_forward_tokens > 0 and again.n_forward_tokens == 0
-    assert [r.getMessage() for r in caplog.records if r.name == PROGRESS_LOGGER][-1].startswith(
-        "score: finished, 3/3 scored trajectories")
+    assert lines[-1].startswith("score: finished, 3/3 scored trajectories")
 
 
 def test_vllm_parse_rejects_short_or_missing_logprobs():
