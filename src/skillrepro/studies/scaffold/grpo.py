@@ -164,7 +164,7 @@ def keep_freed_memory() -> None:
 
     glibc gives every freed block over 32 MB straight back (one 533-token sequence's float32 logits over
     SmolLM2's 49k vocabulary are 105 MB) and trims the heap's top; the kernel zeroes each page again on its
-    next touch. A GRPO update on 2 cores took 4 M page faults and 90 s that way, 1.2 M and 70 s with this.
+    next touch. A GRPO update on 2 cores took 4 M page faults and 90 s that way, 1.2 M and 64-70 s with this.
     The price: the process holds its peak until it exits, which a training job does anyway."""
     import ctypes
     import ctypes.util
