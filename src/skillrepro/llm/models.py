@@ -98,13 +98,13 @@ def resolve(model: str, report: Callable[[str], None] | None = None) -> Path:
         if not path.is_file():
             raise ModelError(f"model {model!r} is not a shipped model ({', '.join(MODELS)}) and no such file exists")
         return path
-    spec = MODELS[model]
-    shipped = _fetched(spec, report or log.info)
+    spec, say = MODELS[model], report or log.info
+    shipped = _fetched(spec, say)
     if spec.served_as is None:
         return shipped
     served = shipped.with_name(f"{shipped.stem}.{spec.served_as}.gguf")
     if not served.is_file():
-        (report or log.info)(f"model {model}: re-encoding {shipped.name} as {spec.served_as} (once)")
+        say(f"model {model}: re-encoding {shipped.name} as {spec.served_as} (once)")
         with tempfile.TemporaryDirectory(dir=served.parent) as tmp:
             reencode(shipped, Path(tmp) / served.name, spec.served_as)
             os.replace(Path(tmp) / served.name, served)  # atomic, as the fetch
