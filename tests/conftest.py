@@ -1,9 +1,12 @@
 """Shared fixtures. `llm_url` is a real embedded llama.cpp server (SmolLM2-135M) for the whole session."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -88,39 +91,53 @@ def run_scaffold(llm_cfg, llm_url):
     return run
 
 
-# ------------------------------------------------------------------------------- modules in their own process
-# A module marked `pytestmark = pytest.mark.own_process` loads models whose memory torch and the allocator
-# never give back (test_scaffold_grpo's policy: 5.8 GB at its peak; test_scaffold_training's update: 4.5 GB):
-# run in this process, every later test would keep it. Its tests run in a pytest process of their own instead,
-# one item here standing for them, so the suite's peak is the largest module's, not their sum. The child's own
-# report is printed when it fails. They run one at a time: beside the rest of the suite (tried at 250f2b9) the
-# two lanes fought over 2 cores (the shared tiny run took 386 s against 105) and the suite took longer.
-_CHILD = "SKILLREPRO_TEST_OWN_PROCESS"
+# ------------------------------------------------------------------------------- tests in a pytest of their own
+# A module marked `pytest.mark.own_process` loads models whose memory torch and the allocator never give back
+# (test_scaffold_grpo's policy: 5.8 GB at its peak; test_scaffold_training's update: 4.5 GB): run in this
+# process, every later test would keep it. Its tests run in a pytest process of their own instead, one item here
+# standing for them, so the suite's peak is the largest module's, not their sum.
+#
+# The tests that neither load a model nor run a workflow (unmarked: about 780 of them) wait on subprocesses
+# (Snakemake dry runs, the sandbox, the JVM) about as much as they compute: on 2 cores they take 3.2 min on two
+# pytest-xdist workers against 5.0 min in one process. They run as one such child too, on one worker per core.
+#
+# The children run one at a time, first, before this process starts the shared llama.cpp server: beside the
+# LLM-bound tests two lanes fight over 2 cores (tried at 250f2b9: the shared tiny run took 386 s against 105).
+_CHILD = "SKILLREPRO_TEST_CHILD"  # in a child: the file of the node ids it runs
+_LANE_MIN = 200  # fewer unit tests than this start faster in this process than on workers (about 5 s to start)
 
 
-class OwnProcess(pytest.Item):
-    def __init__(self, *, nodeids: list[str], **kwargs):
+class Child(pytest.Item):
+    def __init__(self, *, nodeids: list[str], workers: int = 0, **kwargs):
         super().__init__(**kwargs)
-        self.nodeids = nodeids
+        self.nodeids, self.workers = nodeids, workers
 
     def runtest(self):
-        root = str(self.config.rootpath)
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", *self.nodeids],
-                              cwd=root, env=dict(os.environ, **{_CHILD: "1"}), capture_output=True, text=True)
-        _SUMMARIES.append(f"{self.path.name}: " + (proc.stdout.strip().splitlines() or ["(no output)"])[-1])
+        files = sorted({n.split("::")[0] for n in self.nodeids})  # the child collects these, then keeps its ids
+        xdist = ["-n", str(self.workers)] if self.workers > 1 else []
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as ids:
+            json.dump(self.nodeids, ids)
+            ids.flush()
+            proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-ra", "--durations=5",
+                                   *xdist, *files], cwd=str(self.config.rootpath),
+                                  env=dict(os.environ, **{_CHILD: ids.name}), capture_output=True, text=True)
         if proc.returncode != 0:
-            raise OwnProcessFailed(proc.stdout[-6000:] + proc.stderr[-2000:])
+            raise ChildFailed(proc.stdout[-6000:] + proc.stderr[-2000:])
+        # its last line (counts), slowest tests and skips: the suite's own summary would show none of them
+        lines = proc.stdout.strip().splitlines() or ["(no output)"]
+        shown = [ln for ln in lines if re.match(r"\d+\.\d+s (call|setup|teardown) |(SKIPPED|XFAIL|XPASS) ", ln)]
+        _SUMMARIES.append("\n    ".join([f"{self.nodeid}: {lines[-1]}", *shown]))
 
     def repr_failure(self, excinfo):
-        if isinstance(excinfo.value, OwnProcessFailed):
-            return f"{len(self.nodeids)} test(s) run in their own process failed:\n{excinfo.value}"
+        if isinstance(excinfo.value, ChildFailed):
+            return f"{len(self.nodeids)} test(s) run in a pytest of their own failed:\n{excinfo.value}"
         return super().repr_failure(excinfo)
 
     def reportinfo(self):
-        return self.path, None, f"{self.path.name}: {len(self.nodeids)} test(s) in a process of their own"
+        return self.path, None, f"{self.nodeid}: {len(self.nodeids)} test(s) in a pytest of their own"
 
 
-class OwnProcessFailed(Exception):
+class ChildFailed(Exception):
     pass
 
 
@@ -129,19 +146,39 @@ _SUMMARIES: list[str] = []
 
 def pytest_terminal_summary(terminalreporter):
     for line in _SUMMARIES:  # each counted as one test above
-        terminalreporter.write_line(f"in a process of its own, {line}")
+        terminalreporter.write_line(f"in a pytest of its own, {line}")
+
+
+def _workers() -> int:
+    """One xdist worker per core the suite may use, at most 4 (each holds about 0.8 GB); 0 without pytest-xdist."""
+    import importlib.util
+
+    return min(4, len(os.sched_getaffinity(0))) if importlib.util.find_spec("xdist") else 0
 
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they will
 def pytest_collection_modifyitems(session, config, items):
-    if os.environ.get(_CHILD):
+    if os.environ.get(_CHILD):  # a child: run exactly the tests the parent handed it
+        keep = set(json.loads(Path(os.environ[_CHILD]).read_text()))
+        items[:] = [item for item in items if item.nodeid in keep]
         return
-    kept, own = [], {}
+    if hasattr(config, "workerinput") or getattr(config.option, "numprocesses", None):
+        return  # the user runs the suite on xdist workers: leave it to them
+    kept, own, unit = [], {}, []
     for item in items:
         if item.get_closest_marker("own_process"):
             own.setdefault(item.module, (item.getparent(pytest.Module), []))[1].append(item.nodeid)
+        elif not (item.get_closest_marker("integration") or item.get_closest_marker("workflow")):
+            unit.append(item)
         else:
             kept.append(item)
-    # first: before the session's fixtures (the shared llama.cpp server) hold memory beside them
-    items[:] = [OwnProcess.from_parent(module, name="in_own_process", nodeids=ids)
-                for module, ids in own.values()] + kept
+    workers = _workers()
+    children = [Child.from_parent(module, name="in_own_process", nodeids=ids)
+                for module, ids in own.values()]
+    if len(unit) >= _LANE_MIN and workers > 1:
+        tests = next(n for n in unit[0].listchain() if n.path == Path(__file__).parent)  # this folder's node
+        children.insert(0, Child.from_parent(tests, name=f"unit_tests_on_{workers}_workers",
+                                             nodeids=[i.nodeid for i in unit], workers=workers))
+    else:
+        kept = unit + kept
+    items[:] = children + kept

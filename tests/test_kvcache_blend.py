@@ -6,11 +6,8 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
-
-from skillrepro.studies.kvcache import blend as B  # noqa: E402
-from skillrepro.studies.kvcache import replay as R  # noqa: E402
+from skillrepro.studies.kvcache import blend as B
+from skillrepro.studies.kvcache import replay as R
 
 DATA = Path(__file__).parent / "data" / "kvcache_trajectories.json"
 
@@ -26,14 +23,22 @@ class CharTokenizer:
 
 
 @pytest.fixture(scope="module")
-def blender():
+def torch():
+    """Imported when a test runs, not when the suite is collected (about 3 s, and its memory in pytest's process)."""
+    return pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def blender(torch):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
                       num_key_value_heads=2, max_position_embeddings=8192, rope_theta=10000.0)
     return B.Blender(Qwen2ForCausalLM(cfg), CharTokenizer())
 
 
-def test_rotation_moves_keys_to_another_position(blender):
+def test_rotation_moves_keys_to_another_position(blender, torch):
     ids = torch.randint(0, 256, (1, 12))
     at0 = blender.lm(ids, use_cache=True).cache.layers
     at37 = blender.lm(ids, position_ids=torch.arange(37, 49)[None], use_cache=True).cache.layers
