@@ -37,12 +37,14 @@ def start(workdir: Path, env: dict) -> subprocess.Popen:
 
 
 def finished_episodes(workdir: Path) -> dict[str, dict]:
-    """Every finished episode on disk: declared outputs, merged tables and per-episode files of resume folders."""
-    rows = {}
-    for f in (workdir / "results" / "runs").rglob("*episodes.parquet"):
-        for r in pq.read_table(f).to_pylist():
-            rows[r["episode_id"]] = r
-    return rows
+    """Every finished episode on disk: declared outputs, merged tables and per-episode files of resume folders.
+    A live run removes a resume folder once its batch is merged: a scan that meets one vanishing starts again."""
+    while True:
+        try:
+            return {r["episode_id"]: r for f in (workdir / "results" / "runs").rglob("*episodes.parquet")
+                    for r in pq.read_table(f).to_pylist()}
+        except FileNotFoundError:
+            continue
 
 
 def wait_for(predicate, proc: subprocess.Popen, timeout_s: float = 1800) -> None:
