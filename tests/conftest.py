@@ -153,7 +153,8 @@ def _workers() -> int:
     """One xdist worker per core the suite may use, at most 4 (each holds about 0.8 GB); 0 without pytest-xdist."""
     import importlib.util
 
-    return min(4, len(os.sched_getaffinity(0))) if importlib.util.find_spec("xdist") else 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # macOS has none
+    return min(4, cores) if importlib.util.find_spec("xdist") else 0
 
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they will
