@@ -118,8 +118,8 @@ class Child(pytest.Item):
         with tempfile.NamedTemporaryFile("w", suffix=".json") as ids:
             json.dump(self.nodeids, ids)
             ids.flush()
-            proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-ra", "--durations=5",
-                                   *xdist, *files], cwd=str(self.config.rootpath),
+            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-ra", "--durations=5", *xdist]
+            proc = subprocess.run(command + files, cwd=str(self.config.rootpath),
                                   env=dict(os.environ, **{_CHILD: ids.name}), capture_output=True, text=True)
         if proc.returncode != 0:
             raise ChildFailed(proc.stdout[-6000:] + proc.stderr[-2000:])
