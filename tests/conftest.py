@@ -103,7 +103,9 @@ def run_scaffold(llm_cfg, llm_url):
 #
 # The children run one at a time, first, before this process starts the shared llama.cpp server: beside the
 # LLM-bound tests two lanes fight over 2 cores (tried at 250f2b9: the shared tiny run took 386 s against 105).
-_CHILD = "SKILLREPRO_TEST_CHILD"  # in a child: the file of the node ids it runs
+# `SKILLREPRO_TEST_IN_PROCESS=1 pytest tests/test_scorer.py` runs them in this process instead (for a debugger).
+_IN_PROCESS = "SKILLREPRO_TEST_IN_PROCESS"  # set: every test runs in this process (a child; or a debugger's run)
+_NODEIDS = "SKILLREPRO_TEST_NODEIDS"  # a child's: the file of the node ids it runs
 _LANE_MIN = 200  # fewer unit tests than this start faster in this process than on workers (about 5 s to start)
 
 
@@ -120,7 +122,8 @@ class Child(pytest.Item):
             ids.flush()
             command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-ra", "--durations=5", *xdist]
             proc = subprocess.run(command + files, cwd=str(self.config.rootpath),
-                                  env=dict(os.environ, **{_CHILD: ids.name}), capture_output=True, text=True)
+                                  env=dict(os.environ, **{_IN_PROCESS: "1", _NODEIDS: ids.name}),
+                                  capture_output=True, text=True)
         if proc.returncode != 0:
             raise ChildFailed(proc.stdout[-6000:] + proc.stderr[-2000:])
         # its last line (counts), slowest tests and skips: the suite's own summary would show none of them
@@ -159,9 +162,10 @@ def _workers() -> int:
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they will
 def pytest_collection_modifyitems(session, config, items):
-    if os.environ.get(_CHILD):  # a child: run exactly the tests the parent handed it
-        keep = set(json.loads(Path(os.environ[_CHILD]).read_text()))
+    if os.environ.get(_NODEIDS):  # a child: exactly the tests the parent handed it
+        keep = set(json.loads(Path(os.environ[_NODEIDS]).read_text()))
         items[:] = [item for item in items if item.nodeid in keep]
+    if os.environ.get(_IN_PROCESS):
         return
     if hasattr(config, "workerinput") or getattr(config.option, "numprocesses", None):
         return  # the user runs the suite on xdist workers: leave it to them
