@@ -124,11 +124,10 @@ def score_conversations(scorer: Scorer, conversations: Sequence[Sequence[dict[st
     scores = dict(zip(unique, scorer.score_sequences(unique, on_scored)))
     if on_scored and len(unique) < len(seqs):
         on_scored(len(seqs) - len(unique))
-    seen: set[ScoringSequence] = set()
     out = []
     for s in seqs:
-        out.append(scores[s] if s not in seen else dataclasses.replace(scores[s], n_forward_tokens=0))
-        seen.add(s)
+        out.append(scores[s])
+        scores[s] = dataclasses.replace(scores[s], n_forward_tokens=0)  # its repeats computed nothing
     return out
 
 
