@@ -7,7 +7,6 @@ import pytest
 
 from skillrepro.config import LLMConfig
 from skillrepro.llm import LLMClient, LLMFatalError
-from skillrepro.llm.servers import vllm_command
 
 OK_BODY = {
     "id": "x", "object": "chat.completion", "created": 0, "model": "/models/fake-model-2026-01-01.gguf",
@@ -279,18 +278,6 @@ def test_connection_refused_is_retried_then_fatal():
     c = client("http://127.0.0.1:9/v1", retries=1)
     with pytest.raises(LLMFatalError, match="after 1 retries"):
         c.chat([{"role": "user", "content": "hi"}], role="actor", session_id="e")
-
-
-def test_vllm_command_enables_cache_accounting():
-    cmd = vllm_command(LLMConfig(backend="vllm", model="qwen2.5-coder-1.5b", slots=4, seed=7,
-                                 vllm_args=("--gpu-memory-utilization", "0.8")), port=8123)
-    assert cmd[:3] == ["vllm", "serve", "Qwen/Qwen2.5-Coder-1.5B-Instruct"]
-    # the client's model name (the shipped one) and the scorer's (the Hugging Face id) are both served
-    i = cmd.index("--served-model-name")
-    assert cmd[i + 1:i + 3] == ["qwen2.5-coder-1.5b", "Qwen/Qwen2.5-Coder-1.5B-Instruct"]
-    assert "--enable-prompt-tokens-details" in cmd and "--enable-prefix-caching" in cmd
-    assert cmd[cmd.index("--port") + 1] == "8123" and cmd[cmd.index("--max-num-seqs") + 1] == "4"
-    assert cmd[-2:] == ["--gpu-memory-utilization", "0.8"]
 
 
 def test_an_unreported_cached_count_is_unknown_not_zero(fake_server, tmp_path):

