@@ -42,9 +42,17 @@ def test_vllm_command_runs_the_module_of_the_environment_and_enables_cache_accou
 def test_a_block_size_the_cpu_backend_refuses_is_named_before_the_engine_loads(args, on_cpu, refused):
     if refused:
         with pytest.raises(vllm_env.VLLMSetupError, match="multiples of 32"):
-            vllm_env.check_args(args, on_cpu)
+            vllm_env.check_args(LLMConfig(backend="vllm", vllm_args=args), on_cpu)
     else:
-        vllm_env.check_args(args, on_cpu)
+        vllm_env.check_args(LLMConfig(backend="vllm", vllm_args=args), on_cpu)
+
+
+def test_a_kv_cache_that_cannot_hold_one_request_is_named_before_the_engine_loads():
+    small = LLMConfig(backend="vllm", ctx_per_slot=4096, vllm_args=("--block-size", "32", "--num-gpu-blocks-override", "64"))
+    with pytest.raises(vllm_env.VLLMSetupError, match="2048 tokens of KV cache cannot hold one request of "
+                                                      "llm.ctx_per_slot = 4096"):
+        vllm_env.check_args(small, on_cpu=True)
+    vllm_env.check_args(LLMConfig(backend="vllm", ctx_per_slot=2048, vllm_args=small.vllm_args), on_cpu=True)
 
 
 def test_a_failed_start_is_named_by_the_servers_own_line(tmp_path):
@@ -114,8 +122,9 @@ def test_a_server_without_token_details_or_prefix_caching_is_refused_by_name(ser
     state["usage"] = lambda n: {"prompt_tokens": 700, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 0}}
     with pytest.raises(vllm_env.VLLMSetupError, match="--enable-prefix-caching"):
         vllm_env.check_server(url, "m")
+    state["seen"] = 0  # a first request computes the prompt, its repeat finds it cached
     state["usage"] = lambda n: {"prompt_tokens": 700, "completion_tokens": 1,
-                                "prompt_tokens_details": {"cached_tokens": 0 if n % 2 else 640}}
+                                "prompt_tokens_details": {"cached_tokens": 0 if n == 1 else 640}}
     vllm_env.check_server(url, "m")  # the repeat was cached: accepted
     state["metrics"] = "vllm:num_preemptions_total 0\n"
     with pytest.raises(vllm_env.VLLMSetupError, match="prefix_cache_queries"):

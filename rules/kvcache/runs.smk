@@ -69,8 +69,10 @@ rule kvcache_run:
         wall_s=_KV_WALL,
     resources:
         # a run with P episodes in flight takes P slots of the shared server, so runs do not crowd each
-        # other's batch; a replay or a run on its own server takes none
-        llm=lambda w: 0 if KV.replay or _kv_own_server(w) else min(KV.parallel_episodes, LLM.slots),
+        # other's batch; on vLLM a run takes the server whole: its cache is emptied when the run starts and
+        # the counters' difference is its own; a replay or a run on its own server takes none
+        llm=lambda w: 0 if KV.replay or _kv_own_server(w) else (
+            LLM.slots if LLM.backend == "vllm" else min(KV.parallel_episodes, LLM.slots)),
         mem_mb=4000,
     log:
         "logs/kvcache/{kvmodel}/run_{kvfmt}_seed{kvseed}.log",

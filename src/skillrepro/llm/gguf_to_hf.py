@@ -20,6 +20,7 @@ def convert(src: Path, out: Path) -> None:
     # the loader records the GGUF's quantisation, which save_pretrained refuses to write ("not serializable");
     # the weights it holds are already dequantised
     model.config.quantization_config = None
+    model.hf_quantizer = None
     model.save_pretrained(str(out), safe_serialization=True)
     tokenizer.save_pretrained(str(out))
 

