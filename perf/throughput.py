@@ -4,16 +4,21 @@
         The pipeline's actor calls (client latency, and episode wall time per call) against the very same
         requests sent straight to the same server over raw HTTP, from as many streams. Target: <= 1.2x.
     python perf/throughput.py episodes [--model ...] [--episodes 4] [--budget 5] [--in-flight 1 2 4]
-        Episodes per minute of one rollout batch with 1, 2, 4 episodes in flight (llm.episodes_in_flight),
-        the server with as many slots as the largest setting. Each setting plays its own tasks, so no
-        setting finds its prompts already in the server's prefix cache from an earlier one.
+                                       [--backend embedded|vllm]
+        Episodes per minute and output tokens per second of one rollout batch with 1, 2, 4 episodes in flight
+        (llm.episodes_in_flight), the server with as many slots as the largest setting. Each setting plays its
+        own tasks, so no setting finds its prompts already in the server's prefix cache from an earlier one. On
+        vLLM, how many requests the engine had running (its vllm:num_requests_running, sampled every 0.5 s).
+        Target on vLLM: 8 in flight >= 4x the output tokens per second of 1.
 
-Both start the embedded llama.cpp server with `--threads` (default 2). On a shared machine the figures move
-with the load: compare the columns of one run, not runs.
+Both start the server the pipeline starts: the embedded llama.cpp with `--threads` (default 2), or vLLM from
+its environment (`skillrepro vllm install`). On a shared machine the figures move with the load: compare the
+columns of one run, not runs.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -56,10 +61,49 @@ def _cached(calls) -> str:
 
 
 def server_cpu_s(server) -> float:
-    """CPU seconds the server process has used: on a shared machine, a cost that does not move with the load
-    as wall time does (one thread: llama.cpp's threads spin while they wait for each other)."""
-    fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds the server's processes have used (vLLM's engine runs in child processes): on a shared
+    machine, a cost that does not move with the load as wall time does (one thread: llama.cpp's threads spin
+    while they wait for each other)."""
+    total, todo = 0.0, [server.process.pid]
+    while todo:
+        pid = todo.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        todo += [int(k) for k in kids]
+    return total
+
+
+class RunningSampler:
+    """vLLM's own gauge of requests running, read every `every_s` while the block runs (mean and peak)."""
+
+    def __init__(self, url: str, every_s: float = 0.5):
+        self.url, self.every_s, self.values = url.removesuffix("/v1") + "/metrics", every_s, []
+        self._stop = threading.Event()
+
+    def _read(self) -> float:
+        with urllib.request.urlopen(self.url, timeout=5) as r:
+            text = r.read().decode()
+        return sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith("vllm:num_requests_running"))
+
+    def _loop(self):
+        while not self._stop.wait(self.every_s):
+            try:
+                self.values.append(self._read())
+            except OSError:
+                pass
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
 
 
 def play(cfg: LLMConfig, url: str, tasks: list[str], budget: int, out: Path, client: LLMClient | None = None):
@@ -125,16 +169,22 @@ def episodes_per_minute(a, cfg: LLMConfig, server, tmp: Path) -> None:
     for j, n in enumerate(a.in_flight):
         tasks = pool[j * a.episodes:(j + 1) * a.episodes]
         cpu0 = server_cpu_s(server)
-        wall, episodes, calls = play(replace(cfg, episodes_in_flight=n), server.url, tasks, a.budget, tmp / f"inflight{n}")
+        with RunningSampler(server.url) if cfg.backend == "vllm" else contextlib.nullcontext() as running:
+            wall, episodes, calls = play(replace(cfg, episodes_in_flight=n), server.url, tasks, a.budget,
+                                         tmp / f"inflight{n}")
         cpu = server_cpu_s(server) - cpu0
         tokens = sum(c.completion_tokens for c in calls)
+        seen = running.values if running and running.values else [float("nan")]
         rows.append((n, len(episodes), len(calls), wall, 60 * len(episodes) / wall, tokens / wall,
-                     statistics.mean(c.latency_s for c in calls), cpu / len(episodes)))
-    print(f"model={cfg.model} server slots={cfg.slots} threads={cfg.threads} call budget={a.budget}")
+                     statistics.mean(c.latency_s for c in calls), cpu / len(episodes), statistics.mean(seen), max(seen)))
+    print(f"backend={cfg.backend} model={cfg.model} server slots={cfg.slots} threads={cfg.threads} call budget={a.budget}")
     print(f"{'in flight':>9}{'episodes':>9}{'calls':>7}{'wall s':>9}{'episodes/min':>14}{'gen tok/s':>11}{'s/call':>8}"
-          f"{'speedup':>9}{'CPU s/episode':>15}")
-    for n, ne, nc, wall, epm, tps, lat, cpu in rows:
-        print(f"{n:>9}{ne:>9}{nc:>7}{wall:>9.1f}{epm:>14.2f}{tps:>11.1f}{lat:>8.2f}{epm / rows[0][4]:>9.2f}{cpu:>15.2f}")
+          f"{'tok/s x':>9}{'CPU s/episode':>15}{'running mean/max':>18}")
+    for n, ne, nc, wall, epm, tps, lat, cpu, mean_run, max_run in rows:
+        print(f"{n:>9}{ne:>9}{nc:>7}{wall:>9.1f}{epm:>14.2f}{tps:>11.1f}{lat:>8.2f}{tps / rows[0][5]:>9.2f}{cpu:>15.2f}"
+              f"{mean_run:>12.2f}/{max_run:<5.0f}")
+    if cfg.backend == "vllm":
+        print("target: the largest setting's output tokens per second >= 4x one at a time's (tok/s x)")
 
 
 def main() -> None:
@@ -147,10 +197,12 @@ def main() -> None:
     ap.add_argument("--in-flight", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--backend", choices=["embedded", "vllm"], default="embedded")
     a = ap.parse_args()
     a.episodes = a.episodes or (2 if a.what == "per-call" else 4)
     slots = a.streams if a.what == "per-call" else max(a.in_flight)
-    cfg = LLMConfig(model=a.model, slots=max(slots, 1), ctx_per_slot=4096, threads=a.threads, max_tokens=a.max_tokens)
+    cfg = LLMConfig(backend=a.backend, model=a.model, slots=max(slots, 1), ctx_per_slot=4096, threads=a.threads,
+                    max_tokens=a.max_tokens)
     with tempfile.TemporaryDirectory() as tmp:
         server = servers.start(cfg, workdir=tmp)
         try:

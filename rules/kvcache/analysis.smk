@@ -220,3 +220,22 @@ rule kvcache_blend:
         "../../envs/skillrepro.yaml"
     script:
         "../../workflow/scripts/kvcache/blend.py"
+
+
+rule kvcache_engine_table:
+    input:
+        lambda w: [f"{_KV_ENGINE}/blocks{b}.parquet".format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s)
+                   for f in _KV_ENGINE_FORMATS for s in KV.seeds for b in KV.engine_kv_blocks],
+    output:
+        table=report("results/tables/kvcache/{kvmodel}/engine.csv", caption="../../report/kvcache_engine_table.rst", category="KV cache", subcategory="{kvmodel}"),
+        figure=report("results/figures/kvcache/{kvmodel}/engine.png", caption="../../report/kvcache_engine.rst", category="KV cache", subcategory="{kvmodel}"),
+    params:
+        settings=settings("kvcache", "study"),
+    log:
+        "logs/kvcache/{kvmodel}/engine_table.log",
+    benchmark:
+        "results/timings/kvcache/{kvmodel}/engine_table.tsv"
+    conda:
+        "../../envs/skillrepro.yaml"
+    script:
+        "../../workflow/scripts/kvcache/engine_table.py"

@@ -15,8 +15,11 @@ _KV_BACKEND = "replay" if KV.replay else LLM.backend
 
 _KV_RUN = "results/kvcache/{kvmodel}/runs/{kvfmt}/seed{kvseed}"
 _KV_SIM = "results/kvcache/{kvmodel}/sim/{kvfmt}/seed{kvseed}"
+_KV_ENGINE = "results/kvcache/{kvmodel}/engine/{kvfmt}/seed{kvseed}"
+# the runs replayed on the vLLM engine at each kvcache.engine_kv_blocks size (runs.smk: kvcache_engine)
+_KV_ENGINE_FORMATS = KV.engine_formats or KV.formats
 # what its wildcards match (the Snakefile's wildcard_constraints)
-KV_WILDCARDS = dict(kvmodel="|".join(_KV_LLMS), kvfmt="|".join(KV.formats), kvseed=r"\d+")
+KV_WILDCARDS = dict(kvmodel="|".join(_KV_LLMS), kvfmt="|".join(KV.formats), kvseed=r"\d+", kvblocks=r"\d+")
 _KV_TABLE_NAMES = ("headline", "reuse", "steps", "load", "success", "server", "overload", "counters")
 _KV_FIGURE_NAMES = ("reuse", "prefix", "load", "reuse_steps", "recomputed", "preemptions", "success", "server")
 

@@ -14,6 +14,9 @@ rule kvcache_all:
         [] if KV.replay else expand("results/tables/kvcache/{kvmodel}/prompt_check.csv", kvmodel=_KV_LLMS),
         "results/tables/kvcache_models.csv",
         "results/figures/kvcache_models.png",
+        # the runs replayed on the vLLM engine at each KV size, when kvcache.engine_kv_blocks names sizes
+        expand("results/tables/kvcache/{kvmodel}/engine.csv", kvmodel=_KV_LLMS) if KV.engine_kv_blocks else [],
+        expand("results/figures/kvcache/{kvmodel}/engine.png", kvmodel=_KV_LLMS) if KV.engine_kv_blocks else [],
         # the non-prefix reuse experiment, when kvcache.blend.model names a model
         ["results/tables/kvcache_blend_summary.csv", "results/figures/kvcache_blend.png"]
         if KV.blend_settings.get("model")
@@ -106,3 +109,22 @@ rule kvcache_simulate:
         "../../envs/skillrepro.yaml"
     script:
         "../../workflow/scripts/kvcache/simulate.py"
+
+
+rule kvcache_engine:
+    input:
+        requests=f"{_KV_RUN}/requests.jsonl",
+    output:
+        f"{_KV_ENGINE}/blocks{{kvblocks}}.parquet",
+    params:
+        settings=settings("kvcache", "study"),
+    resources:
+        mem_mb=6000,  # a vLLM server of its own (llm=0: it uses no shared server)
+    log:
+        "logs/kvcache/{kvmodel}/engine_{kvfmt}_seed{kvseed}_blocks{kvblocks}.log",
+    benchmark:
+        "results/timings/kvcache/{kvmodel}/engine_{kvfmt}_seed{kvseed}_blocks{kvblocks}.tsv"
+    conda:
+        "../../envs/skillrepro.yaml"
+    script:
+        "../../workflow/scripts/kvcache/engine.py"

