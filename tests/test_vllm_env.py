@@ -129,3 +129,11 @@ def test_a_server_without_token_details_or_prefix_caching_is_refused_by_name(ser
     state["metrics"] = "vllm:num_preemptions_total 0\n"
     with pytest.raises(vllm_env.VLLMSetupError, match="prefix_cache_queries"):
         vllm_env.check_server(url, "m")
+
+
+def test_cpu_defaults_leave_what_the_config_names(monkeypatch):
+    monkeypatch.setattr(vllm_env, "cpu_has_bf16", lambda: False)
+    assert vllm_env.cpu_defaults(()) == ["--dtype", "float32", "--gpu-memory-utilization", "0.25", "--enforce-eager"]
+    monkeypatch.setattr(vllm_env, "cpu_has_bf16", lambda: True)
+    assert vllm_env.cpu_defaults(("--dtype=float16", "--gpu-memory-utilization", "0.5", "--no-enforce-eager")) == []
+    assert vllm_env.cpu_defaults(())[:2] == ["--dtype", "bfloat16"]

