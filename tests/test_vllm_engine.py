@@ -129,8 +129,9 @@ def test_the_simulator_against_the_engine_with_requests_in_flight_together(serve
 
 def test_the_vllm_scorer_agrees_with_the_transformers_scorer_token_by_token(served):
     """SkillScaffold's two scorers on the same model (the shipped file both load) and the same conversations:
-    per token, and the sums the utility reads. Tolerance: 0.05 nats a token (vLLM's CPU kernels against
-    transformers' float32 matmuls); the largest difference is printed."""
+    per token, and the sums the utility reads. Both read the GGUF's dequantised weights in float32 (vLLM from the
+    converted folder); tolerance 1e-3 nats a token for the kernels' different summation orders (measured: below
+    5e-5 over 38 tokens); the largest difference is printed. With the folder in bf16 it reached 0.049."""
     import torch
 
     from skillrepro.llm.models import resolve
@@ -156,10 +157,10 @@ def test_the_vllm_scorer_agrees_with_the_transformers_scorer_token_by_token(serv
             mine = float(lp[pos - 1, seq.token_ids[pos]])
             entry = out[pos][str(seq.token_ids[pos])]
             worst = max(worst, abs(mine - float(entry["logprob"] if isinstance(entry, dict) else entry)))
-    print(f"scorer: largest per-token difference {worst:.4f} nats over {sum(len(s.scored) for s in seqs)} tokens")
-    assert worst < 0.05
+    print(f"scorer: largest per-token difference {worst:.2e} nats over {sum(len(s.scored) for s in seqs)} tokens")
+    assert worst < 1e-3
     sums = [(a.sum_logprob, b.sum_logprob) for a, b in zip(local.score_sequences(seqs), remote.score_sequences(seqs))]
-    assert all(abs(a - b) < 0.05 * n for (a, b), n in zip(sums, (len(s.scored) for s in seqs)))
+    assert all(abs(a - b) < 1e-3 * n for (a, b), n in zip(sums, (len(s.scored) for s in seqs)))
 
 
 def test_the_kv_cache_study_measured_on_vllm(tmp_path):
