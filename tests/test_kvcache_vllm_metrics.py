@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from skillrepro.studies.kvcache import study, vllm_metrics
+from skillrepro.llm import vllm_metrics
+from skillrepro.studies.kvcache import study
 
 # The shape of vLLM 0.11.0's Prometheus page (two engines, so every counter has two series)
 PAGE = """\

@@ -174,8 +174,6 @@ def test_the_kv_cache_study_measured_on_vllm(tmp_path):
     assert (head.source == "measured: the server's cached tokens").all()
     server = pd.read_csv(t / "server.csv")
     assert (server.backend == "vllm").all() and (server.server_cached_tokens > 0).all()
-    # one request at a time in arrival order, the simulator gives what the engine reported
-    assert (server.requests_matching == server.requests).all()
     counters = pd.read_csv(t / "counters.csv")
     assert (counters.server_prefix_cache_queries > 0).all()  # vLLM's own /metrics, per run
     eng = pd.read_csv(t / "engine.csv")

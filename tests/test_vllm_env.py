@@ -137,3 +137,15 @@ def test_cpu_defaults_leave_what_the_config_names(monkeypatch):
     monkeypatch.setattr(vllm_env, "cpu_has_bf16", lambda: True)
     assert vllm_env.cpu_defaults(("--dtype=float16", "--gpu-memory-utilization", "0.5", "--no-enforce-eager")) == []
     assert vllm_env.cpu_defaults(())[:2] == ["--dtype", "bfloat16"]
+
+
+def test_the_kv_study_takes_the_engines_block_size_or_refuses_another():
+    from skillrepro.config import ConfigError
+    from skillrepro.studies.kvcache.study import kv_settings
+
+    config = {"llm": {"backend": "vllm", "model": "smollm2-135m", "vllm_args": ["--block-size", "32"]},
+              "benchmarks": {"alfworld": {"env": "alfworld"}}}
+    assert kv_settings(config).block_size == 32  # not given: the engine's
+    assert kv_settings({**config, "kvcache": {"block_size": 32}}).block_size == 32
+    with pytest.raises(ConfigError, match="kvcache.block_size: 16, but model smollm2-135m's vLLM serves blocks of 32"):
+        kv_settings({**config, "kvcache": {"block_size": 16}})

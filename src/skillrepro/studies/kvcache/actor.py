@@ -24,7 +24,8 @@ from skillrepro.llm.client import llama_tokenize, session
 from skillrepro.progress import Progress
 from skillrepro.store import Episode, LLMCall, Step, write_records, write_text
 from skillrepro.studies.kvcache import formats as F
-from skillrepro.studies.kvcache import vllm_metrics
+from skillrepro.llm import vllm_metrics
+from skillrepro.llm.vllm_env import reset_prefix_cache
 
 _ACTION = re.compile(r"<action>(.*?)(?:</action>|$)", re.IGNORECASE | re.DOTALL)
 NO_ACTION = "no action found; put one admissible action in <action> </action> tags"
@@ -370,8 +371,6 @@ def record_run(*, fmt: str, seed: int, bench, llm: LLMConfig, task_ids: list[str
     with session(llm) as client:
         if llm.backend == "vllm":  # the server's own cache counters, before and after this run's requests
             # every run starts from an empty cache, whichever runs the server served before
-            from skillrepro.llm.vllm_env import reset_prefix_cache
-
             reset_prefix_cache(client.base_url)
             counters["cache"] = "reset before the run"
             before = vllm_metrics.scrape(client.base_url)

@@ -17,7 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from skillrepro.studies.kvcache import sim, vllm_metrics
+from skillrepro.llm import vllm_metrics
+from skillrepro.llm.vllm_env import reset_prefix_cache
+from skillrepro.studies.kvcache import sim
 
 STAGGER_S = 0.05  # between requests of one step: the engine receives them in the stream's order
 
@@ -45,8 +47,6 @@ def replay(url: str, model: str, requests: Sequence[sim.Request], schedule: str 
            timeout_s: float = 1800, progress: Callable[[int, int], None] | None = None) -> EngineReplay:
     """Send `requests` to the vLLM server at `url` (its cache emptied first) as the simulator's `schedule` orders
     them; every reply is exactly its recorded number of tokens (ignore_eos), so the engine's work is the stream's."""
-    from skillrepro.llm.vllm_env import reset_prefix_cache
-
     reset_prefix_cache(url)
     before, t0 = vllm_metrics.scrape(url), time.monotonic()
     batches = list(sim._batches(requests, schedule))

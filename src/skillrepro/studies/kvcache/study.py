@@ -21,6 +21,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, validate_section
+from skillrepro.llm.vllm_env import int_option
 from skillrepro.progress import Progress
 from skillrepro.studies.kvcache import sim
 from skillrepro.studies.kvcache.actor import CachedTokensUnreported, StreamRequest, unreported_message
@@ -498,19 +499,19 @@ def kv_settings(config: dict) -> KVConfig:
     if kv.engine_kv_blocks and (kv.replay or any(l.backend != "vllm" for l in llms.values())):
         raise ConfigError("config key kvcache.engine_kv_blocks: replays on the vLLM engine need every model served "
                           "by llm.backend vllm (and no kvcache.replay)")
-    for name, llm in llms.items():
-        # the simulator beside a served run must cut prompts into the engine's blocks
-        served = _served_block_size(llm.vllm_args) if llm.backend == "vllm" else None
-        if served is not None and served != kv.block_size:
-            raise ConfigError(f"config key kvcache.block_size: {kv.block_size}, but model {name}'s vLLM serves "
-                              f"blocks of {served} (--block-size in llm.vllm_args): set both alike")
+    # the simulator beside a served run must cut prompts into the engine's blocks: kvcache.block_size follows
+    # the --block-size of the models' vLLM servers unless it is given, and must then agree with it
+    served = {name: int_option(llm.vllm_args, "--block-size") for name, llm in llms.items() if llm.backend == "vllm"}
+    served = {name: size for name, size in served.items() if size is not None}
+    given = "block_size" in (config.get("kvcache") or {})
+    for name, size in served.items():
+        if size != (kv.block_size if given else next(iter(served.values()))):
+            raise ConfigError(f"config key kvcache.block_size: {kv.block_size if given else 'not given'}, but "
+                              f"model {name}'s vLLM serves blocks of {size} (--block-size in llm.vllm_args): "
+                              "set both alike")
+    if served and not given:
+        kv = dataclasses.replace(kv, block_size=next(iter(served.values())))
     return kv
-
-
-def _served_block_size(vllm_args) -> int | None:
-    from skillrepro.llm.vllm_env import int_option
-
-    return int_option(vllm_args, "--block-size")
 
 
 def games_note(task_ids: Sequence[str], split: str, data_path: str | None, benchmark: str = "alfworld") -> str:
