@@ -99,8 +99,9 @@ def start_vllm(cfg: LLMConfig, log_path: Path, timeout_s: float) -> RunningServe
     try:
         url = wait_healthy(f"http://127.0.0.1:{port}/v1", proc, timeout_s)
     except (RuntimeError, TimeoutError) as e:
+        timed_out = proc.poll() is None  # still loading when the wait ended: the wait is the reason
         RunningServer("", proc).stop()
-        reason = vllm_env.failure_reason(log_path, since) or str(e)
+        reason = str(e) if timed_out else vllm_env.failure_reason(log_path, since) or str(e)
         raise vllm_env.VLLMSetupError(f"vLLM server ({engine.label}, {cfg.model}) did not start: {reason} "
                                       f"(its log: {log_path})") from None
     vllm_env.check_server(url, cfg.model)
