@@ -12,12 +12,10 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from skillrepro.config import LLMConfig
 from skillrepro.llm import servers, vllm_env

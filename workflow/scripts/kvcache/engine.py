@@ -2,8 +2,6 @@
 through the simulator set alike: per request, the engine's cached tokens beside the simulator's; the engine's
 counters over the replay (preemptions, tokens computed, engine steps)."""
 import dataclasses
-import json
-from pathlib import Path
 
 from skillrepro.llm import vllm_env
 from skillrepro.llm.servers import own_server
