@@ -114,6 +114,40 @@ def test_evoskill_conversation_only_grows():
     assert "<tool_response>" not in text("evoskill", task, 0)
 
 
+def test_cache_aware_keeps_skillrls_content_in_a_conversation_that_only_grows():
+    task = "put a clean cloth in cabinet."
+    t2, t3, t0 = (text("skillrl_cache_aware", task, k) for k in (2, 3, 0))
+    assert t3.startswith(t2.removesuffix("<|im_start|>assistant\n"))  # each step extends the last
+    system = t3.split("<|im_end|>")[0]
+    skillrl = text("skillrl", task, 3)
+    # SkillRL's retrieved sections and reply instruction, shared sections first (the category's last)
+    for section in (F.general_section(BANK), F.mistakes_section(BANK), F.category_section(BANK, "clean"),
+                    open(F.TEMPLATES_DIR / "instruction.txt").read().strip()):
+        assert section in system and section in skillrl
+    assert system.index("### Mistakes to Avoid") < system.index("### Clean Skills")
+    assert system == t0.split("<|im_end|>")[0]  # the skills from step 0 on
+    # every observation and the whole admissible list of each step, with SkillRL's step count
+    assert t3.count(F.format_actions(ACTS)) == 4 and "You are now at step 4 and" in t3
+    assert all(f"You arrive at place {i}." in t3 for i in (1, 2, 3)) and "Your task is to: " + task in t3
+
+
+def test_cache_aware_lifts_per_step_reuse_in_the_simulator():
+    """The moonshot's first check: one episode's requests through the vLLM simulator, each step after the first
+    reusing the whole previous prompt, against SkillRL's break at the step count."""
+    from skillrepro.studies.kvcache import sim
+
+    def reuse(fmt: str) -> float:
+        hist = episode("put a clean cloth in cabinet.", 8)
+        reqs = [sim.Request("e", k, TOK.encode(F.render_chatml(F.build_messages(
+            fmt, BANK, "put a clean cloth in cabinet.", None, hist[:k], hist[k].observation, ACTS))))
+            for k in range(len(hist))]
+        _, results = sim.simulate(reqs, sim.CacheConfig(capacity_tokens=1 << 16, block_size=16, schedule="sequential"))
+        late = [r for r in results if r.step >= 2]
+        return sum(r.cached_tokens for r in late) / sum(r.prompt_tokens for r in late)
+
+    assert reuse("skillrl_cache_aware") >= 0.85 > reuse("skillrl")
+
+
 def test_skill_docs_written_as_skill_md(tmp_path):
     paths = F.write_skill_docs(BANK, tmp_path)
     names = {p.parent.name for p in paths}

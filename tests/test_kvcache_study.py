@@ -436,11 +436,39 @@ def _synthetic_run_tables(server_cached):
                           for s in (0, 1) for k in (0, 1)])
     load = pd.DataFrame([dict(format="a", seed=s, step=k, running=2, prompt_tokens=200, completion_tokens=20,
                               total_tokens=220) for s in (0, 1) for k in (0, 1)])
-    episodes = pd.DataFrame(dict(variant=["a"] * 4, seed=[0, 0, 1, 1], success=[True, False, True, True], n_steps=2))
+    episodes = pd.DataFrame(dict(variant=["a"] * 4, seed=[0, 0, 1, 1], task_id=["g0", "g1"] * 2,
+                                 success=[True, False, True, True], n_steps=2))
     server = pd.DataFrame(dict(format="a", seed=[0, 0, 1, 1], episode=["e0", "e0", "e1", "e1"], step=[0, 1, 0, 1],
                                prompt_tokens=[100, 120, 100, 130], server_cached_tokens=server_cached,
                                sim_llamacpp_cached_tokens=[0, 90, 0, 100], sim_vllm_cached_tokens=[0, 96, 0, 96]))
     return dict(summary=summary, steps=steps, load=load, episodes=episodes, server=server, capacities=(1000,))
+
+
+def test_success_difference_is_paired_and_its_interval_holds():
+    """Each format's success minus the reference format's over the same games and seeds: a planted difference is
+    found, formats that differ by chance get intervals covering 0 about 95 % of the time (the null control)."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+
+    def episodes(p_ref: float, p_new: float, n: int = 32):
+        games = [f"g{i}" for i in range(n)]
+        return pd.DataFrame(dict(variant=["skillrl"] * n + ["new"] * n, seed=0, task_id=games * 2,
+                                 success=np.r_[rng.random(n) < p_ref, rng.random(n) < p_new]))
+
+    planted = study.success_differences(episodes(0.2, 0.8), "skillrl")
+    assert planted.loc["skillrl", "difference_interval"] == "reference format"
+    new = planted.loc["new"]
+    assert new.paired_episodes == 32 and 0 < new.difference_ci_low < new.success_difference < new.difference_ci_high
+    covered = [(lo <= 0 <= hi) for lo, hi in
+               (study.success_differences(episodes(0.5, 0.5), "skillrl").loc["new", ["difference_ci_low",
+                                                                                    "difference_ci_high"]]
+                for _ in range(400))]
+    assert 0.92 <= np.mean(covered) <= 0.98
+    same = study.success_differences(pd.concat([episodes(0.0, 0.0, 8)]), "skillrl").loc["new"]
+    assert same.success_difference == 0 and np.isnan(same.difference_ci_low)
+    assert same.difference_interval == "no interval: all 8 pairs differ by the same"
 
 
 def test_served_tables_put_the_servers_counts_first_and_split_recompute():

@@ -227,6 +227,7 @@ def test_the_body_on_the_wire_is_the_request_with_server_fields_at_the_top_level
 EMPTY_AT_CAP = raw(OK_BODY | {"choices": [{"index": 0, "finish_reason": "length",
                                            "message": {"role": "assistant", "content": ""}}],
                                "usage": {"prompt_tokens": 120, "completion_tokens": 50,
+                                         "prompt_tokens_details": {"cached_tokens": 0},
                                          "completion_tokens_details": {"reasoning_tokens": 50}}})
 
 
@@ -235,14 +236,21 @@ EMPTY_AT_CAP = raw(OK_BODY | {"choices": [{"index": 0, "finish_reason": "length"
 def test_every_role_sends_an_effort_and_a_reply_empty_at_its_cap_is_asked_again_once(fake_server, role, effort, cap):
     """A.1 gives actor and inducer their efforts; the other roles take the one they stand in for
     (config.EFFORT_FROM), each cap leaves llm.reasoning_room for it, and a reasoning model's reply that spent
-    its cap thinking is asked again with llm.cap_retry_factor times the cap, its record summing both."""
+    its cap thinking is asked again with llm.cap_retry_factor times the cap. Each request is a record of its own
+    with its own counts: one recorded request, one server count (a cache study's reuse never sums two)."""
     url, script = fake_server
     script.actions = [EMPTY_AT_CAP, "ok"]
-    reply = client(url).chat([{"role": "user", "content": "hi"}], role=role, session_id="e", max_tokens=50)
+    c = client(url)
+    reply = c.chat([{"role": "user", "content": "hi"}], role=role, session_id="e", max_tokens=50)
     [(_, first), (_, second)] = script.requests
     assert (first["reasoning_effort"], first["max_tokens"], second["max_tokens"]) == (effort, cap, 4 * cap)
     assert reply.text == "Action: go_forward()" and reply.record.faults == ["empty_at_cap"]
-    assert (reply.record.prompt_tokens, reply.record.completion_tokens, reply.record.reasoning_tokens) == (240, 57, 53)
+    [capped] = reply.earlier
+    assert c.records == reply.records == [capped, reply.record]
+    assert (capped.prompt_tokens, capped.cached_tokens, capped.completion_tokens, capped.reasoning_tokens,
+            capped.finish_reason, capped.faults) == (120, 0, 50, 50, "length", [])
+    assert (reply.record.prompt_tokens, reply.record.cached_tokens, reply.record.completion_tokens,
+            reply.record.reasoning_tokens) == (120, 96, 7, 3)
     # still empty the second time: returned as it is, finish_reason length, never read as an answer here
     script.actions, script.seen, script.requests = [EMPTY_AT_CAP, EMPTY_AT_CAP, "ok"], 0, []
     reply = client(url).chat([{"role": "user", "content": "hi"}], role=role, session_id="e", max_tokens=50)

@@ -81,7 +81,14 @@ class Reply:
     text: str
     tool_calls: list[ToolCall]
     finish_reason: str
-    record: LLMCall
+    record: LLMCall  # the request this reply is, with that request's own counts
+    # requests made and set aside before it (a reply empty at its cap, asked again): billed, so recorded, each
+    # with its own counts; `records` lists them with `record` last
+    earlier: list[LLMCall] = field(default_factory=list)
+
+    @property
+    def records(self) -> list[LLMCall]:
+        return [*self.earlier, self.record]
 
 
 @dataclass
@@ -184,29 +191,31 @@ class LLMClient:
         prompt_json = json.dumps({"messages": messages, "tools": tools or [], **(extra_body or {})}, ensure_ascii=False)
         started = time.time()
         response, faults = self._with_retries(request)
-        spent = (0, 0, 0, 0)  # a first request's usage, when it came back empty at its cap and was asked again
+        earlier = []
         if _empty_at_cap(response) and self.cfg.cap_retry_factor > 1:
-            spent = _usage_numbers(response)
+            # the capped request is a record of its own (billed, and one server request to a cache study);
+            # the retry's record lists the fault it answers
+            earlier.append(self._record(role, session_id, messages, prompt_json, response, started, faults))
             request[self.cfg.max_tokens_param] = cap * self.cfg.cap_retry_factor
             log.warning("empty reply at its cap of %d tokens (role %s); asking again with %d", cap, role,
                         request[self.cfg.max_tokens_param])
+            started = time.time()
             response, more = self._with_retries(request)
-            faults = [*faults, "empty_at_cap", *more]
-        latency = time.time() - started
+            faults = ["empty_at_cap", *more]
+        record = self._record(role, session_id, messages, prompt_json, response, started, faults)
+        self.records += [*earlier, record]
         choice = response["choices"][0]
-        msg = choice["message"]
-        calls = []
-        for tc in msg.get("tool_calls") or []:
-            fn = tc.get("function") or {}
-            try:
-                args = json.loads(fn.get("arguments") or "{}")
-            except json.JSONDecodeError:
-                args = {"__unparsed__": fn.get("arguments")}
-            calls.append(ToolCall(tc.get("id") or uuid.uuid4().hex[:8], fn.get("name") or "",
-                                  args if isinstance(args, dict) else {"__unparsed__": args}))
+        return Reply(choice["message"].get("content") or "", _tool_calls(choice["message"]), record.finish_reason,
+                     record, earlier)
+
+    def _record(self, role: str, session_id: str, messages: list[dict], prompt_json: str, response: dict[str, Any],
+                started: float, faults: list[str]) -> LLMCall:
+        """One server request's record: its usage as the server reported it (counted where it reported none)."""
+        choice = response["choices"][0]
+        calls = _tool_calls(choice["message"])
         usage = response.get("usage") or {}
         ctd = usage.get("completion_tokens_details") or {}
-        text = msg.get("content") or ""
+        text = choice["message"].get("content") or ""
         response_json = json.dumps({"content": text, "tool_calls": [c.__dict__ for c in calls]}, ensure_ascii=False)
         usage_missing = usage.get("prompt_tokens") is None or usage.get("completion_tokens") is None
         if usage_missing:
@@ -217,9 +226,7 @@ class LLMClient:
                         "server's tokenizer (0 where it has none)", self.base_url, prompt_tokens, completion_tokens)
         else:
             prompt_tokens, completion_tokens = int(usage["prompt_tokens"]), int(usage["completion_tokens"])
-        # both requests are billed: the record counts what they cost together
-        prompt_tokens, completion_tokens = prompt_tokens + spent[0], completion_tokens + spent[2]
-        record = LLMCall(
+        return LLMCall(
             call_id=uuid.uuid4().hex,
             session_id=session_id,
             role=role,
@@ -228,10 +235,10 @@ class LLMClient:
             model=self.cfg.model,
             backend=self.cfg.backend,
             prompt_tokens=prompt_tokens,
-            cached_tokens=_plus(reported_cached_tokens(response), spent[1]),
+            cached_tokens=reported_cached_tokens(response),
             completion_tokens=completion_tokens,
-            reasoning_tokens=int(ctd.get("reasoning_tokens") or 0) + spent[3],
-            latency_s=latency,
+            reasoning_tokens=int(ctd.get("reasoning_tokens") or 0),
+            latency_s=time.time() - started,
             retries=len(faults),
             finish_reason=choice.get("finish_reason") or "",
             prompt_sha256=hashlib.sha256(prompt_json.encode()).hexdigest(),
@@ -241,8 +248,6 @@ class LLMClient:
             faults=faults,
             usage_missing=usage_missing,
         )
-        self.records.append(record)
-        return Reply(text, calls, record.finish_reason, record)
 
     def _with_retries(self, request: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         """The reply and the kind of each fault retried before it ("429", "503", "connection", "timeout",
@@ -332,6 +337,19 @@ def _error_message(content: bytes) -> str:
         return content[:300].decode("utf-8", "replace")
 
 
+def _tool_calls(msg: dict[str, Any]) -> list[ToolCall]:
+    calls = []
+    for tc in msg.get("tool_calls") or []:
+        fn = tc.get("function") or {}
+        try:
+            args = json.loads(fn.get("arguments") or "{}")
+        except json.JSONDecodeError:
+            args = {"__unparsed__": fn.get("arguments")}
+        calls.append(ToolCall(tc.get("id") or uuid.uuid4().hex[:8], fn.get("name") or "",
+                              args if isinstance(args, dict) else {"__unparsed__": args}))
+    return calls
+
+
 def _empty_at_cap(response: dict[str, Any]) -> bool:
     """A reply that stopped at its cap with neither content nor a tool call (a reasoning model that spent the
     cap thinking): nothing in it can be read as an answer."""
@@ -339,18 +357,6 @@ def _empty_at_cap(response: dict[str, Any]) -> bool:
     msg = choice["message"]
     return choice.get("finish_reason") == "length" and not (msg.get("content") or "").strip() \
         and not msg.get("tool_calls")
-
-
-def _usage_numbers(response: dict[str, Any]) -> tuple[int, int, int, int]:
-    """(prompt, cached, completion, reasoning) tokens a reply reports (0 where it does not)."""
-    usage = response.get("usage") or {}
-    ctd = usage.get("completion_tokens_details") or {}
-    return (int(usage.get("prompt_tokens") or 0), reported_cached_tokens(response) or 0,
-            int(usage.get("completion_tokens") or 0), int(ctd.get("reasoning_tokens") or 0))
-
-
-def _plus(cached: int | None, more: int) -> int | None:
-    return cached if cached is None else cached + more  # unknown stays unknown
 
 
 def _check_reply(response: dict[str, Any]) -> None:

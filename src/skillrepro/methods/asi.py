@@ -90,7 +90,7 @@ def _induce(ctx: InduceContext, client, replay: bool) -> Library:
         user = shown.text
         reply = client.chat([{"role": "system", "content": system}, {"role": "user", "content": user}],
                             role="inducer", session_id=session_id, max_tokens=max_tokens, seed=n)
-        calls.append(reply.record)
+        calls.extend(reply.records)
         added, refused = append_functions(library, reply_code(reply.text), primitives, ctx.sandbox)
         refused += [f"{f.name}: over max_new_per_episode" for f in added[opts.max_new_per_episode:]]
         added = added[: opts.max_new_per_episode]

@@ -52,7 +52,7 @@ def induce(ctx: InduceContext, client) -> Library:
                         role="optimizer", session_id=session_id, max_tokens=max_tokens)
     new = parse_notes(reply.text)[: opts.max_notes_chars]
     kept = not new
-    save_records(ctx.record_dir, [reply.record], [{"request": 0, "episodes": len(traces), "reply": reply.text,
+    save_records(ctx.record_dir, reply.records, [{"request": 0, "episodes": len(traces), "reply": reply.text,
                                                     "trajectory_tokens": ctx.trajectory_tokens, "trajectory_tokens_shown": shown.tokens,
                                                     **shown.record(),
                                                     "notes_changed": not kept and new != ctx.library.notes}])

@@ -734,7 +734,7 @@ def induce(ctx: InduceContext, client) -> Library:
             except LLMRequestError as e:  # the context overflowed even after trimming
                 sess.transcript.append({"request": req, "error": str(e)})
                 break
-            records.append(reply.record)
+            records.extend(reply.records)
             text = reply.text
             if reply.tool_calls:
                 tc = reply.tool_calls[0]

@@ -215,18 +215,18 @@ def next_task(ctx: TaskContext) -> TaskChoice:
     # inducer is not read here), and its prompt is cut to what the context leaves after its reply.
     chars = max(2000, (ctx.llm.ctx_per_slot - CURRICULUM_REPLY_TOKENS) * TOKEN_CHARS)
 
-    def ask(user: str, n: int, limit: int) -> tuple[list[str], LLMCall]:
+    def ask(user: str, n: int, limit: int) -> tuple[list[str], tuple[LLMCall, ...]]:
         session = curriculum_session(ctx.run_id, ctx.cycle, task_id, n)
         reply = ctx.client.chat([{"role": "system", "content": system}, {"role": "user", "content": user[-chars:]}],
                                 role="curriculum", session_id=session, max_tokens=CURRICULUM_REPLY_TOKENS,
                                 seed=ctx.index if n == 1 else zlib.crc32(session.encode()))
-        return parse_goals(reply.text, limit), reply.record
+        return parse_goals(reply.text, limit), tuple(reply.records)
 
-    goals, record = ask(f"{known}\n\nPropose the next goal{'s' if per_call(opts) > 1 else ''}.", 1, per_call(opts))
+    goals, records = ask(f"{known}\n\nPropose the next goal{'s' if per_call(opts) > 1 else ''}.", 1, per_call(opts))
     # each goal's top-k skills, in goal order
     shown = dict.fromkeys(n for g in goals for n in retrieve(ctx.library, g, opts.top_k, opts.retrieval))
     if opts.goal_proposal == "upfront":
-        return TaskChoice(task_id, "; then ".join(goals), tuple(shown), (record,))
+        return TaskChoice(task_id, "; then ".join(goals), tuple(shown), records)
     seen: set[str] = set()  # achievements unlocked in this episode so far (Crafter starts with none)
     done: list[str] = []  # "goal (achievements unlocked while it was the goal)", in order
 
@@ -248,9 +248,9 @@ def next_task(ctx: TaskContext) -> TaskChoice:
             f"Current state:\n{current}", "Propose the next goal."])
         nxt, rec = ask(user, len(goals) + 1, 1)
         goals.extend(nxt)
-        return TaskChoice(task_id, nxt[0], None, (rec,))
+        return TaskChoice(task_id, nxt[0], None, rec)
 
-    return TaskChoice(task_id, goals[0], tuple(shown), (record,), replan)
+    return TaskChoice(task_id, goals[0], tuple(shown), records, replan)
 
 
 # ------------------------------------------------------------------------------------------ sleep phase
@@ -299,7 +299,7 @@ def induce(ctx: InduceContext, client) -> Library:
                                  {"role": "user", "content": f"Goal: {goal}\n\n{episode}"}],
                                 role="critic", session_id=session_id, max_tokens=min(max_tokens, 256), seed=n)
             n += 1
-            calls.append(reply.record)
+            calls.extend(reply.records)
             ok, critique = parse_verdict(reply.text)
             entry = {"episode_id": trace.episode_id, "goal": goal, "critic": reply.text, "success": ok,
                      "trajectory_tokens": ctx.trajectory_tokens, "trajectory_tokens_shown": shown.tokens, **shown.record()}
@@ -316,7 +316,7 @@ def induce(ctx: InduceContext, client) -> Library:
                                        {"role": "user", "content": f"Goal: {goal}\n\n{episode}"}],
                                       role="skill_writer", session_id=session_id, max_tokens=max_tokens, seed=n)
                 n += 1
-                calls.append(written.record)
+                calls.extend(written.records)
                 code = _renamed(reply_code(written.text), {f.name for f in library.functions} | primitives)
                 added, refused = append_functions(library, code, primitives, ctx.sandbox)
                 added = added[:1]  # one skill per achieved goal

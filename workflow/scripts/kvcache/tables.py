@@ -17,10 +17,12 @@ def cat(paths):
 tables = study.tables(summary=cat(inp.summary), steps=cat(inp.steps), load=cat(inp.load), server=cat(inp.server),
                       episodes=cat(inp.episodes), backend=snakemake.params.backend,
                       capacities=job.settings.kv.capacity_tokens, counters=cat(inp.counters),
-                      policies=job.settings.kv.policies, vllm_version=job.settings.kv.vllm_version)
+                      policies=job.settings.kv.policies, vllm_version=job.settings.kv.vllm_version,
+                      reference_format=job.settings.kv.formats[0])
 for name, df in tables.items():
     write_text(snakemake.output[name], df.assign(model=snakemake.wildcards.kvmodel).to_csv(index=False))
 log.info("headline (measured first):\n%s", tables["headline"].to_string(index=False))
 log.info("reuse:\n%s", tables["reuse"].to_string(index=False))
 log.info("first step over capacity:\n%s", tables["overload"].to_string(index=False))
+log.info("success against %s:\n%s", job.settings.kv.formats[0], tables["success"].to_string(index=False))
 log.info("server vs simulated:\n%s", tables["server"].to_string(index=False))

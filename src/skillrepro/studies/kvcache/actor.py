@@ -273,12 +273,15 @@ def run_format(*, formatter: AlfWorldFormatter, benchmark, task_ids: list[str], 
             played = [play(t) for t in task_ids]
     stream = []
     for category, rec in played:
-        for step, call in enumerate(rec.llm_calls):
+        step = 0
+        for i, call in enumerate(rec.llm_calls):
             response = reply_content(call.response) if reply_ids else ""
             stream.append(StreamRequest(rec.episode.episode_id, step, rec.episode.task_id, category, call.started_at,
                                         list(call.prompt_token_ids), call.completion_tokens, call.cached_tokens,
                                         reply_ids(response) if reply_ids and response else [],
                                         call.finish_reason or ""))
+            # a reply empty at its cap, asked again, is a server request of its own at the same step
+            step += not (i + 1 < len(rec.llm_calls) and "empty_at_cap" in rec.llm_calls[i + 1].faults)
     stream.sort(key=lambda r: r.started_at)
     return FormatRun([rec for _, rec in played], stream)
 

@@ -16,6 +16,13 @@ Formats:
   the task sentence, at every step.
 - `noskill`: the baseline without skills (seed 001's no-skill rows): SkillRL's prompt with no retrieved
   experience, the same step-0 prompt.
+- `skillrl_cache_aware`: SkillRL's skills, task sentence, observations, admissible actions and instruction laid
+  out for the prefix cache: the retrieved skills in a system message (general principles and mistakes, which
+  every task shares, then the category's skills), the episode as a conversation that only grows (each step
+  one user turn with its observation, admissible actions and the reply instruction; each reply an assistant
+  turn). The step's prompt extends the last one's, so only the last reply and the new turn are computed. It
+  shows what SkillRL shows and more: the skills from step 0, and every earlier turn where SkillRL keeps the
+  last two.
 - `evoskill`: skill names and descriptions in the system message; after the first reply, a Skill tool
   result brings the category's SKILL.md (with the core sections) into the conversation, which is never
   truncated. `evoskill_common_top`: the always-loaded core document sits in the system message instead.
@@ -40,7 +47,9 @@ CATEGORY_TITLES = {
     "heat": "Heat", "cool": "Cool", "examine": "Examine",
 }
 SKILLRL_FORMATS = ("skillrl", "skillrl_skills_first", "skillrl_common_first", "skillrl_instruction_first",
-                   "skillrl_split_actions")
+                   "skillrl_split_actions", "skillrl_cache_aware")
+# formats whose prompt is a conversation that only grows (no progress header, no history window)
+CONVERSATION_FORMATS = ("skillrl_cache_aware", "evoskill", "evoskill_common_top")
 FORMATS = SKILLRL_FORMATS + ("wikiskill_front", "wikiskill_back", "evoskill", "evoskill_common_top", "noskill")
 # SkillRL's retrieval: how many general principles and mistakes go into a prompt
 N_GENERAL, N_MISTAKES, N_HISTORY = 6, 5, 2
@@ -332,6 +341,8 @@ def build_messages(fmt: str, bank: SkillBank, task: str, category: str | None, h
                   step=str(step), step_next=str(step + 1))
     if fmt.startswith("evoskill"):
         return _evoskill(fmt, bank, category, history, observation, admissible, tpl, instruction)
+    if fmt == "skillrl_cache_aware":
+        return _cache_aware(bank, category, history, observation, admissible, tpl, instruction)
     if step == 0:
         name = f"{fmt}_step0" if tpl.has(f"{fmt}_step0") else "skillrl_step0"
         extra = {}
@@ -381,6 +392,46 @@ def _evoskill(fmt: str, bank: SkillBank, category: str, history: list[Turn], obs
     return msgs
 
 
+def _cache_aware(bank: SkillBank, category: str, history: list[Turn], observation: str, admissible: list[str],
+                 tpl: Templates, instruction: str) -> list[dict]:
+    system = tpl.fill("skillrl_cache_aware_system", general=general_section(bank), mistakes=mistakes_section(bank),
+                      category=category_section(bank, category), instruction=instruction)
+    msgs = [{"role": "system", "content": system}]
+    # step 0's turn is SkillRL's step-0 prompt without its role sentence (the system message has it); the
+    # first observation carries the task sentence
+    turns = [(t.observation, t.admissible) for t in history] + [(observation, admissible)]
+    for i, (obs, acts) in enumerate(turns):
+        if i:
+            msgs.append({"role": "assistant", "content": history[i - 1].reply_text()})
+        msgs.append({"role": "user", "content": tpl.fill("skillrl_cache_aware_turn", observation=obs,
+                                                         actions=format_actions(acts), step_next=str(i + 1))})
+    return msgs
+
+
+def _conversation_pieces(fmt: str, bank: SkillBank, view: "EpisodeView", tpl: Templates) -> list[tuple[str, str]]:
+    """The named parts of a growing conversation after the system message's (for `prompt_segments`): the first
+    step's actions, then each earlier reply and the turn after it; the last turn is the current observation and
+    actions."""
+    history = list(view.history)
+    if not history:
+        return []
+    # the first observation quotes the task sentence (found first, as `task`); its actions list is history
+    out = [("history_1", format_actions(list(history[0].admissible)))]
+    for i, t in enumerate(history):
+        out.append((f"history_{i + 1}", t.reply_text()))
+        if i == 0 and fmt.startswith("evoskill"):
+            out.append(("documents", skill_docs(bank, always_loaded_core=fmt == "evoskill_common_top")[
+                skill_name(view.category)]))
+        if i + 1 < len(history):
+            nxt = history[i + 1]
+            turn = (tpl.fill("evoskill_turn", observation=nxt.observation, actions=format_actions(list(nxt.admissible)))
+                    if fmt.startswith("evoskill") else
+                    tpl.fill("skillrl_cache_aware_turn", observation=nxt.observation,
+                             actions=format_actions(list(nxt.admissible)), step_next=str(i + 2)))
+            out.append((f"history_{i + 2}", turn))
+    return out
+
+
 def _evoskill_pieces(fmt: str, bank: SkillBank, view: "EpisodeView", tpl: Templates) -> list[tuple[str, str]]:
     """The named parts of an evoskill conversation in order (for `prompt_segments`): the system message's skill
     list and always-loaded core document (evoskill_common_top), the first step's actions, then each earlier
@@ -392,20 +443,7 @@ def _evoskill_pieces(fmt: str, bank: SkillBank, view: "EpisodeView", tpl: Templa
     out = [("skill_list", listing)]  # the system message's skill names and descriptions
     if fmt == "evoskill_common_top":
         out.append(("core_document", docs["alfworld-core"]))
-    history = list(view.history)
-    if not history:
-        return out
-    # the first observation quotes the task sentence (found first, as `task`); its actions list is history
-    out.append(("history_1", format_actions(list(history[0].admissible))))
-    for i, t in enumerate(history):
-        out.append((f"history_{i + 1}", t.reply_text()))
-        if i == 0:
-            out.append(("documents", docs[skill_name(view.category)]))
-        if i + 1 < len(history):
-            nxt = history[i + 1]
-            out.append((f"history_{i + 2}", tpl.fill("evoskill_turn", observation=nxt.observation,
-                                                     actions=format_actions(list(nxt.admissible)))))
-    return out
+    return out + _conversation_pieces(fmt, bank, view, tpl)
 
 
 def render_chatml(messages: list[dict], default_system: str | None = QWEN_DEFAULT_SYSTEM) -> str:
@@ -550,10 +588,13 @@ def prompt_segments(fmt: str, bank: SkillBank, view: EpisodeView, encode: Callab
     else:
         pieces += [("general", general_section(bank)), ("category", category_section(bank, view.category)),
                    ("mistakes", mistakes_section(bank))]
+    if fmt == "skillrl_cache_aware":
+        pieces += _conversation_pieces(fmt, bank, view, tpl)
     if fmt.startswith("wikiskill"):
         pieces.append(("documents", _wiki_documents(bank)))
-    pieces += [("progress_header", header) if items and not fmt.startswith("evoskill") else ("", "")]
-    pieces += [(f"history_{i + 1}", t) for i, t in enumerate(items) if not fmt.startswith("evoskill")]
+    conversation = fmt in CONVERSATION_FORMATS
+    pieces += [("progress_header", header) if items and not conversation else ("", "")]
+    pieces += [(f"history_{i + 1}", t) for i, t in enumerate(items) if not conversation]
     pieces += [("observation", view.observation), ("actions", format_actions(list(view.admissible))),
                ("instruction", tpl.raw("instruction"))]
     spans = []

@@ -643,8 +643,41 @@ def measured_steps(server, backend: str):
     return st
 
 
+def success_differences(episodes, reference: str | None = None):
+    """Per format, its success minus the reference format's (default: the first format run, `kvcache.formats[0]`)
+    over the episodes both played (the same game and seed), with a 95 % Student t interval over those pairs
+    (`scaffold.statistics.mean_interval`, whose coverage on differences of binary outcomes is tested; NaN below
+    4 pairs, and where every pair differs alike, since an interval of no width claims more than the data hold)."""
+    import numpy as np
+    import pandas as pd
+
+    from skillrepro.studies.scaffold.statistics import interval_label, mean_interval
+
+    ep = episodes.rename(columns={"variant": "format"})
+    wide = ep.assign(success=ep.success.astype(float)).pivot_table(
+        index=["seed", "task_id"], columns="format", values="success", aggfunc="mean", sort=False)
+    reference = reference or str(ep.format.iloc[0])
+    rows = {}
+    for fmt in wide.columns:
+        pair = wide[[fmt, reference]].dropna()
+        diff = (pair[fmt] - pair[reference]).to_numpy()
+        lo = hi = float("nan")
+        label = interval_label(len(diff), "t").replace("queries", "pairs")
+        if fmt == reference:
+            label = "reference format"
+        elif len(diff) > 1 and np.ptp(diff) == 0:
+            label = f"no interval: all {len(diff)} pairs differ by the same"
+        else:
+            lo, hi = mean_interval(diff, interval="t")
+        rows[fmt] = {"reference_format": reference, "paired_episodes": len(diff),
+                     "success_difference": float(diff.mean()) if len(diff) else float("nan"),
+                     "difference_ci_low": lo, "difference_ci_high": hi, "difference_interval": label}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
 def tables(*, summary, steps, load, server, episodes, backend: str, capacities: Sequence[int] = (),
-           counters=None, policies: Sequence[str] = ("retain", "flush"), vllm_version: str = sim.VLLM_VERSION) -> dict:
+           counters=None, policies: Sequence[str] = ("retain", "flush"), vllm_version: str = sim.VLLM_VERSION,
+           reference_format: str | None = None) -> dict:
     """The study's CSV tables (pandas DataFrames) from every run's simulation outputs and episodes. On a served
     run, what the server reports comes first: per-step reuse (`steps`, policy "server") and prefix misses
     (`server`) from its counts, beside the simulator's; each row's `source` says which."""
@@ -683,6 +716,7 @@ def tables(*, summary, steps, load, server, episodes, backend: str, capacities: 
         episodes=("success", "size"), success_rate=("success", "mean"), steps_mean=("n_steps", "mean")).reset_index()
     per_format = per_seed.groupby("format", sort=False).success_rate.agg(["mean", "std"]).fillna(0.0)
     success = per_seed.join(per_format.rename(columns={"mean": "success_mean", "std": "success_sd"}), on="format")
+    success = success.join(success_differences(ep, reference_format), on="format")
 
     sim_col = "sim_llamacpp_cached_tokens" if backend == "embedded" else "sim_vllm_cached_tokens"
     sv = server.assign(match=server.server_cached_tokens == server[sim_col])

@@ -487,7 +487,7 @@ def sectioned_reply(client: Any, messages: Sequence[dict[str, Any]], request: Ge
         nonlocal text
         reply = client.chat(list(messages[:-1]) + [{"role": "assistant", "content": text}], role="generator",
                             session_id=session_id, max_tokens=limit, extra_body=request.with_grammar(grammar))
-        records.append(reply.record)
+        records.extend(reply.records)
         piece = request.reply_text(reply.text, text)[len(text):]
         if reply.finish_reason == "length":
             piece = close_cut(piece)
@@ -583,7 +583,7 @@ def generate_candidates(client_for: Any, ev: EvidenceRecord, template: Generator
         else:
             reply = client_for(j).chat(messages, role="generator", session_id=session, max_tokens=max_tokens,
                                        extra_body=request.extra_body or None)
-            text, records = request.reply_text(reply.text), [reply.record]
+            text, records = request.reply_text(reply.text), reply.records
         chk = check_card(text, fmt)
         cands.append(CandidateRecord(ev.benchmark, ev.variant, ev.task_id, j, text, chk.card, chk.name,
                                      chk.n_words, chk.valid, "; ".join(chk.problems), records[0].call_id))
