@@ -142,6 +142,15 @@ def test_several_models_get_their_own_paths_and_servers(tmp_path):
     assert len(runs) == 4
     for block in runs:
         assert ("llm=0" in block) == ("/qwen/" in block), block
+    # two models on vLLM servers the pipeline starts: they do not fit one GPU together, so every run starts its
+    # own server (no slot of a shared one), asks the GPU it uses, and takes the one server place at a time
+    vllm = cfg.replace("backend: embedded", "backend: vllm").replace(
+        "{name: small, llm: {model: smollm2-135m}}", "{name: small}").replace("qwen2.5-coder-0.5b", "/ckpt/rl")
+    assert "backend: vllm" in vllm
+    (tmp_path / "vllm.yaml").write_text(vllm)
+    out = snakemake("kvcache_all", "-n", "-p", "--cores", "2", "--configfile", "vllm.yaml", cwd=tmp_path).stdout
+    runs = [block for block in out.split("\n\n") if "rule kvcache_run:" in block]
+    assert len(runs) == 4 and all("llm=0" in b and "gpu=1" in b and "kv_vllm_server=1" in b for b in runs), runs
 
 
 def test_blend_rule_joins_the_study_when_a_model_is_named(tmp_path):

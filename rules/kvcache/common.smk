@@ -28,5 +28,23 @@ _KV_FIGURE_NAMES = ("reuse", "prefix", "load", "reuse_steps", "recomputed", "pre
 _kv_model_runs = lambda pattern: lambda w: [
     pattern.format(kvmodel=w.kvmodel, kvfmt=f, kvseed=s) for f in KV.formats for s in KV.seeds
 ]
-# a model other than the llm section's cannot use the invocation's shared server: its job starts its own
-_kv_own_server = lambda w: not KV.replay and _KV_LLMS[w.kvmodel] != LLM
+# Where a run's model is served. A model other than the llm section's cannot use the invocation's shared
+# server: its job starts its own. On this machine, two vLLM servers the pipeline starts do not fit one GPU (the
+# shared one holds its memory share for the whole invocation), so when several models are served that way every
+# run starts its own server, one at a time (the kv_vllm_server resource), each from an empty cache. On a
+# cluster every LLM job starts its own server on its node anyway (rules/common.smk).
+_KV_SELF_SERVED = [m for m in _KV_LLMS.values() if m.backend == "vllm" and not served(m)]
+_KV_SERVER_PER_RUN = workflow.local_exec and not KV.replay and len(_KV_SELF_SERVED) > 1
+_kv_own_server = lambda w: not KV.replay and (_KV_SERVER_PER_RUN or _KV_LLMS[w.kvmodel] != LLM)
+if workflow.local_exec:
+    workflow.global_resources.setdefault("kv_vllm_server", 1)
+
+
+def _kv_server_resources(w):
+    """(gpu, kv_vllm_server, mem_mb, cpus) for the server a run starts on its node: a vLLM server the pipeline
+    starts asks for the GPU it uses (on a cluster, every LLM job starts one); nothing where it uses the shared
+    server or plays no model."""
+    m = _KV_LLMS[w.kvmodel]
+    starts = not KV.replay and (_kv_own_server(w) or not workflow.local_exec)
+    vllm = starts and m.backend == "vllm" and not served(m)
+    return (1 if vllm else 0, 1 if vllm else 0, server_mb(m) if starts else 0, server_cpus(m) if starts else 0)

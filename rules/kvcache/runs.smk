@@ -76,7 +76,11 @@ rule kvcache_run:
         # the counters' difference is its own; a replay or a run on its own server takes none
         llm=lambda w: 0 if KV.replay or _kv_own_server(w) else (
             LLM.slots if LLM.backend == "vllm" else min(KV.parallel_episodes, LLM.slots)),
-        mem_mb=4000,
+        # a server of its own: the GPU it uses, one at a time on this machine, its memory and CPUs beside the job's
+        gpu=lambda w: _kv_server_resources(w)[0],
+        kv_vllm_server=lambda w: _kv_server_resources(w)[1],
+        mem_mb=lambda w: 4000 + _kv_server_resources(w)[2],
+        cpus_per_task=lambda w: 1 + _kv_server_resources(w)[3],
     log:
         "logs/kvcache/{kvmodel}/run_{kvfmt}_seed{kvseed}.log",
     benchmark:
@@ -119,7 +123,10 @@ rule kvcache_engine:
     params:
         settings=settings("kvcache", "study"),
     resources:
-        mem_mb=6000,  # a vLLM server of its own (llm=0: it uses no shared server)
+        # a vLLM server of its own (llm=0: it uses no shared server), with the GPU it uses off a CPU machine
+        gpu=LLM_GPUS,
+        kv_vllm_server=1,
+        mem_mb=6000,
     log:
         "logs/kvcache/{kvmodel}/engine_{kvfmt}_seed{kvseed}_blocks{kvblocks}.log",
     benchmark:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from skillrepro.config import LLMConfig
 from skillrepro.llm import vllm_env
-from skillrepro.llm.models import MODELS, resolve
+from skillrepro.llm.models import MODELS, cache_dir, resolve
 
 URL_ENV = "SKILLREPRO_LLM_URL"
 
@@ -29,6 +29,7 @@ URL_ENV = "SKILLREPRO_LLM_URL"
 class RunningServer:
     url: str  # ends in /v1
     process: subprocess.Popen | None
+    engine: vllm_env.Engine | None = None  # the vLLM installation that serves it, when the project started vLLM
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
@@ -105,7 +106,7 @@ def start_vllm(cfg: LLMConfig, log_path: Path, timeout_s: float) -> RunningServe
         raise vllm_env.VLLMSetupError(f"vLLM server ({engine.label}, {cfg.model}) did not start: {reason} "
                                       f"(its log: {log_path})") from None
     vllm_env.check_server(url, cfg.model)
-    return RunningServer(url, proc)
+    return RunningServer(url, proc, engine)
 
 
 def embedded_command(cfg: LLMConfig) -> list[str]:
@@ -187,7 +188,31 @@ def serve_embedded(model: str, slots: int, ctx_per_slot: int, threads: int, host
     p.port = port
     p.use_jinja = True  # the GGUF's own chat template, which carries the tool-calling format
     p.cache_prompt = cache_prompt
+    # llama.cpp allows its slot actions (erase_slots) only with a save path; nothing is saved there unless asked
+    p.slot_save_path = str(cache_dir() / "llama-slots")
+    Path(p.slot_save_path).mkdir(parents=True, exist_ok=True)
     return xllamacpp.Server(p)
+
+
+def erase_slots(url: str, timeout_s: float = 60) -> int:
+    """Empty every slot of a llama.cpp server (its prompt cache), so a run starts as from a fresh server;
+    return the tokens erased. The embedded server allows it; one started by hand needs --slot-save-path."""
+    import json
+
+    root = url.rstrip("/").removesuffix("/v1")
+    erased = 0
+    try:
+        with urllib.request.urlopen(root + "/slots", timeout=timeout_s) as r:
+            ids = [s["id"] for s in json.loads(r.read())]
+        for i in ids:
+            req = urllib.request.Request(f"{root}/slots/{i}?action=erase", data=b"{}", method="POST",
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=timeout_s) as r:
+                erased += int(json.loads(r.read()).get("n_erased") or 0)
+    except OSError as e:
+        raise RuntimeError(f"llama.cpp server at {url}: its slots could not be emptied ({e}); a server started "
+                           "by hand needs --slot-save-path (and --slots) for it") from None
+    return erased
 
 
 def _main() -> None:

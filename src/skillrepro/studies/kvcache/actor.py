@@ -25,6 +25,7 @@ from skillrepro.progress import Progress
 from skillrepro.store import Episode, LLMCall, Step, write_records, write_text
 from skillrepro.studies.kvcache import formats as F
 from skillrepro.llm import vllm_metrics
+from skillrepro.llm.servers import erase_slots
 from skillrepro.llm.vllm_env import reset_prefix_cache
 
 _ACTION = re.compile(r"<action>(.*?)(?:</action>|$)", re.IGNORECASE | re.DOTALL)
@@ -372,11 +373,13 @@ def record_run(*, fmt: str, seed: int, bench, llm: LLMConfig, task_ids: list[str
     benchmark = format_benchmark(bench)
     counters: dict = {"backend": llm.backend, "delta": None}
     with session(llm) as client:
+        # every run starts from an empty cache, whichever runs the server served before
         if llm.backend == "vllm":  # the server's own cache counters, before and after this run's requests
-            # every run starts from an empty cache, whichever runs the server served before
             reset_prefix_cache(client.base_url)
             counters["cache"] = "reset before the run"
             before = vllm_metrics.scrape(client.base_url)
+        elif llm.backend == "embedded":
+            counters["cache"] = f"slots erased before the run ({erase_slots(client.base_url)} tokens)"
         run = run_format(formatter=formatter, benchmark=benchmark, task_ids=task_ids,
                          client=RequireCachedTokens(client, llm.backend), spec=spec,
                          call_budget=call_budget, wall_s=wall_s, prompt_ids=prompt_ids_fn(llm, client.base_url),

@@ -49,7 +49,7 @@ def replay(url: str, model: str, requests: Sequence[sim.Request], schedule: str 
     them; every reply is exactly its recorded number of tokens (ignore_eos), so the engine's work is the stream's."""
     reset_prefix_cache(url)
     before, t0 = vllm_metrics.scrape(url), time.monotonic()
-    batches = list(sim._batches(requests, schedule))
+    batches = list(sim.batches(requests, schedule))
     cached: dict[int, int] = {}
     index = {id(r): i for i, r in enumerate(requests)}
     done = 0

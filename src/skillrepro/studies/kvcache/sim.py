@@ -359,7 +359,7 @@ class PrefixCacheSim:
         requests = list(requests)
         self.check_fits(requests)
         results: list[RequestResult] = []
-        for batch in _batches(requests, self.cfg.schedule):
+        for batch in batches(requests, self.cfg.schedule):
             if self.cfg.policy == "flush":
                 self.pool.reset()
             states = [_State(r, self.cfg.block_size) for r in batch]
@@ -536,7 +536,7 @@ class PrefixCacheSim:
             self.trace += [[(s.req.episode, s.req.step, 1) for s in running] for _ in range(k)]
 
 
-def _batches(requests: Iterable[Request], schedule: str) -> Iterable[list[Request]]:
+def batches(requests: Iterable[Request], schedule: str) -> Iterable[list[Request]]:
     """Lockstep: all requests of one step form a batch (episodes advance together; within a step, file
     order is arrival order); sequential: every request is its own batch, in file order."""
     if schedule == "sequential":
