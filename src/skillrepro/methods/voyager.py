@@ -319,7 +319,7 @@ def induce(ctx: InduceContext, client) -> Library:
                 calls.extend(written.records)
                 code = _renamed(reply_code(written.text), {f.name for f in library.functions} | primitives)
                 added, refused = append_functions(library, code, primitives, ctx.sandbox)
-                added = added[:1]  # one skill per achieved goal
+                added = one_skill(added)
                 for f in added:
                     descriptions[f.name] = f.doc or goal
                 library = replace(library, functions=library.functions + tuple(added))
@@ -333,6 +333,32 @@ def induce(ctx: InduceContext, client) -> Library:
             "completed_goals": completed, "failed_goals": failed, "descriptions": descriptions,
             "retrieval": opts.retrieval}
     return Library(ctx.library.version + 1, library.functions, ctx.library.notes, meta)
+
+
+def one_skill(added: list) -> list:
+    """Voyager stores one skill per achieved goal, its code whole: the reply's top function (one no other
+    function of the reply calls; of several, the one that reaches most of the reply's functions, then the last)
+    with the reply's functions it reaches, kept as private helpers (callable by the skill, never retrieved or
+    listed on their own). The reply's other functions are dropped."""
+    by_name = {f.name: f for f in added}
+
+    def reached(f) -> list[str]:
+        seen, todo = [f.name], [f]
+        while todo:
+            for c in todo.pop().callees:
+                if c in by_name and c not in seen:
+                    seen.append(c)
+                    todo.append(by_name[c])
+        return seen
+
+    called = {c for f in added for c in f.callees if c in by_name and c != f.name}
+    tops = [(len(reached(f)), i, f) for i, f in enumerate(added) if f.name not in called] or \
+        [(len(reached(f)), i, f) for i, f in enumerate(added)]
+    if not tops:
+        return []
+    skill = max(tops, key=lambda t: t[:2])[2]
+    keep = set(reached(skill))
+    return [f if f is skill else replace(f, public=False) for f in added if f.name in keep]
 
 
 register("voyager", Options, induce, visible=visible, next_task=next_task, envs=("crafter",))
