@@ -112,17 +112,18 @@ def test_goal_proposal_takes_its_two_modes_only():  # upfront played: test_metho
 
 
 @pytest.mark.parametrize("order", ["helper first", "skill first"])
-def test_a_skill_is_stored_with_its_helpers_whatever_their_order(order):
-    """One skill per achieved goal, its code whole: the function the reply's others serve is the skill (listed),
-    the ones it calls are kept as private helpers, so calling the skill never meets a NameError."""
-    from skillrepro.methods.voyager import one_skill
-    from skillrepro.skills.library import Library, SkillFunction, parse_functions
-
+def test_a_skill_is_stored_with_its_helpers_whatever_their_order(episode, order):
+    """One skill per achieved goal, its code whole, through the real writer: the function the reply's others
+    serve is the skill (listed), the ones it calls are kept as private helpers, so calling the skill never meets
+    a NameError; a function the skill does not call is dropped."""
     helper = 'def face_tree():\n    """Turn to the nearest tree."""\n    return noop()\n'
     skill = 'def collect_wood():\n    """Collect one wood."""\n    face_tree()\n    return do()\n'
     stray = 'def unrelated():\n    """Not used by the skill."""\n    return noop()\n'
     code = helper + "\n" + skill if order == "helper first" else skill + "\n" + helper
-    fns = parse_functions(Library(0, ()).source + code + "\n" + stray)
-    added = [SkillFunction(f.name, True, f.signature, f.doc, f.source, f.callees) for f in fns]
-    kept = {f.name: f.public for f in one_skill(added)}
+    yes, no = "Success: yes\nCritique: none", "Success: no\nCritique: get wood first"
+    fake = tm.RoleFake(critic=[yes, no, no], skill_writer=[f"```python\n{code}\n{stray}```"])
+    ctx = tm.ctx_for(episode["root"], "voyager", "voyager", {"retrieval": "tfidf"}, bench=tm.CRAFTER, tag="_v")
+    v1 = get_method("voyager").induce(ctx, fake)
+    kept = {f.name: f.public for f in v1.functions[len(ctx.library.functions):]}
     assert kept == {"collect_wood": True, "face_tree": False}
+    assert next(f for f in v1.functions if f.name == "collect_wood").callees == ("face_tree",)
