@@ -351,3 +351,16 @@ def test_a_skill_parameter_without_annotation_takes_its_defaults_type():
     assert _params("repeat_until(text, max_steps=4, ratio=0.5, strict=False, label='x')") == (
         ("text", "str"), ("max_steps", "int"), ("ratio", "float"), ("strict", "bool"), ("label", "str"))
     assert _params("solve_mission(mission: str, n: int = 2)") == (("mission", "str"), ("n", "int"))
+
+
+def test_the_sleep_phase_budget_leaves_room_for_the_reply_and_its_reasoning():
+    """The paper preset's inducer conversation (3 characters a token) plus its request's cap, reasoning room
+    included, fits the context (it was cut to the context less the reply alone: 408,192 of 400,000 tokens)."""
+    from skillrepro.check import check_config
+    from skillrepro.config import inducer_limits, llm_config, load_yaml
+
+    cfg = check_config(load_yaml("configs/paper.yaml"), check_files=False, billing=False)
+    llm, limits = llm_config(cfg), inducer_limits(cfg)
+    cap = llm.reply_cap("inducer", limits.reply_tokens(llm))
+    assert cap > limits.reply_tokens(llm)  # the paper's medium effort has reasoning room
+    assert limits.history_chars(llm) // 3 + cap <= llm.ctx_per_slot

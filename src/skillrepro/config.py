@@ -143,8 +143,10 @@ class InducerLimits:
         return max(0, llm.ctx_per_slot - llm.reply_cap("inducer", self.reply_tokens(llm))) // 2
 
     def history_chars(self, llm: "LLMConfig") -> int:
-        """Characters of conversation one sleep-phase request may carry (3 characters per token, to be safe)."""
-        tokens = self.history_tokens if self.history_tokens is not None else llm.ctx_per_slot - self.reply_tokens(llm)
+        """Characters of conversation one sleep-phase request may carry (3 characters per token, to be safe): what
+        the context leaves after the reply's cap, its reasoning room included."""
+        tokens = (self.history_tokens if self.history_tokens is not None
+                  else llm.ctx_per_slot - llm.reply_cap("inducer", self.reply_tokens(llm)))
         return max(2000, tokens * 3)
 
 

@@ -213,7 +213,7 @@ def next_task(ctx: TaskContext) -> TaskChoice:
         environment=bench.describe(), max_goals=per_call(opts))
     # A goal is one short line: the curriculum is a rollout job's call, not a sleep phase's (config section
     # inducer is not read here), and its prompt is cut to what the context leaves after its reply.
-    chars = max(2000, (ctx.llm.ctx_per_slot - CURRICULUM_REPLY_TOKENS) * TOKEN_CHARS)
+    chars = max(2000, (ctx.llm.ctx_per_slot - ctx.llm.reply_cap("curriculum", CURRICULUM_REPLY_TOKENS)) * TOKEN_CHARS)
 
     def ask(user: str, n: int, limit: int) -> tuple[list[str], tuple[LLMCall, ...]]:
         session = curriculum_session(ctx.run_id, ctx.cycle, task_id, n)
