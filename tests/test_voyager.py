@@ -127,3 +127,13 @@ def test_a_skill_is_stored_with_its_helpers_whatever_their_order(episode, order)
     kept = {f.name: f.public for f in v1.functions[len(ctx.library.functions):]}
     assert kept == {"collect_wood": True, "face_tree": False}
     assert next(f for f in v1.functions if f.name == "collect_wood").callees == ("face_tree",)
+
+
+def test_test_episodes_list_the_top_k_or_the_whole_library():
+    lib = Library(1, parse_functions("\n".join(
+        f'def skill_{i}():\n    """Skill number {i}."""\n    return do()\n' for i in range(8))
+        + '\ndef _helper():\n    return 1\n'))
+    voyager = get_method("voyager")
+    assert len(voyager.visible(lib, voyager.parse_options({"retrieval": "tfidf"}, "v"))) == 5
+    whole = voyager.visible(lib, voyager.parse_options({"retrieval": "tfidf", "eval_skills": "library"}, "v"))
+    assert whole == [f"skill_{i}" for i in range(8)]  # every public skill, no private helper

