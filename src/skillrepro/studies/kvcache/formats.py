@@ -17,10 +17,10 @@ Formats:
 - `noskill`: the baseline without skills (seed 001's no-skill rows): SkillRL's prompt with no retrieved
   experience, the same step-0 prompt.
 - `skillrl_cache_aware`: SkillRL's skills, task sentence, observations, admissible actions and instruction laid
-  out for the prefix cache: the retrieved skills in a system message (general principles and mistakes, which
-  every task shares, then the category's skills), the episode as a conversation that only grows (each step
-  one user turn with its observation, admissible actions and the reply instruction; each reply an assistant
-  turn). The step's prompt extends the last one's, so only the last reply and the new turn are computed. It
+  out for the prefix cache: the reply instruction and the retrieved skills in a system message (general
+  principles and mistakes, which every task shares, then the category's skills), the episode as a conversation
+  that only grows (each step one user turn with its observation and admissible actions; each reply an
+  assistant turn). The step's prompt extends the last one's, so only the last reply and the new turn are computed. It
   shows what SkillRL shows and more: the skills from step 0, and every earlier turn where SkillRL keeps the
   last two.
 - `evoskill`: skill names and descriptions in the system message; after the first reply, a Skill tool
@@ -397,8 +397,7 @@ def _cache_aware(bank: SkillBank, category: str, history: list[Turn], observatio
     system = tpl.fill("skillrl_cache_aware_system", general=general_section(bank), mistakes=mistakes_section(bank),
                       category=category_section(bank, category), instruction=instruction)
     msgs = [{"role": "system", "content": system}]
-    # step 0's turn is SkillRL's step-0 prompt without its role sentence (the system message has it); the
-    # first observation carries the task sentence
+    # the first observation carries the task sentence, as at SkillRL's step 0
     turns = [(t.observation, t.admissible) for t in history] + [(observation, admissible)]
     for i, (obs, acts) in enumerate(turns):
         if i:
