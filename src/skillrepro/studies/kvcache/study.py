@@ -26,6 +26,7 @@ from skillrepro.progress import Progress
 from skillrepro.studies.kvcache import sim
 from skillrepro.studies.kvcache.actor import CachedTokensUnreported, StreamRequest, unreported_message
 from skillrepro.studies.kvcache.formats import load_bank
+from skillrepro.studies.scaffold.statistics import interval_label, mean_interval
 
 
 def read_stream(path: str | Path) -> list[StreamRequest]:
@@ -650,8 +651,6 @@ def success_differences(episodes, reference: str | None = None):
     4 pairs, and where every pair differs alike, since an interval of no width claims more than the data hold)."""
     import numpy as np
     import pandas as pd
-
-    from skillrepro.studies.scaffold.statistics import interval_label, mean_interval
 
     ep = episodes.rename(columns={"variant": "format"})
     wide = ep.assign(success=ep.success.astype(float)).pivot_table(
