@@ -440,9 +440,10 @@ class Actor:
                     raise  # a request the server refuses for another reason is a setup problem, not an outcome
                 termination = "context"  # the history outgrew the context window; counted in the tables
                 break
-            if self.prompt_token_ids is not None:  # the same prompt for a request asked again
-                for r in reply.records:
-                    r.prompt_token_ids = list(self.prompt_token_ids(sent))
+            if self.prompt_token_ids is not None:
+                ids = list(self.prompt_token_ids(sent))
+                for r in reply.records:  # a request asked again sent the same prompt
+                    r.prompt_token_ids = ids
             calls.extend(reply.records)
             t0 = time.perf_counter()
             if fmt is not None:

@@ -7,6 +7,7 @@ The child exits by itself when its parent dies, so a killed `snakemake` leaves n
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -197,8 +198,6 @@ def serve_embedded(model: str, slots: int, ctx_per_slot: int, threads: int, host
 def erase_slots(url: str, timeout_s: float = 60) -> int:
     """Empty every slot of a llama.cpp server (its prompt cache), so a run starts as from a fresh server;
     return the tokens erased. The embedded server allows it; one started by hand needs --slot-save-path."""
-    import json
-
     root = url.rstrip("/").removesuffix("/v1")
     erased = 0
     try:
