@@ -40,6 +40,13 @@ def test_kvcache_study_end_to_end(tmp_path):
     assert set(pd.read_csv(tmp_path / "results/tables/kvcache_models.csv").model) == {"smollm2-135m"}
     log = (tmp_path / "logs/kvcache/smollm2-135m/run_skillrl_seed0.log").read_text()
     assert "prompt tokens, server cached" in log
+    # every run starts from empty slots, whichever run the shared server served before (arms start alike)
+    import json
+
+    cache = [json.loads(p.read_text())["cache"]
+             for p in (tmp_path / "results/kvcache/smollm2-135m/runs").glob("*/seed0/server_counters.json")]
+    assert len(cache) == 2 and all(c.startswith("slots erased before the run") for c in cache)
+    assert max(int(c.split("(")[1].split()[0]) for c in cache) > 0  # the second run found the first's prompts
     # measured first: the headline is the server's reported cached tokens, the simulator's prediction beside
     head = pd.read_csv(t / "headline.csv").set_index("format")
     srv = server.groupby("format")[["server_cached_tokens", "sim_llamacpp_cached_tokens", "prompt_tokens"]].sum()
