@@ -71,11 +71,10 @@ rule kvcache_run:
         own_server=_kv_own_server,
         wall_s=_KV_WALL,
     resources:
-        # a run with P episodes in flight takes P slots of the shared server, so runs do not crowd each
-        # other's batch; on vLLM a run takes the server whole: its cache is emptied when the run starts and
-        # the counters' difference is its own; a replay or a run on its own server takes none
-        llm=lambda w: 0 if KV.replay or _kv_own_server(w) else (
-            LLM.slots if LLM.backend == "vllm" else min(KV.parallel_episodes, LLM.slots)),
+        # a run takes the shared server whole: its cache (vLLM's prefix cache, llama.cpp's slots) is emptied when
+        # the run starts, which must not touch another run's, and vLLM's counters' difference is its own; a
+        # replay or a run on its own server takes none
+        llm=lambda w: 0 if KV.replay or _kv_own_server(w) else LLM.slots,
         # a server of its own: the GPU it uses, one at a time on this machine, its memory and CPUs beside the job's
         gpu=lambda w: _kv_server_resources(w)[0],
         kv_vllm_server=lambda w: _kv_server_resources(w)[1],
