@@ -576,8 +576,9 @@ class _CardClient:
             words = list(re.finditer(r"[A-Za-z0-9][\w'-]*", body))
             out = body if len(words) <= hi else body[:words[hi - 1].end()]
         cut = out[:4 * kw["max_tokens"]]
+        record = SimpleNamespace(call_id="c", completion_tokens=-(-len(cut) // 4))
         return SimpleNamespace(text=messages[-1]["content"] + cut, finish_reason="stop" if cut == out else "length",
-                               record=SimpleNamespace(call_id="c", completion_tokens=-(-len(cut) // 4)))
+                               record=record, records=[record])
 
 
 def test_sectioned_decoding_bounds_the_cards_words_not_each_sections():
@@ -689,8 +690,9 @@ class _SectionClient:
         full = "probe-card-long" if grammar.startswith("root ::= name") else \
             "- " + ", ".join(["stepping"] * self.words) + "."
         out = full[:kw["max_tokens"]]
+        record = SimpleNamespace(call_id=f"c{len(self.seen)}", completion_tokens=len(out))
         return SimpleNamespace(text=prefill + out, finish_reason="length" if len(out) < len(full) else "stop",
-                               record=SimpleNamespace(call_id=f"c{len(self.seen)}", completion_tokens=len(out)))
+                               record=record, records=[record])
 
 
 def test_generate_candidates_decodes_sections_and_sends_prefill_and_grammar():
