@@ -25,8 +25,8 @@ from skillrepro.methods.common import Trace, estimate_tokens, show_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = {"config.yaml": ["config.yaml"], "configs/paper.yaml": ["configs/paper.yaml"],
-           "paper + paper-vllm": ["configs/paper.yaml", "configs/paper-vllm.yaml"]}
-OLD_DEFAULT = 1500  # the budget every preset resolved to before issue 34 (min(1500, half the context))
+           "paper + paper-vllm": ["configs/paper.yaml", "configs/paper-vllm.yaml"],
+           **{f"configs/{p.name}": [f"configs/{p.name}"] for p in sorted((ROOT / "configs").glob("cross-model-*.yaml"))}}
 
 
 ROOMS = ["kitchen", "hallway", "workshop", "outside", "art studio", "greenhouse", "bedroom", "living room",
@@ -80,16 +80,12 @@ def main() -> None:
                   f"{estimate_tokens(text):,} estimated tokens")
     for name, files in PRESETS.items():
         config = preset(files)
-        after = trajectory_tokens(config)
-        before = min(OLD_DEFAULT, (config["llm"]["ctx_per_slot"] - 256) // 2)
-        print(f"\n{name}: llm.ctx_per_slot {config['llm']['ctx_per_slot']:,}; budget before {before:,}, "
-              f"after {after:,} estimated tokens")
+        budget = trajectory_tokens(config)
+        print(f"\n{name}: llm.ctx_per_slot {config['llm']['ctx_per_slot']:,}; budget {budget:,} estimated tokens")
         for env_name, traces in played.items():
-            batch = (traces * 10)[:10]  # a sleep phase's 10 episodes
-            for label, budget in (("before", before), ("after", after)):
-                s = show_traces(batch, budget)
-                print(f"  {env_name} {label}: {s.episodes_whole}/10 episodes whole ({s.observations_whole} "
-                      f"observations), {s.episodes_cut} cut, {s.episodes_dropped} dropped")
+            s = show_traces((traces * 10)[:10], budget)  # a sleep phase's 10 episodes
+            print(f"  {env_name}: {s.episodes_whole}/10 episodes whole ({s.observations_whole} observations), "
+                  f"{s.episodes_cut} cut, {s.episodes_dropped} dropped")
 
 
 if __name__ == "__main__":

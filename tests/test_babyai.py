@@ -150,3 +150,29 @@ def test_c3_bot_actions_replayed_through_the_cli_succeed(capsys, tmp_path):
     assert out.startswith(f"{mission}\n") and "Mission complete." in out
     assert json.loads(out.strip().splitlines()[-1]) == {"score": 1.0, "success": True, "done": True,
                                                         "steps": len(plan)}
+
+
+def test_option_current_observation_reads_the_view_without_a_step():
+    """Option current_observation (a deviation, off by default) gives BabyAI Crafter's read: a primitive that
+    returns what the agent sees and does not act; a skill in the sandbox reads it as Crafter's skills do."""
+    from skillrepro.skills.sandbox import SandboxSession
+
+    assert "get_current_observation" not in {p.name for p in get_benchmark("babyai").primitives()}
+    bench = get_benchmark("babyai", current_observation=True)
+    listed = {p.name: p for p in bench.primitives()}
+    assert listed["get_current_observation"].signature == "get_current_observation() -> str"
+    assert not listed["get_current_observation"].advances and listed["go_forward"].advances
+    env = bench.make(bench.sample_tasks("train", 1, 0)[0])
+    opening = env.reset()
+    source = ('def look_then_turn():\n    """Read, turn, read."""\n    before = get_current_observation()\n'
+              '    turn_left()\n    return before + "|" + get_current_observation()\n')
+    session = SandboxSession(source=source, env=env)
+    try:
+        out = session.call_skill("look_then_turn", [])
+    finally:
+        session.close()
+    before, after = out.ret.split("|")
+    assert opening.endswith(before) and after == env.observe() and env.n_primitive_steps == 1
+    env.release()
+    with pytest.raises(TaskError, match="current_observation must be true or false"):
+        get_benchmark("babyai", current_observation="yes")

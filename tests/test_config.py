@@ -58,7 +58,7 @@ def test_default_and_shipped_configs_are_valid():
         ("budgets.rollout_wall_s", -5, "config key budgets.rollout_wall_s: -5 must be > 0"),
         ("protocol.n_test", -1, "config key protocol.n_test: -1 must be >= 1"),
         ("protocol.eval_every", 3, "protocol.eval_every: 3 must be a multiple of protocol.sleep_every"),
-        ("benchmarks.babyai.options", {"grid": 9}, "config key benchmarks.babyai: babyai: unknown option(s) ['grid']; known: prompt"),
+        ("benchmarks.babyai.options", {"grid": 9}, "config key benchmarks.babyai: babyai: unknown option(s) ['grid']; known: prompt, current_observation"),
         ("benchmarks.babyai.options", {"prompt": "fancy"}, "config key benchmarks.babyai: babyai: unknown prompt 'fancy'"),
         ("benchmarks.babyai.history_window", 0, "config key benchmarks.babyai.history_window: 0 must be >= 1"),
         ("llm.reasoning_effort", {"actor": "extreme"}, "config key llm.reasoning_effort.actor: 'extreme' is not allowed"),
@@ -270,3 +270,33 @@ def test_the_laptop_learning_preset_is_the_default_run_over_three_seeds():
     assert preset["protocol"].pop("seeds") == [0, 1, 2]
     default = dict(BASE, protocol={k: v for k, v in BASE["protocol"].items() if k != "seeds"})
     assert preset == default
+
+
+def test_a_cap_with_its_reasoning_room_must_leave_a_prompt_room():
+    """Each role's completion cap, its reasoning room included, is checked against the context before any work;
+    the embedded server sends no effort, so it adds no room."""
+    paper = load_yaml(ROOT / "configs/paper.yaml")
+    paper["llm"]["ctx_per_slot"] = 9000  # the inducer asks 1,024 + 8,192 (medium)
+    with pytest.raises(ConfigError, match=r"llm.reasoning_room: the inducer's requests ask for 9216 completion tokens "
+                                          r"\(1024 of reply, 8192 of reasoning room for effort medium\)"):
+        check_config(paper, check_files=False, billing=False)
+    paper["llm"]["reasoning_effort"] = {"actor": "low", "inducer": "low"}
+    check_config(paper, check_files=False, billing=False)  # 1,024 + 2,048 fits
+    paper["llm"]["reasoning_effort"] = {"actor": "low", "inducer": "low", "critic": "high"}  # a role named alone
+    with pytest.raises(ConfigError, match="the critic's requests ask for 17408"):
+        check_config(paper, check_files=False, billing=False)
+    small = copy.deepcopy(BASE)
+    small["llm"]["reasoning_room"] = {"medium": 100000}
+    check_config(small, check_files=False)  # embedded: no effort is sent, so no room is added
+
+
+def test_every_preset_of_a_reasoning_model_gives_its_roles_the_papers_room():
+    """The presets of API reasoning models (the paper's and the cross-model ones) send A.1's efforts with
+    configs/paper.yaml's room, so a thinking model's cap is not spent before it answers."""
+    paper = load_yaml(ROOT / "configs/paper.yaml")["llm"]
+    presets = ["paper.yaml", *(p.name for p in sorted((ROOT / "configs").glob("cross-model-*.yaml")))]
+    assert len(presets) == 4
+    for name in presets:
+        llm = load_yaml(ROOT / "configs" / name)["llm"]
+        assert llm["reasoning_room"] == paper["reasoning_room"], name
+        assert llm.get("reasoning_effort", {"actor": "low", "inducer": "medium"}) == paper["reasoning_effort"], name

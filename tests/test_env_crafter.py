@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import random
+from dataclasses import replace
 
 import crafter
 import numpy as np
@@ -307,6 +308,13 @@ def test_d2_every_prompt_says_what_an_action_returns(observe):
                                                    returns=primitive_returns(bench.primitives()))
         assert ("returns the observation text that follows it" in text) == (not paper), name
     # Voyager's curriculum is shown the last thing each recent episode saw, not the "None" of its last action
+    # nor the "last observation: None" of a skill call that ended on one
+    from skillrepro.skills.sandbox import Outcome, render_outcome
+
+    skill = render_outcome("chop", Outcome(None, "", "", 0, "None", 3))
+    assert skill.endswith("None)")
     trace = Trace("e", "1", 0, False, 0.1, "start", [("get_current_observation", [], "You see a tree."),
-                                                        ("do", [], "None")])
+                                                        ("do", [], "None"), ("chop", [], skill)])
     assert progress([trace], 1).endswith("You see a tree.")
+    printed = render_outcome("chop", Outcome(None, "", "wood 2", 6, "None", 3))  # what it printed is shown
+    assert progress([replace(trace, steps=[*trace.steps, ("chop", [], printed)])], 1).endswith(printed)

@@ -373,10 +373,55 @@ def test_native_history_keeps_each_call_and_the_summary_reports_progression(reco
     lib = get_method("speedrunner").induce(ctx_for(recorded, llm=LLMConfig(ctx_per_slot=8192, tool_calling="native"),
                                                    budget=2), client=client)
     assert {f.name: f.public for f in lib.functions}["_twice"] is False
-    said = client.requests[1][2]
-    assert said["role"] == "assistant" and json.loads(said["content"]) == {
-        "name": "write_function", "arguments": {"source": code, "public": False}}
+    said, answer = client.requests[1][2:4]
+    (call,) = said["tool_calls"]
+    assert said["role"] == "assistant" and call["function"]["name"] == "write_function"
+    assert json.loads(call["function"]["arguments"]) == {"source": code, "public": False}
+    assert answer == {"role": "tool", "tool_call_id": "c1", "content": answer["content"]}
+    assert answer["content"].startswith("Saved _twice")
     assert '"mean_progression": 0.0' in client.requests[0][1]["content"]
+
+
+def test_native_mode_speaks_native_and_reads_a_call_written_as_text(recorded):
+    """llm.tool_calling: native through the real client and a fake server: the system prompt and the nudge ask
+    for tool calls (no text protocol), the history holds each call as the assistant's tool call answered by the
+    tool's message, a reply that writes the history's JSON as text is read as that call, and a reply with no call
+    at all is told how to call."""
+    from scripted import ChatServer
+    from skillrepro.llm.client import LLMClient
+
+    first = 'def _twice():\n    """Two steps."""\n    go_forward()\n    return go_forward()\n'
+    second = 'def three():\n    """Three steps."""\n    _twice()\n    return go_forward()\n'
+    made = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "write_function", "arguments": json.dumps({"source": first, "public": False})}}]}
+    replies = [made, {"role": "assistant", "content": json.dumps({"name": "write_function",
+                                                                   "arguments": {"source": second, "public": True}})},
+               {"role": "assistant", "content": "I am done thinking."}]
+    bodies = []
+
+    def answer(path, raw):
+        bodies.append(json.loads(raw))
+        msg = replies[len(bodies) - 1]
+        return 200, json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+            {"index": 0, "finish_reason": "tool_calls" if msg.get("tool_calls") else "stop", "message": msg}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}).encode()
+
+    server = ChatServer(answer)
+    try:
+        llm = LLMConfig(backend="openai", model="m", ctx_per_slot=8192, tool_calling="native", max_retries=0)
+        lib = get_method("speedrunner").induce(ctx_for(recorded, llm=llm, budget=3), client=LLMClient(llm, server.url))
+    finally:
+        server.close()
+    assert {f.name: f.public for f in lib.functions if f.name in ("_twice", "three")} == {"_twice": False, "three": True}
+    system = bodies[0]["messages"][0]["content"]
+    assert "through the tool\ninterface" in system and "Action:" not in system and "```python" not in system
+    assert {t["function"]["name"] for t in bodies[0]["tools"]} >= {"write_function", "execute_code", "finish"}
+    said, told = bodies[1]["messages"][2:4]
+    assert said["tool_calls"][0]["id"] == "c1" and told["role"] == "tool" and told["tool_call_id"] == "c1"
+    assert said["tool_calls"][0]["function"]["name"] == "write_function"
+    assert bodies[2]["messages"][5]["content"].startswith("Observation:\nSaved three")  # read from its text
+    log = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
+    assert log[2]["tool"] == "" and "Call one of the offered tools through the tool interface" in log[2]["observation"]
 
 
 def test_a_repeated_call_is_answered_with_a_pointer_until_the_library_changes(recorded):
@@ -564,3 +609,27 @@ def test_a_saved_function_that_never_reads_an_argument_is_told_so(recorded):
     obs = [json.loads(x)["observation"] for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
     assert obs[0].startswith("Saved pick_up_and_move") and "pick_up_and_move never reads text, target" in obs[0]
     assert obs[1].startswith("Saved walk_to") and "never reads" not in obs[1]
+
+
+@pytest.mark.parametrize("env_name", ["crafter", "babyai"])
+def test_the_built_in_example_acts_in_the_world(env_name):
+    """The protocol's worked function, run in the sandbox on a task: it steps the world (Crafter's actions return
+    nothing under D.2, so it acts and then reads the observation; it is not a loop over a read)."""
+    from skillrepro.benchmarks import get_benchmark
+    from skillrepro.methods.speedrunner import _example_loop
+    from skillrepro.skills.sandbox import SandboxSession
+
+    bench = get_benchmark(env_name)
+    source = _example_loop(bench.primitives())
+    assert source.count("def ") == 1, source
+    env = bench.make(bench.sample_tasks("train", 1, 0)[0])
+    env.reset()
+    session = SandboxSession(source=source, env=env)
+    try:
+        out = session.call_skill(source.split("(")[0].removeprefix("def "), ["a text that never appears"])
+    finally:
+        session.close()
+        env.release()
+    assert out.ok, out
+    assert env.n_primitive_steps == 4  # max_steps actions, each a step of the world
+    assert out.ret.strip()  # what the agent sees after them

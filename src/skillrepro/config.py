@@ -317,6 +317,14 @@ def validate(config: dict[str, Any], *, check_files: bool = True, billing: bool 
     if limits.reply_tokens(llm) >= llm.ctx_per_slot:
         raise ConfigError(f"config key inducer.min_reply_tokens: {limits.min_reply_tokens} reply tokens leave no "
                           f"room for a prompt in llm.ctx_per_slot {llm.ctx_per_slot}")
+    # a reasoning model's cap holds its reasoning too: each role's cap, room included, must leave a prompt room
+    roles = {"actor": llm.max_tokens, **{r: limits.reply_tokens(llm) for r in ("inducer", *dict(llm.reasoning_effort))
+                                          if r != "actor"}}
+    for role, tokens in roles.items():
+        if (cap := llm.reply_cap(role, tokens)) >= llm.ctx_per_slot:
+            raise ConfigError(f"config key llm.reasoning_room: the {role}'s requests ask for {cap} completion tokens "
+                              f"({tokens} of reply, {cap - tokens} of reasoning room for effort {llm.effort(role)}), "
+                              f"which leave no room for a prompt in llm.ctx_per_slot {llm.ctx_per_slot}")
     proto = protocol(config)
     if proto.train_rollouts % proto.sleep_every:
         raise ConfigError(

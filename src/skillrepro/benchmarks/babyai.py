@@ -129,6 +129,8 @@ class BabyAIEnv(Env):
         return describe_view(self._obs["image"], self._env.unwrapped.carrying)
 
     def _apply(self, name, args) -> StepResult:
+        if name == "get_current_observation":  # option current_observation: a read, no step
+            return StepResult(self.observe())
         self._obs, reward, terminated, truncated, _ = self._env.step(_ACTIONS[name])
         self._last_reward = max(self._last_reward, float(reward))
         text = self.observe()
@@ -169,6 +171,16 @@ class BabyAIEnv(Env):
         """Open, close or unlock the door or box directly in front of you."""
 
 
+class BabyAIReadingEnv(BabyAIEnv):
+    """BabyAI with option `current_observation` (a deviation, off by default): the read Crafter's D.2 gives its
+    skills. In every default run the inducer's refused BabyAI writes read the observation as a global
+    (`observation`, `current_observation`), as a Crafter skill would with get_current_observation()."""
+
+    @primitive(advances=False)
+    def get_current_observation(self) -> str:
+        """Return what you see now, without acting."""
+
+
 def bot_moves(task_id: str, limit: int) -> list[str] | None:
     """BabyAI's own bot (minigrid's BabyAIBot) solving `task_id` through this env: its primitive moves, or None
     when it needs more than `limit` or an action the text env lacks (a test's gold path, an expert Scout)."""
@@ -197,10 +209,13 @@ class BabyAIBenchmark(Benchmark):
     # "hints" adds navigation advice (how to reach and pick up an object), beyond the paper's prompt.
     PROMPTS = ("paper", "hints")
 
-    def __init__(self, prompt: str = "paper", **unknown: Any):
+    def __init__(self, prompt: str = "paper", current_observation: bool = False, **unknown: Any):
         if unknown:
-            raise TaskError(f"babyai: unknown option(s) {sorted(unknown)}; known: prompt")
+            raise TaskError(f"babyai: unknown option(s) {sorted(unknown)}; known: prompt, current_observation")
+        if not isinstance(current_observation, bool):
+            raise TaskError(f"babyai: current_observation must be true or false, got {current_observation!r}")
         self.prompt = env_prompt(self.name, prompt, self.PROMPTS)
+        self.env_class = BabyAIReadingEnv if current_observation else BabyAIEnv
 
     def describe(self) -> str:
         return self.prompt
@@ -223,4 +238,4 @@ class BabyAIBenchmark(Benchmark):
     def make(self, task_id: str) -> Env:
         if not str(task_id).isdigit():
             raise TaskError(f"babyai task id must be a non-negative integer seed, got {task_id!r}")
-        return BabyAIEnv(str(task_id))
+        return self.env_class(str(task_id))

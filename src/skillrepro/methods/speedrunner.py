@@ -10,7 +10,9 @@ Whatever the model manages, the result is a valid v{k+1}: v{k} plus the writes t
 
 Small CPU models rarely produce native tool calls, so replies are read with a lenient text protocol
 ("Action: write_function(public=True)" plus a ```python block; a bare `def` or code block is understood
-too). Native tool calls are used when `llm.tool_calling` is native, with the text reading as fallback.
+too). When `llm.tool_calling` is native the protocol, the examples and the conversation are native: each
+call stays in the history as the assistant's tool call with its answer as the tool's message; a reply that
+writes its call as text instead (the JSON of a call, or the text protocol) is read as that call.
 Under `constrained` each reply is decoded under a JSON schema of the tools (as the actor's are), so a
 `write_function` call is always one well-formed call with its code as a string, and the last request of
 a session that has written nothing may call `write_function` only.
@@ -81,6 +83,16 @@ TOOL_DOCS = {
                       "with the same name is replaced. Public functions are offered to the agent.",
     "delete_function": "delete_function(\"name\"): remove a function.",
     "finish": "finish(\"summary\"): end the session; the library as it is now becomes the next version.",
+}
+
+# The same tools described by their arguments, for the native protocol and the tools' schemas
+NATIVE_DOCS = {
+    "execute_code": "execute_code(code): run Python code and see what it prints (and the value of its last line).",
+    "read_library": "read_library(): show the current library source.",
+    "write_function": "write_function(source, public): save the function(s) in `source`; a function with the same "
+                      "name is replaced. Public functions are offered to the agent.",
+    "delete_function": "delete_function(name): remove a function.",
+    "finish": "finish(summary): end the session; the library as it is now becomes the next version.",
 }
 
 
@@ -191,6 +203,26 @@ def parse_action(text: str, interpreter: bool) -> Action:
     return Action("", problem=f"no tool call found. {TEXT_HINT}")
 
 
+NATIVE_HINT = ("Call one of the offered tools through the tool interface (write_function with the arguments source "
+               "and public, execute_code with code), not as text.")
+
+
+def text_call(text: str, interpreter: bool) -> Action:
+    """Read a native-mode reply that wrote its call as text instead of making it: the JSON of a call
+    ({"name": ..., "arguments": {...}}, as the history's calls look, in a fence or not), else the text protocol.
+    A reply with neither is answered with how to call."""
+    body = text.strip()
+    fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", body, re.DOTALL)
+    try:
+        call = json.loads(fenced.group(1) if fenced else body)
+    except ValueError:
+        call = None
+    if isinstance(call, dict) and isinstance(call.get("name"), str) and isinstance(call.get("arguments", {}), dict):
+        return native_action(call["name"], call.get("arguments") or {})
+    action = parse_action(text, interpreter)
+    return replace(action, problem=f"no tool call found. {NATIVE_HINT}") if action.name == "" else action
+
+
 def native_action(name: str, args: dict[str, Any]) -> Action:
     if "__unparsed__" in args:
         return Action(name, problem=f"could not read the arguments {args['__unparsed__']!r}; nothing was done.")
@@ -262,14 +294,14 @@ def tool_schemas(interpreter: bool) -> list[dict]:
             "type": "object", "properties": props, "required": required}}}
 
     out = [
-        fn("read_library", TOOL_DOCS["read_library"], {}, []),
-        fn("write_function", TOOL_DOCS["write_function"], {"source": {"type": "string"}, "public": {"type": "boolean"}},
+        fn("read_library", NATIVE_DOCS["read_library"], {}, []),
+        fn("write_function", NATIVE_DOCS["write_function"], {"source": {"type": "string"}, "public": {"type": "boolean"}},
            ["source", "public"]),
-        fn("delete_function", TOOL_DOCS["delete_function"], {"name": {"type": "string"}}, ["name"]),
-        fn("finish", TOOL_DOCS["finish"], {"summary": {"type": "string"}}, []),
+        fn("delete_function", NATIVE_DOCS["delete_function"], {"name": {"type": "string"}}, ["name"]),
+        fn("finish", NATIVE_DOCS["finish"], {"summary": {"type": "string"}}, []),
     ]
     if interpreter:
-        out.insert(0, fn("execute_code", TOOL_DOCS["execute_code"], {"code": {"type": "string"}}, ["code"]))
+        out.insert(0, fn("execute_code", NATIVE_DOCS["execute_code"], {"code": {"type": "string"}}, ["code"]))
     return out
 
 
@@ -323,35 +355,55 @@ def _notebook_library(sess: Session) -> str:
 
 # ------------------------------------------------------------------------------------------ tools
 def _observing(primitives):
-    """An argument-less primitive that returns the text the agent sees after it (None if the benchmark has none)."""
-    return next((p for p in primitives if p.signature.startswith(f"{p.name}()") and p.returns == "str"), None)
+    """The argument-less primitive that shows the agent's view: D.2's read, get_current_observation(), where the
+    benchmark has it (Crafter, BabyAI's option current_observation), else the first that returns text (None if
+    the benchmark has none)."""
+    free = [p for p in primitives if p.signature.startswith(f"{p.name}()") and p.returns == "str"]
+    return next((p for p in free if p.name == "get_current_observation"), free[0] if free else None)
 
 
-def _examples(interpreter: bool, primitives, as_json: bool, function: str = "") -> str:
-    """The protocol's worked examples. With the interpreter, a query and then a function: shown only the
-    query, the 1.5B inducer wrote skills that act through the notebook (db.execute_query("pick_up()")). The
-    query selects episode_id: shown task_id alone, it looked up steps by a task id (`episode_id = 116739`).
-    The function is `function` (option example_file) where given; else a loop over the text an argument-less
-    primitive returns, the shape the prompt asks for, built from this benchmark's primitives so that it names
-    no action the environment lacks."""
+def _example_loop(primitives) -> str:
+    """The built-in worked function: an argument-less primitive that acts, repeated until the text the agent
+    then sees mentions `text`. Where that primitive returns nothing (Crafter's actions, under D.2) the text is
+    read after each step with the observing primitive, so the example acts and does not loop over a read
+    ('' if the benchmark has neither)."""
+    act = next((p for p in primitives if p.signature.startswith(f"{p.name}()") and p.advances), None)
+    read = act if act is not None and act.returns == "str" else _observing(primitives)
+    if act is None or read is None:
+        return ""
+    if read is act:
+        doc, step = f"Call {act.name}() until the text it returns", f"        seen = {act.name}()\n"
+    else:
+        doc, step = (f"Call {act.name}() until {read.name}() after it",
+                     f"        {act.name}()\n        seen = {read.name}()\n")
+    return (f'def {act.name}_until(text, max_steps=4):\n    """{doc} mentions `text`; return that text."""\n'
+            f'    seen = ""\n    for _ in range(max_steps):\n{step}        if text in seen:\n            break\n'
+            f'    return seen')
+
+
+def _examples(interpreter: bool, primitives, protocol: str, function: str = "") -> str:
+    """The protocol's worked examples, in `protocol`'s form (llm.tool_calling: text, constrained, native). With
+    the interpreter, a query and then a function: shown only the query, the 1.5B inducer wrote skills that act
+    through the notebook (db.execute_query("pick_up()")). The query selects episode_id: shown task_id alone, it
+    looked up steps by a task id (`episode_id = 116739`). The function is `function` (option example_file)
+    where given, else `_example_loop`'s, built from this benchmark's primitives so that it names no action the
+    environment lacks."""
     shown = [("I want to see how often the agent succeeded.", "execute_code",
               'show("SELECT episode_id, task_id, success, n_steps FROM episodes")')] if interpreter else []
-    p = _observing(primitives)
     if function:
         shown.append(("A function can read where things are in the text the primitives return and act on it.",
                       "write_function(public=True)", function))
-    elif p is not None:
+    elif loop := _example_loop(primitives):
         shown.append(("A function can repeat an action until what it returns says the sub-goal is reached.",
-                      "write_function(public=True)",
-                      f'def {p.name}_until(text, max_steps=4):\n    """Call {p.name}() until the text it returns '
-                      f'mentions `text`; return that text."""\n    seen = ""\n    for _ in range(max_steps):\n'
-                      f'        seen = {p.name}()\n        if text in seen:\n            break\n    return seen'))
+                      "write_function(public=True)", loop))
     blocks = []
     for thought, tool, code in shown:
-        if as_json:
-            name = tool.split("(")[0]
-            args = {"code": code} if name == "execute_code" else {"source": code, "public": True}
+        name = tool.split("(")[0]
+        args = {"code": code} if name == "execute_code" else {"source": code, "public": True}
+        if protocol == "constrained":
             blocks.append(json.dumps({"name": name, "arguments": args}))
+        elif protocol == "native":
+            blocks.append(f"{thought} A call of {name} with the arguments {json.dumps(args)}")
         else:
             blocks.append(f"Thought: {thought}\nAction: {tool}\n```python\n{code}\n```")
     return "".join(f"Example:\n{b}\n" for b in blocks).rstrip("\n")
@@ -617,13 +669,17 @@ def render_exec(out, max_chars: int) -> str:
 
 
 # ------------------------------------------------------------------------------------------ the session
+def _chars(message: dict) -> int:
+    return len(message.get("content") or "") + sum(len(c["function"]["arguments"]) for c in message.get("tool_calls", ()))
+
+
 def _trim(messages: list[dict], budget_chars: int) -> list[dict]:
     """System and task messages always; then as many of the latest turns as fit."""
     head, tail = messages[:2], messages[2:]
-    size = sum(len(m.get("content") or "") for m in head)
+    size = sum(map(_chars, head))
     kept: list[dict] = []
     for m in reversed(tail):
-        size += len(m.get("content") or "")
+        size += _chars(m)
         if size > budget_chars:
             break
         kept.insert(0, m)
@@ -661,9 +717,10 @@ def induce(ctx: InduceContext, client) -> Library:
                    "with a leading underscore and write them with public=False); private functions stay callable "
                    "from other functions but are hidden from the agent.")
     native, constrained = ctx.llm.tool_calling == "native", ctx.llm.tool_calling == "constrained"
-    protocol = (PROMPTS / f"inducer_tools_{'json' if constrained else 'text'}.txt").read_text().format(
-        tool_list="\n".join(f"- {TOOL_DOCS[t]}" for t in tools),
-        examples=_examples(interpreter, prims, constrained,
+    form = {"native": "native", "constrained": "json"}.get(ctx.llm.tool_calling, "text")
+    protocol = (PROMPTS / f"inducer_tools_{form}.txt").read_text().format(
+        tool_list="\n".join(f"- {NATIVE_DOCS[t] if native else TOOL_DOCS[t]}" for t in tools),
+        examples=_examples(interpreter, prims, ctx.llm.tool_calling,
                            example_source(opts.example_file) if opts.example_file else ""))
     system = prompt_file.read_text().format(
         environment=bench.describe(),
@@ -719,9 +776,10 @@ def induce(ctx: InduceContext, client) -> Library:
                 # the reply is also started for the model (servers continue a trailing assistant message),
                 # which is what gets a 135M model to write a function at all.
                 when = "This is your last request" if left == 1 else f"You have {left} requests left"
-                messages.append({"role": "user", "content": f"{when} and you have not saved a function yet. Reply "
-                                 "with Action: write_function(public=True) and one ```python block containing a "
-                                 "complete function that calls the primitive actions."})
+                how = ("Call write_function with public true and the source of" if native else
+                       "Reply with Action: write_function(public=True) and one ```python block containing")
+                messages.append({"role": "user", "content": f"{when} and you have not saved a function yet. {how} "
+                                 "a complete function that calls the primitive actions."})
                 # constrained: the reply can only be a write_function call
                 allowed = [t for t in schemas if t["function"]["name"] == "write_function"]
                 prefill = "" if native or constrained else LAST_CHANCE_PREFILL
@@ -736,11 +794,13 @@ def induce(ctx: InduceContext, client) -> Library:
                 break
             records.extend(reply.records)
             text = reply.text
-            if reply.tool_calls:
-                tc = reply.tool_calls[0]
+            tc = reply.tool_calls[0] if reply.tool_calls else None
+            if tc is not None:
                 action = native_action(tc.name, tc.arguments)
             elif constrained:
                 action = json_action(text)
+            elif native:  # a call written out as text instead of made: read it (see the module docstring)
+                action = text_call(text, interpreter)
             else:
                 # Servers differ: some return the continuation only, some a fresh reply (or prefix included).
                 # The conversation keeps the whole reply, so that a later request sees what was written.
@@ -776,15 +836,16 @@ def induce(ctx: InduceContext, client) -> Library:
                                     "public": action.public, "target": action.target, "observation": observation,
                                     "tool_s": round(time.time() - t0, 3), "prompt_tokens": reply.record.prompt_tokens,
                                     "completion_tokens": reply.record.completion_tokens})
-            said = text
-            if reply.tool_calls:  # native: the call itself, its code and arguments, stays in the conversation
-                call = json.dumps({"name": reply.tool_calls[0].name, "arguments": reply.tool_calls[0].arguments})
-                said = f"{said}\n{call}" if said else call
-            messages.append({"role": "assistant", "content": said or json.dumps(
-                {"name": action.name, "arguments": {"code": action.code}})})
+            if tc is not None:  # the call stays in the conversation as made, answered by the tool's message
+                messages.append({"role": "assistant", "content": text, "tool_calls": [
+                    {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": json.dumps(tc.arguments)}}]})
+            else:
+                messages.append({"role": "assistant", "content": text or json.dumps(
+                    {"name": action.name, "arguments": {"code": action.code}})})
             if sess.finished:
                 break
-            messages.append({"role": "user", "content": f"Observation:\n{observation}"})
+            messages.append({"role": "tool", "tool_call_id": tc.id, "content": observation} if tc is not None
+                            else {"role": "user", "content": f"Observation:\n{observation}"})
     finally:
         if sandbox is not None:
             sandbox.close()

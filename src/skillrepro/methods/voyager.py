@@ -47,6 +47,7 @@ from skillrepro.methods.common import (TOKEN_CHARS, Trace, append_functions, bud
                                        prompt_text, read_traces, reply_code, save_records, show_traces)
 from skillrepro.skills import Library
 from skillrepro.skills.library import SkillFunction
+from skillrepro.skills.sandbox import observed_nothing
 from skillrepro.store import LLMCall, read_records
 from skillrepro.benchmarks import load_benchmark, primitive_returns
 
@@ -198,8 +199,8 @@ def progress(traces: list[Trace], recent: int) -> str:
     unlocked_so_far = sorted(set().union(*map(unlocked, traces)))
     lines = [f"Achievements unlocked so far: {', '.join(unlocked_so_far) if unlocked_so_far else 'none'}."]
     for t in traces[-recent:] if recent else []:
-        # the last thing the agent saw: a game-advancing step returns None (D.2), not the world
-        final = next((obs for _, _, obs in reversed(t.steps) if obs.strip() != "None"), t.opening)
+        # the last thing the agent saw of the world: a game-advancing step returns None (D.2), and so may a skill
+        final = next((obs for _, _, obs in reversed(t.steps) if not observed_nothing(obs)), t.opening)
         lines.append(f"End of a recent episode ({len(t.steps)} steps, progression {t.progression:.2f}):\n{final[:800]}")
     return "\n".join(lines)
 

@@ -949,6 +949,13 @@ def render_outcome(name: str, out: Outcome, output_chars: int = 4000) -> str:
     return "\n".join(parts)[: output_chars * 3]
 
 
+def observed_nothing(observation: str) -> bool:
+    """Whether an actor's observation shows nothing of the world: a game-advancing primitive's None (D.2), or
+    `render_outcome` of a skill call that returned and printed nothing and whose last primitive returned None."""
+    text = observation.strip()
+    return text == "None" or (text.startswith("(") and text.endswith("; last observation:\nNone)"))
+
+
 def tag_skill_calls(calls: list[SkillCall], episode_id: str, steps: list) -> None:
     """Fill episode_id and the actor step of each frame after the episode (the tools do not know them).
 
