@@ -5,7 +5,8 @@ The run folder is one the workflow made (the default run's: results/runs/babyai/
 library v{k-1} and training batches 0..k-1 are read, nothing in it is written. Each setting is a list of
 overrides of the config's `llm` section, its `inducer` section (`inducer.example_steps=6`) or the variant's
 method options (`tool_calling=text`, `model=qwen2.5-coder-1.5b`, `interpreter=false`), run on a server of
-its own model (inducer.model's where one is set).
+its own model (inducer.model's where one is set); `benchmark.<option>=value` sets one of the benchmark's
+options (`benchmark.current_observation=true`).
     python perf/sleep_replay.py results/runs/babyai/speedrunner/seed0 --k 1 \
         --setting tool_calling=text --setting tool_calling=constrained
 """
@@ -46,24 +47,26 @@ history = training_history(previous, a.k)
 llm_keys = {f.name for f in fields(cfg.LLMConfig)}
 
 
-def parse(setting: str) -> tuple[dict, dict, dict]:
-    """A setting's overrides of llm.*, of the config's inducer section (keys `inducer.<name>`) and of the
-    method's options."""
-    llm, inducer, options = {}, {}, {}
+def parse(setting: str) -> tuple[dict, dict, dict, dict]:
+    """A setting's overrides of llm.*, of the config's inducer section (keys `inducer.<name>`), of the method's
+    options and of the benchmark's options (keys `benchmark.<option>`)."""
+    llm, inducer, options, bench_options = {}, {}, {}, {}
     for item in filter(None, setting.split(",")):
         key, _, value = item.partition("=")
-        if key.startswith("inducer."):
+        if key.startswith("benchmark."):
+            bench_options[key.removeprefix("benchmark.")] = yaml.safe_load(value)
+        elif key.startswith("inducer."):
             inducer[key.removeprefix("inducer.")] = yaml.safe_load(value)
         elif key.startswith("llm."):
             llm[key.removeprefix("llm.")] = yaml.safe_load(value)
         else:
             (llm if key in llm_keys else options)[key] = yaml.safe_load(value)
-    return llm, inducer, options
+    return llm, inducer, options, bench_options
 
 
 rows = []
 for setting in a.setting or [""]:
-    over_llm, over_inducer, over_options = parse(setting)
+    over_llm, over_inducer, over_options, over_bench = parse(setting)
     limits = replace(cfg.inducer_limits(config), **over_inducer)
     base = limits.sleep_llm(replace(cfg.llm_config(config), **over_llm))
     work = Path(tempfile.mkdtemp(prefix="sleep_replay."))
@@ -74,7 +77,8 @@ for setting in a.setting or [""]:
             record = work / f"induce{r}"
             ctx = InduceContext(
                 library=Library.load(previous), cycle=a.k - 1, history_dirs=history, library_root=previous.parent,
-                out_dir=work / f"v{a.k}", record_dir=record, run_id=f"replay/{variant}", bench=bench,
+                out_dir=work / f"v{a.k}", record_dir=record, run_id=f"replay/{variant}",
+                bench=replace(bench, options={**bench.options, **over_bench}),
                 method=replace(method, options={**(method.options or {}), **over_options}), llm=llm,
                 request_budget=config["budgets"]["inducer_requests"], trajectory_tokens=cfg.trajectory_tokens(config),
                 limits=limits)
