@@ -14,6 +14,7 @@ from skillrepro.config import LLMConfig, MethodConfig
 from skillrepro.methods import get_method, bind
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
+from skillrepro.skills.sandbox import SandboxSession
 
 HIT = 'def hit_twice():\n    """Hit what is in front of you, twice."""\n    do()\n    return do()\n'
 GRANTS = ["collect_wood", "place_table"]  # what the 1st and 2nd do() of the episode unlock (scripted world)
@@ -127,6 +128,20 @@ def test_a_skill_is_stored_with_its_helpers_whatever_their_order(episode, order)
     kept = {f.name: f.public for f in v1.functions[len(ctx.library.functions):]}
     assert kept == {"collect_wood": True, "face_tree": False}
     assert next(f for f in v1.functions if f.name == "collect_wood").callees == ("face_tree",)
+    # called as an actor would: the skill runs whole, its helper nested under it, each step the world's
+    env = load_benchmark(tm.CRAFTER).make(episode["task"])
+    env.reset()
+    frames = []
+    session = SandboxSession(source=v1.source, env=env, record=frames.append)
+    try:
+        out = session.call_skill("collect_wood", [])
+    finally:
+        session.close()
+        env.release()
+    assert out.ok, out
+    top = next(f for f in frames if not f.parent_frame_id)
+    assert top.function == "collect_wood" and [f.function for f in frames if f.parent_frame_id] == ["face_tree"]
+    assert env.n_primitive_steps == 2  # face_tree's noop() and the skill's do()
 
 
 def test_test_episodes_list_the_top_k_or_the_whole_library():
