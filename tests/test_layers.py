@@ -22,7 +22,8 @@ LAYERS = [
     ("the method registry", ["skillrepro.methods:registry"]),  # the package itself: contexts and register()
     ("the runner", ["skillrepro.runner"]),
     ("methods, studies, analytics", ["skillrepro.methods", "skillrepro.studies"]),
-    ("checks, job start-up, CLIs", ["skillrepro.check", "skillrepro.pipeline", "skillrepro.cli", "*.cli"]),
+    ("checks, job start-up, CLIs", ["skillrepro.check", "skillrepro.pipeline", "skillrepro.cli", "*.cli",
+                                    "skillrepro.export"]),
 ]
 
 

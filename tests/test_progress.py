@@ -53,7 +53,7 @@ def test_a_job_that_fails_says_so_on_its_last_line(job, capfd):
             progress.update()
             raise RuntimeError("the LLM server went away")
     err = capfd.readouterr().err
-    assert "failed (RuntimeError), 1/3 train episodes" in err and "finished" not in err
+    assert "failed (RuntimeError: the LLM server went away), 1/3 train episodes" in err and "finished" not in err
 
 
 def test_a_model_fetch_reports_megabytes_per_package(tmp_path, monkeypatch):

@@ -3,6 +3,7 @@
 COMMANDS names each command, the module whose `register(subparsers)` adds its parser, and its one-line
 help. Only the chosen command's module is imported: every `skillrepro` invocation would otherwise pay for
 every area's imports (pyarrow, the benchmarks, the tokenizers: ~0.3 s, 470 modules) before doing anything.
+`skillrepro --version` imports no command's module either.
 """
 from __future__ import annotations
 
@@ -18,12 +19,32 @@ COMMANDS: dict[str, tuple[str, str]] = {  # name -> (module that registers it, h
     "env": ("skillrepro.benchmarks.cli", "benchmark tasks and manual replay"),
     "callgraph": ("skillrepro.skills.callgraph",
                   "call-graph statistics of a library version (or of every version under a root)"),
+    "export": ("skillrepro.export", "one run's records and libraries as a Hugging Face datasets folder"),
 }
+
+
+class _Version(argparse.Action):
+    """`--version`: the installed package's version, read from its metadata only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str, **_: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print skillrepro's version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("skillrepro")
+        except PackageNotFoundError:
+            parser.exit(1, "skillrepro: no installed package metadata, so no version (pip install -e .)\n")
+        print(f"skillrepro {found}")
+        parser.exit(0)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(prog="skillrepro")
+    ap.add_argument("--version", action=_Version)
     sub = ap.add_subparsers(dest="command", required=True)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     if chosen in COMMANDS:

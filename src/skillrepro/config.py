@@ -491,7 +491,8 @@ def sandbox_require(config: dict[str, Any]) -> tuple[str, ...]:
 
 # Settings that change how a job runs, not what it produces: raising threads on a bigger machine, or the
 # retry and timeout limits, must not redo finished work.
-OPERATIONAL_LLM_KEYS = frozenset({"slots", "threads", "max_retries", "timeout_s", "api_key_env", "episodes_in_flight"})
+OPERATIONAL_LLM_KEYS = frozenset({"slots", "threads", "max_retries", "timeout_s", "api_key_env", "episodes_in_flight",
+                                  "response_cache", "max_dollars"})
 
 
 def fingerprint(value: Any) -> str:

@@ -15,6 +15,8 @@ from skillrepro import check
 from skillrepro import config as cfg
 from skillrepro.agent import Prompts
 from skillrepro.config import BenchmarkConfig, LLMConfig
+from skillrepro.llm.client import use_ledger
+from skillrepro.llm.ledger import Ledger
 from skillrepro.methods import Variant, bind
 from skillrepro.progress import JOB, PROGRESS_LOGGER
 from skillrepro.skills.sandbox import SandboxPolicy, probe
@@ -43,6 +45,7 @@ def start_job(snakemake: Any) -> Job:
     from the config, their fingerprint recomputed for this job's wildcards and compared (a SettingsError names
     both), and the job's typed settings."""
     log = setup_logging(snakemake)
+    use_ledger(Ledger.for_run(getattr(snakemake, "config", None) or {}))  # the run's response cache and dollar cap
     recorded = getattr(snakemake.params, "settings", None)
     if recorded is None:
         return Job(log, None, None, None)

@@ -45,10 +45,11 @@ class Progress:
         self._log.info("%s: %d/%d %s done, %s elapsed", self.label, done, self.total, self.what, self._elapsed())
 
     def close(self, error: BaseException | None = None) -> None:
-        """The last line: "finished", or "failed" with the error's type when the job stops on one."""
+        """The last line: "finished", or "failed" with the error's type and message when the job stops on one."""
         if not self._stop.is_set():
             self._stop.set()
-            ended = "finished" if error is None else f"failed ({type(error).__name__})"
+            why = f"{type(error).__name__}: {str(error).strip()[:600]}".rstrip(": ") if error is not None else ""
+            ended = "finished" if error is None else f"failed ({why})"
             self._log.info("%s: %s, %d/%d %s in %s", self.label, ended, self.done, self.total, self.what,
                            self._elapsed())
 

@@ -88,6 +88,9 @@ class LLMCall:
     faults: list[str] = field(default_factory=list)  # kind of each fault retried before this reply ("429", ...)
     # The reply had no `usage`: the token counts come from the server's tokenizer, or are 0 where it has none.
     usage_missing: bool = False
+    # The reply came from the run's response cache (llm/ledger.py): its tokens were paid for once, by the
+    # request it repeats. The tables still price it (what the method's call costs); the run's spend does not.
+    from_cache: bool = False
 
 
 @dataclass
@@ -124,6 +127,7 @@ TABLES: dict[str, type] = {
 }
 
 _ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
+_DUCK = {"string": "VARCHAR", "int64": "BIGINT", "double": "DOUBLE", "bool": "BOOLEAN"}
 
 
 def schema(cls: type) -> pa.Schema:
@@ -240,9 +244,12 @@ def views(files: dict[str, list[str]]):
         paths = files.get(name) or []
         if paths:
             listing = ", ".join("'" + f.replace("'", "''") + "'" for f in paths)
-            con.execute(
-                f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{listing}], union_by_name=true, filename=true)"
-            )
+            scan = f"read_parquet([{listing}], union_by_name=true, filename=true)"
+            # files written before a field was added lack its column: null there, so every query can name it
+            have = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()}
+            missing = "".join(f", CAST(NULL AS {_DUCK[str(f.type)]}) AS {f.name}" for f in schema(cls)
+                              if f.name not in have and str(f.type) in _DUCK)
+            con.execute(f"CREATE VIEW {name} AS SELECT *{missing} FROM {scan}")
         else:
             con.register(f"_{name}_empty", pa.Table.from_pylist([], schema=schema(cls)))
             con.execute(f"CREATE VIEW {name} AS SELECT *, '' AS filename FROM _{name}_empty")

@@ -14,6 +14,7 @@ server that answers at once), nothing beside a model's reply. Its typed `chat.co
 cost ~6 ms a request (it walks every message and tool schema against its parameter types): not used."""
 from __future__ import annotations
 
+import dataclasses
 import email.utils
 import hashlib
 import json
@@ -29,6 +30,7 @@ from typing import Any, Iterator
 
 from skillrepro.config import LLMConfig
 from skillrepro.llm import servers
+from skillrepro.llm.ledger import Ledger, request_key
 from skillrepro.llm.servers import URL_ENV
 from skillrepro.store import LLMCall
 
@@ -100,6 +102,7 @@ class LLMClient:
     backoff_base_s: float = 1.0
     backoff_cap_s: float = 60.0
     retry_after_cap_s: float = 600.0  # a server's Retry-After is honoured up to this
+    ledger: Ledger | None = None  # the run's response cache and dollar cap (llm/ledger.py); None: neither
 
     def __post_init__(self):
         import openai  # here, not at the top: see the module's docstring
@@ -138,8 +141,9 @@ class LLMClient:
         return body
 
     @classmethod
-    def connect(cls, cfg: LLMConfig) -> "LLMClient":
-        """Client for the configured server: `base_url`, else the one this snakemake run started."""
+    def connect(cls, cfg: LLMConfig, cache: bool = True) -> "LLMClient":
+        """Client for the configured server: `base_url`, else the one this snakemake run started; it draws on
+        the job's run ledger (`use_ledger`), its response cache left out where `cache` is false."""
         url = cfg.base_url or os.environ.get(URL_ENV)
         if not url:
             raise LLMFatalError(
@@ -147,7 +151,7 @@ class LLMClient:
                 f"or export {URL_ENV} (see `skillrepro serve`)"
             )
         key = os.environ.get(cfg.api_key_env, "none") if cfg.backend == "openai" else "none"
-        return cls(cfg, url.rstrip("/"), key)
+        return cls(cfg, url.rstrip("/"), key, ledger=_run_ledger(cache))
 
     def chat(
         self,
@@ -190,26 +194,52 @@ class LLMClient:
         # the record holds what shaped the reply: the messages, the tools and any decoding constraint
         prompt_json = json.dumps({"messages": messages, "tools": tools or [], **(extra_body or {})}, ensure_ascii=False)
         started = time.time()
-        response, faults = self._with_retries(request)
+        response, faults, hit = self._ask(request, role)
         earlier = []
         if _empty_at_cap(response) and self.cfg.cap_retry_factor > 1:
             # the capped request is a record of its own (billed, and one server request to a cache study);
             # the retry's record lists the fault it answers
-            earlier.append(self._record(role, session_id, messages, prompt_json, response, started, faults))
+            earlier.append(self._record(role, session_id, messages, prompt_json, response, started, faults, hit))
             request[self.cfg.max_tokens_param] = cap * self.cfg.cap_retry_factor
             log.warning("empty reply at its cap of %d tokens (role %s); asking again with %d", cap, role,
                         request[self.cfg.max_tokens_param])
             started = time.time()
-            response, more = self._with_retries(request)
+            response, more, hit = self._ask(request, role)
             faults = ["empty_at_cap", *more]
-        record = self._record(role, session_id, messages, prompt_json, response, started, faults)
+        record = self._record(role, session_id, messages, prompt_json, response, started, faults, hit)
         self.records += [*earlier, record]
         choice = response["choices"][0]
         return Reply(choice["message"].get("content") or "", _tool_calls(choice["message"]), record.finish_reason,
                      record, earlier)
 
+    def _ask(self, request: dict[str, Any], role: str) -> tuple[dict[str, Any], list[str], bool]:
+        """The reply to `request`, the faults retried before it and whether it came from the run's response
+        cache; a request sent is first checked against, and then charged to, the run's dollar cap."""
+        if self.ledger is None:
+            return *self._with_retries(request), False
+        key = request_key(self.cfg.backend, request)
+        if (kept := self.ledger.cached(key)) is not None:
+            return kept, [], True
+        rid = self.ledger.reserve(self.cfg.model, role, len(json.dumps(request).encode()),
+                                  request[self.cfg.max_tokens_param])
+        dollars = 0.0  # a request that got no reply is counted as free: servers bill none of their errors
+        try:
+            response, faults = self._with_retries(request)
+            usage = response.get("usage") or {}
+            price = self.ledger.prices.get(self.cfg.model)
+            if price is not None and rid is not None:
+                if usage.get("prompt_tokens") is None or usage.get("completion_tokens") is None:
+                    dollars = self.ledger.reserved(rid)  # unknown: the worst case stays charged
+                else:
+                    dollars = price.cost(int(usage["prompt_tokens"]), reported_cached_tokens(response),
+                                         int(usage["completion_tokens"]))
+        finally:
+            self.ledger.settle(rid, dollars)
+        self.ledger.keep(key, response)
+        return response, faults, False
+
     def _record(self, role: str, session_id: str, messages: list[dict], prompt_json: str, response: dict[str, Any],
-                started: float, faults: list[str]) -> LLMCall:
+                started: float, faults: list[str], from_cache: bool = False) -> LLMCall:
         """One server request's record: its usage as the server reported it (counted where it reported none)."""
         choice = response["choices"][0]
         calls = _tool_calls(choice["message"])
@@ -247,6 +277,7 @@ class LLMClient:
             started_at=started,
             faults=faults,
             usage_missing=usage_missing,
+            from_cache=from_cache,
         )
 
     def _with_retries(self, request: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -417,15 +448,32 @@ def llama_tokenize(root: str, text: str, *, add_special: bool, parse_special: bo
     return [t if isinstance(t, int) else t["id"] for t in _post_json(root + "/tokenize", body, timeout_s)["tokens"]]
 
 
+_LEDGER: Ledger | None = None
+
+
+def use_ledger(ledger: Ledger | None) -> None:
+    """The run ledger every client `session` and `LLMClient.connect` make in this process draws on from now on
+    (pipeline.start_job: the job's run)."""
+    global _LEDGER
+    _LEDGER = ledger
+
+
+def _run_ledger(cache: bool) -> Ledger | None:
+    if _LEDGER is None or cache or not _LEDGER.cache:
+        return _LEDGER
+    return dataclasses.replace(_LEDGER, cache=False)
+
+
 @contextmanager
-def session(cfg: LLMConfig, workdir: str = ".") -> Iterator[LLMClient]:
+def session(cfg: LLMConfig, workdir: str = ".", cache: bool = True) -> Iterator[LLMClient]:
     """A client for the shared server of this run, or, when none is exported (a cluster job, a script run
-    by hand), for a server started for this job alone and stopped when the block ends."""
+    by hand), for a server started for this job alone and stopped when the block ends. `cache` false: every
+    request goes to the server (a study of the server's own cache), still within the run's dollar cap."""
     if cfg.base_url or os.environ.get(URL_ENV) or cfg.backend == "openai":
-        yield LLMClient.connect(cfg)
+        yield LLMClient.connect(cfg, cache)
         return
     server = servers.start(cfg, workdir=workdir)
     try:
-        yield LLMClient(cfg, server.url)
+        yield LLMClient(cfg, server.url, ledger=_run_ledger(cache))
     finally:
         server.stop()

@@ -372,7 +372,7 @@ def record_run(*, fmt: str, seed: int, bench, llm: LLMConfig, task_ids: list[str
     spec = EpisodeSpec(f"kvcache/{fmt}/seed{seed}", bench.name, "kvcache", fmt, seed, split, 0, 0)
     benchmark = format_benchmark(bench)
     counters: dict = {"backend": llm.backend, "delta": None}
-    with session(llm) as client:
+    with session(llm, cache=False) as client:  # the study measures the server's cache: every request goes to it
         # every run starts from an empty cache, whichever runs the server served before
         if llm.backend == "vllm":  # the server's own cache counters, before and after this run's requests
             reset_prefix_cache(client.base_url)

@@ -27,7 +27,8 @@ from skillrepro.studies.speedrunner.paths import batch_of
 # Dollar cost of one LLM call from the pricing table; a model without a price costs nothing (the embedded
 # and self-hosted models). check.check_config refuses an unpriced model on a billed backend.
 # A call whose server did not report its cached tokens (null) is priced as if none were cached: the full
-# input price, an upper bound, explicitly.
+# input price, an upper bound, explicitly. A reply from the run's response cache (from_cache) is priced too:
+# the tables give what a method's calls cost, not what one invocation of the pipeline paid (llm/ledger.py).
 _COST = """
     ((c.prompt_tokens - coalesce(c.cached_tokens, 0)) * coalesce(p.input, 0)
      + coalesce(c.cached_tokens, 0) * coalesce(p.cached_input, p.input, 0)
