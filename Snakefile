@@ -22,6 +22,11 @@ from skillrepro.config import billing_problems
 config.update(check_config(config, billing=False))
 for _need in billing_problems(config):
     logger.warning(f"a real run will refuse to start until this is fixed: {_need}")
+# A billed model: what the DAG will cost, projected from a calibration (studies/speedrunner/cost.py)
+if config["llm"]["backend"] == "openai" or any((config["pricing"].get(config["llm"]["model"]) or {}).values()):
+    from skillrepro.studies.speedrunner.cost import summary_line
+
+    logger.warning(summary_line(config))
 # Named in report captions and empty-state figures: which configuration produced (or would produce) a result.
 CONFIG_NAME = " ".join(map(str, workflow.overwrite_configfiles)) or "config.yaml"
 

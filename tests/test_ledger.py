@@ -1,6 +1,7 @@
 """The run's response cache and dollar cap (llm/ledger.py) through the real client and a fake server."""
 import json
 import multiprocessing
+import re
 from pathlib import Path
 
 import pytest
@@ -107,7 +108,7 @@ class _Actor:
         self.server = ChatServer(answer)
 
 
-def _tiny(tmp: Path, url: str, **llm) -> Path:
+def _tiny(tmp: Path, url: str, methods=("react",), **llm) -> Path:
     import yaml
     from test_workflow import copy_workflow
 
@@ -116,9 +117,9 @@ def _tiny(tmp: Path, url: str, **llm) -> Path:
     cfg = {"llm": {"backend": "openai", "model": "m", "base_url": url, "api_key_env": "LEDGER_TEST_KEY",
                    "tool_calling": "text", "max_tokens": 32, **llm},
            "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 2}},
-           "methods": {"react": {"method": "react"}},
+           "methods": {m: {"method": m} for m in methods},
            "protocol": {"seeds": [0], "train_rollouts": 2, "sleep_every": 1, "eval_every": 2, "n_test": 2},
-           "budgets": {"rollout_wall_s": 120}, "pricing": {"m": {"input": 1.0, "output": 4.0}}}
+           "budgets": {"rollout_wall_s": 120, "inducer_requests": 2}, "pricing": {"m": {"input": 1.0, "output": 4.0}}}
     path = tmp / f"run{len(list(tmp.glob('run*.yaml')))}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -181,3 +182,41 @@ def test_a_forced_rerun_pays_nothing_and_a_capped_run_stops_and_resumes(tmp_path
         pd.testing.assert_frame_equal(pd.read_csv(capped / "results/tables/main.csv"), table)
     finally:
         actor.server.close()
+
+
+@pytest.mark.workflow
+def test_the_projection_of_a_finished_run_is_within_30_percent_of_its_records(tmp_path):
+    """`skillrepro cost calibrate` on a finished run's records (ReAct and SpeedRunner, sleep phases included, on a
+    priced fake server), then `skillrepro cost estimate` of the same config: the DAG's units counted from the
+    config give the records' calls, tokens and dollars within 30 %; the dry run prints the projection's line."""
+    import os
+    import subprocess
+    import sys
+
+    import pandas as pd
+    from test_workflow import snakemake
+
+    env = {**os.environ, "LEDGER_TEST_KEY": "k"}
+    actor = _Actor()
+    try:
+        conf = _tiny(tmp_path, actor.server.url, methods=("react", "speedrunner"))
+        snakemake("results/tables/main.csv", "--cores", "2", "--configfile", conf.name, cwd=tmp_path, env=env)
+    finally:
+        actor.server.close()
+    cli = [sys.executable, "-m", "skillrepro.cli", "cost"]
+    subprocess.run([*cli, "calibrate", "results", "--configfile", conf.name, "--out", "calibration.csv"],
+                   cwd=tmp_path, env=env, check=True)
+    subprocess.run([*cli, "estimate", "--configfile", conf.name, "--calibration", "calibration.csv", "--out", "p.csv"],
+                   cwd=tmp_path, env=env, check=True, capture_output=True)
+    projected = pd.read_csv(tmp_path / "p.csv")
+    assert set(projected["role"]) == {"actor", "inducer"} and projected["calls"].notna().all()
+    records = connect(tmp_path / "results").execute(
+        "SELECT count(*), sum(prompt_tokens), sum(completion_tokens), "
+        "sum((prompt_tokens - coalesce(cached_tokens, 0)) * 1.0 + completion_tokens * 4.0) / 1e6 "
+        "FROM llm_calls WHERE filename NOT LIKE '%/.%'").fetchone()
+    for got, want in zip(projected[["calls", "prompt", "output", "dollars"]].sum(), records):
+        assert got == pytest.approx(want, rel=0.3), (got, want)
+    assert (projected["dollars_lo"] <= projected["dollars"]).all() and (projected["dollars"] <= projected["dollars_hi"]).all()
+    dry = snakemake("results/tables/main.csv", "-n", "--forceall", "--cores", "2", "--configfile", conf.name,
+                    cwd=tmp_path, env=env)
+    assert re.search(r"cost projection: \$[\d.,]+ \(\$[\d.,]+-\$[\d.,]+\) for [\d,]+ LLM calls", dry.stdout + dry.stderr)

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {  # name -> (module that registers it, h
     "callgraph": ("skillrepro.skills.callgraph",
                   "call-graph statistics of a library version (or of every version under a root)"),
     "export": ("skillrepro.export", "one run's records and libraries as a Hugging Face datasets folder"),
+    "cost": ("skillrepro.studies.speedrunner.cli", "project a config's LLM cost before a run, or calibrate it"),
 }
 
 

@@ -10,6 +10,8 @@ RUN = "results/runs/" + RUN_ID  # its records: library/v{k}/, train/batch{k}/, i
 RUN_LOG = "logs/runs/" + RUN_ID  # its jobs' logs
 RUN_TIMING = "results/timings/runs/" + RUN_ID  # its jobs' timings
 
+_FOLDER = re.compile(r"runs/(?P<run>[^/]+/[^/]+/seed\d+)/(?P<kind>train|induce|eval|eval_on|truncated)/[^.][^/]*(?:/[^/]+)?/"
+                     r"[a-z_]+\.parquet$")
 _CALLS = re.compile(r"runs/(?P<run>[^/]+/[^/]+/seed\d+)/(?:train/batch(?P<batch>\d+)|induce/v(?P<v>\d+))/llm_calls\.parquet$")
 
 
@@ -25,3 +27,12 @@ def batch_of(path: str) -> tuple[str, int, str]:
         raise ValueError(f"{path}: neither a training batch's nor a sleep phase's calls "
                          f"(…/runs/BENCH/VARIANT/seedN/train/batchK/ or induce/vK/llm_calls.parquet)")
     return (m["run"], int(m["batch"]), "train") if m["batch"] is not None else (m["run"], int(m["v"]) - 1, "sleep")
+
+
+def folder_of(path: str) -> tuple[str, str]:
+    """(run id, unit) of a record file in a run folder: unit "train" (a training batch), "sleep" (a sleep phase)
+    or "test" (an evaluation: a checkpoint, another instance's test set, a truncated library)."""
+    m = _FOLDER.search(path)
+    if not m:
+        raise ValueError(f"{path}: not a record of a run folder (…/runs/BENCH/VARIANT/seedN/<train|induce|eval|…>/)")
+    return m["run"], {"train": "train", "induce": "sleep"}.get(m["kind"], "test")
