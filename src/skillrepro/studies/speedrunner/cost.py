@@ -3,7 +3,8 @@
 A calibration is made from a finished run's records (`skillrepro cost calibrate RESULTS`): for each benchmark
 env, method, role and unit (a training episode, a test episode, a sleep phase) the calls, input, cached and output
 tokens per unit, as the mean over every unit and as the 10th and 90th percentiles over the record folders (a
-training batch, an evaluation, a sleep phase: each folder's total divided by its units). The projection
+training batch, an evaluation, a sleep phase: each folder's total divided by its units), with the call budget an
+episode had; a projection at another budget says so and is not scaled. The projection
 (`skillrepro cost estimate`, and one line in the dry run of a priced preset) counts a config's units (per run:
 `train_rollouts` training episodes, `n_test` test episodes at every checkpoint on each test set, a sleep phase
 per cycle for a method that learns) and multiplies: the mean gives the figure, the percentiles the range.
@@ -23,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from skillrepro import config as cfg
+from skillrepro.benchmarks import benchmark_class
 from skillrepro.methods import get_method
 from skillrepro.store import views
 from skillrepro.studies.speedrunner.paths import folder_of
@@ -36,6 +38,7 @@ def calibrate(results: Path, config: dict[str, Any]) -> pd.DataFrame:
     """The calibration of the records under `results` (a results folder), made under `config` (checked), which
     says each benchmark instance's env."""
     envs = {b.name: b.env for b in cfg.benchmarks(config)}
+    budgets = {b.name: _budget(b) for b in cfg.benchmarks(config)}
     found = {t: sorted(str(p) for p in Path(results).rglob(f"{t}.parquet") if _in_run(p)) for t in ("llm_calls", "episodes")}
     if not found["llm_calls"]:
         raise FileNotFoundError(f"no llm_calls.parquet of a run folder under {results}: nothing to calibrate from")
@@ -53,16 +56,22 @@ def calibrate(results: Path, config: dict[str, Any]) -> pd.DataFrame:
         units = 1 if unit == "sleep" else episodes.get(r.filename.removesuffix("llm_calls.parquet"), 0)
         if units and bench in envs and run in methods:
             rows.append({"env": envs[bench], "method": methods[run], "role": r.role, "unit": unit, "units": units,
-                         **{t: getattr(r, t) for t in TOKENS}})
+                         "call_budget": budgets[bench], **{t: getattr(r, t) for t in TOKENS}})
     folders = pd.DataFrame(rows)
     if folders.empty:
         raise ValueError(f"the records under {results} name no benchmark of the config ({', '.join(envs)})")
-    out = folders.groupby(KEY).agg(units=("units", "sum"), **{t: (t, "sum") for t in TOKENS}).reset_index()
+    out = folders.groupby(KEY).agg(units=("units", "sum"), call_budget=("call_budget", "max"),
+                                   **{t: (t, "sum") for t in TOKENS}).reset_index()
     for t in TOKENS:
         out[t] = out[t] / out["units"]
         per = folders.assign(v=folders[t] / folders["units"]).groupby(KEY)["v"]
         out[f"{t}_lo"], out[f"{t}_hi"] = per.quantile(0.1).values, per.quantile(0.9).values
     return out
+
+
+def _budget(bench) -> int:
+    """The actor calls an episode of `bench` may make (its llm_call_budget, else the benchmark's own)."""
+    return bench.llm_call_budget or benchmark_class(bench.env).llm_call_budget
 
 
 def _in_run(path: Path) -> bool:
@@ -87,7 +96,7 @@ def units(config: dict[str, Any]) -> pd.DataFrame:
                 counts = {"train": proto.train_rollouts, "test": proto.n_test * len(proto.checkpoints) * test_sets,
                           "sleep": proto.n_cycles if get_method(m.method).sleeps else 0}
                 rows += [{"bench": b.name, "env": b.env, "variant": m.variant, "method": m.method, "seed": seed,
-                          "unit": u, "n": n} for u, n in counts.items() if n]
+                          "call_budget": _budget(b), "unit": u, "n": n} for u, n in counts.items() if n]
     return pd.DataFrame(rows)
 
 
@@ -97,10 +106,10 @@ def project(config: dict[str, Any], calibration: pd.DataFrame) -> pd.DataFrame:
     llm = cfg.llm_config(config)
     sleep_model = cfg.inducer_limits(config).sleep_llm(llm).model
     prices = config.get("pricing") or {}
-    need = units(config).groupby(["env", "variant", "method", "unit"], as_index=False)["n"].sum()
+    need = units(config).groupby(["env", "variant", "method", "unit", "call_budget"], as_index=False)["n"].sum()
     counted, missing = [], []
     for r in need.itertuples():
-        found = _matches(calibration, r.env, r.method, r.unit)
+        found = _matches(calibration, r.env, r.method, r.unit, r.call_budget)
         if not found:
             missing.append({"variant": r.variant, "role": f"({r.unit})",
                             "from": f"no calibration for {r.method} {r.unit} units on {r.env}: not counted"})
@@ -117,7 +126,8 @@ def project(config: dict[str, Any], calibration: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([table, pd.DataFrame(missing, columns=["variant", "role", "from"])], ignore_index=True)
 
 
-def _matches(calibration: pd.DataFrame, env: str, method: str, unit: str) -> list[tuple[str, str, pd.Series]]:
+def _matches(calibration: pd.DataFrame, env: str, method: str, unit: str,
+             call_budget: int) -> list[tuple[str, str, pd.Series]]:
     """The calibration rows for (env, method, unit), role by role: exact, else each role of the calibrated methods
     on this env (for a method never calibrated). Never another env's: episodes differ by orders of magnitude
     between benchmarks (BabyAI's 30 calls, Crafter's 2,000)."""
@@ -127,6 +137,10 @@ def _matches(calibration: pd.DataFrame, env: str, method: str, unit: str) -> lis
         if not chosen.empty:
             # several envs or methods: their mean per role
             per_role = chosen.groupby("role").mean(numeric_only=True)
+            # not scaled: an episode's calls and its growing prompts do not follow its budget in any one way
+            at = sorted(set(chosen["call_budget"]))
+            if at != [call_budget]:
+                say += f", calibrated at {'/'.join(map(str, at))} calls an episode (this config: {call_budget})"
             return [(role, say, row) for role, row in per_role.iterrows()]
     return []
 
@@ -143,7 +157,7 @@ def load_calibration(path: str | Path | None = None) -> pd.DataFrame:
     if path and not Path(path).is_file():
         raise FileNotFoundError(f"calibration file {path} does not exist (make one: skillrepro cost calibrate)")
     table = pd.read_csv(source)
-    missing = {*KEY, "units", *TOKENS, *(f"{t}_{b}" for t in TOKENS for b in ("lo", "hi"))} - set(table.columns)
+    missing = {*KEY, "units", "call_budget", *TOKENS, *(f"{t}_{b}" for t in TOKENS for b in ("lo", "hi"))} - set(table.columns)
     if missing:
         raise ValueError(f"calibration file {source}: missing column(s) {', '.join(sorted(missing))}")
     return table
