@@ -829,19 +829,28 @@ def test_config_ablations_splits_and_executor():
         ScaffoldConfig.from_config(_cfg(card={"max_words": 25}))
 
 
-def test_figure2_ks_fit_n_eval_at_config_time():
-    """Figure 2(a) compares two disjoint halves of K rollouts: K = 8 with n_eval 8 was a NaN column; now the
-    default K are the powers of two whose 2K fit, and a configured K that does not is refused naming the key."""
-    from skillrepro.config import ConfigError
+def test_figure2_keeps_every_point_n_eval_supports():
+    """Figure 2(b) (groups not tied) needs K rollouts a condition, 2(a) (sign disagreement of two disjoint halves)
+    2K: for every n_eval, every power of two up to it is a 2(b) point and those with 2K <= n_eval are 2(a)'s; a K
+    over n_eval is refused naming the key. The paper preset reaches the paper's points: 2(a) to K = 8, 2(b) from
+    5 to 40 extra rollouts a query."""
+    from skillrepro.config import ConfigError, load_yaml
 
-    assert ScaffoldConfig.from_config(_cfg(n_eval=8)).figure2_ks == (1, 2, 4)
-    assert ScaffoldConfig.from_config(_cfg(n_eval=1)).figure2_ks == ()
+    for n_eval in range(1, 21):
+        ks = ScaffoldConfig.from_config(_cfg(n_eval=n_eval)).figure2_ks
+        assert set(ks) == {2 ** i for i in range(6) if 2 ** i <= n_eval}, n_eval
+        o = _outcomes({(q, c): [int((i + len(q) + c) % 3 == 0) for i in range(n_eval)]
+                       for q in ("q1", "q22") for c in (-1, 0, 1)})
+        est = pilot_rollout_estimates(o, ks)
+        assert est.K.tolist() == list(ks) and est.non_tied_fraction.notna().all()
+        assert set(est.K[est.sign_disagreement.notna()]) == {k for k in ks if 2 * k <= n_eval}, n_eval
     assert ScaffoldConfig.from_config(_cfg(n_eval=9, pilot_ks=[4, 2])).figure2_ks == (4, 2)
-    with pytest.raises(ConfigError, match=r"scaffold.pilot_ks: K = 8 needs 2K .*scaffold.n_eval is 8"):
-        ScaffoldConfig.from_config(_cfg(n_eval=8, pilot_ks=[1, 8]))
-    o = _outcomes({("q1", -1): [0, 1], ("q1", 0): [1, 0]})
-    assert pilot_rollout_estimates(o, ScaffoldConfig.from_config(_cfg(n_eval=2)).figure2_ks).K.tolist() == [1]
-    assert pilot_rollout_estimates(o, ()).empty  # n_eval 1: no K fits, no row (not the default list)
+    with pytest.raises(ConfigError, match=r"scaffold.pilot_ks: K = 16 needs K rollouts .*scaffold.n_eval is 8"):
+        ScaffoldConfig.from_config(_cfg(n_eval=8, pilot_ks=[1, 16]))
+    paper = load_yaml(Path(__file__).resolve().parents[1] / "configs/scaffold-paper.yaml")["scaffold"]
+    ks = ScaffoldConfig.from_config(_cfg(n_eval=paper["n_eval"])).figure2_ks
+    assert max(k for k in ks if 2 * k <= paper["n_eval"]) >= 8  # 2(a) at K = 8
+    assert {(paper["n_candidates"] + 1) * k for k in ks} >= {5, 40}  # 2(b) at 5 and 40 extra rollouts
 
 
 def test_generator_reply_is_the_papers_per_benchmark_unless_configured():

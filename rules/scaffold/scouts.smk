@@ -283,7 +283,7 @@ rule scaffold_tables:
         threshold=SCAFFOLD.threshold,
         n_eval=SCAFFOLD.n_eval,
         n_probes=SCAFFOLD.n_probes,
-        pilot_ks=list(SCAFFOLD.figure2_ks),  # figure 2(a)'s K, each with 2K <= n_eval
+        pilot_ks=list(SCAFFOLD.figure2_ks),  # figure 2's K, each K <= n_eval (2(a) where 2K <= n_eval)
         interval=SCAFFOLD.bootstrap_interval,
     log:
         "logs/scaffold/tables.log",

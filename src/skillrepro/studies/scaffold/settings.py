@@ -185,7 +185,7 @@ class ScaffoldConfig:
     n_post: int = 4  # L
     n_eval: int = 2  # downstream evaluation rollouts per condition (validation only)
     n_probes: int = 4  # figure 3(b): skill-free probe rollouts per query, separate from the n_eval baseline
-    # figure 2(a): rollout budgets K of the pilot, each with 2K <= n_eval; None: every power of two that fits
+    # figure 2: rollout budgets K of the pilot, each K <= n_eval; None: every power of two that fits
     pilot_ks: tuple[int, ...] | None = None
     bootstrap_interval: str = "expanded"  # expanded | percentile (bootstrap_interval)
     threshold: float = 0.0
@@ -215,11 +215,12 @@ class ScaffoldConfig:
 
     @property
     def figure2_ks(self) -> tuple[int, ...]:
-        """Figure 2(a)'s K values: `pilot_ks`, else every power of two whose two disjoint halves (2K rollouts)
-        fit in the n_eval rollouts of each condition."""
+        """Figure 2's K values: `pilot_ks`, else every power of two up to n_eval, the rollouts of each condition.
+        Figure 2(b) (groups not tied) needs K rollouts, so it has a point at each; figure 2(a) (sign disagreement
+        of two disjoint halves) needs 2K, so it has a point where 2K <= n_eval (pilot_rollout_estimates)."""
         if self.pilot_ks is not None:
             return self.pilot_ks
-        return tuple(2 ** i for i in range(self.n_eval.bit_length()) if 2 ** (i + 1) <= self.n_eval)
+        return tuple(2 ** i for i in range(self.n_eval.bit_length()))
 
     @property
     def selection_variants(self) -> tuple[str, ...]:
@@ -273,11 +274,11 @@ class ScaffoldConfig:
                                   f"'of' ({a.of}) must be one of scaffold.variants")
         if s.get("pilot_ks") is not None:
             n_eval = s.get("n_eval", 2)
-            over = [k for k in s["pilot_ks"] if 2 * k > n_eval]
+            over = [k for k in s["pilot_ks"] if k > n_eval]
             if over:
-                raise ConfigError(f"config key scaffold.pilot_ks: K = {', '.join(map(str, over))} needs 2K rollouts per "
-                                  f"condition (figure 2(a) compares two disjoint halves of K), but scaffold.n_eval is "
-                                  f"{n_eval}: raise n_eval to {2 * max(over)} or drop those K")
+                raise ConfigError(f"config key scaffold.pilot_ks: K = {', '.join(map(str, over))} needs K rollouts per "
+                                  f"condition, but scaffold.n_eval is {n_eval}: raise n_eval to {max(over)} (figure "
+                                  f"2(a) at K needs 2K) or drop those K")
             s["pilot_ks"] = tuple(s["pilot_ks"])
         heldout = s.pop("heldout", {}) or {}
         s["heldout"] = HeldoutConfig({b: dict(d) for b, d in (heldout.get("splits") or {}).items()},

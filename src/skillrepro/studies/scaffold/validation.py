@@ -111,7 +111,8 @@ def pilot_rollout_estimates(outcomes: Any, ks: Sequence[int] | None = None) -> A
 
     keys = ["benchmark", "variant", "task_id"]
     n_roll = int(outcomes.groupby(keys + ["candidate"]).k.nunique().min()) if len(outcomes) else 0
-    # the configured K (ScaffoldConfig.figure2_ks: 2K <= n_eval, checked at config time); an empty list: no rows
+    # the configured K (ScaffoldConfig.figure2_ks: K <= n_eval, checked at config time); an empty list: no rows.
+    # Sign disagreement (2(a)) only where 2K rollouts are there: NaN, with n_pairs_split 0, elsewhere
     ks = [k for k in ([1, 2, 4, 8, 16] if ks is None else ks) if k <= n_roll]
     rows = []
     for (b, v), g in outcomes.groupby(["benchmark", "variant"]):
