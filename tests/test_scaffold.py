@@ -963,7 +963,8 @@ def test_rollout_outcomes_joins_free_and_candidates():
 def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
     """configs/scaffold-paper.yaml (with the ALFWorld data path cleared: generated games) dry-runs with one
     selection per benchmark x (2 utility variants + 3 ablations) and one GRPO update per iteration of every chain
-    (2 utility variants, 4 trained ablations, plain GRPO)."""
+    (2 utility variants, table 3's 4 trained ablations, the SkillRL-style chain, plain GRPO), and plays direct
+    skill prompting on the held-out splits beside every policy."""
     import os
     import subprocess
     import sys
@@ -980,6 +981,8 @@ def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
     cfg["scaffold"]["training"]["steps"] = {"alfworld": 2, "sciworld": 3}
     assert cfg["scaffold"]["training"]["cohort_iterations"] == 4
     cfg["scaffold"]["training"]["cohort_iterations"] = 1  # at most steps
+    skills = cfg["scaffold"]["heldout"]["skills"]  # the cards live in the repository's configs/, not in the copy
+    cfg["scaffold"]["heldout"]["skills"] = {b: str(root / path) for b, path in skills.items()}
     study_workflow(tmp_path, cfg)
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "scaffold_all", "scaffold_grpo", "--cores", "8"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600, env=dict(os.environ))
@@ -987,20 +990,22 @@ def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
     counts = dict(re.findall(r"^(scaffold_\w+)\s+(\d+)$", proc.stdout, flags=re.M))
     iterations = 2 + 3  # per chain, over the two benchmarks
     variants = 2 * iterations  # utility variants x iterations, each with one selection and one update
-    # table 3's four trained ablations: chains of their own, each generating, scoring and selecting its own cards
-    ablations = 4 * iterations
+    # table 3's four trained ablations and the SkillRL-style chain: chains of their own, each generating, scoring
+    # and selecting its own cards
+    ablations = 5 * iterations
     chains = variants + ablations
     plain = iterations  # plain GRPO's iterations: Scouts, Post-Scouts, an update, no cards
     assert counts["scaffold_select"] == str(10 + chains) and counts["scaffold_generate"] == str(4 + chains)
     assert counts["scaffold_grpo_update"] == str(chains + plain) and counts["scaffold_cohort_eval"] == str(variants)
     assert counts["scaffold_cohort_early"] == str(2 * 2)  # iteration 0's fresh early rollouts per chain
-    # figure 3(b): 4 probe rollouts per benchmark after its 8 skill-free baseline rollouts
-    assert counts["scaffold_eval_free"] == str(2 * (8 + 4))
+    # figure 3(b): 4 probe rollouts per benchmark after its 16 skill-free baseline rollouts
+    assert counts["scaffold_eval_free"] == str(2 * (16 + 4))
     assert counts["scaffold_post_scout"] == str(10 * 4 + (chains + plain) * 4)
     # N=4 Scouts per benchmark, shared by every variant of the validation experiment; a chain's are its own
     assert counts["scaffold_scout"] == str(8 + (chains + plain) * 4)
-    # held-out: per benchmark the base model and the last checkpoint (every: 10 > steps) of every chain
-    assert counts["scaffold_heldout_tasks"] == "2" and counts["scaffold_heldout_eval"] == str(2 * (1 + 2 + 4 + 1))
+    # held-out: per benchmark the base model, direct skill prompting and the last checkpoint (every: 10 > steps)
+    # of every chain
+    assert counts["scaffold_heldout_tasks"] == "2" and counts["scaffold_heldout_eval"] == str(2 * (1 + 1 + 2 + 5 + 1))
 
 
 def test_training_instances_name_their_chain_and_iteration():
