@@ -119,3 +119,25 @@ def test_figure3b_draws_levels_with_their_null_band_and_an_empty_table(tmp_path)
     competence_figure(t[COMPETENCE_COLUMNS], tmp_path / "f.png")
     competence_figure(pd.DataFrame(columns=COMPETENCE_COLUMNS), tmp_path / "empty.png")
     assert (tmp_path / "f.png").stat().st_size > 10_000 and (tmp_path / "empty.png").stat().st_size > 1000
+
+
+def test_one_helpful_card_of_four_is_seen_only_when_large_and_the_level_says_so():
+    """The band's power when one card of four helps and the others do nothing (8 rollouts a condition). A level
+    holds a fifth of the queries: 12 of the laptop-scale 60, 26 of the paper preset's 128. On null data the band
+    fires about 2.5 % of the time; a +0.25 card is found in few 12-query levels and in a third of 26-query ones.
+    `one_card_effect_80` gives the effect a level of its size and rates finds 80 % of the time (none at 12
+    queries: the permuted baseline is often the good card itself)."""
+    from skillrepro.studies.scaffold.validation import detectable_effect, one_card_power
+
+    rng = np.random.default_rng(7)
+    p12, p26, p60 = (rng.uniform(0.05, 0.75, n) for n in (12, 26, 60))
+    null = one_card_power(p26, 4, 8, 0.0, sims=400)
+    at12, at26 = one_card_power(p12, 4, 8, 0.25), one_card_power(p26, 4, 8, 0.25)
+    print(f"one card of 4 at +0.25, 8 rollouts a condition: found in {at12:.2f} of 12-query levels, {at26:.2f} of "
+          f"26-query levels; null {null:.3f}")
+    assert null <= 0.06
+    assert at12 < 0.25 and 0.2 < at26 < 0.6
+    assert math.isnan(detectable_effect(p12, 4, 8)) and detectable_effect(p60, 4, 8) < detectable_effect(p26, 4, 8)
+    row = competence_levels(np.full(26, 2), p26, p26[:, None] + np.zeros((26, 4)), n_boot=100, n_perm=200,
+                            n_rollouts=8)[0]
+    assert row["one_card_effect_80"] == detectable_effect(p26, 4, 8)

@@ -68,8 +68,10 @@ def competence_figure(comp: Any, out: str | Path) -> None:
                     color="#4c72b0", marker="o", capsize=3, ls="none", label="mean effect, 95 % interval")
         ax.plot(x[~ok], 100 * g.mean_effect[~ok], color="#4c72b0", marker="o", mfc="white", ls="none",
                 label="mean effect, too few queries for an interval")
-        for xi, n in zip(x, g.n_queries):
-            ax.text(xi, 0.02, f"n={n}", transform=ax.get_xaxis_transform(), ha="center", fontsize=6)  # queries
+        seen = g["one_card_effect_80"] if "one_card_effect_80" in g else [float("nan")] * len(g)
+        for xi, n, e in zip(x, g.n_queries, seen):  # queries, and the one-card effect the band sees at that n
+            ax.text(xi, 0.02, f"n={n}\n1 card: " + ("none" if e != e else f"+{100 * e:.0f}pp"),
+                    transform=ax.get_xaxis_transform(), ha="center", fontsize=5)
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_xticks(range(int(g.n_probes.max()) + 1))
         ax.set_xlabel(f"skill-free competence (successful probes of {int(g.n_probes.max())})")

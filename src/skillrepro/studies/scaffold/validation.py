@@ -140,7 +140,8 @@ def pilot_rollout_estimates(outcomes: Any, ks: Sequence[int] | None = None) -> A
 
 COMPETENCE_COLUMNS = ["benchmark", "variant", "probe_successes", "n_probes", "n_queries", "mean_effect",
                       "mean_effect_ci_low", "mean_effect_ci_high", "interval", "best_effect", "best_effect_null_mean",
-                      "best_effect_null_low", "best_effect_null_high", "queries_with_mixed_signs"]
+                      "best_effect_null_low", "best_effect_null_high", "one_card_effect_80", "queries_with_mixed_signs"]
+EFFECTS = tuple(round(0.1 * i, 1) for i in range(1, 11))  # the one-card effects `detectable_effect` tries
 
 
 def split_probes(free: Any, n_eval: int) -> tuple[Any, Any]:
@@ -179,20 +180,22 @@ def pilot_competence(outcomes: Any, probes: Any, n_probes: int = 4, n_boot: int 
     rows = []
     for (b, v), g in per.groupby(["benchmark", "variant"]):
         cands = g.drop(columns=keys + ["free", "probe_successes"]).to_numpy(float)
+        n_rollouts = int(outcomes[outcomes.candidate == -1].groupby(keys).k.nunique().min())
         for r in competence_levels(g.probe_successes.to_numpy(int), g.free.to_numpy(float), cands, n_boot, seed,
-                                   interval):
+                                   interval, n_rollouts=n_rollouts):
             rows.append({"benchmark": b, "variant": v, "n_probes": n_probes, **r})
     return pd.DataFrame(rows, columns=COMPETENCE_COLUMNS)
 
 
 def competence_levels(probe_successes: Any, free_rate: Any, cand_rate: Any, n_boot: int = 2000, seed: int = 0,
-                      interval: str = "expanded", n_perm: int = 2000) -> list[dict[str, Any]]:
+                      interval: str = "expanded", n_perm: int = 2000, n_rollouts: int | None = None) -> list[dict[str, Any]]:
     """Figure 3(b) from per-query arrays: probe successes (Q,), skill-free baseline success rate (Q,) and
     candidate success rates (Q, M; NaN where a candidate was not evaluated). One row per competence level: the mean
     effect with a 95 % interval over the level's queries (`mean_interval`; NaN below its minimum n, and `interval`
     says so), the mean best effect, and `best_effect_null_*`, where the best effect lies when skills do nothing
     (`best_effect_null`): the best of M noisy effects is positive on null data, so only a best effect above the
-    band's top says a candidate beats chance."""
+    band's top says a candidate beats chance. With `n_rollouts` (rollouts per condition), `one_card_effect_80`:
+    the smallest effect of one card of M the band finds in 80 % of such levels (`detectable_effect`)."""
     import numpy as np
 
     levels = np.asarray(probe_successes, int)
@@ -212,8 +215,40 @@ def competence_levels(probe_successes: Any, free_rate: Any, cand_rate: Any, n_bo
                      "best_effect": float(np.nanmax(e, axis=1).mean()), "best_effect_null_mean": float(null.mean()),
                      "best_effect_null_low": float(np.percentile(null, 2.5)),
                      "best_effect_null_high": float(np.percentile(null, 97.5)),
+                     "one_card_effect_80": (detectable_effect(free[at], cand.shape[1], n_rollouts, seed=seed)
+                                            if n_rollouts else float("nan")),
                      "queries_with_mixed_signs": int(((e > 0).any(axis=1) & (e < 0).any(axis=1)).sum())})
     return rows
+
+
+def one_card_power(base_rate: Any, m: int, k: int, effect: float, sims: int = 200, seed: int = 0,
+                   n_perm: int = 400) -> float:
+    """How often figure 3(b)'s band finds one helpful card: the fraction of `sims` simulated levels (one query per
+    entry of `base_rate`, its skill-free success probability; `k` rollouts per condition; `m` candidates, one of
+    them `effect` better, the others no different) whose mean best effect lies above the null band's top."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    p = np.clip(np.asarray(base_rate, float), 0.0, 1.0)
+    lift = np.zeros(m)
+    lift[0] = effect
+    found = 0
+    for s in range(sims):
+        free = rng.binomial(k, p) / k
+        cand = rng.binomial(k, np.clip(p[:, None] + lift, 0, 1), (len(p), m)) / k
+        null = best_effect_null(free, cand, n_perm, seed + s)
+        found += (cand - free[:, None]).max(axis=1).mean() > np.percentile(null, 97.5)
+    return found / sims
+
+
+def detectable_effect(base_rate: Any, m: int, k: int, power: float = 0.8, seed: int = 0) -> float:
+    """The smallest effect of `EFFECTS` that one card of `m` needs for the band to find it in `power` of levels
+    like this one (`one_card_power`, the level's observed skill-free rates as its queries' probabilities); NaN if
+    none does (an effect can only lift a query to success rate 1)."""
+    for effect in EFFECTS:
+        if one_card_power(base_rate, m, k, effect, sims=100, seed=seed, n_perm=200) >= power:
+            return effect
+    return float("nan")
 
 
 def best_effect_null(free_rate: Any, cand_rate: Any, n_perm: int = 2000, seed: int = 0) -> Any:
