@@ -146,11 +146,15 @@ def test_cpu_smoke_run_updates_the_policy_and_micro_batches_accumulate(tiny, tmp
     samples = assign_advantages(_groups(seq), 2, 0.1)
     untrained = copy.deepcopy(model)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    assert make_trainer(copy.deepcopy(model), tok, samples, 6, TrainSettings(), tmp_path / "t", steps=1,
+                        temperature=0.7).temperature == 0.7  # a CPU preset samples at 0.7
     grads = []
     for m, micro in ((model, None), (untrained, 2)):
         started = time.perf_counter()
         settings = TrainSettings(learning_rate=1e-4, micro_batch_size=micro, generator_entropy_coef=0.0)
         trainer = make_trainer(m, tok, samples, 6, settings, tmp_path / str(micro), steps=1)
+        # TRL takes the ratio's log-probs at the temperature the samples were drawn at (the paper's 1.0 here)
+        assert trainer.temperature == 1.0
         caplog.clear()
         with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
             train(trainer)

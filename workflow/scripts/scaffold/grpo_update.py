@@ -41,8 +41,12 @@ samples = assign_advantages(groups, p.m, settings.lambda_gen, settings.generator
 log.info("update %s from %s: %d queries, %d samples; Generator groups trained: %d; torch threads: %d", w.k,
          previous or p.base_model, len(groups), len(samples), sum(g.trainable_generator for g in groups),
          torch.get_num_threads())
+if job.settings.generator_llm.temperature != job.settings.llm.temperature:
+    log.warning("the Generator samples at temperature %s, the Executor at %s: the update takes every sample's "
+                "log-probs at the Executor's", job.settings.generator_llm.temperature, job.settings.llm.temperature)
 trainer = make_trainer(model, tok, samples, p.group_size, settings, out.parent / f".trl{w.k}", steps=1,
-                       use_cpu=p.use_cpu, optimizer_state=previous / OPTIMIZER_STATE if previous else None)
+                       use_cpu=p.use_cpu, optimizer_state=previous / OPTIMIZER_STATE if previous else None,
+                       temperature=job.settings.llm.temperature)
 train(trainer)  # micro-batches done of N on the console
 log.info("TRL log: %s", trainer.state.log_history)
 save_checkpoint(model, tok, trainer.optimizer, out, {"settings": repr(settings), "update": int(w.k),

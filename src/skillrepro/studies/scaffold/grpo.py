@@ -179,11 +179,12 @@ def keep_freed_memory() -> None:
 
 
 def make_trainer(model: Any, tokenizer: Any, samples: Sequence[Sample], group_size: int, settings: TrainSettings,
-                 out_dir: str | Path, steps: int, use_cpu: bool = True, optimizer_state: str | Path | None = None
-                 ) -> Any:
+                 out_dir: str | Path, steps: int, use_cpu: bool = True, optimizer_state: str | Path | None = None,
+                 temperature: float = 1.0) -> Any:
     """A TRL GRPOTrainer that trains `model` on `samples` (consecutive groups of `group_size` per query)
     for `steps` optimizer steps. `optimizer_state`: the previous update's Adam state (one run of algorithm 1
-    is one optimizer; each update is a job of its own here)."""
+    is one optimizer; each update is a job of its own here). `temperature`: the one the samples were drawn at;
+    TRL divides the logits by it before it takes the log-probs of the ratio, so they are the sampling policy's."""
     import os
 
     import torch
@@ -228,7 +229,7 @@ def make_trainer(model: Any, tokenizer: Any, samples: Sequence[Sample], group_si
         per_device_train_batch_size=micro, gradient_accumulation_steps=accumulate, num_generations=group_size,
         loss_type="grpo", scale_rewards="none", beta=settings.kl_coef, epsilon=settings.clip_low,
         epsilon_high=settings.clip_high, num_iterations=1, max_completion_length=max(len(s.completion_ids) for s in samples),
-        use_cpu=use_cpu, bf16=False, report_to="none", logging_steps=1, save_strategy="no", seed=0,
+        use_cpu=use_cpu, bf16=False, report_to="none", logging_steps=1, save_strategy="no", seed=0, temperature=temperature,
         dataloader_num_workers=0, remove_unused_columns=False,
         gradient_checkpointing=not use_cpu,  # memory for an 8B policy on a GPU; only time on a tiny CPU one
     )
