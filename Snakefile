@@ -23,7 +23,9 @@ config.update(check_config(config, billing=False))
 for _need in billing_problems(config):
     logger.warning(f"a real run will refuse to start until this is fixed: {_need}")
 # A billed model: what the DAG will cost, projected from a calibration (studies/speedrunner/cost.py)
-if config["llm"]["backend"] == "openai" or any((config["pricing"].get(config["llm"]["model"]) or {}).values()):
+# (once, in the invocation that plans: not again in every cluster job, which parses this file too)
+if workflow.is_main_process and (config["llm"]["backend"] == "openai"
+                                 or any((config["pricing"].get(config["llm"]["model"]) or {}).values())):
     from skillrepro.studies.speedrunner.cost import summary_line
 
     logger.warning(summary_line(config))
