@@ -450,6 +450,11 @@ def trajectory_tokens(config: dict[str, Any]) -> int:
     return asked if asked is not None else inducer_limits(config).trajectory_room(llm_config(config))
 
 
+def prices(config: dict[str, Any]) -> dict[str, Price]:
+    """Config section `pricing`: model -> its Price (a model it does not name costs nothing)."""
+    return {m: Price(r["input"], r["output"], r.get("cached_input")) for m, r in (config.get("pricing") or {}).items()}
+
+
 def inducer_limits(config: dict[str, Any]) -> InducerLimits:
     return InducerLimits(**config["inducer"])
 

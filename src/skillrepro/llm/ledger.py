@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from skillrepro.config import Price
+from skillrepro.config import Price, prices as price_table
 from skillrepro.store import atomic_path, connect
 
 log = logging.getLogger(__name__)
@@ -63,8 +63,7 @@ class Ledger:
     def for_run(cls, config: dict[str, Any], root: Path = ROOT) -> "Ledger":
         """The ledger of the run `config` (checked, defaults filled) describes."""
         llm = config.get("llm") or {}
-        prices = {m: Price(r["input"], r["output"], r.get("cached_input")) for m, r in (config.get("pricing") or {}).items()}
-        return cls(Path(root), prices, llm.get("max_dollars"), bool(llm.get("response_cache", True)))
+        return cls(Path(root), price_table(config), llm.get("max_dollars"), bool(llm.get("response_cache", True)))
 
     # ---------------------------------------------------------------------------------------- responses
     def _response_path(self, key: str) -> Path:

@@ -105,7 +105,8 @@ def project(config: dict[str, Any], calibration: pd.DataFrame) -> pd.DataFrame:
     rows the figures come from; a (variant, unit) with no calibration is a row with no figures."""
     llm = cfg.llm_config(config)
     sleep_model = cfg.inducer_limits(config).sleep_llm(llm).model
-    prices = config.get("pricing") or {}
+    priced = cfg.prices(config)
+    free = cfg.Price(0.0, 0.0)  # a model the pricing table does not name costs nothing
     need = units(config).groupby(["env", "variant", "method", "unit", "call_budget"], as_index=False)["n"].sum()
     counted, missing = [], []
     for r in need.itertuples():
@@ -113,11 +114,11 @@ def project(config: dict[str, Any], calibration: pd.DataFrame) -> pd.DataFrame:
         if not found:
             missing.append({"variant": r.variant, "role": f"({r.unit})",
                             "from": f"no calibration for {r.method} {r.unit} units on {r.env}: not counted"})
-        price = prices.get(sleep_model if r.unit == "sleep" else llm.model) or {}
+        price = priced.get(sleep_model if r.unit == "sleep" else llm.model, free)
         for role, source, cal in found:
             row = {"variant": r.variant, "role": role, "from": source, **{t: r.n * cal[t] for t in TOKENS}}
             for band in ("", "_lo", "_hi"):
-                row[f"dollars{band}"] = _dollars(price, *(r.n * cal[f"{t}{band}"] for t in ("prompt", "cached", "output")))
+                row[f"dollars{band}"] = price.cost(*(r.n * cal[f"{t}{band}"] for t in ("prompt", "cached", "output")))
             counted.append(row)
     sums = [*TOKENS, "dollars", "dollars_lo", "dollars_hi"]
     table = (pd.DataFrame(counted).groupby(["variant", "role"], as_index=False)
@@ -143,13 +144,6 @@ def _matches(calibration: pd.DataFrame, env: str, method: str, unit: str,
                 say += f", calibrated at {'/'.join(map(str, at))} calls an episode (this config: {call_budget})"
             return [(role, say, row) for role, row in per_role.iterrows()]
     return []
-
-
-def _dollars(price: dict[str, Any], prompt: float, cached: float, output: float) -> float:
-    inp, out = price.get("input") or 0.0, price.get("output") or 0.0
-    cached_rate = price.get("cached_input")
-    cached_rate = inp if cached_rate is None else cached_rate
-    return ((prompt - cached) * inp + cached * cached_rate + output * out) / 1e6
 
 
 def load_calibration(path: str | Path | None = None) -> pd.DataFrame:
