@@ -158,7 +158,7 @@ def on_success():
 
 def start_llm_server():
     """Start the configured server unless one is given (llm.base_url) or already exported. On a cluster
-    each LLM job starts its own (skillrepro.llm.session) on the node it gets, with the resources it asks for."""
+    each LLM job starts its own (skillrepro.llm.client.session) on the node it gets, with the resources it asks for."""
     global _server
     from skillrepro.llm import servers
 

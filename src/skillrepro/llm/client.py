@@ -22,7 +22,6 @@ import logging
 import os
 import random
 import time
-import urllib.request
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from skillrepro.config import LLMConfig
 from skillrepro.llm import servers
 from skillrepro.llm.ledger import Ledger, request_key
 from skillrepro.llm.servers import URL_ENV
+from skillrepro.llm.tokenize import server_root, tokenize
 from skillrepro.store import LLMCall
 
 
@@ -320,21 +320,15 @@ class LLMClient:
         """Prompt and completion tokens by the server's own tokenizer: llama.cpp's /apply-template and
         /tokenize (embedded), vLLM's /tokenize; (0, 0) for an API without one. The record is flagged
         usage_missing either way."""
-        base, timeout = self.base_url.removesuffix("/v1"), self.cfg.timeout_s
+        root, backend, model = server_root(self.base_url), self.cfg.backend, self.cfg.model
         try:
-            if self.cfg.backend == "embedded":
-                prompt = _post_json(base + "/apply-template", {"messages": messages}, timeout)["prompt"]
-                return tuple(  # type: ignore[return-value]
-                    len(llama_tokenize(base, t, add_special=False, parse_special=True, timeout_s=timeout))
-                    for t in (prompt, completion)
-                )
-            if self.cfg.backend == "vllm":
-                return tuple(  # type: ignore[return-value]
-                    _post_json(base + "/tokenize", {"model": self.cfg.model, **body}, timeout)["count"]
-                    for body in ({"messages": messages}, {"prompt": completion, "add_special_tokens": False})
-                )
+            if backend in ("embedded", "vllm"):
+                return (len(tokenize(root, backend, messages=messages, model=model, parse_special=True,
+                                     timeout_s=self.cfg.timeout_s)),
+                        len(tokenize(root, backend, text=completion, model=model, parse_special=True,
+                                     timeout_s=self.cfg.timeout_s)))
         except (OSError, KeyError, ValueError) as e:
-            log.warning("could not count tokens with %s/tokenize: %s", base, e)
+            log.warning("could not count tokens with %s/tokenize: %s", root, e)
         return 0, 0
 
     def take_records(self) -> list[LLMCall]:
@@ -428,24 +422,6 @@ def retry_after(headers: Any) -> float | None:
         return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
     except (TypeError, ValueError):
         return None
-
-
-def _post_json(url: str, body: dict[str, Any], timeout: float) -> Any:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.load(r)
-
-
-def llama_tokenize(root: str, text: str, *, add_special: bool, parse_special: bool | None,
-                   timeout_s: float) -> list[int]:
-    """`text`'s token ids by llama.cpp's /tokenize at `root` (the server's address without /v1): `add_special`
-    adds the model's BOS/EOS, `parse_special` reads special-token text (`<|im_start|>`) as those tokens (None:
-    not sent, the server's default). A token given as {"id", "piece"} counts by its id. The request's errors
-    (OSError, a reply that is not JSON or has no tokens) reach the caller."""
-    body: dict[str, Any] = {"content": text, "add_special": add_special}
-    if parse_special is not None:
-        body["parse_special"] = parse_special
-    return [t if isinstance(t, int) else t["id"] for t in _post_json(root + "/tokenize", body, timeout_s)["tokens"]]
 
 
 _LEDGER: Ledger | None = None

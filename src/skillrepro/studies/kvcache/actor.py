@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 import re
 import threading
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, ParsedAction, PromptTurn, Tool, primitive_tools
 from skillrepro.benchmarks import get_benchmark
 from skillrepro.config import ROLLOUT_WALL_S, LLMConfig
-from skillrepro.llm.client import llama_tokenize, session
+from skillrepro.llm.client import session
+from skillrepro.llm.tokenize import server_root, tokenize
 from skillrepro.progress import Progress
 from skillrepro.store import Episode, LLMCall, Step, write_records, write_text
 from skillrepro.studies.kvcache import formats as F
@@ -77,47 +77,31 @@ def action_text(action: ParsedAction) -> str:
 # -- prompt token ids from the server -------------------------------------------------------------------
 
 
-def _post(url: str, body: dict, timeout_s: float) -> dict:
-    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            return json.load(r)
-    except OSError as e:
-        raise RuntimeError(f"prompt token ids: {url} failed: {e}") from e
-
-
-def _llama_ids(base: str, text: str, *, add_special: bool, parse_special: bool, timeout_s: float) -> list[int]:
-    """llama_tokenize, its connection errors named as `_post` names them."""
-    try:
-        return llama_tokenize(base, text, add_special=add_special, parse_special=parse_special, timeout_s=timeout_s)
-    except OSError as e:
-        raise RuntimeError(f"prompt token ids: {base}/tokenize failed: {e}") from e
-
-
 def prompt_ids_fn(llm: LLMConfig, base_url: str) -> Callable[[list[dict]], list[int]]:
     """messages -> the prompt token ids the server computes for them (chat template applied)."""
-    base = base_url.rstrip("/").removesuffix("/v1")
-    if llm.backend == "embedded":
-        def ids(messages: list[dict]) -> list[int]:
-            prompt = _post(base + "/apply-template", {"messages": messages}, llm.timeout_s)["prompt"]
-            return _llama_ids(base, prompt, add_special=True, parse_special=True, timeout_s=llm.timeout_s)
-        return ids
-    if llm.backend == "vllm":
-        def ids(messages: list[dict]) -> list[int]:
-            return _post(base + "/tokenize", {"model": llm.model, "messages": messages,
-                                              "add_generation_prompt": True}, llm.timeout_s)["tokens"]
-        return ids
-    raise ValueError(f"llm.backend {llm.backend!r}: prompt token ids need a server with /tokenize "
-                     "(embedded or vllm), which the KV-cache study needs")
+    if llm.backend not in ("embedded", "vllm"):
+        raise ValueError(f"llm.backend {llm.backend!r}: prompt token ids need a server with /tokenize "
+                         "(embedded or vllm), which the KV-cache study needs")
+    return _named(lambda messages: tokenize(server_root(base_url), llm.backend, messages=messages, model=llm.model,
+                                            add_special=True, parse_special=True, timeout_s=llm.timeout_s),
+                  server_root(base_url))
 
 
 def text_ids_fn(llm: LLMConfig, base_url: str) -> Callable[[str], list[int]]:
     """text -> token ids without special handling (for replies, which the server generated as plain text)."""
-    base = base_url.rstrip("/").removesuffix("/v1")
-    if llm.backend == "embedded":
-        return lambda text: _llama_ids(base, text, add_special=False, parse_special=False, timeout_s=llm.timeout_s)
-    return lambda text: _post(base + "/tokenize", {"model": llm.model, "prompt": text, "add_special_tokens": False},
-                              llm.timeout_s)["tokens"]
+    return _named(lambda text: tokenize(server_root(base_url), llm.backend, text=text, model=llm.model,
+                                        parse_special=False, timeout_s=llm.timeout_s),
+                  server_root(base_url))
+
+
+def _named(fn: Callable[[Any], list[int]], root: str) -> Callable[[Any], list[int]]:
+    """`fn`, its request's errors raised as a RuntimeError naming the server."""
+    def call(arg: Any) -> list[int]:
+        try:
+            return fn(arg)
+        except (OSError, KeyError, ValueError) as e:
+            raise RuntimeError(f"prompt token ids: {root}/tokenize failed: {e}") from e
+    return call
 
 
 # -- the server's cached-token count, required -------------------------------------------------------

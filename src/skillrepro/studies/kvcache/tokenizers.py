@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
-from skillrepro.llm.client import llama_tokenize
+from skillrepro.llm.tokenize import tokenize
 
 # Qwen2's pre-tokeniser: like cl100k's, but digits are split one by one.
 QWEN_PATTERN = (
@@ -64,8 +64,8 @@ class ServerTokenizer:
 
     def encode(self, text: str) -> list[int]:
         try:
-            return llama_tokenize(self.base_url, text, add_special=False, parse_special=True, timeout_s=self.timeout_s)
-        except OSError as e:
+            return tokenize(self.base_url, "embedded", text=text, parse_special=True, timeout_s=self.timeout_s)
+        except (OSError, KeyError, ValueError) as e:
             raise RuntimeError(f"tokenizer {self.name}: {self.base_url}/tokenize failed: {e}") from e
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from skillrepro.config import ConfigError
-from skillrepro.llm.client import llama_tokenize
+from skillrepro.llm.tokenize import server_root, tokenize
 from skillrepro.studies.scaffold.records import CandidateRecord, EvidenceRecord
 
 
@@ -449,20 +449,12 @@ def _part_budgets(max_tokens: int, literal_tokens: Sequence[int], closing_tokens
 def server_token_counter(base_url: str, backend: str, model: str) -> Callable[[str], int]:
     """Counts tokens as the server that plays the Generator does (its /tokenize: llama.cpp and vLLM both have
     one), remembering texts it has counted (the headings repeat for every card)."""
-    import urllib.request
-
-    root = base_url.rstrip("/").removesuffix("/v1")
+    root = server_root(base_url)
     seen: dict[str, int] = {}
 
     def count(text: str) -> int:
-        if text not in seen and backend == "embedded":  # parse_special not sent: the server's default
-            seen[text] = len(llama_tokenize(root, text, add_special=False, parse_special=None, timeout_s=60))
-        elif text not in seen:  # vLLM
-            body = {"model": model, "prompt": text, "add_special_tokens": False}
-            req = urllib.request.Request(root + "/tokenize", data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=60) as r:
-                seen[text] = len(json.loads(r.read())["tokens"])
+        if text not in seen:  # parse_special not sent to llama.cpp: the server's default
+            seen[text] = len(tokenize(root, backend, text=text, model=model, timeout_s=60))
         return seen[text]
 
     return count
