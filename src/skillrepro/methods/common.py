@@ -232,8 +232,8 @@ def load_check(functions: dict[str, SkillFunction], policy: SandboxPolicy) -> st
     sandbox that cannot start, or lacks a layer `policy` requires, raises SandboxError: the job fails."""
     s = SandboxSession(source=Library(0, tuple(functions.values())).source, limits=SMOKE_LIMITS, policy=policy)
     try:
-        s._ensure()
-        return f"the library does not load: {s.load_error}" if s.load_error else ""
+        error = s.load()
+        return f"the library does not load: {error}" if error else ""
     finally:
         s.close()
 

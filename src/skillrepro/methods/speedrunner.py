@@ -430,10 +430,8 @@ def smoke_check(functions: dict[str, SkillFunction], new: list[str], bench, task
             if out is not None and (out.killed or (out.exception and not out.exception.startswith(("EpisodeOver", "SandboxLimit: limit")))):
                 why = out.killed or out.exception
                 return f"{name}() failed on recorded task {task_ids[0]}: {why}\n{out.traceback[-800:]}"
-        if not new:
-            s._ensure()
-            if s.load_error:
-                return f"the library does not load: {s.load_error}"
+        if not new and (error := s.load()):
+            return f"the library does not load: {error}"
         return ""
     finally:
         s.close()

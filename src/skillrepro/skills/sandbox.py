@@ -610,7 +610,10 @@ class SandboxSession:
             raise SandboxError("config key sandbox.require: layer(s) " + ", ".join(refused) + " unavailable here: "
                                + "; ".join(f"{k}: {iso[k]}" for k in refused))
 
-    def _ensure(self) -> None:
+    def load(self) -> str:
+        """Start the sandbox if it is not running (again after its process died), wait until the library has
+        loaded, and return why it did not load ("" when it did). Calls and cells start it as needed; a check of
+        the library alone calls this."""
         if self.proc is not None and self.proc.poll() is not None:
             self.restarts += 1
             self._kill("")
@@ -618,6 +621,7 @@ class SandboxSession:
             self._spawn()
         if not self.child.ready:
             self._await_ready()
+        return self.load_error
 
     def _kill(self, why: str) -> str:
         """Kill the zygote and all its children (bwrap's pid namespace takes them with it)."""
@@ -716,7 +720,7 @@ class SandboxSession:
         """Run skill `name(*args)`; primitives go to self.env. `wall_s` shortens the wall clock (e.g. to the
         episode's remaining time). Raises ActionError for bad arguments and for a worker that breaks the
         protocol; the worker is replaced after every call."""
-        self._ensure()
+        self.load()
         top = uuid.uuid4().hex[:12]
         args_json = json.dumps([args, {}], default=repr)[:2100]
         if self.load_error:
@@ -833,7 +837,7 @@ class SandboxSession:
         """Start the worker now and return its layer report; SandboxError if it cannot start, if the library
         or the history does not load, or if a layer the policy requires is missing. A job that runs
         model-written code calls this first, so that it fails with the cause instead of going on without."""
-        self._ensure()
+        self.load()
         if self.load_error:
             raise SandboxError(f"the sandbox worker could not start here: {self.load_error}")
         return dict(self.isolation)
@@ -841,7 +845,7 @@ class SandboxSession:
     def exec_code(self, code: str) -> Outcome:
         """Run `code` in the persistent interpreter (a notebook: names survive between calls, until a call is
         killed)."""
-        self._ensure()
+        self.load()
         if self.load_error:  # at the start, or again after a killed cell: the job cannot do its work
             raise SandboxError(f"the interpreter failed to start: {self.load_error}")
         deadline = time.monotonic() + self.limits.call_wall_s
