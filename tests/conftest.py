@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from skillrepro.config import LLMConfig
+from repo import DATA, copy_workflow, snakemake, study_workflow
 
 TEST_MODEL = os.environ.get("SKILLREPRO_TEST_MODEL", "smollm2-135m")
 
@@ -54,11 +55,9 @@ def tiny_run(tmp_path_factory):
     changes the folder. Returns the folder and the run's console (stdout + stderr)."""
     import zipfile
 
-    from test_workflow import copy_workflow, snakemake
-
     wd = tmp_path_factory.mktemp("tiny")
     copy_workflow(wd)
-    cfg = str(Path(__file__).parent / "data/tiny.yaml")
+    cfg = str(DATA / "tiny.yaml")
     made = snakemake("all", "--cores", "2", "--configfile", cfg, cwd=wd, umask=0o022)
     for report in ("report.html", "report.zip"):
         snakemake("all", "--configfile", cfg, "--report", report, cwd=wd)
@@ -71,7 +70,6 @@ def tiny_run(tmp_path_factory):
 def run_scaffold(llm_cfg, llm_url):
     """Run a SkillScaffold target through a copy of the workflow on BabyAI in folder `wd`, against the shared
     server; returns `wd`."""
-    from test_workflow import study_workflow
 
     def run(wd, target: str, *, call_budget: int, scaffold: dict):
         study_workflow(wd, {
@@ -103,7 +101,7 @@ def run_scaffold(llm_cfg, llm_url):
 #
 # The children run one at a time, first, before this process starts the shared llama.cpp server: beside the
 # LLM-bound tests two lanes fight over 2 cores (tried at 250f2b9: the shared tiny run took 386 s against 105).
-# `SKILLREPRO_TEST_IN_PROCESS=1 pytest tests/test_scorer.py` runs them in this process instead (for a debugger).
+# `SKILLREPRO_TEST_IN_PROCESS=1 pytest tests/llm/test_scorer.py` runs them in this process instead (for a debugger).
 _IN_PROCESS = "SKILLREPRO_TEST_IN_PROCESS"  # set: every test runs in this process (a child; or a debugger's run)
 _NODEIDS = "SKILLREPRO_TEST_NODEIDS"  # a child's: the file of the node ids it runs
 _LANE_MIN = 200  # fewer unit tests than this start faster in this process than on workers (about 5 s to start)

@@ -32,7 +32,7 @@ def test_default_and_shipped_configs_are_valid():
         merged = {**base, **load_yaml(preset)}
         for bench in merged["benchmarks"].values():
             # Official data the user supplies (scaffold-paper's ALFWorld): its absence is an error that names
-            # the option (tests/test_env_alfworld.py); the rest of the preset is checked without it.
+            # the option (tests/benchmarks/test_env_alfworld.py); the rest of the preset is checked without it.
             (bench.get("options") or {}).pop("data_path", None)
         for model, rates in merged["pricing"].items():  # the provider's rates, which a billed preset leaves 0
             merged["pricing"][model] = {k: v or 1.0 for k, v in rates.items()}

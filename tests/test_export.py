@@ -33,7 +33,7 @@ V1_SOURCE = V0_SOURCE + '\n\ndef _step_twice():\n    go_forward()\n    return go
 
 
 class Fake:
-    """Scripted LLM, as tests/test_speedrunner.py's: replays `replies` in a loop, recording each call as the real
+    """Scripted LLM, as tests/scripted.py's Fake: replays `replies` in a loop, recording each call as the real
     client does."""
 
     def __init__(self, replies: list[str]):

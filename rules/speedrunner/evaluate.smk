@@ -14,7 +14,7 @@ rule evaluate:
         llm=llm_units(PROTOCOL.n_test, "test"),
         mem_mb=job_mem_mb("evaluate", llm_units(PROTOCOL.n_test, "test")),
         cpus_per_task=job_cpus("evaluate"),
-        runtime=480,  # minutes; profiles/slurm/config.yaml's set-resources decides (tests/test_packaging.py)
+        runtime=480,  # minutes; profiles/slurm/config.yaml's set-resources decides (tests/project/test_packaging.py)
     log:
         f"{RUN_LOG}/evaluate_v{{k}}.log",
     benchmark:

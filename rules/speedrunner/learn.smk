@@ -41,7 +41,7 @@ rule rollout:
         llm=llm_units(PROTOCOL.sleep_every, "train"),
         mem_mb=job_mem_mb("rollout", llm_units(PROTOCOL.sleep_every, "train")),
         cpus_per_task=job_cpus("rollout"),
-        runtime=480,  # minutes; profiles/slurm/config.yaml's set-resources decides (tests/test_packaging.py)
+        runtime=480,  # minutes; profiles/slurm/config.yaml's set-resources decides (tests/project/test_packaging.py)
     log:
         f"{RUN_LOG}/rollout_batch{{k}}.log",
     benchmark:
@@ -76,7 +76,7 @@ rule induce:
         llm=LLM.slots if INDUCER.own_server(LLM) else 1,
         mem_mb=job_mem_mb("induce"),
         cpus_per_task=job_cpus("induce"),
-        runtime=240,  # minutes; profiles/slurm/config.yaml's set-resources decides (tests/test_packaging.py)
+        runtime=240,  # minutes; profiles/slurm/config.yaml's set-resources decides (tests/project/test_packaging.py)
     log:
         f"{RUN_LOG}/induce_v{{k}}.log",
     benchmark:

@@ -48,7 +48,7 @@ rule evaluate_on:
         llm=1,
         mem_mb=job_mem_mb("evaluate"),
         cpus_per_task=job_cpus("evaluate"),
-        runtime=240,  # minutes; profiles/slurm/config.yaml's set-resources decides (tests/test_packaging.py)
+        runtime=240,  # minutes; profiles/slurm/config.yaml's set-resources decides (tests/project/test_packaging.py)
     log:
         f"{RUN_LOG}/evaluate_on_{{target}}_v{{k}}.log",
     benchmark:
@@ -79,7 +79,7 @@ rule evaluate_truncated:
         llm=1,
         mem_mb=job_mem_mb("evaluate"),
         cpus_per_task=job_cpus("evaluate"),
-        runtime=240,  # minutes; profiles/slurm/config.yaml's set-resources decides (tests/test_packaging.py)
+        runtime=240,  # minutes; profiles/slurm/config.yaml's set-resources decides (tests/project/test_packaging.py)
     log:
         f"{RUN_LOG}/evaluate_truncated_n{{n}}.log",
     benchmark:

@@ -8,7 +8,7 @@ in rules/<name>/, their scripts in workflow/scripts/<name>/.
 
 The Snakefile's config check (skillrepro.check.check_config) builds the settings of every study whose section the
 config sets, before any job; the rules reach them, and their fingerprints, through rules/settings.smk;
-tests/test_study_contract.py holds every study to what it declares here.
+tests/studies/test_study_contract.py holds every study to what it declares here.
 
 This module imports only skillrepro.config: a study's settings builder is named "module:attribute" and loaded
 when it is called, as the registries load their entries, so reading the contract loads no study.

@@ -1,6 +1,6 @@
 """The paper's own numbers (seed 002, Qwen3-8B) for the baselines and settings this repository does not run, as rows
 the held-out tables append, each marked "reported in the paper, not run here". Transcribed from tables 1-3 of the
-paper; tests/test_scaffold_paper.py checks every ALFWorld row's average against its task types (134 valid_unseen
+paper; tests/studies/scaffold/test_scaffold_paper.py checks every ALFWorld row's average against its task types (134 valid_unseen
 games: Pick 24, Look 18, Clean 31, Heat 23, Cool 21, Pick2 17)."""
 from __future__ import annotations
 

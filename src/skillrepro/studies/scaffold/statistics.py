@@ -11,7 +11,7 @@ from skillrepro.config import ConfigError
 
 INTERVALS = ("expanded", "percentile", "t")
 # The fewest values each interval is printed for (below: NaN and `interval_label`'s "too few queries"). Measured by
-# perf/interval_coverage.py (4,000 samples a cell) and held by tests/test_scaffold_intervals.py (coverage >= 0.90 at
+# perf/interval_coverage.py (4,000 samples a cell) and held by tests/studies/scaffold/test_scaffold_intervals.py (coverage >= 0.90 at
 # every printed n, on normal data and on per-query differences of success rates): a bootstrap interval lies inside
 # the data's range, so at n values it covers at most 1 - 2^(1 - n) (0.50, 0.75, 0.88, 0.94 at n = 2..5);
 # `expanded` covers 0.87-0.98 at n = 4, 0.92-0.95 at 5 and 0.93-0.95 from 6; `percentile` 0.86-0.91 at 8, 0.89-0.94

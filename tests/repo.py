@@ -1,0 +1,48 @@
+"""The repository the tests read and the Snakemake workflow in it, for tests in any folder under tests/:
+ROOT (the repository) and DATA (tests/data), and a copy of the workflow run with Snakemake.
+
+A module beside tests/conftest.py, not a test module (pyproject.toml's `pythonpath` puts tests/ on the path),
+so test modules share it without importing each other and the paths do not depend on how deep a test sits."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def snakemake(*args, cwd=ROOT, check=True, umask=-1, env=None):
+    proc = subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, umask=umask, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def copy_workflow(dest: Path) -> None:
+    for part in ("Snakefile", "config.yaml", "rules", "workflow", "envs", "report"):
+        src = ROOT / part
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / part)
+
+
+# What src/skillrepro/schemas/config.schema.yaml requires beside llm and benchmarks: the rest of a config whose test runs
+# another study's target (a protocol of one rollout; methods, budgets and pricing at the schema's defaults)
+REQUIRED = {"methods": {"react": {"method": "react"}}, "budgets": {}, "pricing": {},
+            "protocol": {"seeds": [0], "train_rollouts": 1, "sleep_every": 1, "eval_every": 1, "n_test": 1}}
+
+
+def complete(config: dict) -> dict:
+    """`config` with each REQUIRED section it leaves out, and each required key of those it gives."""
+    return {**REQUIRED, **config, **{k: {**REQUIRED[k], **config[k]} for k in REQUIRED if k in config}}
+
+
+def study_workflow(dest: Path, config: dict) -> None:
+    """A copy of the workflow in `dest` whose config.yaml is `config`, completed (`complete`): a test runs a
+    study's target through the Snakefile, as a user does."""
+    copy_workflow(dest)
+    (dest / "config.yaml").write_text(yaml.safe_dump(complete(config)))
