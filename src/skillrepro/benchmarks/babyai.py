@@ -9,6 +9,12 @@ after you pick up X" with equal odds. Missions that name a yellow box, red key, 
 door are rejected and drawn again (MixedTrainLocal keeps those for its test level). BALROG's config line
 `num_dists: 0` never reaches the level (its text wrapper swallows it), so the 8 distractors stay.
 
+Option `level` (a deviation for SkillScaffold's laptop presets, off by default) swaps the level for one of
+BabyAI's easier ones, in which the shipped small models' skill-free episodes sometimes succeed: `go_to_local`
+(GoToLocal: "go to the X", the same 8x8 room and 8 distractors) and `go_to_obj` (GoToObj: "go to the X", one object,
+no distractors, a 6x6 room), with the three moves as the only primitives. Task ids, pools and the text view are
+the same for every level.
+
 The view is BabyAI-Text's description of the 7x7 egocentric image, one item per line with BALROG's
 "You see " prefix removed ("a red ball 1 step left and 2 steps forward").
 """
@@ -17,12 +23,14 @@ from __future__ import annotations
 import contextlib
 import io
 import random
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from minigrid.core.constants import IDX_TO_COLOR, IDX_TO_OBJECT
 from minigrid.core.roomgrid import RoomGrid
 from minigrid.envs.babyai.core.roomgrid_level import RoomGridLevel
 from minigrid.envs.babyai.core.verifier import AfterInstr, BeforeInstr, GoToInstr, ObjDesc, PickupInstr
+from minigrid.envs.babyai.goto import GoToLocal, GoToObj
 
 from skillrepro.benchmarks.base import Benchmark, Env, StepResult, TaskError, check_split, env_prompt, primitive
 
@@ -59,6 +67,26 @@ class PickUpSeqGoTo(RoomGridLevel):
             surface = self.instrs.surface(self)
             if not any(name in surface for name in EXCLUDED):
                 return
+
+
+@dataclass(frozen=True)
+class Level:
+    make: Callable[[], RoomGridLevel]
+    mission: str  # the "paper" prompt's {mission}: what the mission asks
+    hint: str  # the "hints" prompt's {hint}: how to read the mission
+    moves_only: bool = False  # offer only the moves (the GoTo levels use no other action)
+    # (the default level's two keep the prompt files' line breaks, so its prompts stay byte for byte)
+
+
+LEVELS = {
+    "pick_up_seq_go_to": Level(PickUpSeqGoTo, "asks you to pick up one object and go to another, in the order it\n"
+                               "states", 'The mission says which object to pick up and\nwhich to go to, and in which '
+                               'order: "go to Y after you pick up X" means pick up X first.'),
+    "go_to_local": Level(lambda: GoToLocal(room_size=8, num_dists=NUM_DISTS), "asks you to go to one of the objects",
+                         "The mission says which object to go to.", moves_only=True),
+    "go_to_obj": Level(lambda: GoToObj(room_size=6), "asks you to go to the one object in the room",
+                       "The mission says which object to go to.", moves_only=True),
+}
 
 
 def _steps(n: int, word: str) -> str:
@@ -109,10 +137,10 @@ def describe_view(image, carrying=None) -> str:
 class BabyAIEnv(Env):
     benchmark = "babyai"
 
-    def __init__(self, task_id: str):
+    def __init__(self, task_id: str, level: str = "pick_up_seq_go_to"):
         super().__init__(task_id)
         self.seed = int(task_id)
-        self._env = PickUpSeqGoTo()
+        self._env = LEVELS[level].make()
         self._last_reward = 0.0
 
     @property
@@ -181,12 +209,24 @@ class BabyAIReadingEnv(BabyAIEnv):
         """Return what you see now, without acting."""
 
 
-def bot_moves(task_id: str, limit: int) -> list[str] | None:
+class BabyAIMovesEnv(BabyAIEnv):
+    """A GoTo level: turn_left, turn_right and go_forward only. Picking up, dropping and toggling do nothing
+    for its mission, and the shipped small models spend most of their steps on them."""
+
+    pick_up = drop = toggle = None  # not functions, so not primitives
+
+
+class BabyAIReadingMovesEnv(BabyAIReadingEnv):
+    __doc__ = BabyAIMovesEnv.__doc__
+    pick_up = drop = toggle = None
+
+
+def bot_moves(task_id: str, limit: int, level: str = "pick_up_seq_go_to") -> list[str] | None:
     """BabyAI's own bot (minigrid's BabyAIBot) solving `task_id` through this env: its primitive moves, or None
     when it needs more than `limit` or an action the text env lacks (a test's gold path, an expert Scout)."""
     from minigrid.utils.baby_ai_bot import BabyAIBot
 
-    env = BabyAIEnv(task_id)
+    env = BabyAIEnv(task_id, level)
     env.reset()
     bot, names, moves = BabyAIBot(env._env.unwrapped), {v: k for k, v in _ACTIONS.items()}, []
     try:
@@ -209,13 +249,19 @@ class BabyAIBenchmark(Benchmark):
     # "hints" adds navigation advice (how to reach and pick up an object), beyond the paper's prompt.
     PROMPTS = ("paper", "hints")
 
-    def __init__(self, prompt: str = "paper", current_observation: bool = False, **unknown: Any):
+    def __init__(self, prompt: str = "paper", current_observation: bool = False, level: str = "pick_up_seq_go_to",
+                 **unknown: Any):
         if unknown:
-            raise TaskError(f"babyai: unknown option(s) {sorted(unknown)}; known: prompt, current_observation")
+            raise TaskError(f"babyai: unknown option(s) {sorted(unknown)}; known: prompt, current_observation, level")
         if not isinstance(current_observation, bool):
             raise TaskError(f"babyai: current_observation must be true or false, got {current_observation!r}")
-        self.prompt = env_prompt(self.name, prompt, self.PROMPTS)
-        self.env_class = BabyAIReadingEnv if current_observation else BabyAIEnv
+        if level not in LEVELS:
+            raise TaskError(f"babyai: unknown level {level!r}; known: {', '.join(LEVELS)}")
+        self.level = level
+        self.prompt = env_prompt(self.name, prompt, self.PROMPTS, mission=LEVELS[level].mission,
+                                 hint=LEVELS[level].hint)
+        self.env_class = {(False, False): BabyAIEnv, (True, False): BabyAIReadingEnv, (False, True): BabyAIMovesEnv,
+                          (True, True): BabyAIReadingMovesEnv}[current_observation, LEVELS[level].moves_only]
 
     def describe(self) -> str:
         return self.prompt
@@ -238,4 +284,4 @@ class BabyAIBenchmark(Benchmark):
     def make(self, task_id: str) -> Env:
         if not str(task_id).isdigit():
             raise TaskError(f"babyai task id must be a non-negative integer seed, got {task_id!r}")
-        return self.env_class(str(task_id))
+        return self.env_class(str(task_id), self.level)

@@ -1,7 +1,7 @@
 """A positive control for the utility (seed 002, equations 7-10) on real Scouts: a card that states the task's
 solution, an irrelevant card of about the same length and no card, each scored on the same Scouts by the pipeline's
 own code (`score_contexts`, `utilities_for_query`, `selection_for_query`). Used by perf/utility_control.py and its
-small version in tests/test_scaffold_control.py.
+small version in tests/studies/scaffold/test_scaffold_control.py.
 
 The shipped models' Scouts seldom succeed, and on failures alone the utility rewards any card that makes the failed
 replies less likely. `play_expert_scouts` plants the successes: Scouts whose replies are BabyAI's own bot's moves,
@@ -60,12 +60,12 @@ def play_expert_scouts(bench: Any, llm: Any, library_dir: str | Path, tasks: Seq
     Scout folder of the scaffold_scout rule. `llm`: the Scouts' settings (its tool_calling must be text)."""
     if llm.tool_calling != "text":
         raise ValueError("expert Scouts reply in the text protocol: llm.tool_calling must be text")
-    moves = {}
+    moves, level = {}, bench.options.get("level", "pick_up_seq_go_to")
     for t in tasks:
-        plan = bot_moves(t, call_budget(bench))
+        plan = bot_moves(t, call_budget(bench), level)
         if plan is None:
             raise ValueError(f"task {t}: the bot needs more than the call budget of {call_budget(bench)} moves")
-        moves[BabyAIEnv(t).reset()] = plan
+        moves[BabyAIEnv(t, level).reset()] = plan
     spec = EpisodeSpec(run_id, bench.name, "skillscaffold", "scout", llm.seed, "train", 0, 0)
     outcome = run_batch(bench=bench, llm=llm, library_dir=library_dir, task_ids=list(tasks), spec=spec,
                         out_dir=out_dir, client=ExpertClient(moves))
