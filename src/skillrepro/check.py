@@ -18,7 +18,7 @@ from skillrepro.config import (OPERATIONAL_LLM_KEYS, ConfigError, actor_config, 
 from skillrepro.llm.models import MODELS
 from skillrepro.methods import check_benchmarks, get_method, registry
 from skillrepro.studies import contract
-from skillrepro.studies.kvcache.study import KVConfig
+from skillrepro.studies.kvcache.settings import KVConfig
 from skillrepro.studies.scaffold.settings import ScaffoldConfig, parse_instance
 
 

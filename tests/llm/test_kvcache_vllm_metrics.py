@@ -8,6 +8,7 @@ import pytest
 
 from skillrepro.llm import vllm_metrics
 from skillrepro.studies.kvcache import study
+from skillrepro.studies.kvcache.settings import KVConfig
 
 # The shape of vLLM 0.11.0's Prometheus page (two engines, so every counter has two series)
 PAGE = """\
@@ -64,7 +65,7 @@ def test_scrape_reads_the_metrics_endpoint_and_runs_take_differences():
 
 
 def test_counter_row_puts_the_server_beside_the_simulator():
-    kv = study.KVConfig.from_config({"kvcache": dict(
+    kv = KVConfig.from_config({"kvcache": dict(
         benchmark="alfworld", formats=["skillrl"], n_games=2, split="test", task_seed=1, seeds=[0], call_budget=3,
         max_tokens=None, parallel_episodes=1, bank=None, templates_dir=None, prefix_step=2,
         prefix_tokenizer="qwen2.5", block_size=16, capacity_tokens=[1000, 5000], policies=["retain", "flush"],

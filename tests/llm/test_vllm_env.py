@@ -9,9 +9,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from skillrepro.config import LLMConfig
+from skillrepro.config import ConfigError, LLMConfig
 from skillrepro.llm import vllm_env
 from skillrepro.llm.servers import vllm_command
+from skillrepro.studies.kvcache.settings import kv_settings
 
 
 def test_vllm_command_runs_the_module_of_the_environment_and_enables_cache_accounting():
@@ -151,9 +152,6 @@ def test_a_step_budget_that_splits_prompts_is_refused_on_the_cpu():
 
 
 def test_the_kv_study_takes_the_engines_block_size_or_refuses_another():
-    from skillrepro.config import ConfigError
-    from skillrepro.studies.kvcache.study import kv_settings
-
     config = {"llm": {"backend": "vllm", "model": "smollm2-135m", "vllm_args": ["--block-size", "32"]},
               "benchmarks": {"alfworld": {"env": "alfworld"}}}
     assert kv_settings(config).block_size == 32  # not given: the engine's

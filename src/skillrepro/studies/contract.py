@@ -144,13 +144,13 @@ KVCACHE = Study(
     name="kvcache",
     sections=("kvcache",),
     schema="kvcache.schema.yaml",
-    builder="skillrepro.studies.kvcache.study:kv_settings",
+    builder="skillrepro.studies.kvcache.settings:kv_settings",
     # one digest of the whole section, the benchmark it plays and the llm settings of the job's model (of every
     # model for a job across models): skillrepro.check.kvcache_fingerprint
     reads={"study": ("kvcache", "llm")},
     keyed_by=("kvmodel",),
     fingerprint="skillrepro.check:kvcache_fingerprint",
-    job="skillrepro.studies.kvcache.study:kvcache_job",
+    job="skillrepro.studies.kvcache.settings:kvcache_job",
     wildcards=("kvmodel", "kvfmt", "kvseed", "kvblocks"),
 )
 

@@ -6,16 +6,25 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import pandas as pd
 import pytest
+import yaml
+from matplotlib.colors import to_rgba
+from snakemake.utils import validate
 
 from repo import ROOT
 from scripted import ScriptedClient
 from skillrepro.agent import EpisodeSpec
+from skillrepro.studies.kvcache import figures
 from skillrepro.studies.kvcache import formats as F
+from skillrepro.studies.kvcache import replay as R
 from skillrepro.studies.kvcache import study
-from skillrepro.studies.kvcache.actor import AlfWorldFormatter, StreamRequest, format_benchmark, run_format, walk_views
+from skillrepro.studies.kvcache.settings import KVConfig, Setting, games_note, is_placeholder
+from skillrepro.studies.kvcache.actor import (AlfWorldFormatter, CachedTokensUnreported, StreamRequest, format_benchmark,
+                                             run_format, walk_views)
 from skillrepro.config import SCHEMAS, BenchmarkConfig
 from skillrepro.progress import PROGRESS_LOGGER
+from skillrepro.store import Episode, Step, write_records
 from skillrepro.studies.kvcache.tokenizers import get_tokenizer
 
 TOK = get_tokenizer("qwen2.5")
@@ -90,7 +99,7 @@ def test_settings_retain_beats_flush_and_steps_add_up():
     rng = np.random.default_rng(0)
     head = list(rng.integers(0, 1000, 64))
     s = stream_of({e: [head + list(rng.integers(0, 1000, 10 + 5 * k)) for k in range(3)] for e in "abcd"}, completion=40)
-    settings = [study.Setting(p, c, 4) for p in ("retain", "flush") for c in (10_000, 160)]
+    settings = [Setting(p, c, 4) for p in ("retain", "flush") for c in (10_000, 160)]
     rows, steps = study.simulate_settings(s, settings)
     by = {(r.policy, r.capacity_tokens): r for r in rows}
     assert by["retain", 10_000].reuse_ratio > by["flush", 10_000].reuse_ratio
@@ -101,13 +110,13 @@ def test_settings_retain_beats_flush_and_steps_add_up():
         mine = [x for x in steps if (x.policy, x.capacity_tokens) == (r.policy, r.capacity_tokens)]
         assert sum(x.cached_tokens for x in mine) == r.cached_tokens and [x.step for x in mine] == [0, 1, 2]
     with pytest.raises(ValueError, match="kvcache.capacity_tokens 32"):
-        study.simulate_settings(s, [study.Setting("retain", 32, 4)])
+        study.simulate_settings(s, [Setting("retain", 32, 4)])
 
 
 def test_simulation_reports_settings_done_of_n_on_the_console(caplog):
     """kvcache_simulate's progress: a line on logger skillrepro.progress per simulated setting, of N."""
     s = stream_of({e: [list(range(40)) + [100 + k] * (8 + k) for k in range(2)] for e in "ab"})
-    settings = [study.Setting("retain", 10_000, 2), study.Setting("flush", 10_000, 2), study.Setting("retain", 10_000, 1)]
+    settings = [Setting("retain", 10_000, 2), Setting("flush", 10_000, 2), Setting("retain", 10_000, 1)]
     with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
         rows, _ = study.simulate_settings(s, settings)
     lines = [r.getMessage() for r in caplog.records if r.name == PROGRESS_LOGGER]
@@ -123,7 +132,7 @@ def test_group_size_repeats_each_game_within_its_lockstep_batch():
     reqs = study.lockstep_requests(s, 4, group_size=2)
     assert [(r.episode, r.step) for r in reqs[:4]] == [("a#0", 0), ("a#1", 0), ("b#0", 0), ("b#1", 0)]
     assert [(r.episode, r.step) for r in study.lockstep_requests(s, 2, group_size=2)][:3] == [("a#0", 0), ("a#1", 0), ("a#0", 1)]
-    flush = study.Setting("flush", 100_000, 64)
+    flush = Setting("flush", 100_000, 64)
     (one,), _ = study.simulate_settings(s, [flush])
     (two,), _ = study.simulate_settings(s, [flush], group_size=2)
     assert one.cached_tokens == 0 and one.requests == 6
@@ -153,8 +162,6 @@ def test_break_points_and_ceiling_follow_the_previous_prompt():
 
 def test_new_locations_count_distinct_go_to_places_per_episode():
     import json as _json
-
-    import pandas as pd
 
     def step(ep, i, cmd, action="act"):
         return dict(episode_id=ep, step=i, action=action, arguments=_json.dumps([cmd]))
@@ -210,36 +217,34 @@ def test_kvcache_config_errors_name_the_key(tmp_path):
                 call_budget=2, max_tokens=None, parallel_episodes=1, bank=None, templates_dir=None, prefix_step=2,
                 prefix_tokenizer="qwen2.5", block_size=16, capacity_tokens=[1000], policies=["retain"],
                 concurrency=[2], max_num_seqs=8, max_batched_tokens=100, server_slots=1)
-    kv = study.KVConfig.from_config({**base, "kvcache": full})
-    assert kv.bench(base).env == "alfworld" and kv.settings() == [study.Setting("retain", 1000, 2)]
+    kv = KVConfig.from_config({**base, "kvcache": full})
+    assert kv.bench(base).env == "alfworld" and kv.settings() == [Setting("retain", 1000, 2)]
     with pytest.raises(ValueError, match="kvcache.benchmark: 'babyai' has env 'babyai'"):
-        study.KVConfig.from_config({**base, "kvcache": {**full, "benchmark": "babyai"}}).bench(base)
+        KVConfig.from_config({**base, "kvcache": {**full, "benchmark": "babyai"}}).bench(base)
     # vLLM's name for the per-step token budget; the old spelling is an alias of it
-    assert study.KVConfig.from_config({**base, "kvcache": full}).max_num_batched_tokens == 100
+    assert KVConfig.from_config({**base, "kvcache": full}).max_num_batched_tokens == 100
     renamed = {k: v for k, v in full.items() if k != "max_batched_tokens"}
-    assert study.KVConfig.from_config({**base, "kvcache": {**renamed, "max_num_batched_tokens": 64}}).max_batched_tokens == 64
+    assert KVConfig.from_config({**base, "kvcache": {**renamed, "max_num_batched_tokens": 64}}).max_batched_tokens == 64
     with pytest.raises(ValueError, match="max_batched_tokens \\(100\\) is the old name of max_num_batched_tokens \\(64\\)"):
-        study.KVConfig.from_config({**base, "kvcache": {**full, "max_num_batched_tokens": 64}})
+        KVConfig.from_config({**base, "kvcache": {**full, "max_num_batched_tokens": 64}})
     with pytest.raises(ValueError, match="kvcache: unknown key\\(s\\) capacity"):
-        study.KVConfig.from_config({**base, "kvcache": {**full, "capacity": 3}})
+        KVConfig.from_config({**base, "kvcache": {**full, "capacity": 3}})
     with pytest.raises(ValueError, match="kvcache.bank: .*nope.json does not exist"):
-        study.KVConfig.from_config({**base, "kvcache": {**full, "bank": str(tmp_path / "nope.json")}})
+        KVConfig.from_config({**base, "kvcache": {**full, "bank": str(tmp_path / "nope.json")}})
     # the GPU preset's placeholder stops the study with what to put there; a broken bank stops it at load
     with pytest.raises(ValueError, match="kvcache.bank is still the preset's placeholder .*claude_style_skills.json"):
-        study.KVConfig.from_config({**base, "kvcache": {**full, "bank": "<path to SkillRL's bank>"}})
+        KVConfig.from_config({**base, "kvcache": {**full, "bank": "<path to SkillRL's bank>"}})
     (tmp_path / "bad.json").write_text('{"general_skills": [], "task_specific_skills": {}, "common_mistakes": []}')
     with pytest.raises(ValueError, match="bad.json: task_specific_skills lacks categories 'pick_and_place'"):
-        study.KVConfig.from_config({**base, "kvcache": {**full, "bank": str(tmp_path / "bad.json")}})
+        KVConfig.from_config({**base, "kvcache": {**full, "bank": str(tmp_path / "bad.json")}})
 
 
 def test_every_preset_names_its_bank_and_the_gpu_preset_asks_for_skillrls():
-    import yaml
-
     for preset in sorted((ROOT / "configs").glob("kvcache*.yaml")):
         kv = yaml.safe_load(preset.read_text())["kvcache"]
         assert "bank" in kv, preset.name
     gpu = yaml.safe_load((ROOT / "configs/kvcache-gpu.yaml").read_text())["kvcache"]["bank"]
-    assert study.is_placeholder(gpu)
+    assert is_placeholder(gpu)
 
 
 def test_parallel_episodes_share_the_engine_safely(alfworld):
@@ -300,16 +305,11 @@ def test_a_lockstep_live_run_sends_each_step_of_a_group_together(alfworld):
 
 
 def test_schema_lists_every_format():
-    import yaml
-
     props = yaml.safe_load((SCHEMAS / "kvcache.schema.yaml").read_text())["properties"]["formats"]
     assert tuple(props["items"]["enum"]) == tuple(props["default"]) == F.FORMATS
 
 
 def test_gpu_preset_lists_the_seminars_models_and_refuses_placeholders():
-    import yaml
-    from snakemake.utils import validate
-
     config = yaml.safe_load((ROOT / "configs/kvcache-gpu.yaml").read_text())
     kv = config["kvcache"]
     assert [m["name"] for m in kv["models"]] == ["base", "skillrl-sft", "skillrl-rl"]
@@ -317,19 +317,19 @@ def test_gpu_preset_lists_the_seminars_models_and_refuses_placeholders():
     validate(kv, str(SCHEMAS / "kvcache.schema.yaml"), set_default=True)
     with pytest.raises(ValueError, match=r"kvcache.models\[skillrl-sft\].llm.model is still the preset's "
                                          r"placeholder .*SFT checkpoint.*folder"):
-        study.KVConfig.from_config(config)
+        KVConfig.from_config(config)
     for m, path in zip(kv["models"][1:], ("/ckpt/sft", "/ckpt/rl")):
         m["llm"]["model"] = path
-    llms = study.KVConfig.from_config(config).model_llms(config)
+    llms = KVConfig.from_config(config).model_llms(config)
     assert {n: c.model for n, c in llms.items()} == {"base": "Qwen/Qwen2.5-7B-Instruct", "skillrl-sft": "/ckpt/sft",
                                                    "skillrl-rl": "/ckpt/rl"}
 
 
 def test_games_note_says_official_or_generated():
-    official = study.games_note(["official:valid_unseen/pick_and_place-x/trial_1"] * 2, "test", "/data/alfworld")
+    official = games_note(["official:valid_unseen/pick_and_place-x/trial_1"] * 2, "test", "/data/alfworld")
     assert official.startswith("KV-cache study plays 2 official ALFWorld games of split test (valid_unseen) "
                                "from /data/alfworld")
-    generated = study.games_note(["gen:pick_and_place:1000"], "test", None, "alfworld")
+    generated = games_note(["gen:pick_and_place:1000"], "test", None, "alfworld")
     assert "1 generated ALFWorld games" in generated and "benchmarks.alfworld.options.data_path (or" in generated
 
 
@@ -371,10 +371,6 @@ def test_harness_prompts_equal_the_actors_and_a_planted_difference_is_found(alfw
     # replayed in the engine, prompts built from what it showed): seed 001 2-0's check, on a scripted run
     import dataclasses
 
-    from skillrepro.store import write_records
-    from skillrepro.store import Episode, Step
-    from skillrepro.studies.kvcache import replay as R
-
     bench, tasks = alfworld
     env = bench.make(tasks[0])
     env.reset()
@@ -398,8 +394,6 @@ def test_harness_prompts_equal_the_actors_and_a_planted_difference_is_found(alfw
 
 
 def test_headline_is_the_servers_numbers_with_the_simulators_beside():
-    import pandas as pd
-
     server = pd.DataFrame(dict(format=["a", "a", "b"], seed=[0, 1, 0], prompt_tokens=[100, 100, 50],
                                server_cached_tokens=[60, 40, 10], sim_vllm_cached_tokens=[50, 50, 20],
                                sim_llamacpp_cached_tokens=[0, 0, 0]))
@@ -425,7 +419,6 @@ def test_headline_is_the_servers_numbers_with_the_simulators_beside():
 
 def _synthetic_run_tables(server_cached):
     """One format, two seeds, two steps each: simulation outputs, episodes and the server's counts."""
-    import pandas as pd
 
     sett = dict(policy="retain", capacity_tokens=1000, concurrency=2)
     summary = pd.DataFrame([dict(format="a", seed=s, **sett, requests=4, prompt_tokens=400, cached_tokens=c,
@@ -446,8 +439,6 @@ def _synthetic_run_tables(server_cached):
 def test_success_difference_is_paired_and_its_interval_holds():
     """Each format's success minus the reference format's over the same games and seeds: a planted difference is
     found, formats that differ by chance get intervals covering 0 about 95 % of the time (the null control)."""
-    import numpy as np
-    import pandas as pd
 
     rng = np.random.default_rng(0)
 
@@ -487,7 +478,7 @@ def test_served_tables_put_the_servers_counts_first_and_split_recompute():
     srv = t["server"].set_index("seed")
     assert list(srv.server_prefix_miss_tokens) == [220 - 96, 230 - 112]
     # the models' comparison: measured reuse first, the simulator's for the same requests beside it
-    kv = study.KVConfig.from_config({"kvcache": dict(
+    kv = KVConfig.from_config({"kvcache": dict(
         benchmark="alfworld", formats=["a"], n_games=1, split="test", task_seed=1, seeds=[0, 1], call_budget=2,
         max_tokens=None, parallel_episodes=1, bank=None, templates_dir=None, prefix_step=2, prefix_tokenizer="qwen2.5",
         block_size=16, capacity_tokens=[1000], policies=["retain"], concurrency=[2], max_num_seqs=8,
@@ -500,8 +491,6 @@ def test_served_tables_put_the_servers_counts_first_and_split_recompute():
 
 
 def test_a_served_run_without_the_servers_counts_stops_before_any_table():
-    from skillrepro.studies.kvcache.actor import CachedTokensUnreported
-
     with pytest.raises(CachedTokensUnreported, match=r"vllm server .*--enable-prompt-tokens-details.*2 of 4"):
         study.tables(**_synthetic_run_tables([0, None, 0, None]), backend="vllm", policies=("retain",))
     # a replay has no server: unknown is its honest value, and the server columns stay empty
@@ -510,8 +499,6 @@ def test_a_served_run_without_the_servers_counts_stops_before_any_table():
 
 
 def test_served_figures_show_the_server_first_and_name_their_source(monkeypatch, tmp_path):
-    from skillrepro.studies.kvcache import figures
-
     shown = {}
 
     def keep(fig, path):  # the figure's title and legend labels, instead of a PNG
@@ -519,7 +506,7 @@ def test_served_figures_show_the_server_first_and_name_their_source(monkeypatch,
         shown[path] = (ax.get_title(), [t.get_text() for t in ax.get_legend().get_texts()])
 
     monkeypatch.setattr(figures, "_save", keep)
-    kv = study.KVConfig.from_config({"kvcache": dict(
+    kv = KVConfig.from_config({"kvcache": dict(
         benchmark="alfworld", formats=["a"], n_games=1, split="test", task_seed=1, seeds=[0, 1], call_budget=2,
         max_tokens=None, parallel_episodes=1, bank=None, templates_dir=None, prefix_step=2, prefix_tokenizer="qwen2.5",
         block_size=16, capacity_tokens=[1000], policies=["retain"], concurrency=[2], max_num_seqs=8,
@@ -542,10 +529,6 @@ def test_served_figures_show_the_server_first_and_name_their_source(monkeypatch,
 def test_prompt_example_figure_draws_each_formats_segments_in_order(monkeypatch):
     """The seminar's 2-3 prompt example: one bar per format (the first game), its segments in prompt order,
     their widths the segments table's tokens, the skill sections blue."""
-    import pandas as pd
-    from matplotlib.colors import to_rgba
-
-    from skillrepro.studies.kvcache import figures
 
     rows = [("skillrl", "g1", ["system", "task", "general", "category", "mistakes", "history_1", "observation"],
              [20, 10, 300, 200, 150, 40, 30]),

@@ -5,7 +5,7 @@ import logging
 
 from skillrepro.progress import PROGRESS_LOGGER
 from skillrepro.studies.kvcache import formats as F
-from skillrepro.studies.kvcache import study
+from skillrepro.studies.kvcache import settings
 from skillrepro.studies.kvcache.actor import format_benchmark
 from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
@@ -16,7 +16,7 @@ kv = job.settings.kv
 bench = format_benchmark(job.settings.bench)
 ids = bench.sample_tasks(kv.split, kv.n_games, kv.task_seed)
 bank = F.bank_summary(F.load_bank(kv.bank))
-games = study.games_note(ids, kv.split, getattr(bench, "data_path", None), kv.benchmark)
+games = settings.games_note(ids, kv.split, getattr(bench, "data_path", None), kv.benchmark)
 logging.getLogger(PROGRESS_LOGGER).info("%s; skill bank %s", games, bank)  # console and log
 write_text(snakemake.output[0], json.dumps({"split": kv.split, "tasks": ids, "bank": bank, "games": games}, indent=1))
 log.info("%d %s games: %s", len(ids), kv.split, ", ".join(ids))
