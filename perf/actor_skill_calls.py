@@ -21,7 +21,7 @@ from skillrepro.config import ActorConfig, BenchmarkConfig, LLMConfig
 from skillrepro.llm import servers
 from skillrepro.llm.client import LLMClient
 from skillrepro.methods import get_method
-from skillrepro.skills.sandbox import SandboxPolicy
+from skillrepro.skills.isolation import SandboxPolicy
 
 INTERFACES = {  # name -> (tool calling, restate skills)
     "text": ("text", False), "text+reminder": ("text", True),

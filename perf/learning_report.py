@@ -11,7 +11,7 @@ from pathlib import Path
 
 import duckdb
 
-from skillrepro.methods.speedrunner import refusal_kind
+from skillrepro.methods.speedrunner_gate import refusal_kind
 
 ap = argparse.ArgumentParser()
 ap.add_argument("results", type=Path)

@@ -25,7 +25,7 @@ from skillrepro.check import check_config
 from skillrepro.llm import servers
 from skillrepro.llm.client import LLMClient
 from skillrepro.methods import InduceContext, get_method
-from skillrepro.methods.speedrunner import refusal_kind
+from skillrepro.methods.speedrunner_gate import refusal_kind
 from skillrepro.pipeline import training_history
 from skillrepro.skills import Library
 

@@ -5,7 +5,7 @@ from skillrepro import config as cfg
 from skillrepro import pipeline
 from skillrepro.benchmarks import load_benchmark
 from skillrepro.llm import models
-from skillrepro.skills.sandbox import SandboxLimits
+from skillrepro.skills.isolation import SandboxLimits
 
 
 include: "settings.smk"

@@ -21,9 +21,9 @@ TEST_MODEL = os.environ.get("SKILLREPRO_TEST_MODEL", "smollm2-135m")
 def needs_bwrap():
     """For a test whose containment only bubblewrap gives (a uid of nobody, a bounded scratch, an empty
     environment): without it the failure says so, instead of an assertion about a uid."""
-    from skillrepro.skills import sandbox
+    from skillrepro.skills import isolation
 
-    path, why = sandbox._bwrap()
+    path, why = isolation.bwrap()
     if path is None:
         pytest.fail(f"this test needs bubblewrap, the sandbox's outer layer (a README prerequisite): {why}",
                     pytrace=False)

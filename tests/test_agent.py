@@ -212,7 +212,7 @@ def test_a_wall_clock_of_the_episode_bounds_a_skill_call():
     import time
 
     from skillrepro import skills
-    from skillrepro.skills.sandbox import SandboxPolicy
+    from skillrepro.skills.isolation import SandboxPolicy
 
     library = skills.Library(1, skills.parse_functions(
         'def spin():\n    """Loop forever."""\n    while True:\n        pass\n'))
@@ -235,7 +235,7 @@ def test_restated_skills_follow_every_observation_only_when_asked_and_only_with_
     from skillrepro import skills
     from skillrepro.agent import Prompts
     from skillrepro.config import ActorConfig
-    from skillrepro.skills.sandbox import SandboxPolicy
+    from skillrepro.skills.isolation import SandboxPolicy
 
     library = skills.Library(1, skills.parse_functions(
         'def spin(times: int):\n    """Turn left `times` times."""\n    for _ in range(times):\n        turn_left()\n'

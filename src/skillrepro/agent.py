@@ -23,7 +23,9 @@ from skillrepro.benchmarks.base import ActionError, Env, Primitive
 from skillrepro.config import ROLLOUT_WALL_S, ActorConfig
 from skillrepro.llm.client import LLMClient, LLMRequestError
 from skillrepro.skills.library import Library, parse_untrusted
-from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession, render_outcome
+from skillrepro.skills.isolation import SandboxLimits, SandboxPolicy
+from skillrepro.skills.protocol import render_outcome
+from skillrepro.skills.sandbox import SandboxSession
 from skillrepro.store import Episode, LLMCall, SkillCall, Step
 
 PROMPTS = Path(__file__).parent / "prompts"

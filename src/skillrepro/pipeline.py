@@ -19,7 +19,8 @@ from skillrepro.llm.client import use_ledger
 from skillrepro.llm.ledger import Ledger
 from skillrepro.methods import Variant, bind
 from skillrepro.progress import JOB, PROGRESS_LOGGER
-from skillrepro.skills.sandbox import SandboxPolicy, probe
+from skillrepro.skills.isolation import SandboxPolicy
+from skillrepro.skills.sandbox import probe
 from skillrepro.studies import contract
 from skillrepro.studies.speedrunner import paths
 

@@ -40,7 +40,8 @@ from skillrepro.config import OPERATIONAL_LLM_KEYS, ROLLOUT_WALL_S, BenchmarkCon
 from skillrepro.llm.client import LLMClient, session
 from skillrepro.methods import TaskContext, Variant, default_next_task
 from skillrepro.progress import Progress
-from skillrepro.skills.sandbox import SandboxPolicy, tag_skill_calls
+from skillrepro.skills.isolation import SandboxPolicy
+from skillrepro.skills.protocol import tag_skill_calls
 from skillrepro.store import Episode, LLMCall, SkillCall, Step, read_records, write_records
 from skillrepro.benchmarks import call_budget, load_benchmark
 

@@ -309,7 +309,7 @@ def test_d2_every_prompt_says_what_an_action_returns(observe):
         assert ("returns the observation text that follows it" in text) == (not paper), name
     # Voyager's curriculum is shown the last thing each recent episode saw, not the "None" of its last action
     # nor the "last observation: None" of a skill call that ended on one
-    from skillrepro.skills.sandbox import Outcome, render_outcome
+    from skillrepro.skills.protocol import Outcome, render_outcome
 
     skill = render_outcome("chop", Outcome(None, "", "", 0, "None", 3))
     assert skill.endswith("None)")

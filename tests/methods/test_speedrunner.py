@@ -9,16 +9,23 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from skillrepro.agent import EpisodeSpec
-from skillrepro.config import BenchmarkConfig, ConfigError, InducerLimits, LLMConfig, MethodConfig
+from skillrepro.agent import EpisodeSpec, parse_text_action
+from skillrepro.check import check_config
+from skillrepro.config import (BenchmarkConfig, ConfigError, InducerLimits, LLMConfig, MethodConfig, inducer_limits,
+                               load_yaml)
 from skillrepro.methods import InduceContext, get_method
-from skillrepro.methods.speedrunner import LAST_CHANCE_PREFILL, parse_action
-from skillrepro.llm.client import Reply
+from skillrepro.methods.common import append_functions, reply_code
+from skillrepro.methods.speedrunner_gate import Session, write_function
+from skillrepro.methods.speedrunner_protocol import LAST_CHANCE_PREFILL, example_loop, parse_action
+from skillrepro.llm.client import LLMClient, Reply, ToolCall
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
-from skillrepro.benchmarks import load_benchmark
+from skillrepro.skills.isolation import SandboxPolicy
+from skillrepro.skills.sandbox import SandboxSession
+from skillrepro.benchmarks import get_benchmark, load_benchmark
+from skillrepro.benchmarks.base import Env
 from repo import DATA, ROOT
-from scripted import Fake
+from scripted import ChatServer, Fake, ScriptedClient
 
 BENCH = BenchmarkConfig(name="babyai", env="babyai", llm_call_budget=6)
 
@@ -77,8 +84,6 @@ def mission_parts(text="pick up the red ball, then go to the blue key"):
 def test_replay_check_is_an_explicit_option(recorded, monkeypatch):
     """The replay check exists only as `replay_check: true` (a deviation from the online protocol): it then
     runs a new zero-argument function on a past training task and rejects `crashes`."""
-    from skillrepro.benchmarks.base import Env
-
     stepped = []
     step = Env.step
     monkeypatch.setattr(Env, "step", lambda self, *a, **k: stepped.append(a) or step(self, *a, **k))
@@ -145,7 +150,6 @@ def test_session_writes_checks_and_records(recorded):
     lib.write(ctx.out_dir)
     again = Library.load(ctx.out_dir)
     assert [f.name for f in again.functions] == [f.name for f in lib.functions]
-    from skillrepro.skills.sandbox import SandboxSession
 
     s = SandboxSession(source=again.source)
     assert s.exec_code("mission_parts('go to the blue key after you pick up the red ball')").ret == "('red ball', 'blue key')"
@@ -169,8 +173,6 @@ def test_ablations(recorded):
 
 
 def test_missing_prompt_file_is_named(recorded):
-    from skillrepro.config import ConfigError
-
     with pytest.raises(ConfigError, match="config key methods.sr.options: inducer_prompt_file: nope.txt does not exist"):
         get_method("speedrunner").induce(ctx_for(recorded, inducer_prompt_file="nope.txt"), client=Fake(["x"]))
 
@@ -261,9 +263,6 @@ def test_constrained_replies_are_one_json_tool_call_and_the_last_may_only_write(
 def test_the_inducer_limits_are_settings(recorded):
     """Config section inducer reaches the session: reply tokens, the library in the first message, each tool
     output, read_library, the history trim and the last-request nudge (off here); its defaults are today's."""
-    from skillrepro.check import check_config
-    from skillrepro.config import inducer_limits, load_yaml
-
     assert inducer_limits(check_config(load_yaml(DATA / "tiny.yaml"), check_files=False)) == \
         InducerLimits(256, None, 3000, 3000, 6000, True)
 
@@ -300,10 +299,6 @@ BOMBS = {
 @pytest.mark.parametrize("code", BOMBS.values(), ids=BOMBS.keys())
 def test_model_code_that_the_parser_chokes_on_is_an_error_to_the_model(code):
     """Every place that parses model-written code answers with an error, never a crash of the job."""
-    from skillrepro.methods.common import append_functions, reply_code
-    from skillrepro.methods.speedrunner import Session, write_function
-    from skillrepro.skills.sandbox import SandboxPolicy, SandboxSession
-
     sess = Session({}, {"go_forward"}, all_public=True)
     assert write_function(sess, code, True, load_benchmark(BENCH), []).startswith("Error"), "write_function"
     assert not sess.functions
@@ -315,8 +310,6 @@ def test_model_code_that_the_parser_chokes_on_is_an_error_to_the_model(code):
 
 
 def test_an_actor_reply_the_parser_chokes_on_is_an_invalid_action():
-    from skillrepro.agent import parse_text_action
-
     action = parse_text_action("Action: go_to(" + "-" * 3500 + "1)", ["go_to"])
     assert action.name == "go_to" and "could not read the arguments" in action.problem
 
@@ -347,9 +340,6 @@ def test_native_history_keeps_each_call_and_the_summary_reports_progression(reco
     """In native tool-calling mode the conversation keeps each call with its code and arguments (the next
     request sees what was written, public or not), and the first message's per-cycle summary reports
     progression beside success (Crafter is scored by progression)."""
-    from scripted import ScriptedClient
-    from skillrepro.llm.client import ToolCall
-
     code = 'def _twice():\n    """Two steps."""\n    go_forward()\n    return go_forward()\n'
     client = ScriptedClient([ToolCall("c1", "write_function", {"source": code, "public": False}),
                              ToolCall("c2", "finish", {"summary": "done"})])
@@ -370,9 +360,6 @@ def test_native_mode_speaks_native_and_reads_a_call_written_as_text(recorded):
     for tool calls (no text protocol), the history holds each call as the assistant's tool call answered by the
     tool's message, a reply that writes the history's JSON as text is read as that call, and a reply with no call
     at all is told how to call."""
-    from scripted import ChatServer
-    from skillrepro.llm.client import LLMClient
-
     first = 'def _twice():\n    """Two steps."""\n    go_forward()\n    return go_forward()\n'
     second = 'def three():\n    """Three steps."""\n    _twice()\n    return go_forward()\n'
     made = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
@@ -562,8 +549,6 @@ def test_a_top_level_import_is_copied_into_the_functions_that_use_it(recorded):
     """`import re` above the function using it (what the 1.5B inducer wrote at 651d6b7, refused as `re` defined
     nowhere: a library keeps functions only): copied into the function's body, after its docstring, so the
     function runs; an import nothing uses stays an ignored top-level statement."""
-    from skillrepro.skills.library import Library
-
     code = ('Action: write_function(public=True)\n```python\nimport re\nfrom json import dumps as d\nimport os\n\n'
             'def where(text):\n    """The first colour named."""\n    m = re.search("red|blue", text)\n    return d(m and m.group())\n\n'
             'def walk():\n    return go_forward()\n```')
@@ -598,12 +583,8 @@ def test_a_saved_function_that_never_reads_an_argument_is_told_so(recorded):
 def test_the_built_in_example_acts_in_the_world(env_name):
     """The protocol's worked function, run in the sandbox on a task: it steps the world (Crafter's actions return
     nothing under D.2, so it acts and then reads the observation; it is not a loop over a read)."""
-    from skillrepro.benchmarks import get_benchmark
-    from skillrepro.methods.speedrunner import _example_loop
-    from skillrepro.skills.sandbox import SandboxSession
-
     bench = get_benchmark(env_name)
-    source = _example_loop(bench.primitives())
+    source = example_loop(bench.primitives())
     assert source.count("def ") == 1, source
     env = bench.make(bench.sample_tasks("train", 1, 0)[0])
     env.reset()

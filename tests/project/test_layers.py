@@ -23,11 +23,6 @@ PACKAGE = ROOT / "src" / "skillrepro"  # a module global: the checks' own tests 
 LAZY = {
     ("skillrepro.studies.kvcache.replay", "skillrepro.benchmarks.alfworld"):
         "optional extra `benchmarks` (alfworld, textworld), for the planner's commands only",
-    ("skillrepro.studies.scaffold.evidence", "skillrepro.llm.scorer"): "optional extra `scorer` (torch, transformers)",
-    ("skillrepro.studies.scaffold.scoring", "skillrepro.llm.scorer"): "optional extra `scorer` (torch, transformers)",
-    ("skillrepro.studies.scaffold.rollouts", "skillrepro.benchmarks.scienceworld"):
-        "optional extra `benchmarks` (scienceworld)",
-    ("skillrepro.studies.scaffold.grpo", "skillrepro.llm.scorer"): "optional extra `scorer` (torch, transformers)",
 }
 
 

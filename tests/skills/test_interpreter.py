@@ -20,7 +20,8 @@ import yaml
 
 from repo import copy_workflow
 from scripted import ChatServer, completion
-from skillrepro.skills.sandbox import SandboxError, SandboxLimits, SandboxPolicy, SandboxSession
+from skillrepro.skills.isolation import SandboxError, SandboxLimits, SandboxPolicy
+from skillrepro.skills.sandbox import SandboxSession
 
 LIMITS = SandboxLimits(call_wall_s=30, call_cpu_s=10, start_wall_s=120, memory_bytes=4 << 30, output_chars=16000)
 
@@ -117,12 +118,12 @@ def test_relative_history_paths_are_read_and_every_thread_is_in_seccomp_filter_m
 def test_every_thread_is_contained_by_seccomp_and_landlock(history, bwrap, monkeypatch):
     """Under bwrap a write outside scratch meets a read-only mount first; without it (as root here) only
     Landlock stands in the way, which is what the fallback case shows."""
-    from skillrepro.skills import sandbox
+    from skillrepro.skills import isolation
 
     if not bwrap:
-        monkeypatch.setattr(sandbox, "_BWRAP", {"path": None, "why": "bwrap hidden by the test"})
-    elif sandbox._bwrap()[0] is None:
-        pytest.fail(f"bubblewrap cannot run here ({sandbox._bwrap()[1]}); the README asks for it")
+        monkeypatch.setattr(isolation, "_BWRAP", {"path": None, "why": "bwrap hidden by the test"})
+    elif isolation.bwrap()[0] is None:
+        pytest.fail(f"bubblewrap cannot run here ({isolation.bwrap()[1]}); the README asks for it")
     s = interpreter(history, audit_hook=False)
     s.start()
     assert s.exec_code(ATTEMPTS).ok
@@ -187,9 +188,9 @@ def test_an_interpreter_that_cannot_read_its_history_fails_loud(history):
 
 
 def test_a_required_layer_the_interpreter_lacks_fails_loud(history, monkeypatch):
-    from skillrepro.skills import sandbox
+    from skillrepro.skills import isolation
 
-    monkeypatch.setattr(sandbox, "_BWRAP", {"path": None, "why": "bwrap hidden by the test"})
+    monkeypatch.setattr(isolation, "_BWRAP", {"path": None, "why": "bwrap hidden by the test"})
     s = interpreter(history, policy=SandboxPolicy(("bwrap",)))
     with pytest.raises(SandboxError, match="sandbox.require: layer\\(s\\) bwrap unavailable"):
         s.start()

@@ -19,10 +19,11 @@ import pytest
 from skillrepro.benchmarks import get_benchmark
 from skillrepro.benchmarks.base import ActionError
 from skillrepro.skills import Library, parse_functions
-from skillrepro.skills import sandbox
+from skillrepro.skills import isolation, sandbox
 from skillrepro.agent import skill_tools
-from skillrepro.skills.sandbox import (WORKER, SandboxError, SandboxLimits, SandboxPolicy, SandboxSession, render_outcome,
-                                       tag_skill_calls)
+from skillrepro.skills.isolation import SandboxError, SandboxLimits, SandboxPolicy
+from skillrepro.skills.protocol import render_outcome, tag_skill_calls
+from skillrepro.skills.sandbox import SandboxSession, WORKER
 from repo import ROOT
 
 # The wall clock is generous because the CPU is shared: a 1 s CPU budget can take several seconds.
@@ -692,7 +693,7 @@ def test_seccomp_program_kills_foreign_abis_and_denies_the_rest():
 @pytest.fixture
 def no_bwrap(monkeypatch):
     """As on a machine without bubblewrap: the worker starts directly and applies what it can itself."""
-    monkeypatch.setattr(sandbox, "_BWRAP", {"path": None, "why": "bwrap hidden by the test"})
+    monkeypatch.setattr(isolation, "_BWRAP", {"path": None, "why": "bwrap hidden by the test"})
     monkeypatch.setattr(sandbox, "_LOGGED", set())
 
 
@@ -700,10 +701,10 @@ def test_every_layer_is_reported_and_a_missing_one_is_logged(no_bwrap, caplog):
     s, calls, env = session("")
     with caplog.at_level("INFO", logger="skillrepro.sandbox"):
         assert_unharmed(s, env)
-    assert set(sandbox.LAYERS) <= set(s.isolation)
+    assert set(isolation.LAYERS) <= set(s.isolation)
     assert {"bwrap", "scratch_limit"} <= set(s.missing)
     assert s.isolation["bwrap"] == "MISSING: bwrap hidden by the test"
-    assert all(s.isolation[k].startswith("MISSING") == (k in s.missing) for k in sandbox.LAYERS)
+    assert all(s.isolation[k].startswith("MISSING") == (k in s.missing) for k in isolation.LAYERS)
     warning = [r.message for r in caplog.records if r.levelname == "WARNING"]
     assert warning and "bwrap" in warning[0] and "sandbox.require" in warning[0]
     s.close()

@@ -31,6 +31,7 @@ from minigrid.core.roomgrid import RoomGrid
 from minigrid.envs.babyai.core.roomgrid_level import RoomGridLevel
 from minigrid.envs.babyai.core.verifier import AfterInstr, BeforeInstr, GoToInstr, ObjDesc, PickupInstr
 from minigrid.envs.babyai.goto import GoToLocal, GoToObj
+from minigrid.utils.baby_ai_bot import BabyAIBot
 
 from skillrepro.benchmarks.base import Benchmark, Env, StepResult, TaskError, check_split, env_prompt, primitive
 
@@ -224,8 +225,6 @@ class BabyAIReadingMovesEnv(BabyAIReadingEnv):
 def bot_moves(task_id: str, limit: int, level: str = "pick_up_seq_go_to") -> list[str] | None:
     """BabyAI's own bot (minigrid's BabyAIBot) solving `task_id` through this env: its primitive moves, or None
     when it needs more than `limit` or an action the text env lacks (a test's gold path, an expert Scout)."""
-    from minigrid.utils.baby_ai_bot import BabyAIBot
-
     env = BabyAIEnv(task_id, level)
     env.reset()
     bot, names, moves = BabyAIBot(env._env.unwrapped), {v: k for k, v in _ACTIONS.items()}, []

@@ -105,7 +105,8 @@ class LLMClient:
     ledger: Ledger | None = None  # the run's response cache and dollar cap (llm/ledger.py); None: neither
 
     def __post_init__(self):
-        import openai  # here, not at the top: see the module's docstring
+        # lazy: start-up cost: the SDK's import (~0.3-0.9 s), paid when the first client is made (module docstring)
+        import openai
 
         # made with the client, not at its first request, so no record's latency holds the import
         self._sdk = openai.OpenAI(base_url=self.base_url, api_key=self.api_key, max_retries=0,
@@ -119,8 +120,10 @@ class LLMClient:
         against its parameter types (a copy of every message and tool schema): ~6 ms a call, ~4x `post`
         (perf/client_overhead.py), for the same body on the wire. The fields
         `create` does not name (a grammar, cache_prompt) go in what its `extra_body` becomes."""
-        import httpx2  # the SDK's transport
-        import openai  # both loaded by __post_init__: lookups
+        # lazy: start-up cost: the SDK's transport, loaded with the SDK by __post_init__ (here a lookup)
+        import httpx2
+        # lazy: start-up cost: loaded by __post_init__ (here a lookup)
+        import openai
 
         fields = {k: v for k, v in request.items() if k in _SDK_FIELDS}
         extra = {k: v for k, v in request.items() if k not in _SDK_FIELDS}

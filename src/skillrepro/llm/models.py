@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import gguf
+import numpy as np
+
 log = logging.getLogger(__name__)
 
 
@@ -150,8 +153,6 @@ def _fetched(spec: ShippedModel, say: Callable[[str], None]) -> Path:
 def gguf_writer_like(reader, out: str | Path, file_type):
     """A GGUFWriter to `out` carrying `reader`'s metadata (architecture, hyper-parameters, tokenizer, chat
     template), its file type set to `file_type` (a gguf.LlamaFileType); the caller adds the tensors."""
-    import gguf
-
     arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
     writer = gguf.GGUFWriter(str(out), arch)
     for f in reader.fields.values():
@@ -167,9 +168,6 @@ def reencode(src: Path, out: Path, kind: str) -> None:
     """Write `src` to `out` with each quantized matrix of another type re-encoded as GGML type `kind` (Q8_0 only);
     metadata, tensor order and every other tensor as they are. Re-encoding changes a weight by at most about
     half a step of the new type; a weight that moved further (a quantizer that changed) stops the write."""
-    import gguf
-    import numpy as np
-
     if kind != "Q8_0":  # the check below knows Q8_0's step
         raise ValueError(f"re-encoding as {kind}: only Q8_0 is supported")
     qtype = gguf.GGMLQuantizationType[kind]

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
+import gguf
+
 from skillrepro.llm.models import cache_dir
 
 
@@ -172,8 +174,6 @@ def _parsed_once(p: Path):
     vocabulary, in pure Python) and to rebuild the name map for every module (about 7 s); both are read-only
     after they are built. transformers imports both names from gguf at each call, so replacing them on the module
     reaches it; anything else is passed to the originals."""
-    import gguf
-
     reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
     reader = reader_class(str(p))
 

@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import xllamacpp
+
 from skillrepro.config import LLMConfig
 from skillrepro.llm import vllm_env
 from skillrepro.llm.models import MODELS, cache_dir, resolve
@@ -177,8 +179,6 @@ def serve_embedded(model: str, slots: int, ctx_per_slot: int, threads: int, host
     interface, for jobs on other nodes) and `port` (0: an ephemeral one); return the xllamacpp Server.
     `cache_prompt=False` computes every prompt afresh: with one slot, a reply then depends on its request
     alone, not on which requests came before (a run's records are then the same whatever the job order)."""
-    import xllamacpp
-
     p = xllamacpp.CommonParams()
     p.model.path = str(resolve(model))
     p.n_ctx = ctx_per_slot * slots  # llama.cpp splits the context evenly over the slots

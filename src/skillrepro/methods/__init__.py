@@ -1,7 +1,8 @@
 """Methods of the online loop: how a library (skills, notes) changes between rollout batches, and what the
 actor is shown of it.
 
-A method is one module in this folder. At import it registers itself:
+A method is a module in this folder that registers itself at import (a method's helpers, such as common.py or
+speedrunner_gate.py, sit beside it and register nothing):
 
     @dataclass(frozen=True)
     class Options:                 # methods.<variant>.options, checked field by field
@@ -39,7 +40,7 @@ from skillrepro.config import (BenchmarkConfig, ConfigError, InducerLimits, LLMC
                                MethodConfig)
 from skillrepro.llm.client import session
 from skillrepro.skills import Library
-from skillrepro.skills.sandbox import SandboxPolicy
+from skillrepro.skills.isolation import SandboxPolicy
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from typing import Any
 
 from skillrepro.config import InducerLimits
 from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
-from skillrepro.skills.sandbox import SandboxLimits, SandboxPolicy, SandboxSession
+from skillrepro.skills.isolation import SandboxLimits, SandboxPolicy
+from skillrepro.skills.sandbox import SandboxSession
 from skillrepro.store import LLMCall, write_records, write_text
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"

@@ -47,7 +47,7 @@ from skillrepro.methods.common import (TOKEN_CHARS, Trace, append_functions, bud
                                        prompt_text, read_traces, reply_code, save_records, show_traces)
 from skillrepro.skills import Library
 from skillrepro.skills.library import SkillFunction
-from skillrepro.skills.sandbox import observed_nothing
+from skillrepro.skills.protocol import observed_nothing
 from skillrepro.store import LLMCall, read_records
 from skillrepro.benchmarks import load_benchmark, primitive_returns
 

@@ -497,6 +497,7 @@ def _build_history_db(db: dict, scratch: str) -> tuple[str, dict]:
     to the parent's uid and sit outside the read allow-list). The connection is closed again, which joins
     DuckDB's worker threads: the layers must be applied while this process has one thread (Landlock has no
     thread-sync), and the threads DuckDB starts when the file is reopened inherit them all."""
+    # lazy: the sandbox worker imports only the standard library until the inducer asks for its history
     import duckdb
 
     path = os.path.join(scratch, "history.duckdb")
@@ -533,6 +534,7 @@ def _build_history_db(db: dict, scratch: str) -> tuple[str, dict]:
 
 def _open_history_db(path: str, versions: dict) -> dict:
     """The inducer's helpers over the history file, opened read-only after every layer is in place."""
+    # lazy: the sandbox worker, as in _build_history_db
     import duckdb
 
     con = duckdb.connect(path, read_only=True, config={"threads": 1, "enable_external_access": False,

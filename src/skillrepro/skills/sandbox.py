@@ -1,30 +1,9 @@
-"""Sandboxed execution of LLM-written code: skills for the actor, `execute_code` for the inducer.
+"""The parent's side of a sandboxed worker: `SandboxSession` runs skills for the actor (a fresh child per call)
+and the inducer's `execute_code` (one child, a notebook). What isolates the worker is in skills/isolation.py, what
+it may send back in skills/protocol.py, and the worker itself in skills/_worker.py.
 
-Skill code is written by an LLM and may be hostile, so the worker (skills/_worker.py) runs behind layers the
-kernel enforces and the worker cannot undo, and the parent trusts nothing the worker sends.
-
-Layers (each reported under its name in `SandboxSession.isolation`; a missing one is logged, and config key
-`sandbox.require` names the ones a run refuses to start without):
-
-| layer          | what it does                                                                                |
-|----------------|---------------------------------------------------------------------------------------------|
-| bwrap          | bubblewrap: fresh mount, pid, ipc, uts, net and cgroup namespaces; the worker sees only the |
-|                | read allow-list below, read-only, and an empty environment                                  |
-| read_allowlist | the Python runtime's standard library and the system libraries (bwrap's mount namespace,    |
-|                | and Landlock read rules): no home folder, results, project or environment packages          |
-| scratch_limit  | the only writable folder is a tmpfs of `scratch_bytes` (bwrap only)                         |
-| uid            | the worker runs as nobody (65534), not the parent's uid; RLIMIT_NPROC applies to it         |
-| seccomp        | foreign architectures (i386 `int 0x80`) and the x32 bit kill the worker; fork/exec/clone of |
-|                | processes, sockets, signals, ptrace, memfd/shm, chmod/chown/utime/xattr, mount, io_uring,  |
-|                | bpf, keyctl ... fail with EPERM                                                              |
-| landlock       | writes only under scratch, reads only the allow-list, no TCP, signals scoped (Linux >= 5.13)|
-| memory_cgroup  | a memory cgroup counts every page the worker touches (tmpfs included), limit memory_bytes   |
-| netns          | no network (bwrap's, or an unshared namespace in the fallback)                              |
-| rlimits        | AS, FSIZE, CPU, NOFILE, NPROC=0                                                             |
-| audit_hook     | clear messages for the common cases; a convenience, never relied on (it can be switched off)|
-Without bubblewrap (not installed, or no namespaces allowed) the worker is started directly and applies
-the uid, seccomp, Landlock, netns and rlimits layers itself; then scratch_limit is missing and memfd/shm are
-denied by seccomp instead of being counted (memory_cgroup needs a writable cgroup in either mode).
+Longer than the other modules because `SandboxSession` is one life cycle (zygote, staged children, calls, cells)
+whose parts share its state; the helpers that need none of it live in the two modules above.
 
 Processes: a zygote (started once per session, inside bwrap; it never runs untrusted code) forks one child
 per skill call; the child becomes nobody, applies Landlock, rlimits and seccomp, loads the library, says
@@ -43,19 +22,12 @@ lives until a cell is killed or leaves threads, timers or signal handlers behind
 history into scratch before its layers and queries the copy after them, so that DuckDB's threads start
 under every layer. Every layer covers every thread: the worker applies them while it has one thread
 (seccomp with TSYNC besides), and reports what the kernel shows.
-
-The protocol: every frame the child sends must match its schema (keys, types, sizes), carry the current
-call id and the next sequence number, and respect the frame stack (a nested frame's id is the call's root id
-plus a fresh suffix, its parent the innermost open frame). A frame that does not is a protocol violation:
-the child is killed, the call's records say so, and the actor gets an ActionError. So is any byte written
-after the result. Environment steps and the last observation are the parent's own counts.
 """
 from __future__ import annotations
 
 import ast
 import json
 import logging
-import math
 import os
 import select
 import shutil
@@ -68,254 +40,19 @@ import tempfile
 import time
 import uuid
 import weakref
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from skillrepro.benchmarks.base import ActionError, Env
+from skillrepro.skills.isolation import (LAYERS, NOBODY, SCRATCH_IN_BWRAP, MemoryCgroup, SandboxError, SandboxLimits,
+                                         SandboxPolicy, absolute_db, bwrap, interpreter_mounts, runtime,
+                                         traversable_by_nobody)
+from skillrepro.skills.protocol import RESTART, Child, Frame, Outcome, Violation, check_frame
 from skillrepro.skills.library import parse_untrusted
 from skillrepro.store import SkillCall
 
 WORKER = Path(__file__).with_name("_worker.py")
-LAYERS = ("bwrap", "read_allowlist", "scratch_limit", "uid", "seccomp", "landlock", "memory_cgroup", "netns",
-          "rlimits")
-NOBODY = 65534
-SCRATCH_IN_BWRAP = "/scratch"
-RESTART = "InterpreterRestart"  # _worker.RESTART: a cell's result that asks to be stopped before the next
 log = logging.getLogger("skillrepro.sandbox")
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    call_wall_s: float = 60.0  # wall clock per skill call / execute_code, enforced by the parent
-    call_cpu_s: float = 30.0  # CPU per call (ITIMER_PROF in the worker)
-    worker_cpu_s: float = 1800.0  # RLIMIT_CPU for the worker's whole life (kernel)
-    memory_bytes: int = 1 << 30  # RLIMIT_AS, and the memory cgroup's limit
-    file_bytes: int = 16 << 20  # RLIMIT_FSIZE (scratch files)
-    scratch_bytes: int = 64 << 20  # size of the scratch tmpfs (bwrap)
-    max_primitives: int = 200  # primitive calls per skill invocation
-    output_chars: int = 4000  # printed output and return value kept per call
-    max_frames: int = 500  # nested frames recorded per invocation
-    start_wall_s: float = 30.0  # worker start (and library load)
-
-
-@dataclass(frozen=True)
-class SandboxPolicy:
-    """What a job demands of every sandbox it starts (config key sandbox.require), passed to each session:
-    never a module global, so that every job that runs model-written code applies it."""
-
-    require: tuple[str, ...] = ()
-
-    def __post_init__(self):
-        unknown = sorted(set(self.require) - set(LAYERS))
-        if unknown:
-            raise SandboxError(f"config key sandbox.require: unknown layer(s) {', '.join(unknown)}; "
-                               f"known: {', '.join(LAYERS)}")
-
-
-class SandboxError(RuntimeError):
-    """The worker could not be started, or a layer that config key sandbox.require names is missing."""
-
-
-class _Violation(Exception):
-    """The worker sent something the protocol does not allow."""
-
-
-@dataclass
-class Outcome:
-    """What one call into the sandbox produced."""
-
-    ret: str | None
-    exception: str  # "" when it returned normally
-    output: str  # printed text (capped)
-    output_total: int  # characters printed in all
-    last_observation: str | None
-    primitives: int
-    killed: str = ""  # why the parent killed the worker, if it did
-    traceback: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return not self.exception and not self.killed
-
-
-def _absolute_db(db: dict) -> dict:
-    """The interpreter's history description with every file path absolute."""
-    return {**db, "tables": {t: [os.path.abspath(f) for f in files] for t, files in db["tables"].items()},
-            "library_versions": {v: os.path.abspath(f) for v, f in db.get("library_versions", {}).items()}}
-
-
-def _interpreter_mounts(db: dict) -> list[str]:
-    """What bwrap mounts for the inducer's interpreter beyond the runtime: its virtual environment (duckdb is
-    imported from there) and the history files, all read before the layers apply. Landlock's read list stays
-    the runtime's, so no cell reads these (the history is queried from the copy in scratch)."""
-    import site
-
-    files = [f for fs in db["tables"].values() for f in fs] + list(db.get("library_versions", {}).values())
-    return [sys.prefix, *site.getsitepackages(), *files]
-
-
-def _runtime() -> tuple[str, list[str]]:
-    """The base interpreter (never a virtual environment's: skills import only the standard library) and
-    the read allow-list of a skill worker."""
-    exe = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
-    libs = [p for p in ("/usr/lib", "/usr/lib64") if os.path.isdir(p)]
-    return exe, [os.path.realpath(sys.base_prefix), *libs, "/dev/urandom", "/dev/zero"]
-
-
-def _traversable_by_nobody(path: str) -> bool:
-    """Whether uid 65534 can reach `path` (every folder above it searchable by others)."""
-    p = Path(path)
-    return all(os.stat(d).st_mode & 0o001 for d in [*reversed(p.parents), p] if d.is_dir())
-
-
-_BWRAP: dict[str, Any] = {}
-
-
-def _bwrap() -> tuple[str | None, str]:
-    """The bubblewrap binary if it can create namespaces here (checked once per process), and why not."""
-    if not _BWRAP:
-        path, why = shutil.which("bwrap"), "bwrap is not installed (apt-get install bubblewrap)"
-        if path:
-            probe = [path, "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--", "/bin/true"]
-            if os.geteuid() != 0:
-                probe[1:1] = ["--unshare-user"]
-            try:
-                r = subprocess.run(probe, capture_output=True, text=True, timeout=20, env={})
-                why = "" if r.returncode == 0 else f"bwrap cannot create namespaces here: {r.stderr.strip()[:200]}"
-            except (OSError, subprocess.TimeoutExpired) as e:
-                why = f"bwrap failed to run: {e}"
-        _BWRAP.update(path=path if not why else None, why=why)
-    return _BWRAP["path"], _BWRAP["why"]
-
-
-class _MemoryCgroup:
-    """A child memory cgroup of our own (v1 or v2) with a hard limit; every page the worker touches,
-    tmpfs and page tables included, is charged to it. `procs` is None where none can be made."""
-
-    def __init__(self, limit: int):
-        self.path, self.procs, self.why = None, None, ""
-        try:
-            lines = Path("/proc/self/cgroup").read_text().splitlines()
-        except OSError as e:
-            self.why = f"unavailable ({e})"
-            return
-        v1 = [ln.split(":", 2)[2] for ln in lines if ln.split(":", 2)[1] == "memory"]
-        v2 = [ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")]
-        if v1:
-            base, files = Path("/sys/fs/cgroup/memory") / v1[0].lstrip("/"), [("memory.limit_in_bytes", limit),
-                                                                              ("memory.memsw.limit_in_bytes", limit)]
-        elif v2:
-            base, files = Path("/sys/fs/cgroup") / v2[0].lstrip("/"), [("memory.max", limit), ("memory.swap.max", 0)]
-        else:
-            self.why = "unavailable (no memory controller)"
-            return
-        path = base / f"skillrepro-sandbox-{uuid.uuid4().hex[:12]}"
-        try:
-            path.mkdir()
-        except OSError as e:
-            self.why = f"unavailable (cannot create a cgroup under {base}: {e.strerror})"
-            return
-        self.path = path
-        for name, value in files:
-            try:
-                (path / name).write_text(str(value))
-            except OSError as e:
-                if name in ("memory.limit_in_bytes", "memory.max"):
-                    self.remove()
-                    self.why = f"unavailable (cannot set {name}: {e.strerror})"
-                    return
-        self.procs = str(path / "cgroup.procs")
-
-    def remove(self) -> None:
-        """Remove the cgroup once its last (just killed) task has gone; the kernel needs a moment for that."""
-        for _ in range(200):
-            if self.path is None:
-                return
-            try:
-                self.path.rmdir()
-                self.path = self.procs = None
-            except FileNotFoundError:
-                self.path = self.procs = None
-            except OSError:
-                time.sleep(0.01)
-
-
-# The worker's frames: exact keys (besides t, call, seq) with their types and maximum lengths (characters).
-# A cap of -1 means output_chars (+100 for the worker's "... cut" note); 0 means none beyond the frame size.
-_SCHEMA: dict[str, dict[str, tuple[type | tuple, int]]] = {
-    "ready": {"isolation": (dict, 0)},
-    "init_error": {"msg": (str, 2100), "isolation": (dict, 0)},
-    "prim": {"frame": (str, 80), "name": (str, 64), "args": (list, 4096)},
-    "enter": {"frame": (str, 80), "parent": (str, 80), "fn": (str, 200), "args": (str, 2100)},
-    "exit": {"frame": (str, 80), "ret": (str, 2100), "exc": (str, 2100)},
-    "badargs": {"msg": (str, 2100)},
-    "result": {"ret": ((str, type(None)), -1), "exc": (str, 3100), "tb": (str, 3100), "out": (str, -1),
-               "out_total": (int, 0)},
-}
-
-
-def _check_frame(msg: Any, call: str, seq: int, output_chars: int) -> dict:
-    """`msg` if it is a well-formed frame of call `call` with sequence number `seq`; else _Violation."""
-    if not isinstance(msg, dict) or not isinstance(msg.get("t"), str) or msg["t"] not in _SCHEMA:
-        raise _Violation(f"unknown frame {str(msg)[:80]!r}")
-    t, fields = msg["t"], _SCHEMA[msg["t"]]
-    if set(msg) != {"t", "call", "seq", *fields}:
-        raise _Violation(f"{t} frame with keys {sorted(msg)[:12]}; expected {sorted(['t', 'call', 'seq', *fields])}")
-    if msg["call"] != call or msg["seq"] != seq or isinstance(msg["seq"], bool):
-        raise _Violation(f"{t} frame numbered {str(msg['call'])[:40]}#{str(msg['seq'])[:20]}; expected {call}#{seq}")
-    for key, (typ, cap) in fields.items():
-        v = msg[key]
-        if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
-            raise _Violation(f"{t}.{key} has type {type(v).__name__}")
-        cap = output_chars + 100 if cap == -1 else cap
-        if cap and isinstance(v, (str, list)) and len(json.dumps(v) if isinstance(v, list) else v) > cap:
-            raise _Violation(f"{t}.{key} is longer than {cap}")
-    if t == "result" and not (0 <= msg["out_total"] and len(msg["out"]) <= msg["out_total"]):
-        raise _Violation("result.out_total is inconsistent with result.out")
-    if t == "prim" and not all(isinstance(a, (str, int, float, bool, type(None))) and
-                               not (isinstance(a, float) and not math.isfinite(a)) for a in msg["args"]):
-        raise _Violation("prim.args must be plain values")
-    if t in ("ready", "init_error"):
-        iso = msg["isolation"]
-        if len(iso) > 20 or not all(isinstance(k, str) and len(k) <= 40 and isinstance(v, list) and len(v) <= 40
-                                    and all(isinstance(x, (bool, str)) and len(str(x)) <= 400 for x in v)
-                                    for k, v in iso.items()):
-            raise _Violation("malformed isolation report")
-    return msg
-
-
-@dataclass
-class _Child:
-    """One child of the zygote as the parent sees it: our ends of its two private pipes, its pidfd (once the
-    zygote has sent it), and what it has written that is not yet read as a frame."""
-
-    cid: int
-    w: int | None  # its input: calls and observations
-    r: int | None  # its frames
-    forked: float  # time.monotonic() of the request
-    pidfd: int | None = None
-    buf: bytes = b""
-    eof: bool = False  # its end of the frame pipe is closed: it has exited
-    died: dict | None = None  # the zygote's word on how it ended ({"t": "gone"}: no word, the zygote is gone)
-    ready: bool = False
-    call: str = "init"  # the call id its frames must carry, and the next sequence number
-    seq: int = 0
-    closed: bool = False  # retired: killed, exited, our ends closed
-    leftover: bool = False  # it wrote after its last frame that was read
-
-
-@dataclass
-class _Frame:
-    frame_id: str
-    parent: str
-    function: str
-    arguments: str
-    started: float
-    primitives: list = field(default_factory=list)
-    ret: str = ""
-    exc: str = ""
-    dur: float | None = None
 
 
 class SandboxSession:
@@ -328,16 +65,16 @@ class SandboxSession:
         self.source, self.env, self.limits = source, env, limits or SandboxLimits()
         # The worker changes into its scratch folder, and Snakemake hands jobs relative paths: every path
         # the worker is given is made absolute here, against the job's working folder.
-        self.db = _absolute_db(db) if db is not None else None
+        self.db = absolute_db(db) if db is not None else None
         self.site_packages = site_packages
         self.record = record or (lambda c: None)
         self.episode_id = episode_id
         self.audit_hook = audit_hook
         self.require = (policy or SandboxPolicy()).require
         self.proc: subprocess.Popen | None = None
-        self.bwrap, why = _bwrap()
+        self.bwrap, why = bwrap()
         self.scratch = SCRATCH_IN_BWRAP if self.bwrap else tempfile.mkdtemp(prefix="skillrepro-sandbox-")
-        self.cgroup: _MemoryCgroup | None = None  # made at the first start
+        self.cgroup: MemoryCgroup | None = None  # made at the first start
         self.isolation: dict[str, str] = {"bwrap": f"MISSING: {why}"} if why else {}
         self.missing: tuple[str, ...] = ()
         self.functions: list[str] = []
@@ -345,9 +82,9 @@ class SandboxSession:
         self.restarts = 0
         self._ctrl: socket.socket | None = None  # the control socket to the zygote
         self._zygote_gone = False  # the control socket read end-of-file
-        self._children: dict[int, _Child] = {}  # every child not yet retired, by id
+        self._children: dict[int, Child] = {}  # every child not yet retired, by id
         self._cid = 0
-        self.child: _Child | None = None  # the child that serves the next call (starting, or ready)
+        self.child: Child | None = None  # the child that serves the next call (starting, or ready)
         self.max_message = 65536 + 16 * self.limits.output_chars
         try:  # the parent's own list of the library's functions: frames naming others are forged
             tree = parse_untrusted(source or "")
@@ -360,17 +97,17 @@ class SandboxSession:
 
     # ------------------------------------------------------------------------------------ process
     def _argv(self) -> tuple[list[str], dict]:
-        exe, read = _runtime()
+        exe, read = runtime()
         mounts = list(read)
         if self.site_packages:  # the inducer: its virtual environment (for duckdb)
             exe = sys.executable
-            mounts += _interpreter_mounts(self.db or {"tables": {}})
+            mounts += interpreter_mounts(self.db or {"tables": {}})
             read += ["/sys/fs/cgroup", "/proc/meminfo", "/proc/cpuinfo"]  # DuckDB sizes itself from these
         python = [exe, "-I", *([] if self.site_packages else ["-S"])]
         init = {"read_paths": read, "drop_uid": False, "bwrap": bool(self.bwrap), "scratch": self.scratch}
         if not self.bwrap:
-            if os.geteuid() == 0 and _traversable_by_nobody(os.path.dirname(exe)) and all(
-                    _traversable_by_nobody(p) for p in read if os.path.exists(p)):
+            if os.geteuid() == 0 and traversable_by_nobody(os.path.dirname(exe)) and all(
+                    traversable_by_nobody(p) for p in read if os.path.exists(p)):
                 os.chown(self.scratch, NOBODY, NOBODY)
                 init["drop_uid"] = True
             return [*python, str(WORKER)], init
@@ -418,7 +155,7 @@ class SandboxSession:
         """Start the zygote (in bwrap where it can run) and ask it for the first child."""
         argv, init = self._argv()
         if self.cgroup is None:
-            self.cgroup = _MemoryCgroup(self.limits.memory_bytes)
+            self.cgroup = MemoryCgroup(self.limits.memory_bytes)
         if self.cgroup.procs:  # join the cgroup before exec, so every page of the worker is counted
             argv = ["/bin/sh", "-c", 'echo $$ > "$1" || exit 97; shift; exec "$@"', "sh", self.cgroup.procs, *argv]
         # Control: a datagram socket, so that each child's pipes and pidfd travel with the message about it.
@@ -444,7 +181,7 @@ class SandboxSession:
         self.proc.stdin.close()
         self.child = self._fork()
 
-    def _fork(self, staged: bool = False) -> _Child:
+    def _fork(self, staged: bool = False) -> Child:
         """Ask the zygote for a fresh child with two new pipes of its own; the zygote forks it once no other
         child is alive, and it applies its layers, loads the library and says ready while the actor thinks.
         `staged` (the next skill call's child, asked for as a call starts): forked beside the running child,
@@ -462,7 +199,7 @@ class SandboxSession:
             os.close(frames_w)
         os.set_blocking(call_w, False)
         os.set_blocking(frames_r, False)
-        child = _Child(self._cid, call_w, frames_r, time.monotonic())
+        child = Child(self._cid, call_w, frames_r, time.monotonic())
         self._children[child.cid] = child
         return child
 
@@ -506,7 +243,7 @@ class SandboxSession:
             self._ctrl_poll()
         return bool(events)
 
-    def _read(self, child: _Child) -> bytes:
+    def _read(self, child: Child) -> bytes:
         """What the child has written since the last read (b"" if nothing); end-of-file marks it exited."""
         try:
             chunk = os.read(child.r, 1 << 20)
@@ -516,14 +253,14 @@ class SandboxSession:
         child.buf += chunk
         return chunk
 
-    def _await_pidfd(self, child: _Child, deadline: float) -> None:
+    def _await_pidfd(self, child: Child, deadline: float) -> None:
         """Take the control messages until `child`'s pidfd has come (the zygote sends it right after the fork),
         the zygote is gone, or `deadline` passes."""
         self._ctrl_poll()
         while child.pidfd is None and not self._zygote_gone and self._wait(None, deadline):
             pass
 
-    def _retire(self, child: _Child) -> bool:
+    def _retire(self, child: Child) -> bool:
         """Kill `child` (through its pidfd: no round trip through the zygote) and wait until nothing more can
         come from it: its frame pipe reads end-of-file once every write end is closed, at its exit or when an
         honest child closes it after its result. True if it wrote anything after its last frame that was read.
@@ -555,7 +292,7 @@ class SandboxSession:
         deadline = child.forked + self.limits.start_wall_s
         try:
             msg, why = self._recv(child, deadline), ""
-        except _Violation as e:
+        except Violation as e:
             msg, why = None, f"it broke the sandbox protocol ({e})"
         if msg is None:
             why = why or self._death_reason(child, deadline, self.limits.start_wall_s)
@@ -654,21 +391,21 @@ class SandboxSession:
             poll.poll(left * 1000)
         return True
 
-    def _recv(self, child: _Child, deadline: float) -> dict | None:
+    def _recv(self, child: Child, deadline: float) -> dict | None:
         """Next well-formed frame of `child`; None when the deadline passed or the child exited (what it wrote
-        before counts); _Violation for anything malformed."""
+        before counts); Violation for anything malformed."""
         while True:
             if len(child.buf) >= 4:
                 (n,) = struct.unpack(">I", child.buf[:4])
                 if n > self.max_message:
-                    raise _Violation(f"a frame of {n} bytes (the limit is {self.max_message})")
+                    raise Violation(f"a frame of {n} bytes (the limit is {self.max_message})")
                 if len(child.buf) >= 4 + n:
                     data, child.buf = child.buf[4:4 + n], child.buf[4 + n:]
                     try:
                         msg = json.loads(data)
                     except (ValueError, RecursionError):
-                        raise _Violation("a frame that is not JSON") from None
-                    msg = _check_frame(msg, child.call, child.seq, self.limits.output_chars)
+                        raise Violation("a frame that is not JSON") from None
+                    msg = check_frame(msg, child.call, child.seq, self.limits.output_chars)
                     child.seq += 1
                     return msg
             if child.eof:
@@ -677,13 +414,13 @@ class SandboxSession:
                 return None
 
     @staticmethod
-    def _exited(child: _Child, timeout: float) -> bool:
+    def _exited(child: Child, timeout: float) -> bool:
         """Whether the child has exited (its pidfd turns readable then), waiting up to `timeout` seconds."""
         poll = select.poll()
         poll.register(child.pidfd, select.POLLIN)
         return bool(poll.poll(timeout * 1000))
 
-    def _death_reason(self, child: _Child, deadline: float, wall_s: float) -> str:
+    def _death_reason(self, child: Child, deadline: float, wall_s: float) -> str:
         if not child.eof:
             return f"wall-clock limit of {wall_s:g} s reached" if time.monotonic() >= deadline else "worker gone"
         # Its frame pipe is closed: it exited, or skill code closed the pipe and goes on (then it is killed
@@ -728,7 +465,7 @@ class SandboxSession:
             self.record(SkillCall(top, "", self.episode_id, step, name, args_json, "[]", "", exc, 0.0))
             return Outcome(None, exc, "", 0, None, 0)
         wall = self.limits.call_wall_s if wall_s is None else max(0.0, min(wall_s, self.limits.call_wall_s))
-        frames: dict[str, _Frame] = {top: _Frame(top, "", name, args_json, time.time())}
+        frames: dict[str, Frame] = {top: Frame(top, "", name, args_json, time.time())}
         stack = [top]
         deadline = time.monotonic() + wall
         cur, self.child = self.child, None
@@ -738,7 +475,7 @@ class SandboxSession:
         try:
             if not self._write(cur.w, {"t": "call", "call": top, "frame": top, "name": name, "args": args,
                                        "done": bool(self.env.done)}, deadline):
-                raise _Violation("the worker stopped reading its pipe")
+                raise Violation("the worker stopped reading its pipe")
             nxt = self._fork(staged=True)  # the next call's child takes its layers while this call runs
             while out is None:
                 msg = self._recv(cur, deadline)
@@ -749,9 +486,9 @@ class SandboxSession:
                 t = msg["t"]
                 if t == "prim":
                     if msg["name"] not in self._primitive_names:
-                        raise _Violation(f"unknown primitive {msg['name']!r}")
+                        raise Violation(f"unknown primitive {msg['name']!r}")
                     if msg["frame"] != stack[-1]:
-                        raise _Violation(f"a primitive from frame {msg['frame']!r}, not the open frame {stack[-1]!r}")
+                        raise Violation(f"a primitive from frame {msg['frame']!r}, not the open frame {stack[-1]!r}")
                     frame = frames[stack[-1]]
                     if n_prims >= self.limits.max_primitives:
                         self._write(cur.w, {"t": "prim_limit", "msg": f"limit of {self.limits.max_primitives} primitive calls per skill call reached"}, deadline)
@@ -774,34 +511,34 @@ class SandboxSession:
                 elif t == "enter":
                     fid = msg["frame"]
                     if msg["fn"] not in self._known:
-                        raise _Violation(f"frame {fid!r} names {msg['fn']!r}, which the library does not define")
+                        raise Violation(f"frame {fid!r} names {msg['fn']!r}, which the library does not define")
                     if not (fid.startswith(top + ".") and fid[len(top) + 1:].isdigit()) or fid in frames:
-                        raise _Violation(f"frame id {fid!r} is not a fresh child of this call")
+                        raise Violation(f"frame id {fid!r} is not a fresh child of this call")
                     if msg["parent"] != stack[-1]:
-                        raise _Violation(f"frame {fid!r} names parent {msg['parent']!r}, not the open frame")
+                        raise Violation(f"frame {fid!r} names parent {msg['parent']!r}, not the open frame")
                     if len(frames) > self.limits.max_frames:
-                        raise _Violation(f"more than {self.limits.max_frames} frames")
-                    frames[fid] = _Frame(fid, msg["parent"], msg["fn"], msg["args"], time.time())
+                        raise Violation(f"more than {self.limits.max_frames} frames")
+                    frames[fid] = Frame(fid, msg["parent"], msg["fn"], msg["args"], time.time())
                     stack.append(fid)
                 elif t == "exit":
                     if len(stack) < 2 or msg["frame"] != stack[-1]:
-                        raise _Violation(f"exit of frame {msg['frame']!r}, which is not the open nested frame")
+                        raise Violation(f"exit of frame {msg['frame']!r}, which is not the open nested frame")
                     f = frames[stack.pop()]
                     f.ret, f.exc, f.dur = msg["ret"], msg["exc"], time.time() - f.started
                 elif t == "badargs":
                     if msg["seq"] != 0:
-                        raise _Violation("badargs after the call started")
+                        raise Violation("badargs after the call started")
                     if not self._retire(cur):
                         raise ActionError(msg["msg"])
-                    raise _Violation("the worker wrote after badargs")
+                    raise Violation("the worker wrote after badargs")
                 elif t == "result":
                     if len(stack) != 1:
-                        raise _Violation(f"result while frame {stack[-1]!r} is open")
+                        raise Violation(f"result while frame {stack[-1]!r} is open")
                     out = Outcome(msg["ret"], msg["exc"], msg["out"], msg["out_total"], last_obs, n_prims,
                                   traceback=msg["tb"])
                 else:
-                    raise _Violation(f"a {t} frame during a call")
-        except _Violation as e:
+                    raise Violation(f"a {t} frame during a call")
+        except Violation as e:
             violation = f"the sandbox worker broke the protocol ({e}); it was replaced"
             out = Outcome(None, "", "", 0, last_obs, n_prims, killed=violation)
         finally:
@@ -858,8 +595,8 @@ class SandboxSession:
             while msg is not None and msg["t"] in ("enter", "exit"):  # library functions called by the code
                 msg = self._recv(child, deadline)
             if msg is not None and msg["t"] != "result":
-                raise _Violation(f"a {msg['t']} frame answering exec")
-        except _Violation as e:
+                raise Violation(f"a {msg['t']} frame answering exec")
+        except Violation as e:
             msg, why = None, f"the interpreter broke the protocol ({e})"
         if msg is None:
             why = why or self._death_reason(child, deadline, self.limits.call_wall_s)
@@ -885,7 +622,7 @@ def probe(policy: SandboxPolicy) -> dict[str, str]:
         session.close()
 
 
-def _close_child(child: _Child) -> None:
+def _close_child(child: Child) -> None:
     """SIGKILL the child (it may still run: a ready child at the session's end) and close our ends."""
     child.closed = True
     if child.pidfd is not None:
@@ -931,47 +668,3 @@ def _cleanup(state: dict) -> None:
         state["cgroup"].remove()
     if state.get("scratch", "").startswith(tempfile.gettempdir()):
         shutil.rmtree(state["scratch"], ignore_errors=True)
-
-
-def render_outcome(name: str, out: Outcome, output_chars: int = 4000) -> str:
-    """The observation the actor reads after a skill call."""
-    parts = []
-    if out.output:
-        more = out.output_total - len(out.output)
-        parts.append("Printed:\n" + out.output + (f"\n[output truncated: {more} more characters]" if more > 0 else ""))
-    if out.killed:
-        parts.append(f"Skill error in {name}: stopped, {out.killed}.")
-    elif out.exception.startswith("EpisodeOver"):
-        parts.append(f"The episode ended while {name} was running.")
-    elif out.exception:
-        parts.append(f"Skill error in {name}: {out.exception}")
-    elif out.ret is not None:
-        parts.append(out.ret)
-    if not out.ok or out.ret is None:
-        parts.append(f"({out.primitives} primitive action(s) issued"
-                     + (f"; last observation:\n{out.last_observation})" if out.last_observation else ")"))
-    return "\n".join(parts)[: output_chars * 3]
-
-
-def observed_nothing(observation: str) -> bool:
-    """Whether an actor's observation shows nothing of the world: a game-advancing primitive's None (D.2), or
-    `render_outcome` of a skill call that returned and printed nothing and whose last primitive returned None."""
-    text = observation.strip()
-    return text == "None" or (text.startswith("(") and text.endswith("; last observation:\nNone)"))
-
-
-def tag_skill_calls(calls: list[SkillCall], episode_id: str, steps: list) -> None:
-    """Fill episode_id and the actor step of each frame after the episode (the tools do not know them).
-
-    Top-level frames are matched, in order, to the steps whose action named a skill; nested frames
-    inherit their root's step."""
-    names = {c.function for c in calls if not c.parent_frame_id}
-    skill_steps = [s.step for s in steps if s.action in names and s.valid]
-    roots = [c for c in calls if not c.parent_frame_id]
-    step_of = {}
-    for c, s in zip(roots, skill_steps):
-        step_of[c.frame_id] = s
-    for c in calls:
-        c.episode_id = episode_id
-        root = c.frame_id if not c.parent_frame_id else c.frame_id.split(".")[0]
-        c.step = step_of.get(root, c.step)

@@ -125,7 +125,7 @@ def empty_use() -> pd.DataFrame:
 
 
 def test_an_empty_library_page_lists_the_writes_its_sleep_phases_refused_and_why(tmp_path):
-    """Each method's transcript as it writes it (speedrunner.py, common.save_records for ASI and Voyager): the
+    """Each method's transcript as it writes it (speedrunner_session.py, common.save_records for ASI and Voyager): the
     page of a library that stayed empty says why at the top, and under each version lists every refused write
     with its reason and code; writes kept and other tools are counted, not listed."""
     sr = tmp_path / "speedrunner/induce/v1/transcript.jsonl"
@@ -180,7 +180,7 @@ def write_transcript(path: Path, lines: list) -> Path:
 
 
 def request(n: int, tool: str, code: str, observation: str, reply: str | None = None, **more) -> dict:
-    """A line as SpeedRunner writes it (speedrunner.py, sess.transcript.append)."""
+    """A line as SpeedRunner writes it (speedrunner_session.py, transcript.append)."""
     return {"request": n, "prefill": "", "reply": reply if reply is not None else
             json.dumps({"name": tool, "arguments": {"code": code}}), "tool": tool, "code": code, "public": None,
             "target": "", "observation": observation, "tool_s": 0.25, "prompt_tokens": 900 + n,

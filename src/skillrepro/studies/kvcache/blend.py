@@ -33,6 +33,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+import pandas as pd
+
 from skillrepro.llm.scorer import load_gguf
 from skillrepro.studies.kvcache import formats as F
 
@@ -276,8 +278,6 @@ def summarize(rows, threshold: float = 0.5, samples: Sequence[SampleRow] = ()):
     """Per (chunk, context): median K rel, samples, samples whose action log-prob moved more than
     `threshold`, and the one-sided Fisher p against the same chunk's noise context; with `samples`, the
     targets drawn and how many of their replies broke the action format (the same in every row)."""
-    import pandas as pd
-
     df = pd.DataFrame(rows, columns=[f for f in BlendRow.__dataclass_fields__])
     df["large_shift"] = df.action_logprob_shift.abs() > threshold
     out = df.groupby(["chunk", "context"], sort=False).agg(

@@ -17,9 +17,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import matplotlib
+import pandas as pd
+
 from skillrepro.llm import vllm_metrics
 from skillrepro.llm.vllm_env import reset_prefix_cache
 from skillrepro.studies.kvcache import sim
+
+matplotlib.use("Agg")  # before pyplot is imported: no display on a cluster node
+import matplotlib.pyplot as plt  # noqa: E402
 
 STAGGER_S = 0.05  # between requests of one step: the engine receives them in the stream's order
 
@@ -93,8 +99,6 @@ def compare(requests: Sequence[sim.Request], measured: EngineReplay, cfg: sim.Ca
 
 
 def rows_frame(rows: Sequence[EngineRow]):
-    import pandas as pd
-
     return pd.DataFrame([dataclasses.asdict(r) for r in rows])
 
 
@@ -121,11 +125,6 @@ def table(rows):
 def figure(t, path) -> None:
     """Against KV capacity, measured on the engine: prefill it computed (prefix misses, recompute after
     preemption) and tokens per engine step; preemptions, the engine's and the simulator's."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     per = t.groupby(["format", "capacity_tokens"], sort=True).mean(numeric_only=True).reset_index()
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(13, 4))
     labels = [f"{f}\n{cap:,}" for f, cap in zip(per.format, per.capacity_tokens)]

@@ -35,6 +35,8 @@ from pathlib import Path
 from string import Template
 from typing import Callable, Sequence
 
+import numpy as np
+
 from skillrepro.store import write_text
 from skillrepro.studies.kvcache.sim import common_prefix
 
@@ -460,8 +462,6 @@ def render_chatml(messages: list[dict], default_system: str | None = QWEN_DEFAUL
 
 def shared_prefix_tokens(a: list[int], b: list[int]) -> int:
     """How many leading tokens two prompts share: what one episode's cache can give the other."""
-    import numpy as np
-
     return common_prefix(np.asarray(a), np.asarray(b))
 
 

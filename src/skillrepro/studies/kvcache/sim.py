@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 POLICIES = ("retain", "flush")
 SCHEDULES = ("lockstep", "sequential")
@@ -680,8 +681,6 @@ def read_requests(path: str, tokenizer=None, vocab_size: int = MAX_TOKEN_ID) -> 
 
 def results_table(results: Sequence[RequestResult]):
     import dataclasses
-
-    import pyarrow as pa
 
     schema = pa.schema([("episode", pa.string()), ("step", pa.int64()), ("prompt_tokens", pa.int64()),
                         ("cached_tokens", pa.int64()), ("recomputed_tokens", pa.int64()), ("preemptions", pa.int64())])

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
+
 from skillrepro.studies.scaffold.statistics import interval_label, mean_interval
 
 
@@ -27,8 +29,6 @@ def benefit_cohort(selections: Any, post: Any) -> list[str]:
 def benefits(n_success: Any, n_scouts: Any, post_rate: Any, injected: Any) -> Any:
     """Cohort membership per query (arrays): a skill was injected and the Post-Scouts' success rate beats the
     Scouts' n_success / n_scouts."""
-    import numpy as np
-
     return np.asarray(injected, bool) & (np.asarray(post_rate, float) > np.asarray(n_success) / np.asarray(n_scouts))
 
 
@@ -56,8 +56,6 @@ def internalization(early: Any, later: Any, cohort: Sequence[Any], n_boot: int =
     `cohort`: task ids, or (iteration, task_id) members (`chain_cohort`), `early` then has an `iteration`
     column. `chosen_on`: episode ids of the rollouts that chose the cohort; an early rollout among them is
     refused (it would make recovery positive on data with no learning at all)."""
-    import numpy as np
-
     if len(chosen_on) and "episode_id" in early:
         reused = sorted(set(early.episode_id) & set(chosen_on))
         if reused:
@@ -80,8 +78,6 @@ def later_difference(later: Any, other: Any, cohort: Sequence[Any], n_boot: int 
     """Table 4's control: per cohort query, `later`'s skill-free success minus `other`'s (plain GRPO's checkpoint of
     the same index on the same queries), in points, with the interval of `recovery`. The early success is common to
     both and cancels. A query drawn in two cohort iterations counts twice, as in `internalization`."""
-    import numpy as np
-
     a, b = later.groupby("task_id").success.mean(), other.groupby("task_id").success.mean()
     tasks = [c[1] if isinstance(c, tuple) else c for c in cohort]
     missing = [t for t in tasks if t not in a.index or t not in b.index]
@@ -93,8 +89,6 @@ def later_difference(later: Any, other: Any, cohort: Sequence[Any], n_boot: int 
 def recovery(diff: Any, n_boot: int = 10000, seed: int = 0, interval: str = "expanded") -> Recovery:
     """Mean of per-query later-minus-early success rates (fractions), in points, with a 95 % interval over queries
     (`mean_interval`: NaN, and `interval` says so, where there are too few queries for it to cover 95 %)."""
-    import numpy as np
-
     diff = np.asarray(diff, float) * 100
     if not len(diff):
         return Recovery(0, math.nan, math.nan, math.nan, interval_label(0, interval))

@@ -7,6 +7,7 @@ from typing import Any, Callable, Sequence
 
 from skillrepro.config import ConfigError
 from skillrepro.llm.models import MODELS, resolve
+from skillrepro.llm.scorer import load_gguf_tokenizer
 from skillrepro.studies.scaffold.records import EvidenceRecord, Trajectory
 from skillrepro.studies.scaffold.selection import VARIANTS, group_kind
 
@@ -80,9 +81,6 @@ def token_counter(llm: Any) -> Callable[[str], int]:
     """Counts tokens as `llm.model`'s tokenizer does (the Generator is the same model): from the GGUF file
     (embedded backend) or the Hugging Face tokenizer (vllm)."""
     if llm.backend == "embedded":
-        # lazy: the scorer extra (torch, transformers), for the embedded backend's tokenizer only
-        from skillrepro.llm.scorer import load_gguf_tokenizer
-
         tok = load_gguf_tokenizer(resolve(llm.model))
     elif llm.backend == "vllm":
         from transformers import AutoTokenizer

@@ -5,28 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+
 from skillrepro.store import atomic_path
 
-
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+matplotlib.use("Agg")  # before pyplot is imported: no display on a cluster node
+import matplotlib.pyplot as plt  # noqa: E402
 
 
 def _save(fig: Any, out: str | Path, dpi: int = 130) -> None:
     fig.tight_layout()
     with atomic_path(out) as tmp:  # a half-drawn figure never stands as the output
         fig.savefig(tmp, dpi=dpi, format="png")
-    _plt().close(fig)
+    plt.close(fig)
 
 
 def validation_figure(rules: Any, quint: Any, out: str | Path) -> None:
     """Figure 5: (a) success rate per decision rule, (b) measured gain per utility quintile."""
-    plt = _plt()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     for k, ((bench, var), g) in enumerate(rules.groupby(["benchmark", "variant"])):
         a.bar([x + 0.8 * k / max(1, rules.groupby(["benchmark", "variant"]).ngroups) for x in range(len(g))],
@@ -52,7 +47,6 @@ def competence_figure(comp: Any, out: str | Path) -> None:
     """Figure 3(b): per skill-free competence level (successful probes), the mean candidate effect with its 95 %
     interval (none where the level has too few queries) and the mean best effect, over the grey band where the best
     effect lies when no card changes success (`best_effect_null_*`: the permutation null of `best_effect_null`)."""
-    plt = _plt()
     groups = list(comp.groupby(["benchmark", "variant"])) if len(comp) else []
     fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(4.6 * max(1, len(groups)), 3.6), squeeze=False)
     for ax, ((bench, var), g) in zip(axes[0], groups):
@@ -86,7 +80,6 @@ def competence_figure(comp: Any, out: str | Path) -> None:
 
 def exploration_figure(expl: Any, out: str | Path) -> None:
     """The validation batch's exploration view: Scout vs Post-Scout success and injection rate per Scout-group kind."""
-    plt = _plt()
     order = ["all_failure", "mixed", "all_success"]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 5), sharex=True)
     for (bench, var), g in expl.groupby(["benchmark", "variant"]):
@@ -108,7 +101,6 @@ def figure1(pooled: Any, inj: Any, benches: list[str], out: str | Path) -> None:
     """Figure 1: each chain's last checkpoint's held-out skill-free success beside the base model's, with its exact
     95 % interval over the held-out tasks and the share of training queries that got a skill. `pooled`: the held-out
     table's split-all, category-all rows."""
-    plt = _plt()
     fig, axes = plt.subplots(1, len(benches), figsize=(4.5 * len(benches), 3.6), squeeze=False)
     for ax, b in zip(axes[0], benches):
         g = pooled[pooled.benchmark == b]
@@ -134,7 +126,6 @@ def figure1(pooled: Any, inj: Any, benches: list[str], out: str | Path) -> None:
 
 def figure7(pooled: Any, curve: Any, benches: list[str], out: str | Path) -> None:
     """Figure 7: training success per iteration (faint: raw, dark: smoothed) and held-out per checkpoint (dashed)."""
-    plt = _plt()
     fig, axes = plt.subplots(1, len(benches), figsize=(4.5 * len(benches), 3.4), squeeze=False)
     for ax, b in zip(axes[0], benches):
         for n, (chain, g) in enumerate(curve[curve.benchmark == b].groupby("chain")):
@@ -155,7 +146,6 @@ def figure7(pooled: Any, curve: Any, benches: list[str], out: str | Path) -> Non
 def figure6(ex: Any, out: str | Path) -> None:
     """Figures 6 and 9-12 during training: one column per benchmark x SkillScaffold chain; top: Scout (dashed) and
     Post-Scout (solid) success per Scout-group kind, bottom: injection (solid) and positive-utility (dotted) rates."""
-    plt = _plt()
     cols = sorted({(b, c) for b, c in zip(ex.benchmark, ex.chain)})
     fig, axes = plt.subplots(2, max(1, len(cols)), figsize=(4.2 * max(1, len(cols)), 5.6), squeeze=False)
     colors = {"all_failure": "#c44e52", "mixed": "#dd8452", "all_success": "#55a868"}
@@ -183,7 +173,6 @@ def figure6(ex: Any, out: str | Path) -> None:
 
 def figure8(ex: Any, benches: list[str], out: str | Path) -> None:
     """Figure 8: the share of each iteration's training queries whose Post-Scouts got a skill, per chain."""
-    plt = _plt()
     fig, axes = plt.subplots(1, max(1, len(benches)), figsize=(4.5 * max(1, len(benches)), 3.2), squeeze=False)
     for ax, b in zip(axes[0], benches):
         for chain, g in ex[(ex.benchmark == b) & (ex.group == "all")].groupby("chain"):

@@ -21,8 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+import gguf
+import numpy as np
+
 from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, benchmark, llm_config
 from skillrepro.llm.models import MODELS, gguf_writer_like, resolve
+from skillrepro.llm.scorer import load_gguf
 from skillrepro.progress import Progress
 from skillrepro.studies.scaffold.settings import (ScaffoldConfig, TrainSettings, executor_llm, parse_instance,
                                                   training_iteration)
@@ -147,9 +151,6 @@ def load_policy(model: str) -> tuple[Any, Any]:
     """(model, tokenizer) to train: a shipped model name or .gguf file (dequantised to float32, as the CPU
     scorer loads it) or a Hugging Face model folder / id (GPU scale)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    # lazy: the scorer extra (torch, transformers), with the training stack above
-    from skillrepro.llm.scorer import load_gguf
 
     if model in MODELS or model.endswith(".gguf"):
         return load_gguf(resolve(model))
@@ -340,9 +341,6 @@ def prunable_optimizer_states(grpo_dir: str | Path, k: int, keep: int) -> list[P
 def export_gguf(model: Any, base_gguf: str | Path, out: str | Path) -> Path:
     """Write `model`'s weights into a copy of `base_gguf` (its metadata, tokenizer and tensor list): matrices
     in F16, vectors in F32. The inverse of transformers' GGUF loading, including llama's q/k row order."""
-    import gguf
-    import numpy as np
-
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     reader = gguf.GGUFReader(str(base_gguf))
     arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+import pandas as pd
+
 from skillrepro.studies.scaffold.settings import BASELINE, DIRECT, DIRECT_POLICY, Chain
 from skillrepro.studies.scaffold.statistics import exact_interval, interval_label, mean_interval, pass_at_k
 
@@ -75,8 +78,6 @@ def heldout_table(episodes: Any, env_of: dict[str, str], chains: Sequence[Chain]
 
     ci_low_pct / ci_high_pct: the exact (Clopper-Pearson) 95 % interval over the row's n_tasks tasks, each task
     counting its success rate (`success_interval`)."""
-    import pandas as pd
-
     e = _with_split(episodes)
     e = e.assign(category=[task_category(env_of[b], t) for b, t in zip(e.benchmark, e.task_id)],
                  success=e.success.astype(float))
@@ -159,8 +160,6 @@ def table_variants(table: Any, chains: Sequence[Chain], episodes: Any = None) ->
     checkpoint over the tasks both played (`paired_difference`)."""
     import math
 
-    import pandas as pd
-
     t = final_rows(table[(table.split == "all") & (table.chain != "") & (table.chain != DIRECT)])
     last = dict(zip(zip(t.benchmark, t.chain), t.checkpoint))
     by = {c.name: c for c in chains}
@@ -187,8 +186,6 @@ def paired_difference(episodes: Any, benchmark: str, policy: tuple[str, int], ot
     """Held-out success of `policy` minus `other` ((chain, checkpoint); ("", 0) is the base model) in points over
     the tasks both played, each task's success rate differenced (paired), with a 95 % interval over those tasks
     (`mean_interval`, Student t by default: NaN below its minimum n) and its label. None where no task is shared."""
-    import numpy as np
-
     e = _with_split(episodes[episodes.benchmark == benchmark])
     e = e.assign(success=e.success.astype(float))
 
@@ -214,8 +211,6 @@ def table_pass_at_k(episodes: Any, ks: Sequence[int] = (1, 4, 8)) -> Any:
     tau2 Average columns are macro averages over its domains). ci_low_pct / ci_high_pct: the exact 95 % interval
     of `success_interval` over the tasks (a task's Pass@k lies in [0, 1], so counting it as one trial is
     conservative); none for `macro`."""
-    import pandas as pd
-
     e = _with_split(episodes)
     per = e.groupby(["benchmark", "split", "chain", "method", "checkpoint", "task_id"]).success.agg(["size", "sum"])
     rows = []
@@ -239,8 +234,6 @@ def training_curve(scouts: Any, smoothing: float = 0.6) -> Any:
     skill-free Scouts (the one training rollout every chain, plain GRPO included, plays the same way), raw and
     smoothed by an exponential moving average (`smoothing`: the weight of the past). `scouts`: Scout episodes
     with benchmark, chain, iteration, success."""
-    import pandas as pd
-
     rows = []
     for (b, chain), g in scouts.groupby(["benchmark", "chain"]):
         ema = None
@@ -256,8 +249,6 @@ def injection_rates(selections: Any) -> Any:
     """Figure 1's "injecting skills for only a small fraction of training queries": per benchmark and chain, the
     share of training queries (all iterations) whose Post-Scouts got a skill. `selections`: SelectionRecord rows
     with `chain`."""
-    import pandas as pd
-
     cols = ["benchmark", "chain", "n_queries", "injection_pct"]
     if not len(selections):
         return pd.DataFrame(columns=cols)
@@ -278,8 +269,6 @@ def training_exploration(selections: Any, post: Any, threshold: float = 0.0) -> 
 
     `selections`: SelectionRecord rows with `chain`, `iteration` and `inject` (false where a chain's Post-Scouts stay
     skill-free); `post`: Post-Scout episodes with benchmark, chain, iteration, task_id, success."""
-    import pandas as pd
-
     if not len(selections):
         return pd.DataFrame(columns=EXPLORATION_COLUMNS)
     keys = ["benchmark", "chain", "iteration", "task_id"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
 from skillrepro.studies.scaffold.data import ID_DOMAINS, OOD_DOMAINS
 
 SOURCE_RUN = "run here"
@@ -72,8 +74,6 @@ def _method(name: str, evaluated: str) -> str:
 def table1_rows() -> Any:
     """Table 1 in table_by_category's shape: one row per method x benchmark x split (ALFWorld valid_unseen,
     WebShop ID / OOD / all), category columns as this repository names them."""
-    import pandas as pd
-
     rows = []
     for name, (evaluated, web, alf) in TABLE1.items():
         m = _method(name, evaluated)
@@ -88,8 +88,6 @@ def table1_rows() -> Any:
 
 def table2_rows() -> Any:
     """Table 2 in table_by_split's shape: ScienceWorld test_id / test_ood / avg, tau2-bench per domain (Pass@1)."""
-    import pandas as pd
-
     rows = [{"benchmark": "scienceworld", "method": m, "test_id": v[0], "test_ood": v[1], "avg": v[2]}
             for m, v in TABLE2_SCIENCEWORLD.items()]
     rows += [{"benchmark": "tau2-bench", "method": m, "airline": v[0], "retail": v[1], "telecom": v[2], "avg": v[3]}
@@ -99,8 +97,6 @@ def table2_rows() -> Any:
 
 def table3_rows() -> Any:
     """Table 3 in table_variants' shape: one row per ablation and benchmark (ALFWorld, WebShop)."""
-    import pandas as pd
-
     rows = [{"benchmark": b, "method": name, "utility_variant": "grp", **settings, "success_pct": v}
             for name, settings, alf, web in TABLE3 for b, v in (("alfworld", alf), ("webshop", web))]
     return pd.DataFrame(rows).assign(source=SOURCE_PAPER)
@@ -108,8 +104,6 @@ def table3_rows() -> Any:
 
 def with_paper_rows(run: Any, paper: Any) -> Any:
     """A table made here followed by the paper's rows, every row saying which it is (column `source`)."""
-    import pandas as pd
-
     run = run.assign(source=SOURCE_RUN)
     cols = list(run.columns) + [c for c in paper.columns if c not in run.columns]
     return pd.concat([run, paper], ignore_index=True)[cols]

@@ -7,8 +7,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Sequence
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from skillrepro.agent import EpisodeSpec
 from skillrepro.benchmarks import load_benchmark
+from skillrepro.benchmarks.scienceworld import TaskRef, partitions
 from skillrepro.config import ROLLOUT_WALL_S, ConfigError
 from skillrepro.llm.servers import own_server
 from skillrepro.progress import Progress
@@ -35,9 +39,6 @@ def split_pool(bench: Any, cfg: ScaffoldConfig, split: str, key: str) -> list[st
         return None
     if bench.env != "scienceworld":
         raise ConfigError(f"config key scaffold.splits.{bench.name}: task pools exist for scienceworld only")
-    # lazy: the benchmarks extra (scienceworld), for ScienceWorld's task pools only
-    from skillrepro.benchmarks.scienceworld import TaskRef, partitions
-
     pool = []
     for item in spec:
         task, _, part = item.partition("@")
@@ -103,9 +104,6 @@ def play(*, bench: Any, llm: Any, library_dir: str | Path, plan: Sequence[tuple[
     Items with the same notes share one runner batch (the runner takes one notes text per batch).
     `policy`: a GRPO checkpoint that plays them on a server of this job's own. `split`: Episode.split (test for
     the held-out evaluation)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     out_dir = Path(out_dir)
     groups: dict[tuple[str, str], list[str]] = {}
     for task_id, notes, variant in plan:

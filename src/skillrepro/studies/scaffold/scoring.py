@@ -9,9 +9,11 @@ from skillrepro import skills
 from skillrepro.agent import Actor, Prompts, primitive_tools, skill_tools
 from skillrepro.benchmarks import call_budget, load_benchmark
 from skillrepro.config import ConfigError
+from skillrepro.llm import scorer as sc
 from skillrepro.llm.models import MODELS, resolve
+from skillrepro.llm.scorer import ScoringError, score_conversations
 from skillrepro.llm.servers import URL_ENV
-from skillrepro.skills.sandbox import SandboxPolicy
+from skillrepro.skills.isolation import SandboxPolicy
 from skillrepro.studies.scaffold.grpo import exported_checkpoint, load_served
 from skillrepro.studies.scaffold.records import ScoreRecord, Trajectory
 from skillrepro.studies.scaffold.settings import ScaffoldConfig
@@ -39,9 +41,6 @@ def score_contexts(scorer: Any, scouts: Sequence[Trajectory], contexts: dict[int
 
     The skill-free system prompt is rebuilt and must equal the recorded one: if the actor's prompt changed
     since the Scouts ran, candidate contexts would differ from the Scouts' in more than the skill."""
-    # lazy: the scorer extra (torch, transformers)
-    from skillrepro.llm.scorer import ScoringError, score_conversations
-
     prompts: dict[tuple[str, str], str] = {}  # building one makes an env: once per task and context
 
     def prompt(task_id: str, notes: str) -> str:
@@ -72,9 +71,6 @@ def scorer_backend(cfg: ScaffoldConfig, llm: Any) -> str:
 def load_scorer(cfg: ScaffoldConfig, llm: Any) -> Any:
     """The configured scorer: transformers on the CPU from a GGUF file, or the vLLM server the run uses."""
     backend = scorer_backend(cfg, llm)
-    # lazy: the scorer extra (torch, transformers)
-    from skillrepro.llm import scorer as sc
-
     if backend == "transformers":
         model = cfg.scorer_model or llm.model
         if llm.backend == "openai" and not cfg.scorer_model:

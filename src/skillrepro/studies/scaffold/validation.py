@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+import numpy as np
+import pandas as pd
+
 from skillrepro.studies.scaffold.statistics import interval_label, mean_interval
 
 
@@ -19,8 +22,6 @@ def decision_rules(utils: "Any", evals: "Any", threshold: float = 0.0) -> "Any":
     skill-free. Random injection is its expectation: the mean over a query's eligible candidates.
     Queries without any evaluated eligible candidate are left out of every rule so all rules share one set.
     """
-    import pandas as pd
-
     rows = []
     keys = ["benchmark", "variant", "task_id"]
     merged = utils[utils.eligible].merge(evals, on=keys + ["candidate"], how="inner")
@@ -49,8 +50,6 @@ def utility_quintiles(utils: "Any", evals: "Any", n_bins: int = 5) -> "Any":
 
     Bins are equal-count by rank (so ties in utility never leave a bin empty); with fewer pairs than bins,
     there are as many bins as pairs."""
-    import pandas as pd
-
     keys = ["benchmark", "variant", "task_id"]
     base = evals[evals.candidate == -1][keys + ["success_rate"]].rename(columns={"success_rate": "free"})
     pairs = utils[utils.eligible].merge(evals, on=keys + ["candidate"]).merge(base, on=keys)
@@ -72,8 +71,6 @@ def exploration_view(selections: "Any", post: "Any") -> "Any":
     """Figure 6: Scout vs Post-Scout success and injection rate per Scout-group kind.
 
     `selections`: SelectionRecord rows. `post`: Post-Scout episodes with benchmark, variant, task_id, success."""
-    import pandas as pd
-
     keys = ["benchmark", "variant", "task_id"]
     p = post.groupby(keys).success.mean().rename("post_success").reset_index()
     s = selections.assign(scout_success=selections.n_success / selections.n_scouts,
@@ -91,8 +88,6 @@ def exploration_view(selections: "Any", post: "Any") -> "Any":
 def rollout_outcomes(free: Any, cand: Any, variants: Sequence[str]) -> Any:
     """One row per downstream rollout: benchmark, variant, task_id, candidate (-1: skill-free), k (the
     rollout's index within its condition), success. `free`/`cand` are evaluation episodes with a `k` column."""
-    import pandas as pd
-
     cols = ["benchmark", "variant", "task_id", "candidate", "k", "success"]
     rows = [free.assign(variant=v, candidate=-1)[cols] for v in variants]
     if len(cand):
@@ -107,8 +102,6 @@ def pilot_rollout_estimates(outcomes: Any, ks: Sequence[int] | None = None) -> A
     estimates from disjoint rollouts (indices 0..K-1 and K..2K-1) both non-zero with opposite signs, over
     all candidate-query pairs. Non-tied: a query's candidates do not all get the same estimate (first K
     rollouts). Cost: (M+1)K extra rollouts per query, against none for the likelihood utility."""
-    import pandas as pd
-
     keys = ["benchmark", "variant", "task_id"]
     n_roll = int(outcomes.groupby(keys + ["candidate"]).k.nunique().min()) if len(outcomes) else 0
     # the configured K (ScaffoldConfig.figure2_ks: K <= n_eval, checked at config time); an empty list: no rows.
@@ -161,8 +154,6 @@ def pilot_competence(outcomes: Any, probes: Any, n_probes: int = 4, n_boot: int 
     Reports per competence level the mean effect with a 95 % query-level interval (`competence_levels`), the best
     effect with its permutation null band, and how many queries hold both a positive and a negative candidate
     (figure 3a). Queries with fewer than `n_probes` probes are left out."""
-    import pandas as pd
-
     keys = ["benchmark", "variant", "task_id"]
     free = outcomes[outcomes.candidate == -1]
     same = free[["benchmark", "task_id", "k"]].drop_duplicates().merge(probes[["benchmark", "task_id", "k"]])
@@ -196,8 +187,6 @@ def competence_levels(probe_successes: Any, free_rate: Any, cand_rate: Any, n_bo
     (`best_effect_null`): the best of M noisy effects is positive on null data, so only a best effect above the
     band's top says a candidate beats chance. With `n_rollouts` (rollouts per condition), `one_card_effect_80`:
     the smallest effect of one card of M the band finds in 80 % of such levels (`detectable_effect`)."""
-    import numpy as np
-
     levels = np.asarray(probe_successes, int)
     free = np.asarray(free_rate, float)
     cand = np.asarray(cand_rate, float)
@@ -226,8 +215,6 @@ def one_card_power(base_rate: Any, m: int, k: int, effect: float, sims: int = 20
     """How often figure 3(b)'s band finds one helpful card: the fraction of `sims` simulated levels (one query per
     entry of `base_rate`, its skill-free success probability; `k` rollouts per condition; `m` candidates, one of
     them `effect` better, the others no different) whose mean best effect lies above the null band's top."""
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     p = np.clip(np.asarray(base_rate, float), 0.0, 1.0)
     lift = np.zeros(m)
@@ -259,8 +246,6 @@ def best_effect_null(free_rate: Any, cand_rate: Any, n_perm: int = 2000, seed: i
     candidates, and takes the best effect over those. On null data the observed mean best effect is one more draw
     of this distribution (its 2.5-97.5 % percentiles hold it about 95 % of the time); a card that helps puts the
     observed value above it."""
-    import numpy as np
-
     c = np.column_stack([np.asarray(free_rate, float), np.asarray(cand_rate, float)])
     valid = ~np.isnan(c)
     order = np.argsort(~valid, axis=1, kind="stable")  # evaluated conditions first
@@ -282,8 +267,6 @@ def eval_table(free: Any, cand: Any, variants: Sequence[str]) -> Any:
 
     `free`: skill-free evaluation episodes (shared by the variants, candidate -1); `cand`: candidate
     episodes whose Episode.variant is '{variant}/eval/c{j}'."""
-    import pandas as pd
-
     cols = ["benchmark", "variant", "task_id", "candidate", "success_rate", "n_rollouts"]
     rows = []
     for (b, t), g in free.groupby(["benchmark", "task_id"]):

@@ -30,12 +30,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
+import matplotlib
 import pandas as pd
 
 from skillrepro import store
 from skillrepro.skills import Library
 from skillrepro.skills.callgraph import graph_of, stats
 from skillrepro.studies.speedrunner import analysis
+
+matplotlib.use("Agg")  # before pyplot is imported: no display on a cluster node
+import matplotlib.pyplot as plt  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -287,11 +291,6 @@ def _why_empty(lib: Library, phase: SleepPhase | None) -> str:
 def callgraph_png(library: Library) -> bytes:
     """The call graph drawn in layers: functions nobody calls on top, each callee below its deepest caller;
     public functions filled, private ones outlined. A cycle is cut where the layering meets it again."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on a cluster node
-    import matplotlib.pyplot as plt
-
     g = graph_of(library)
     level = {n: 0 for n in g.nodes}
     for _ in range(len(g.nodes)):  # longest path from a root, bounded so a cycle cannot loop forever
@@ -457,7 +456,7 @@ def sleep_shortened(limits: ViewLimits) -> str:
     return f"{limits.text_chars} characters per text, {limits.requests_per_phase} transcript entries"
 
 
-# SpeedRunner's keys (speedrunner.py, sess.transcript.append): each is shown in its place on a request; any other
+# SpeedRunner's keys (speedrunner_session.py, transcript.append): each is shown in its place on a request; any other
 # key of a tool line is listed after it.
 _REQUEST_KEYS = {"request", "prefill", "reply", "tool", "code", "public", "target", "observation", "tool_s",
                  "prompt_tokens", "completion_tokens"}

@@ -5,33 +5,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from skillrepro.studies.speedrunner.analysis import COMPARISONS, Study, cross_model_groups, over_seeds, own
 from skillrepro.store import atomic_path
 
+matplotlib.use("Agg")  # before pyplot is imported: no display on a cluster node
+import matplotlib.pyplot as plt  # noqa: E402
+
 # ------------------------------------------------------------------------------------------ figures
 def _save(fig, out: str | Path) -> None:
-    import matplotlib.pyplot as plt
-
     fig.tight_layout()
     with atomic_path(out) as tmp:  # a half-drawn figure never stands as the output; the umask's mode
         fig.savefig(tmp, dpi=120, format=Path(out).suffix.lstrip(".") or "png")
     plt.close(fig)
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def empty_figure(out: str | Path, title: str, needs: str, config_name: str) -> None:
     """The figure's empty state: which runs it needs and which config produces them."""
-    plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 2.6))
     ax.axis("off")
     ax.text(0.5, 0.5, f"{title}\n\nNo runs for this figure in {config_name}.\nIt needs {needs}.",
@@ -61,8 +56,6 @@ def _band(ax, d: pd.DataFrame, x: str, metric: str, label: str, i: int = 0, **kw
 def _x_from_data(ax) -> None:
     """The x axis spans the plotted points exactly: it starts at the first and ends at the last (a marker on the
     edge is drawn over the frame). Where every point has the same x, that x is the only tick, centred."""
-    import numpy as np
-
     xs = np.unique(np.concatenate([ln.get_xdata().astype(float) for ln in ax.get_lines()] or [np.zeros(0)]))
     xs = xs[np.isfinite(xs)]
     if len(xs) > 1:
@@ -74,8 +67,6 @@ def _x_from_data(ax) -> None:
 
 def coinciding(ax) -> list[list[str]]:
     """The labels of the panel's lines that lie exactly on top of each other (same points), in groups."""
-    import numpy as np
-
     groups: list[list] = []
     for ln in ax.get_lines():
         if ln.get_label().startswith("_"):  # unlabelled: a line's companion (figure 3's dotted share)
@@ -103,8 +94,6 @@ def _say_coinciding(ax) -> None:
 
 def _counts_axis(ax, axis: str = "x") -> None:
     """Whole-number ticks on an axis that counts something (training rollouts)."""
-    from matplotlib.ticker import MaxNLocator
-
     (ax.xaxis if axis == "x" else ax.yaxis).set_major_locator(MaxNLocator(integer=True))
 
 
@@ -126,7 +115,6 @@ def curves(checkpoints: pd.DataFrame, groups: dict[str, list[str]], study: Study
     groups = {b: vs for b, vs in groups.items() if not data[(data.run_benchmark == b) & data.variant.isin(vs)].empty}
     if not groups:
         return empty_figure(out, title, needs, study.config_name)
-    plt = _plt()
     fig, axes = plt.subplots(len(groups), 2, figsize=(10, 3.4 * len(groups)), squeeze=False)
     for row, (bench, variants) in zip(axes, groups.items()):
         for i, variant in enumerate(variants):
@@ -179,9 +167,6 @@ def cost_curves(training: pd.DataFrame, study: Study, out: str | Path, model: st
         return empty_figure(out, title, "training batches of the main methods", study.config_name)
     per = over_seeds(training, ["run_benchmark", "variant", "train_rollouts"], ["cost", "actor_cost"])
     benches = sorted(per.run_benchmark.unique())
-    plt = _plt()
-    import numpy as np
-
     fig, axes = plt.subplots(1, len(benches), figsize=(5 * len(benches), 3.6), squeeze=False)
     unpriced = bool((per.cost_mean.fillna(0) == 0).all())
     for ax, bench in zip(axes[0], benches):
@@ -220,9 +205,6 @@ def zombie_figure(zombies: pd.DataFrame, study: Study, out: str | Path) -> None:
         return empty_figure(out, title, "Crafter instances at several zombie_frequency levels with ReAct and "
                             "other methods (configs/paper.yaml: crafter, crafter_zombie0x, crafter_zombie2x)",
                             study.config_name)
-    plt = _plt()
-    import numpy as np
-
     levels = sorted(d.zombie_frequency.unique())
     variants = sorted(d.variant.unique())
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -251,7 +233,6 @@ def shift_figure(checkpoints: pd.DataFrame, retained: pd.DataFrame, study: Study
     phases = study.phases()
     if not phases or checkpoints.empty:
         return empty_figure(out, title, "a benchmark with `after:` (configs/shift.yaml)", study.config_name)
-    plt = _plt()
     fig, axes = plt.subplots(len(phases), 2, figsize=(11, 3.8 * len(phases)), squeeze=False)
     for row, (a, b) in zip(axes, phases):
         chain = checkpoints[checkpoints.run_benchmark.isin([a, b])]
@@ -286,9 +267,7 @@ def plane_figure(mains: dict[str, pd.DataFrame], study: Study, out: str | Path) 
     data = pd.concat(frames)
     data = data[[b not in study.benchmarks or v in study.main_on(b) for b, v in zip(data.benchmark, data.variant)]]
     benches = sorted(data.benchmark.unique())
-    plt = _plt()
     fig, axes = plt.subplots(1, len(benches), figsize=(5 * len(benches), 4), squeeze=False)
-    from matplotlib.lines import Line2D
 
     markers = dict(zip(mains, "osD^v<>p*"))
     for ax, bench in zip(axes[0], benches):

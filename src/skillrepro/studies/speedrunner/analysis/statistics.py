@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pandas as pd
+from scipy import stats
 
 from skillrepro.studies.speedrunner.analysis import Study, with_score
 
@@ -10,8 +11,6 @@ def paired_tests(test: pd.DataFrame, study: Study) -> pd.DataFrame:
     """Two-sided paired t-tests of every SpeedRunner variant against every baseline variant, at the final
     checkpoint, on the headline metric and output tokens. Pairs are episodes on the same test task (the
     same task seed) in the same training seed; only benchmarks both variants ran on."""
-    from scipy import stats
-
     cols = ["benchmark", "speedrunner", "baseline", "metric", "n", "mean_speedrunner", "mean_baseline",
             "mean_difference", "statistic", "p_value"]
     test = with_score(test, study)
