@@ -1,5 +1,7 @@
 """The actor: a ReAct loop over a benchmark's primitives (and any public skills), one episode at a time.
 
+Long because the actor's protocols (text, JSON, native, constrained) share one loop and one prompt builder.
+
 The full observation history stays in context, as in the paper (appendices B.3, C.3); `history_window`
 keeps only the last N steps for a model whose context cannot hold a long episode (a 2,000-step Crafter run),
 and an episode whose prompt outgrew the context ends with termination "context". Actions come back either

@@ -1,5 +1,7 @@
 """Configuration: schema validation with one clear message per problem, and typed views of the sections.
 
+Long because it types every shared section and names each bad key; each section's reader is short.
+
 `check_config` is what the Snakefile calls before any job is scheduled; the scripts call the `*_config`
 constructors to get typed dataclasses instead of passing dicts around.
 """

@@ -1,5 +1,7 @@
 """ALFWorld (text): household tasks of six types, played by the real engine.
 
+Long because it holds both game sources (generated and official) and the engine's adapter.
+
 Every game, generated here or official, runs on textworld's `PddlEnv` with the `alfworld` wheel's
 `AlfredDemangler`, from three texts: the PDDL domain (`alfred.pddl`), the grammar (`alfred.twl2`, with the
 task sentence written in) and the PDDL problem. Generated games (`_alfworld_gen`) take the domain and grammar

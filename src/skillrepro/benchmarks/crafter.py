@@ -1,5 +1,7 @@
 """Crafter (`crafter==1.8.3`) with a text observation and the zombie-frequency knob of the seed's appendix D.
 
+Long because its 17 game-advancing primitives and the text view's rules are declared one by one.
+
 Task ids are world seeds ("12345"). The 17 game-advancing primitives each advance the world by one tick;
 `get_current_observation()` reads without advancing. An episode ends when the player dies or after 2,000
 advancing primitives; its score is the fraction of the 22 achievements unlocked.

@@ -1,5 +1,7 @@
 """ScienceWorld (`scienceworld==1.2.3`, needs Java): the electricity and classification families.
 
+Long because its 25 typed primitives each build one command and are declared one by one.
+
 The agent acts through 25 typed primitives that each build one command for ScienceWorld's text parser,
 plus `submit_answer()`. It never sees ScienceWorld's valid-action list. Task ids are
 "task-name:variation" (e.g. "test-conductivity:17").

@@ -1,6 +1,8 @@
 """One OpenAI-compatible client for every backend, with retries and a record of every call.
 
-Requests go through the `openai` SDK (issue 32): one transport for the hosted API, vLLM and llama.cpp, the
+Long because retries, fault kinds, the usage fallback and the ledger all act on one request and its record.
+
+Requests go through the `openai` SDK: one transport for the hosted API, vLLM and llama.cpp, the
 one their maintainers keep in step with the protocol. The SDK's own retries are off, so this client's policy
 decides (its fault kinds, Retry-After), and its raw reply is taken and the JSON body parsed here, so
 llama.cpp's extra fields and every kind of bad reply are still seen. Server-specific fields (a llama.cpp

@@ -1,5 +1,7 @@
 """The sandbox worker: a separate Python process that runs untrusted skill or inducer code.
 
+Long because it must be one file: it runs alone inside the sandbox on the standard library, so its layers, its protocol and the interpreter cannot be imported from elsewhere.
+
 Started by skillrepro.skills.sandbox as `python -I [-S] _worker.py`, inside bubblewrap where it can run; it
 imports only the standard library (and duckdb when the inducer asks for its history). The zygote reads its
 setup from stdin, then forks children on the parent's requests over a control socket; each child talks to the

@@ -1,5 +1,7 @@
 """ALFWorld actor prompt formats built from a skill bank (seed 001, sections 1-1, 2-2 and 2-3).
 
+Long because every format the seminar compares is a function here over the same bank, history and template helpers.
+
 A format is a function of (bank, task sentence, category, history, observation, admissible actions, step)
 returning chat messages. The wording lives in template files (`templates/*.txt`, `string.Template` syntax:
 `$name`); pass `templates_dir` to use a copy you edited. Skill banks follow SkillRL's JSON schema.

@@ -1,5 +1,7 @@
 """A prefix-cache simulator that follows vLLM V1's scheduler and block manager, and a llama.cpp slot model.
 
+Long because it models two engines (vLLM's scheduler and block pool in two versions, llama.cpp's slots) over one request type and one result type.
+
 Follows vLLM 0.11.0 by default (`VLLM_VERSION`, the seminar's and SkillRL's pin); `CacheConfig.vllm_version`
 "0.33.0" (what `pip install vllm` gives in December 2026) switches on the four differences of 0.33.0's
 `v1/core` that can change a number here, listed after the 0.11.0 rules. Each rule below is what 0.11.0's

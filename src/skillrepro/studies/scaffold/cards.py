@@ -1,5 +1,8 @@
 """Skill cards (seed 002, section 4.2, appendix D): the format and its check, constrained decoding (a valid
-structure by construction; the words stay the model's), the Generator's prompt templates and its requests."""
+structure by construction; the words stay the model's), the Generator's prompt templates and its requests.
+
+Long because the card format, its check and its decoding grammar must agree, so they live together.
+"""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,7 @@
 """SkillScaffold joint training (seed 002, section 4.5, algorithm 1, equations 3, 11, 12) on TRL.
 
+Long because the rewards and advantages, the TRL trainer and the checkpoint's export for serving make one update.
+
 One shared policy is both Executor and Generator. Per query, the N Scouts and L Post-Scouts form the
 Executor's GRPO group (environment rewards), the M cards the Generator's group (rewards from utility,
 eq. 11); each group is normalised on its own, and eq. 12 adds the Generator's objective with weight

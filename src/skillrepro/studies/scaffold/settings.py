@@ -1,6 +1,9 @@
 """The `scaffold:` config section (checked by src/skillrepro/schemas/scaffold.schema.yaml) as typed settings: the study's sizes, the
 card format, the ablations, the GRPO training chains and table 5's training keys, the held-out evaluation. Every
-value the workflow cannot honour is refused here, before any work, with a ConfigError naming its key."""
+value the workflow cannot honour is refused here, before any work, with a ConfigError naming its key.
+
+Long because every key of the section is checked here, in one place, before any work.
+"""
 from __future__ import annotations
 
 import re

@@ -1,6 +1,8 @@
 """The library view, the sleep phase view and the episode view: self-contained HTML pages made from one run's
 records.
 
+Long because its three pages share one set of record readers and HTML helpers.
+
 A run's library page shows every library version (functions, the diff from the version before, the call graph
 drawn), what the sleep phase that made it did (the writes it refused, with their reasons, from its
 transcript.jsonl: an empty library says why it is empty) and how that version's evaluation episodes used each
