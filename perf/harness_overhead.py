@@ -30,9 +30,9 @@ for task in bench.sample_tasks("train", a.episodes, 42):
     tools = primitive_tools(env)
     timed = []
     for t in tools:  # wrap each primitive to time env.step separately
-        def run(args, _run=t.run):
+        def run(args, wall_s=None, _run=t.run):  # the actor passes what is left of the episode's wall clock
             t0 = time.perf_counter()
-            out = _run(args)
+            out = _run(args, wall_s)
             timed.append((time.perf_counter() - t0) * 1000)
             return out
         object.__setattr__(t, "run", run)
