@@ -73,7 +73,10 @@ def test_kill_minus_nine_at_any_moment_loses_no_finished_episode(tmp_path):
     rollout.write_text(rollout.read_text() + KILL_AFTER_MERGE)
     flag = tmp_path / "kill-after-merge"
     flag.touch()
-    env = {**os.environ, "CHAOS_KILL_AFTER_MERGE": str(flag), "PYTHONPATH": str(ROOT / "src")}
+    # The run starts its own LLM server (step 3 kills it as it comes up), not the suite's shared one, which an
+    # earlier test's fixture may have exported.
+    unserved = {k: v for k, v in os.environ.items() if k != "SKILLREPRO_LLM_URL"}
+    env = {**unserved, "CHAOS_KILL_AFTER_MERGE": str(flag), "PYTHONPATH": str(ROOT / "src")}
     before: dict[str, dict] = {}
     procs: list[subprocess.Popen] = []
     try:
