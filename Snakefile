@@ -37,7 +37,7 @@ report: "report/workflow.rst"
 
 
 # What every study's rules share (the LLM server, resources, settings), then each study's own: rules/<study>/,
-# with its scripts in workflow/scripts/<study>/ (src/skillrepro/studies/contract.py lists the studies).
+# with its scripts in workflow/scripts/<study>/ (skillrepro.check.STUDIES lists the studies).
 include: "rules/common.smk"
 include: "rules/speedrunner/common.smk"
 include: "rules/speedrunner/tasks.smk"

@@ -6,6 +6,8 @@ BabyAI's missions are solved against an irrelevant card of about the same length
     python perf/utility_control.py --run results/scaffold/babyai --call-budget N   # the Scouts of a scaffold run
     python perf/utility_control.py --play-only --level go_to_obj --model qwen2.5-coder-0.5b --call-budget 12 ...
         # the Scouts' success alone, beside random primitives' on the same tasks (is a level in the model's reach?)
+    python perf/utility_control.py --play-only --alfworld pick_and_place --model qwen2.5-coder-0.5b --call-budget 30
+        # the same on ALFWorld's generated games of one task type (random: one admissible command a step)
 
 The Scouts are played here (skill-free, the pipeline's `play`, one sampling seed per Scout index as the Scout rule
 uses) on the first --queries training tasks of --task-seed, or read from a scaffold run folder (its scouts/s*/ and
@@ -73,8 +75,8 @@ def play_scouts(bench: BenchmarkConfig, llm: LLMConfig, n_queries: int, n_scouts
 
 
 def random_success(bench: BenchmarkConfig, tasks: list[str], episodes_per_task: int) -> tuple[int, int]:
-    """(successes, episodes) of uniformly random primitives on `tasks`, within the call budget: the floor a
-    policy that reads the view should clear."""
+    """(successes, episodes) of uniformly random moves on `tasks`, within the call budget: the floor a policy that
+    reads the view should clear. BabyAI: a random primitive; ALFWorld: a random admissible command."""
     env_bench, rng, wins = load_benchmark(bench), random.Random(0), 0
     names = [p.name for p in env_bench.primitives() if p.advances]
     for task in tasks:
@@ -84,7 +86,10 @@ def random_success(bench: BenchmarkConfig, tasks: list[str], episodes_per_task: 
             for _ in range(call_budget(bench)):
                 if env.done:
                     break
-                env.step(rng.choice(names))
+                if bench.env == "alfworld":
+                    env.step("act", [rng.choice(env.admissible_actions)])
+                else:
+                    env.step(rng.choice(names))
             wins += env.success()
             env.release()
     return wins, len(tasks) * episodes_per_task
@@ -93,8 +98,9 @@ def random_success(bench: BenchmarkConfig, tasks: list[str], episodes_per_task: 
 def print_success(scouts: list, bench: BenchmarkConfig, a: argparse.Namespace) -> None:
     tasks = sorted({t.task_id for t in scouts})
     wins, n = sum(t.success for t in scouts), len(scouts)
-    r_wins, r_n = random_success(bench, tasks, 25)
-    print(f"model {a.model}, level {a.level}, temperature {a.temperature}, history "
+    r_wins, r_n = random_success(bench, tasks, 5 if a.alfworld else 25)
+    where = f"alfworld {a.alfworld}" if a.alfworld else f"level {a.level}"
+    print(f"model {a.model}, {where}, temperature {a.temperature}, history "
           f"{a.history_window or 'all'}, call budget {a.call_budget}: Scouts solved {wins} of {n} episodes on "
           f"{len(tasks)} tasks; random primitives {r_wins} of {r_n} on the same tasks")
 
@@ -111,6 +117,8 @@ def main() -> None:
     ap.add_argument("--run", help="a scaffold run's benchmark folder (results/scaffold/babyai): read its Scouts")
     ap.add_argument("--level", default="pick_up_seq_go_to", choices=list(LEVELS),
                     help="BabyAI's level (benchmark option `level`); go_to levels default to the go-to cards")
+    ap.add_argument("--alfworld", metavar="TASK_TYPE", help="with --play-only: ALFWorld's generated games of this "
+                                                             "task type (benchmark option task_types) instead of BabyAI")
     ap.add_argument("--solution", help="default: data/utility_control/babyai_solution.md (babyai_go_to_... on a "
                                        "go_to level)")
     ap.add_argument("--irrelevant", help="default: the irrelevant card of the same length as the solution's")
@@ -119,19 +127,25 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--expert", action="store_true", help="one Scout per query playing BabyAI's bot: a planted success")
     ap.add_argument("--temperature", type=float, default=0.7, help="the Scouts' sampling temperature")
+    ap.add_argument("--tool-calling", default="text", choices=["text", "constrained"],
+                    help="the Scouts' reply protocol (llm.tool_calling): constrained decodes one JSON call of a listed tool")
     ap.add_argument("--history-window", type=int, help="the actor sees its last N steps (default: all of them)")
     ap.add_argument("--play-only", action="store_true",
                     help="play the Scouts and print their success beside random moves' on the same tasks; no scoring")
     ap.add_argument("--workdir", default="/tmp/skillrepro_utility_control")
     a = ap.parse_args()
+    if a.alfworld and not a.play_only:
+        ap.error("--alfworld has no cards yet: give --play-only")
 
     cards = "babyai" if a.level == "pick_up_seq_go_to" else "babyai_go_to"
     a.solution = a.solution or str(DATA / f"{cards}_solution.md")
     a.irrelevant = a.irrelevant or str(DATA / f"{cards}_irrelevant.md")
-    bench = BenchmarkConfig("babyai", "babyai", a.call_budget, options={"level": a.level},
-                            history_window=a.history_window)
+    bench = (BenchmarkConfig("alfworld", "alfworld", a.call_budget, options={"task_types": [a.alfworld]},
+                             history_window=a.history_window) if a.alfworld else
+             BenchmarkConfig("babyai", "babyai", a.call_budget, options={"level": a.level},
+                             history_window=a.history_window))
     llm = LLMConfig(model=a.model, max_tokens=a.max_tokens, slots=1, ctx_per_slot=8192, seed=a.seed,
-                    threads=a.threads, tool_calling="text", temperature=a.temperature)
+                    threads=a.threads, tool_calling=a.tool_calling, temperature=a.temperature)
     fmt = paper_card("babyai")
     solution = load_card(a.solution, fmt, SOLUTION, variant=a.variant)
     irrelevant = load_card(a.irrelevant, fmt, IRRELEVANT, variant=a.variant)

@@ -1,21 +1,20 @@
-# How the rules reach their study's settings (skillrepro.studies.contract): study_settings(study) for the typed
+# How the rules reach their study's settings (skillrepro.check.STUDIES): study_settings(study) for the typed
 # settings, settings(study, kind) for the params entry that reruns a job when what it reads changes. Included by
 # rules/common.smk, before every study's rules.
 from skillrepro import check
-from skillrepro.studies import contract
 
 
 def study_settings(study):
     """The typed settings of `study`, built once per invocation (the Snakefile's check has refused a bad key of a
     section the config sets, a ConfigError naming it, before any rule file is read)."""
     if study not in _SETTINGS:
-        _SETTINGS[study] = contract.study(study).settings(config)
+        _SETTINGS[study] = check.study(study).settings(config)
     return _SETTINGS[study]
 
 
 def settings(study, kind, **wildcard_of):
     """A params entry: the fingerprint of exactly the config settings a job of `study` of `kind` reads (declared
-    in skillrepro.studies.contract; skillrepro.check.job_fingerprint). Snakemake records params of plain types
+    in the study's contract object; skillrepro.check.job_fingerprint). Snakemake records params of plain types
     only, so the scripts rebuild their typed settings from snakemake.config and the rule carries this string
     instead; the job reruns when one of those settings changes, and only then (key order is no change).
     `wildcard_of` names the wildcard that stands for one the fingerprint is keyed by (bench="target": the
@@ -23,7 +22,7 @@ def settings(study, kind, **wildcard_of):
     (contract.Study.keyed, as the job's start-up reads it). Each distinct fingerprint is computed once per
     invocation (the config does not change during one), not once per job; an undeclared kind stops the workflow
     as it is read."""
-    declared = contract.study(study)
+    declared = check.study(study)
     declared.kind(kind)
 
     def fingerprint(w):

@@ -198,38 +198,38 @@ def test_a_gguf_path_must_be_a_gguf_file(tmp_path):
 
 
 def test_settings_fingerprint_ignores_key_order_and_defaults_written_out():
-    from skillrepro.check import settings_fingerprint
+    from skillrepro.studies.speedrunner.settings import loop_fingerprint
 
     cfg = check_config(BASE)
     reordered = check_config({k: dict(reversed(list(v.items()))) if isinstance(v, dict) else v
                               for k, v in reversed(list(BASE.items()))})
     reads = ("llm", "benchmark", "call_budget", "method", "protocol.n_test")
-    fp = settings_fingerprint(cfg, reads, bench="babyai", variant="react")
-    assert fp == settings_fingerprint(reordered, reads, bench="babyai", variant="react")
-    assert fp == settings_fingerprint(check_config(with_change("llm.threads", 16)), reads, bench="babyai", variant="react")
-    assert fp != settings_fingerprint(check_config(with_change("llm.temperature", 0.1)), reads, bench="babyai", variant="react")
+    fp = loop_fingerprint(cfg, reads, bench="babyai", variant="react")
+    assert fp == loop_fingerprint(reordered, reads, bench="babyai", variant="react")
+    assert fp == loop_fingerprint(check_config(with_change("llm.threads", 16)), reads, bench="babyai", variant="react")
+    assert fp != loop_fingerprint(check_config(with_change("llm.temperature", 0.1)), reads, bench="babyai", variant="react")
     assert len(fp) == 16
 
 
 def test_a_prompt_file_edited_in_place_changes_the_fingerprint(tmp_path):
     """Replacing a method's prompt file keeps its path; the jobs that read it must still rerun."""
-    from skillrepro.check import settings_fingerprint
+    from skillrepro.studies.speedrunner.settings import loop_fingerprint
 
     prompt = tmp_path / "inducer.txt"
     prompt.write_text("Write skills.")
     cfg = check_config({**BASE, "methods": {"sr": {"method": "speedrunner", "options": {"inducer_prompt_file": str(prompt)}}}})
-    before = settings_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
-    assert before == settings_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
+    before = loop_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
+    assert before == loop_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
     prompt.write_text("Write better skills.")
-    assert before != settings_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
+    assert before != loop_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
     # an option naming several files: an edit to any of them
     one, two = tmp_path / "one.py", tmp_path / "two.py"
     one.write_text("def a():\n    return 1\n")
     two.write_text("def b():\n    return 2\n")
     cfg = check_config({**BASE, "methods": {"sr": {"method": "speedrunner", "options": {"example_file": [str(one), str(two)]}}}})
-    before = settings_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
+    before = loop_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
     two.write_text("def b():\n    return 3\n")
-    assert before != settings_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
+    assert before != loop_fingerprint(cfg, ("method",), bench="babyai", variant="sr")
 
 
 def test_actor_prompt_files_are_checked_before_any_work(tmp_path):

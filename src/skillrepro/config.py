@@ -280,7 +280,7 @@ def _check_values(config: Any) -> None:
 
 def study_sections() -> tuple[str, ...]:
     """The top-level keys that studies own: each has a schema of its own, schemas/<section>.schema.yaml in the
-    package, which validate_section checks it against (skillrepro.studies.contract names each study's)."""
+    package, which validate_section checks it against (each study's contract object names its own)."""
     return tuple(sorted(p.name.removesuffix(".schema.yaml") for p in SCHEMAS.glob("*.schema.yaml")
                         if p != SCHEMA))
 

@@ -21,7 +21,6 @@ from skillrepro.methods import Variant, bind
 from skillrepro.progress import JOB, PROGRESS_LOGGER
 from skillrepro.skills.isolation import SandboxPolicy
 from skillrepro.skills.sandbox import probe
-from skillrepro.studies import contract
 from skillrepro.studies.speedrunner import paths
 
 
@@ -37,7 +36,7 @@ class Job:
     log: logging.Logger
     study: str | None  # None for a job whose rule reads no settings (a figure of finished tables, say)
     kind: str | None
-    settings: Any  # the study's (contract.Study.job): SpeedRunnerSettings, scaffold's ScaffoldJob, kvcache's KVJob
+    settings: Any  # the study's (its Study.job): SpeedRunnerSettings, scaffold's ScaffoldJob, kvcache's KVJob
 
 
 def start_job(snakemake: Any) -> Job:
@@ -52,14 +51,14 @@ def start_job(snakemake: Any) -> Job:
         return Job(log, None, None, None)
     head, _, _ = str(recorded).partition(":")
     name, _, kind = head.partition("/")
-    study, w, c = contract.study(name), snakemake.wildcards, snakemake.config
+    study, w, c = check.study(name), snakemake.wildcards, snakemake.config
     built = study.settings(c)
     values = study.keyed(w)
     made = check.job_fingerprint(c, name, kind, built=built, **values)
     if made != recorded:
         raise SettingsError(f"job {snakemake.rule} ({dict(w.items())}): its rule's settings fingerprint {recorded} "
                             f"is not the config's ({made}); rerun it through snakemake")
-    typed = contract.load(study.job)(c, built, values, snakemake.params) if study.job else built
+    typed = study.job(c, built, values, snakemake.params) if study.job else built
     return Job(log, name, kind, typed)
 
 

@@ -13,8 +13,31 @@ import ast
 import sys
 from pathlib import Path
 
-from layers import LAYERS, layer_of
 from repo import ROOT
+
+LAYERS = [
+    ("settings and records", ["skillrepro.config", "skillrepro.store", "skillrepro.progress"]),
+    ("llm, benchmarks, sandbox, skills", ["skillrepro.llm", "skillrepro.benchmarks", "skillrepro.skills"]),
+    ("the actor", ["skillrepro.agent"]),
+    ("the method registry", ["skillrepro.methods:registry"]),  # the package itself: contexts and register()
+    ("the runner", ["skillrepro.runner"]),
+    ("methods, studies, analytics", ["skillrepro.methods", "skillrepro.studies"]),
+    ("checks, job start-up, CLIs", ["skillrepro.check", "skillrepro.pipeline", "skillrepro.cli", "*.cli",
+                                    "skillrepro.export"]),
+]
+
+
+def layer_of(module: str) -> int:
+    """The layer whose longest prefix names `module` (every `*.cli` module is a CLI, on top)."""
+    if module.endswith(".cli"):
+        return len(LAYERS) - 1
+    if module == "skillrepro.methods":
+        module = "skillrepro.methods:registry"
+    matches = [(len(p), i) for i, (_, prefixes) in enumerate(LAYERS) for p in prefixes
+               if module == p or module.startswith(p + ".")]
+    assert matches, f"{module} is in no layer: add it to LAYERS"
+    return max(matches)[1]
+
 
 PACKAGE = ROOT / "src" / "skillrepro"  # a module global: the checks' own tests point it at a planted package
 
@@ -94,7 +117,8 @@ def test_the_settings_module_imports_nothing_of_skillrepro():
 
 
 def test_the_study_contract_imports_only_the_settings():
-    """Reading the contract loads no study: a study's builder is loaded by name when it is called."""
+    """The contract is the studies' common floor: each study's package imports it to declare itself, and
+    skillrepro.check, above them all, lists the declarations."""
     assert imports(modules())["skillrepro.studies.contract"] == {"skillrepro.config"}
 
 

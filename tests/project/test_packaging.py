@@ -9,10 +9,8 @@ of the workflow run:
 - The imports: every import statement of the script and of every skillrepro module it reaches, at module level or
   inside a function, transitively. Importing skillrepro.a.b runs skillrepro/__init__.py and a/__init__.py: they
   are reached too. A registry package (one that calls `importlib.import_module(f"{__name__}.{name}")`: benchmarks,
-  methods) reaches every module of its folder: more than one job may use, never less. The study contract's
-  "skillrepro.x:attr" references, which start_job loads with importlib for the job's study, are reached by that
-  study's scripts (workflow/scripts/<study>/) where they reach the contract; any other such string anywhere is
-  reached by every script that reaches the module holding it.
+  methods) reaches every module of its folder: more than one job may use, never less. A "skillrepro.x:attr"
+  string is reached by every script that reaches the module holding it.
 - Optional imports: an import inside `try:` whose handler catches ImportError (or ModuleNotFoundError, or a
   tuple naming one) and does not raise is optional (the code goes on without the package) and needs nothing
   installed. One whose handler raises (voyager's embedder, the Qwen tokenizer: an error naming the extra) is
@@ -124,8 +122,6 @@ def test_the_rules_are_read():
     assert len(with_env) > 60 and all(r["script"] and r["script"].is_file() and r["conda"].is_file() for r in with_env)
     # a script without an env would run in snakemake's own Python, which nothing here checks
     assert not [n for n, r in found.items() if r["script"] and not r["conda"]]
-    assert {"speedrunner", "scaffold", "kvcache"} <= study_references().keys()
-    assert "skillrepro.studies.scaffold.grpo" in study_references()["scaffold"]
 
 
 # ------------------------------------------------------------------------------------------ what a script imports
@@ -178,29 +174,12 @@ REFERENCE = re.compile(rf"({PROJECT}(?:\.\w+)+)(?::[\w.]+)?")  # "module:attribu
 
 
 @cache
-def study_references() -> dict[str, frozenset[str]]:
-    """study name -> the skillrepro modules its `Study(...)` declaration names by reference (builder, job, ...)."""
-    out: dict[str, frozenset[str]] = {}
-    for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Study":
-                name = next(k.value.value for k in node.keywords if k.arg == "name")
-                out[name] = frozenset(m.group(1) for c in ast.walk(node)
-                                      if isinstance(c, ast.Constant) and isinstance(c.value, str)
-                                      and (m := REFERENCE.fullmatch(c.value)) and module_path(m.group(1)))
-    return out
-
-
-@cache
 def file_imports(path: Path) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """(required top-level third-party or stdlib names, optional ones, skillrepro modules reached) of one file."""
     tree = ast.parse(path.read_text(), str(path))
     optional = optional_import_nodes(tree)
     here = module_name(path) if path.is_relative_to(PACKAGE) else None
     req, opt, own = set(), set(), set()
-    in_study = {id(c) for node in ast.walk(tree)
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Study"
-                for c in ast.walk(node)}  # a study's references: see study_references
 
     def add(full: str, node: ast.AST):
         top = full.split(".")[0]
@@ -230,7 +209,7 @@ def file_imports(path: Path) -> tuple[frozenset[str], frozenset[str], frozenset[
                 for a in node.names:  # `from skillrepro.x import y`: y may be a module
                     if module_path(f"{mod}.{a.name}"):
                         add(f"{mod}.{a.name}", node)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in in_study:
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             ref = REFERENCE.fullmatch(node.value)
             if ref and module_path(ref.group(1)):
                 add(ref.group(1), node)
@@ -258,8 +237,6 @@ def script_imports(script: Path) -> tuple[set[str], set[str], dict[str, str]]:
         if item in seen:
             continue
         seen.add(item)
-        if item == "skillrepro.studies.contract":  # start_job loads the references of the script's study
-            todo += sorted(study_references().get(script.parent.name, ()))
         path = item if isinstance(item, Path) else (Path(item) if item.endswith(".py") else module_path(item))
         r, o, own = file_imports(path)
         for name in r:

@@ -1,5 +1,5 @@
-"""The study contract (skillrepro.studies.contract), Gymnasium-style: one check parametrised over STUDIES, so a
-new study is held to it without editing a list here.
+"""The study contract (skillrepro.studies.contract), Gymnasium-style: one check parametrised over
+skillrepro.check.STUDIES, so a new study is held to it without editing a list here.
 
 Every preset that sets a study's section builds that study's settings; a bad key of the section is one
 ConfigError naming it, from the Snakefile's one config check; a kind's fingerprint ignores key order and changes
@@ -20,10 +20,9 @@ from pathlib import Path
 import pytest
 from snakemake.iocontainers import Wildcards  # a job's wildcards, as a script sees them
 
-from skillrepro.check import check_config, job_fingerprint
+from skillrepro.check import STUDIES, check_config, job_fingerprint
 from skillrepro.config import SCHEMAS, ConfigError, load_yaml, validate, validate_section
-from skillrepro.studies.contract import STUDIES, Study
-from layers import layer_of
+from skillrepro.studies.contract import Study
 from repo import ROOT, copy_workflow
 
 PRESETS = [ROOT / "config.yaml", *sorted((ROOT / "configs").glob("*.yaml"))]
@@ -60,9 +59,11 @@ def test_the_study_is_declared_whole(study: Study):
     for section in study.sections:
         if study.schema != "config.schema.yaml":  # a section with its own schema file is named after it
             assert schema.name == f"{section}.schema.yaml"
-    # its builder loads at the contract's layer or below: the contract's lazy load hides no upward import
-    module = study.builder.partition(":")[0]
-    assert layer_of(module) <= layer_of("skillrepro.studies.contract"), module
+    # its declaration, and the functions it names, are its own package's: a study is a peer, not a guest
+    home = f"skillrepro.studies.{study.name}"
+    for function in (study.builder, study.fingerprint, study.job):
+        if function is not None:
+            assert function.__module__.startswith(home + "."), f"{study.name}: {function.__qualname__} of {function.__module__}"
     assert set(study.keyed_by) <= set(study.wildcards)
     assert study.reads and all(study.reads.values())
 
@@ -327,10 +328,13 @@ def test_the_add_a_study_example_runs_as_written(tmp_path):
     shared = []
     for path, code in blocks:
         target = tmp_path / path
-        if path == "src/skillrepro/studies/contract.py":  # declared before STUDIES, and listed there
+        if path == "src/skillrepro/check.py":  # its import after the studies', its STUDIES line for the old one
+            imported, listing = code.strip().split("\n\n")
             text = target.read_text()
-            listed = re.search(r"^STUDIES = \((.*)\)$", text, re.M)
-            text = text.replace(listed.group(0), f"{code}\nSTUDIES = ({listed.group(1)}, OPENINGS)")
+            last = list(re.finditer(r"^from skillrepro\.studies\..*$", text, re.M))[-1]
+            text = text[:last.end()] + "\n" + imported + text[last.end():]
+            text, n = re.subn(r"^STUDIES: .*$", listing, text, flags=re.M)
+            assert n == 1 and imported.startswith("from ") and "OPENINGS)" in listing
             target.write_text(text)
             shared.append(path)
         elif path == "Snakefile":  # after the last include
@@ -342,7 +346,7 @@ def test_the_add_a_study_example_runs_as_written(tmp_path):
             assert not target.exists(), f"{path} is not a new file"
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(code)
-    assert sorted(shared) == ["Snakefile", "src/skillrepro/studies/contract.py"]
+    assert sorted(shared) == ["Snakefile", "src/skillrepro/check.py"]
     assert len(blocks) == 6
 
     config = (tmp_path / "config.yaml").read_text()

@@ -17,10 +17,10 @@ import pytest
 from snakemake.iocontainers import Wildcards  # a job's wildcards, as a script sees them
 import yaml
 
-from skillrepro.check import job_fingerprint, scaffold_fingerprint
+from skillrepro.check import job_fingerprint
 from skillrepro.pipeline import SettingsError, start_job
 from skillrepro.config import ConfigError
-from skillrepro.studies.scaffold.settings import ScaffoldConfig
+from skillrepro.studies.scaffold.settings import ScaffoldConfig, scaffold_fingerprint
 
 from repo import complete, study_workflow
 

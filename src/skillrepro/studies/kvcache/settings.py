@@ -1,8 +1,8 @@
 """The `kvcache:` config section (checked by src/skillrepro/schemas/kvcache.schema.yaml) as typed settings: the
 study's runs (benchmark, formats, games, seeds, models or a replay), the simulated settings (policy, capacity,
-lockstep concurrency) and the simulator's vLLM; a KV-cache job's settings (`kvcache_job`). Every value the workflow
-cannot honour is refused here, before any work, with a ConfigError naming its key. The analyses of the recorded
-runs are in study.py."""
+lockstep concurrency) and the simulator's vLLM; a KV-cache job's settings (`kvcache_job`) and fingerprint; the
+study's contract object (`KVCACHE`). Every value the workflow cannot honour is refused here, before any work, with a
+ConfigError naming its key. The analyses of the recorded runs are in study.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, validate_section
+from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, fingerprint, validate_section
 from skillrepro.llm.vllm_env import int_option
 from skillrepro.studies.kvcache import sim
+from skillrepro.studies.contract import Study
 from skillrepro.studies.kvcache.formats import load_bank
 
 
@@ -188,13 +189,13 @@ class KVJob:
 
 
 def kvcache_job(config: dict, kv: KVConfig, keyed: dict, params: object) -> KVJob:
-    """A KV-cache job's typed settings (studies.contract.KVCACHE.job, at skillrepro.pipeline.start_job)."""
+    """A KV-cache job's typed settings (KVCACHE.job, at skillrepro.pipeline.start_job)."""
     llms = kv.model_llms(config)
     return KVJob(kv, kv.bench(config), llms[keyed["kvmodel"]] if keyed["kvmodel"] else None, llms)
 
 
 def kv_settings(config: dict) -> KVConfig:
-    """The study's typed settings (its builder in skillrepro.studies.contract): the `kvcache` section checked
+    """The study's typed settings (KVCACHE's builder): the `kvcache` section checked
     against src/skillrepro/schemas/kvcache.schema.yaml with its defaults filled in, then against the rest of the config (the
     benchmark it plays, its models' llm settings). Every problem is a ConfigError naming the key."""
     kv = KVConfig.from_config({**config, "kvcache": validate_section(config, "kvcache")})
@@ -219,6 +220,26 @@ def kv_settings(config: dict) -> KVConfig:
     if served and not given:
         kv = dataclasses.replace(kv, block_size=next(iter(served.values())))
     return kv
+
+
+def kvcache_fingerprint(config: dict, kv: KVConfig, kind: str, *, kvmodel: str | None = None) -> str:
+    """A KV-cache job's (its one kind, `study`): the study's settings, the benchmark it plays and the llm
+    settings of the job's model `kvmodel` (of every model for a job across models, None)."""
+    llms = kv.model_llms(config)
+    return fingerprint([kv, kv.bench(config), llms[kvmodel] if kvmodel else llms])
+
+
+KVCACHE = Study(
+    name="kvcache",
+    sections=("kvcache",),
+    schema="kvcache.schema.yaml",
+    builder=kv_settings,
+    reads={"study": ("kvcache", "llm")},  # kvcache_fingerprint
+    keyed_by=("kvmodel",),
+    fingerprint=kvcache_fingerprint,
+    job=kvcache_job,
+    wildcards=("kvmodel", "kvfmt", "kvseed", "kvblocks"),
+)
 
 
 def games_note(task_ids: Sequence[str], split: str, data_path: str | None, benchmark: str = "alfworld") -> str:

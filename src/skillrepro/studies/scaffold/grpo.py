@@ -26,12 +26,11 @@ from typing import Any, Sequence
 import gguf
 import numpy as np
 
-from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, benchmark, llm_config
+from skillrepro.config import ConfigError
 from skillrepro.llm.models import MODELS, gguf_writer_like, resolve
 from skillrepro.llm.scorer import load_gguf
 from skillrepro.progress import Progress
-from skillrepro.studies.scaffold.settings import (ScaffoldConfig, TrainSettings, executor_llm, parse_instance,
-                                                  training_iteration)
+from skillrepro.studies.scaffold.settings import CHECKPOINT_GGUF, TrainSettings
 
 
 ROLES = ("executor", "generator")
@@ -313,11 +312,6 @@ def _trainer_class() -> type:
     return ScaffoldGRPOTrainer
 
 
-# A checkpoint's weights as llama.cpp serves them (CPU scale). In a folder of its own: transformers, given a
-# GGUF file in a folder that also holds tokenizer files, loads a tokenizer without the chat template.
-CHECKPOINT_GGUF = "gguf/model.gguf"
-
-
 def save_checkpoint(model: Any, tokenizer: Any, optimizer: Any, out_dir: str | Path, meta: dict[str, Any],
                     base_gguf: str | Path | None = None) -> Path:
     """The trained policy as a Hugging Face folder (vLLM serves it) with its optimizer state; with `base_gguf`
@@ -398,18 +392,6 @@ def exported_checkpoint(gguf_path: str | Path) -> Path | None:
     return folder if written else None
 
 
-def serving_model(checkpoint: str | Path, backend: str) -> str:
-    """What a server loads to play a checkpoint's policy: its GGUF (llama.cpp) or its folder (vLLM)."""
-    return str(Path(checkpoint) / CHECKPOINT_GGUF) if backend == "embedded" else str(checkpoint)
-
-
-def policy_llm(llm: Any, checkpoint: str) -> Any:
-    """`llm` played by `checkpoint` on a server of the job's own ("": unchanged, the run's shared server)."""
-    from dataclasses import replace
-
-    return replace(llm, model=serving_model(checkpoint, llm.backend), base_url=None) if checkpoint else llm
-
-
 def groups_from_records(sequencer: Any, variant: str, m: int, scouts: Sequence[Any], posts: Sequence[Any],
                         candidates: Sequence[Any], utilities: Sequence[Any], generator_calls: Any) -> list[QueryGroup]:
     """One QueryGroup per query: Scouts and Post-Scouts (Trajectory) as the Executor's samples, the cards
@@ -433,24 +415,3 @@ def groups_from_records(sequencer: Any, variant: str, m: int, scouts: Sequence[A
         groups.append(QueryGroup(task, execs, gens, [util.get((task, c.candidate), math.nan) for c in cards],
                                  [c.valid for c in cards], variant))
     return groups
-
-
-@dataclass(frozen=True)
-class ScaffoldJob:
-    """The typed settings of one SkillScaffold job (rules/scaffold/)."""
-
-    scaffold: ScaffoldConfig  # a training iteration's own for an instance <benchmark>@<chain><k>
-    bench: BenchmarkConfig
-    llm: LLMConfig  # the Executor's on this benchmark (scaffold.executor), served from `policy`
-    generator_llm: LLMConfig  # the Generator's (the llm section's), served from `policy`
-    policy: str  # the GRPO checkpoint that plays ("": llm.model on the invocation's shared server)
-
-
-def scaffold_job(config: dict[str, Any], scaffold: ScaffoldConfig, keyed: dict[str, Any], params: Any) -> ScaffoldJob:
-    """A SkillScaffold job's typed settings (studies.contract.SCAFFOLD.job, at skillrepro.pipeline.start_job): its
-    instance's training iteration, and the Executor and Generator played by the checkpoint its rule's `policy`
-    param names."""
-    bench, chain, k = parse_instance(keyed["sbench"])
-    llm, policy = llm_config(config), getattr(params, "policy", "")
-    return ScaffoldJob(training_iteration(scaffold, chain, k), benchmark(config, bench),
-                       policy_llm(executor_llm(llm, scaffold, bench), policy), policy_llm(llm, policy), policy)

@@ -1,17 +1,22 @@
-"""The `scaffold:` config section (checked by src/skillrepro/schemas/scaffold.schema.yaml) as typed settings: the study's sizes, the
-card format, the ablations, the GRPO training chains and table 5's training keys, the held-out evaluation. Every
-value the workflow cannot honour is refused here, before any work, with a ConfigError naming its key.
+"""The `scaffold:` config section (checked by src/skillrepro/schemas/scaffold.schema.yaml) as typed settings: the
+study's sizes, the card format, the ablations, the GRPO training chains and table 5's training keys, the held-out
+evaluation; a job's settings and fingerprint; the study's contract object (`SCAFFOLD`). Every value the workflow
+cannot honour is refused here, before any work, with a ConfigError naming its key.
 
-Long because every key of the section is checked here, in one place, before any work.
+Long because every key of the section is checked here, in one place, before any work, and a job's fingerprint
+reads the same typed section.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
+from dataclasses import MISSING, dataclass, field, replace
 from pathlib import Path
-from dataclasses import dataclass, field, replace
 from typing import Any
 
-from skillrepro.config import ConfigError, validate_section
+from skillrepro.config import (BenchmarkConfig, ConfigError, LLMConfig, benchmark, file_digest, fingerprint,
+                               llm_config, validate_section)
+from skillrepro.studies.contract import Study, settings_fingerprint
 from skillrepro.studies.scaffold.cards import (CardFormat, GeneratorRequest, GeneratorTemplate, generator_request,
                                                paper_card, paper_reply, section_word_bounds)
 from skillrepro.studies.scaffold.selection import VARIANTS
@@ -202,7 +207,7 @@ class ScaffoldConfig:
     generator_reply: dict[str, str] = field(default_factory=dict)
     # benchmark env -> its card format (reply form aside: `generator_reply`), for every configured env: the paper's
     # (cards.PAPER_CARDS), with `scaffold.card`'s keys for every env and then its `scaffold.card.<env>` keys. A
-    # generate job's fingerprint reads all of it (contract.SCAFFOLD: "scaffold.card"): one env's change reruns all.
+    # generate job's fingerprint reads all of it (SCAFFOLD: "scaffold.card"): one env's change reruns all.
     card: dict[str, CardFormat] = field(default_factory=dict)
     scorer_backend: str = "auto"  # auto | transformers | vllm
     scorer_model: str | None = None  # GGUF path or shipped name (transformers); served model id (vllm)
@@ -426,8 +431,6 @@ def instance_policy(name: str) -> str:
 def training_iteration(cfg: ScaffoldConfig, chain: str | None, k: int) -> ScaffoldConfig:
     """The settings of iteration k of a GRPO chain: a batch of `training.query_batch_size` queries, scored by
     its own checkpoint (a configured scorer model is llm.model's, so it serves iteration 0 only)."""
-    from dataclasses import replace
-
     if chain is None:
         return cfg
     return replace(cfg, n_queries=int(cfg.training.get("query_batch_size", cfg.n_queries)),
@@ -436,6 +439,103 @@ def training_iteration(cfg: ScaffoldConfig, chain: str | None, k: int) -> Scaffo
 
 def executor_llm(llm: Any, cfg: ScaffoldConfig, benchmark: str) -> Any:
     """The actor's LLM settings on `benchmark` (table 5 has tokens per turn per benchmark)."""
-    from dataclasses import replace
-
     return replace(llm, **cfg.executor.get(benchmark, {}))
+
+
+# A checkpoint's weights as llama.cpp serves them (CPU scale). In a folder of its own: transformers, given a
+# GGUF file in a folder that also holds tokenizer files, loads a tokenizer without the chat template.
+CHECKPOINT_GGUF = "gguf/model.gguf"
+
+
+def serving_model(checkpoint: str | Path, backend: str) -> str:
+    """What a server loads to play a checkpoint's policy: its GGUF (llama.cpp) or its folder (vLLM)."""
+    return str(Path(checkpoint) / CHECKPOINT_GGUF) if backend == "embedded" else str(checkpoint)
+
+
+def policy_llm(llm: LLMConfig, checkpoint: str) -> LLMConfig:
+    """`llm` played by `checkpoint` on a server of the job's own ("": unchanged, the run's shared server)."""
+    return replace(llm, model=serving_model(checkpoint, llm.backend), base_url=None) if checkpoint else llm
+
+
+# ---------------------------------------------------------------------------------- the study's contract
+@dataclass(frozen=True)
+class ScaffoldJob:
+    """The typed settings of one SkillScaffold job (rules/scaffold/)."""
+
+    scaffold: ScaffoldConfig  # a training iteration's own for an instance <benchmark>@<chain><k>
+    bench: BenchmarkConfig
+    llm: LLMConfig  # the Executor's on this benchmark (scaffold.executor), served from `policy`
+    generator_llm: LLMConfig  # the Generator's (the llm section's), served from `policy`
+    policy: str  # the GRPO checkpoint that plays ("": llm.model on the invocation's shared server)
+
+
+def scaffold_job(config: dict[str, Any], scaffold: ScaffoldConfig, keyed: dict[str, Any], params: Any) -> ScaffoldJob:
+    """A SkillScaffold job's typed settings (SCAFFOLD.job, at skillrepro.pipeline.start_job): its instance's
+    training iteration, and the Executor and Generator played by the checkpoint its rule's `policy` param names."""
+    bench, chain, k = parse_instance(keyed["sbench"])
+    llm, policy = llm_config(config), getattr(params, "policy", "")
+    return ScaffoldJob(training_iteration(scaffold, chain, k), benchmark(config, bench),
+                       policy_llm(executor_llm(llm, scaffold, bench), policy), policy_llm(llm, policy), policy)
+
+
+# The config's scaffold.scorer sub-section is three fields of ScaffoldConfig (and of the fingerprints made so far).
+SCORER_FIELDS = {"scorer.backend": "scorer_backend", "scorer.model": "scorer_model",
+                 "scorer.batch_tokens": "scorer_batch_tokens"}
+
+
+def scaffold_fingerprint(config: dict[str, Any], scaffold: ScaffoldConfig, reads: str, *, sbench: str) -> str:
+    """A SkillScaffold job's, of kind `reads` (SCAFFOLD's kinds) on instance `sbench` (<benchmark>[@<chain><k>]):
+    the llm section, the benchmark and its call budget, and what the kind reads of the scaffold section (the
+    Generator templates' contents too, which a user may edit in place): the typed section whole, but the keys it
+    leaves out ("!scaffold.<key>", at their defaults), where it reads "scaffold"."""
+    bench = parse_instance(sbench)[0]
+    base = settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=bench)
+    keys = SCAFFOLD.kind(reads)
+    if "scaffold" in keys:
+        fields = {f.name: f for f in dataclasses.fields(scaffold)}
+        left_out = [fields[k.removeprefix("!scaffold.")] for k in keys if k.startswith("!")]
+        chosen: Any = replace(scaffold, **{f.name: f.default if f.default is not MISSING else f.default_factory()
+                                           for f in left_out})
+    else:
+        chosen = {}
+        for key in (k.removeprefix("scaffold.") for k in keys):
+            key = SCORER_FIELDS.get(key, key)
+            name, _, sub = key.partition(".")
+            value = getattr(scaffold, name)
+            if name in ("splits", "executor"):
+                value = value.get(bench, {})
+            elif name == "generator_reply":  # the benchmark's own reply form, written out or the paper's
+                value = scaffold.card_format(config["benchmarks"][bench]["env"]).reply
+            elif name == "card":  # the benchmark env's own format: another env's card is no change here
+                value = scaffold.card_format(config["benchmarks"][bench]["env"])
+            elif name == "heldout":
+                value = [value.of(bench), value.rollouts]  # `every` only says which checkpoints there are
+            chosen[key] = value.get(sub) if sub else value
+    prompts = {env: file_digest(f) for env, f in scaffold.generator_prompts.items()}
+    return fingerprint([base, chosen] + ([prompts] if prompts and reads in ("generate", "update") else []))
+
+
+SCAFFOLD = Study(
+    name="scaffold",
+    sections=("scaffold",),
+    schema="scaffold.schema.yaml",
+    builder=ScaffoldConfig.from_config,
+    # keys of the scaffold section (scaffold_fingerprint); every kind also reads the llm section and its benchmark
+    # with its call budget. A job's inputs carry the rest: a Post-Scout reruns when its selection does.
+    reads={
+        "play": ("scaffold.split", "scaffold.splits", "scaffold.n_queries", "scaffold.executor",
+                 "scaffold.training.query_batch_size"),  # queries and every rollout
+        "evidence": ("scaffold.evidence_max_chars", "scaffold.evidence_max_tokens"),
+        "generate": ("scaffold.card", "scaffold.generator_decoding", "scaffold.generator_max_tokens",
+                     "scaffold.n_candidates", "scaffold.generator_prompts", "scaffold.generator_reply"),
+        "score": ("scaffold.scorer.backend", "scaffold.scorer.model", "scaffold.scorer.batch_tokens"),
+        "select": ("scaffold.ablations",),
+        "heldout": ("scaffold.heldout", "scaffold.split", "scaffold.splits", "scaffold.executor"),
+        "update": ("scaffold", "!scaffold.heldout"),  # a GRPO update: the whole section but the held-out evaluation
+    },
+    keyed_by=("sbench",),
+    aliases={"sbench": "hbench"},  # the held-out rules' instance
+    fingerprint=scaffold_fingerprint,
+    job=scaffold_job,
+    wildcards=("sbench", "svariant", "i", "k", "hbench", "hpolicy"),
+)
