@@ -1,44 +1,24 @@
-import functools
 import os
 
 from skillrepro import config as cfg
 from skillrepro import pipeline
-from skillrepro.benchmarks import load_benchmark
 from skillrepro.llm import models
-from skillrepro.skills.isolation import SandboxLimits
 
 
 include: "settings.smk"
 
 
-_RUN = study_settings("speedrunner")
-LLM, INDUCER, PROTOCOL, BENCHMARKS, METHODS = _RUN.llm, _RUN.inducer, _RUN.protocol, _RUN.benchmarks, _RUN.methods
+LLM = cfg.llm_config(config)  # the llm section: every study's jobs reach the one server it describes
+# The models a first run fetches before the shared server starts (a study adds a model its jobs serve themselves).
+MODELS_TO_FETCH = {LLM.model}
 
 # One shared server: the `llm` resource counts requests in flight, as many units as the server's slots.
-# A job playing N episodes at once takes N units (llm_units), any other LLM job one.
 workflow.global_resources.setdefault("llm", LLM.slots)
 
 
-def llm_units(n_episodes, split):
-    """`llm` units of a job that plays `n_episodes` episodes of `split`: as many as it has in flight."""
-
-    def units(wildcards):
-        if _one_at_a_time(wildcards.bench, wildcards.variant, split):
-            return 1
-        return max(1, min(LLM.episodes_in_flight, n_episodes, LLM.slots))
-
-    return units
-
-
-# ---- What an LLM job asks a cluster for (mem_mb, cpus_per_task): every figure in this one block.
-# A job needs its own Python process, an environment per episode in flight, room for one sandboxed skill call,
-# and the model server it starts on its node, if any. It starts none where the model is served: llm.base_url,
-# backend openai, or SKILLREPRO_LLM_URL exported before snakemake (sbatch --export=ALL hands it to every job).
-# A job without LLM work asks for the profile's default-resources.
-JOB_MB = {"rollout": 300, "evaluate": 300, "induce": 400}  # the job's Python; measured max_rss 130-260 MB
-ENV_MB = {"babyai": 50, "crafter": 300, "scienceworld": 600, "alfworld": 400}  # per environment (scienceworld:
-# a JVM at -Xmx512m, measured 350-480 MB; the others estimated); an env not listed here counts 500
-SANDBOX_MB = SandboxLimits().memory_bytes >> 20  # a skill call's memory limit (skills.sandbox), once a job
+# ---- What the model server an LLM job starts on its node asks a cluster for (a study's rules add the job's own).
+# A job starts none where the model is served: llm.base_url, backend openai, or SKILLREPRO_LLM_URL exported
+# before snakemake (sbatch --export=ALL hands it to every job).
 # The embedded llama.cpp server: its GGUF file, its KV cache (f16, kB per token of context: layers x KV heads
 # x head size x 2 x 2 bytes) for slots x ctx_per_slot tokens, and 250 MB of runtime (SmolLM2 at 2 x 4096
 # tokens: 94 + 184 + 250 = 528 MB against 430-600 MB measured). A .gguf path counts its size and 64 kB/token.
@@ -76,29 +56,6 @@ def server_cpus(llm) -> int:
     return 0 if served(llm) else VLLM_CPUS if llm.backend == "vllm" else llm.threads
 
 
-def _job_llm(kind):
-    """The model settings a job of `kind` starts a server for: a sleep phase's own model (inducer.model)."""
-    return INDUCER.sleep_llm(LLM) if kind == "induce" and INDUCER.own_server(LLM) else LLM
-
-
-def job_mem_mb(kind, units=None):
-    """mem_mb of an LLM job of `kind` (a JOB_MB key); `units` (the rule's `llm` units, llm_units) gives the
-    episodes it plays at once, one for a sleep phase."""
-
-    def mem_mb(wildcards):
-        episodes = units(wildcards) if units else 1
-        env = ENV_MB.get(BENCHMARKS[wildcards.bench].env, 500) if kind != "induce" else 0
-        need = JOB_MB[kind] + episodes * env + SANDBOX_MB + server_mb(_job_llm(kind))
-        return int(-(-need * HEADROOM // 100) * 100)  # rounded up to 100 MB
-
-    return mem_mb
-
-
-def job_cpus(kind):
-    """cpus_per_task of an LLM job of `kind`: one for the job, and its node's server's."""
-    return 1 + server_cpus(_job_llm(kind))
-
-
 def request_gpus(rules):
     """Give each job that takes `llm` units a `gpu` resource: LLM_GPUS for a job that takes at least one
     unit, 0 otherwise (the slurm plugin asks for --gpus only when it is not 0). Called once every rule is
@@ -119,14 +76,6 @@ def _gpus_of(units):
         return LLM_GPUS if taken else 0
 
     return gpu
-
-
-@functools.cache
-def _one_at_a_time(bench, variant, split):
-    from skillrepro.methods import bind
-    from skillrepro.runner import plays_one_at_a_time
-
-    return plays_one_at_a_time(load_benchmark(BENCHMARKS[bench]), bind(METHODS[variant]), split)
 
 
 # A snakemake killed with -9 leaves its locks behind; release them so the plain rerun works (see pipeline).
@@ -177,7 +126,7 @@ def start_llm_server():
         return  # no job of this invocation asks for the model (e.g. the KV-cache study's replay mode)
     if LLM.backend == "embedded":  # a first run fetches the model here, with its progress on the console
         try:
-            for model in {LLM.model, INDUCER.sleep_llm(LLM).model}:  # the sleep phases' too (inducer.model)
+            for model in MODELS_TO_FETCH:
                 models.resolve(model, report=logger.info)
         except models.ModelError as e:  # one line naming the model and pip's reason, not a traceback
             logger.error(str(e))

@@ -1,7 +1,69 @@
 # SpeedRunner's settings, paths and input functions, shared by its rules (tasks.smk ... views.smk): snakemake
 # --lint asks for a rule file's functions to live apart from its rules. What every study shares is in
 # rules/common.smk.
+import functools
+
+from skillrepro.benchmarks import load_benchmark
+from skillrepro.skills.isolation import SandboxLimits
 from skillrepro.studies.speedrunner.paths import RUN, RUN_LOG, RUN_TIMING
+
+
+_RUN = study_settings("speedrunner")
+INDUCER, PROTOCOL, BENCHMARKS, METHODS = _RUN.inducer, _RUN.protocol, _RUN.benchmarks, _RUN.methods
+MODELS_TO_FETCH.add(INDUCER.sleep_llm(LLM).model)  # a sleep phase's own model (inducer.model), if it has one
+
+
+def llm_units(n_episodes, split):
+    """`llm` units of a job that plays `n_episodes` episodes of `split`: as many as it has in flight (a job
+    playing N episodes at once takes N units, any other LLM job one)."""
+
+    def units(wildcards):
+        if _one_at_a_time(wildcards.bench, wildcards.variant, split):
+            return 1
+        return max(1, min(LLM.episodes_in_flight, n_episodes, LLM.slots))
+
+    return units
+
+
+@functools.cache
+def _one_at_a_time(bench, variant, split):
+    from skillrepro.methods import bind
+    from skillrepro.runner import plays_one_at_a_time
+
+    return plays_one_at_a_time(load_benchmark(BENCHMARKS[bench]), bind(METHODS[variant]), split)
+
+
+# ---- What a loop job asks a cluster for (mem_mb, cpus_per_task): every figure in this one block. A job needs
+# its own Python process, an environment per episode in flight, room for one sandboxed skill call, and the model
+# server it starts on its node, if any (rules/common.smk). A job without LLM work asks for the profile's
+# default-resources.
+JOB_MB = {"rollout": 300, "evaluate": 300, "induce": 400}  # the job's Python; measured max_rss 130-260 MB
+ENV_MB = {"babyai": 50, "crafter": 300, "scienceworld": 600, "alfworld": 400}  # per environment (scienceworld:
+# a JVM at -Xmx512m, measured 350-480 MB; the others estimated); an env not listed here counts 500
+SANDBOX_MB = SandboxLimits().memory_bytes >> 20  # a skill call's memory limit (skills.sandbox), once a job
+
+
+def _job_llm(kind):
+    """The model settings a job of `kind` starts a server for: a sleep phase's own model (inducer.model)."""
+    return INDUCER.sleep_llm(LLM) if kind == "induce" and INDUCER.own_server(LLM) else LLM
+
+
+def job_mem_mb(kind, units=None):
+    """mem_mb of an LLM job of `kind` (a JOB_MB key); `units` (the rule's `llm` units, llm_units) gives the
+    episodes it plays at once, one for a sleep phase."""
+
+    def mem_mb(wildcards):
+        episodes = units(wildcards) if units else 1
+        env = ENV_MB.get(BENCHMARKS[wildcards.bench].env, 500) if kind != "induce" else 0
+        need = JOB_MB[kind] + episodes * env + SANDBOX_MB + server_mb(_job_llm(kind))
+        return int(-(-need * HEADROOM // 100) * 100)  # rounded up to 100 MB
+
+    return mem_mb
+
+
+def job_cpus(kind):
+    """cpus_per_task of an LLM job of `kind`: one for the job, and its node's server's."""
+    return 1 + server_cpus(_job_llm(kind))
 
 
 def variants_whose_sleep(works):
