@@ -22,9 +22,9 @@ from skillrepro.config import billing_problems
 config.update(check_config(config, billing=False))
 for _need in billing_problems(config):
     logger.warning(f"a real run will refuse to start until this is fixed: {_need}")
-# A billed model: what the DAG will cost, projected from a calibration (studies/speedrunner/cost.py)
+# A billed model: what SpeedRunner's runs will cost, projected from a calibration (studies/speedrunner/cost.py)
 # (once, in the invocation that plans: not again in every cluster job, which parses this file too)
-if workflow.is_main_process and (config["llm"]["backend"] == "openai"
+if workflow.is_main_process and config["methods"] and (config["llm"]["backend"] == "openai"
                                  or any((config["pricing"].get(config["llm"]["model"]) or {}).values())):
     from skillrepro.studies.speedrunner.cost import summary_line
 
@@ -68,13 +68,14 @@ wildcard_constraints:
 request_gpus(workflow.rules)
 
 
-# Every table and figure of the SpeedRunner paper for the runs this config declares (a figure without
-# runs is drawn in its empty state), and each run's library and episode pages (rules/views.smk).
-# `snakemake --report report.html` afterwards bundles them.
+# Every configured study's targets: SpeedRunner's tables and figures and each run's library and episode pages
+# (rules/speedrunner/views.smk) where the config declares methods, and each other study's `<study>_all` where its
+# section is set. `snakemake --report report.html` afterwards bundles them.
 rule all:
     input:
-        PAPER_TARGETS,
-        VIEW_TARGETS,
+        [PAPER_TARGETS, VIEW_TARGETS] if config["methods"] else [],
+        rules.kvcache_all.input if config.get("kvcache") else [],
+        rules.scaffold_all.input if config.get("scaffold") else [],
     default_target: True
 
 

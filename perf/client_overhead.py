@@ -6,7 +6,7 @@
    runs, wall and CPU; and whether `import skillrepro.llm.client` alone loads the SDK (it must not: the SDK
    is imported when the first client is made).
 2. Per call: `LLMClient.chat` (through the SDK's `post`) against the same request body POSTed directly with
-   httpx (the transport the client used before issue 32) and with httpx2 (the one the SDK runs on), each
+   httpx (the transport the client used first) and with httpx2 (the one the SDK runs on), each
    parsing the reply with json.loads; beside them `LLMClient._post` alone, and the SDK's typed
    `chat.completions.with_raw_response.create` (which the client does not use: it walks the whole request
    against its parameter types first). The server, in a child process, answers every POST with a canned
@@ -18,7 +18,7 @@
    slot, the reply capped at one token, the prompt cached after the first call): the request as a run sends
    it, where the client's cost sits beside the server's few milliseconds of work.
 
-Target (issue 32): `LLMClient.chat` within 1.2x of the direct httpx request at the median (httpx2 where
+Target: `LLMClient.chat` within 1.2x of the direct httpx request at the median (httpx2 where
 httpx is not installed). Timings on the shared 2-core machine move by +-25 %: re-run before relying on one
 number.
 """

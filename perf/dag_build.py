@@ -2,7 +2,7 @@
 
     python perf/dag_build.py [--configfile configs/paper.yaml configs/paper-vllm.yaml] [--repeat 3]
 
-Baseline (issue 20): the paper preset's 5,162 jobs took 25.5 s on an idle 2-core machine; target <= 10 s.
+Baseline: the paper preset's 5,162 jobs took 25.5 s on an idle 2-core machine; target <= 10 s.
 The figure depends on the machine's load: run it alone.
 """
 from __future__ import annotations

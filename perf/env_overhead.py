@@ -2,7 +2,7 @@
 
     python perf/env_overhead.py [--steps 300] [--resets 3] [--only crafter scienceworld babyai]
 
-Targets (issue 3): a wrapper adds <= 5 % per step over the raw env step; ScienceWorld's lean step is >= 5x
+Targets: a wrapper adds <= 5 % per step over the raw env step; ScienceWorld's lean step is >= 5x
 faster than the shipped `ScienceWorldEnv.step`. Each pair replays the same actions from the same start state,
 so both sides do the same simulation work. Timings on a shared 2-core machine move by +-25 %: re-run before
 relying on one number.

@@ -1,6 +1,6 @@
 """Did SpeedRunner learn? Per seed of a finished run: what its sleep phases wrote, refused (and why) and kept,
 and how the final checkpoint's test episodes used the induced functions, beside ReAct and `reference` on the
-same tasks (issue 38's table). Reads a results folder only.
+same tasks. Reads a results folder only.
     python perf/learning_report.py results            # the default run, or configs/laptop-learning.yaml's
     python perf/learning_report.py results --bench babyai --variant speedrunner
 """

@@ -4,8 +4,8 @@
 
 For each file, one server at a time (its own process, the suite's settings: 2 slots of 4096 tokens), `--trials`
 chat requests of about 1,400 prompt tokens each, none of them in the prefix cache, 48 tokens generated; prints
-llama.cpp's own prefill and generation rates. Baseline: the shipped file. On this project's 2-core machine
-(session 23): SmolLM2-135M prefills at 230-280 tokens/s from its Q4_1 file and 340-450 from the Q8_0
+llama.cpp's own prefill and generation rates. Baseline: the shipped file. On this project's 2-core machine:
+SmolLM2-135M prefills at 230-280 tokens/s from its Q4_1 file and 340-450 from the Q8_0
 re-encoding, generation 55-70 tokens/s for both. Compare the rows of one run: a shared machine moves the figures.
 """
 from __future__ import annotations

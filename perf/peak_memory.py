@@ -7,7 +7,7 @@ processes, ScienceWorld's JVMs), sampled from /proc, beside the machine's own fi
 tree at its worst moment. That sum is the resident set size (RSS) of every descendant, which counts pages
 shared between processes (a forked sandbox zygote's, a model file mapped twice) once per process, so it is
 an upper bound; the machine's used memory (MemTotal - MemAvailable) at the same moment is printed beside it,
-and includes everything else the machine runs. Baseline (issue 24): about 13 GB at the full suite's peak.
+and includes everything else the machine runs. Baseline: about 13 GB at the full suite's peak.
 """
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def main() -> int:
           file=sys.stderr)
     for mb, name in peak_procs[:a.top]:
         print(f"  {mb:8.0f} MB  {name}", file=sys.stderr)
-    print("baseline (issue 24): about 13 GB at the full suite's peak; target: a laptop with 8 GB", file=sys.stderr)
+    print("baseline: about 13 GB at the full suite's peak; target: a laptop with 8 GB", file=sys.stderr)
     return proc.returncode
 
 

@@ -6,7 +6,7 @@ Every skill call runs in a fresh child process of the sandbox's zygote: the chil
 and loads the library as soon as the previous call has its result, then waits, ready, for its call; after
 the call it is killed. So two figures: calls back to back (the next child is still starting when the call
 comes) and calls after a pause standing in for the actor's LLM request between two skill calls (the next
-child is ready). Target (issue 21): at most 5 ms more than a direct step at the median, on the 2-core CPU
+child is ready). Target: at most 5 ms more than a direct step at the median, on the 2-core CPU
 machine. The machine is shared: each round prints the load average beside its figures, and with
 --rounds N the closing lines are the medians over the rounds. The zygote's start (once per episode) is
 printed separately, with the isolation layers the run had.

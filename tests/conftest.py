@@ -77,7 +77,6 @@ def run_scaffold(llm_cfg, llm_url):
                     "ctx_per_slot": llm_cfg.ctx_per_slot, "seed": 1, "tool_calling": "text", "threads": llm_cfg.threads},
             "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": call_budget}},
             "budgets": {"rollout_wall_s": 300},
-            "protocol": {"task_seed": 42},
             "scaffold": scaffold,
         })
         proc = subprocess.run([sys.executable, "-m", "snakemake", target, "--cores", "2"], cwd=wd,

@@ -30,19 +30,8 @@ def copy_workflow(dest: Path) -> None:
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / part)
 
 
-# What src/skillrepro/schemas/config.schema.yaml requires beside llm and benchmarks: the rest of a config whose test runs
-# another study's target (a protocol of one rollout; methods, budgets and pricing at the schema's defaults)
-REQUIRED = {"methods": {"react": {"method": "react"}}, "budgets": {}, "pricing": {},
-            "protocol": {"seeds": [0], "train_rollouts": 1, "sleep_every": 1, "eval_every": 1, "n_test": 1}}
-
-
-def complete(config: dict) -> dict:
-    """`config` with each REQUIRED section it leaves out, and each required key of those it gives."""
-    return {**REQUIRED, **config, **{k: {**REQUIRED[k], **config[k]} for k in REQUIRED if k in config}}
-
-
 def study_workflow(dest: Path, config: dict) -> None:
-    """A copy of the workflow in `dest` whose config.yaml is `config`, completed (`complete`): a test runs a
-    study's target through the Snakefile, as a user does."""
+    """A copy of the workflow in `dest` whose config.yaml is `config`: a test runs a study's target through the
+    Snakefile, as a user does."""
     copy_workflow(dest)
-    (dest / "config.yaml").write_text(yaml.safe_dump(complete(config)))
+    (dest / "config.yaml").write_text(yaml.safe_dump(config))

@@ -1,4 +1,4 @@
-# KV-cache reuse study (seed 001, issue 5): ALFWorld actor runs per (model, prompt format, seed) recording
+# KV-cache reuse study (seed 001): ALFWorld actor runs per (model, prompt format, seed) recording
 # every request's token ids and the server's cached tokens -> request streams -> prefix-cache simulations
 # (retain vs flush, capacities, lockstep concurrency) -> tables and the seminar's figures per model -> a
 # comparison of the models. With kvcache.replay, recorded trajectories stand in for the model.

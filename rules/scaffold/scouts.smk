@@ -1,4 +1,4 @@
-# SkillScaffold (seed 002, issue 6): skill-free Scouts -> evidence -> candidate cards -> paired scores ->
+# SkillScaffold (seed 002): skill-free Scouts -> evidence -> candidate cards -> paired scores ->
 # utility -> positive-gated selection -> Post-Scouts; plus the validation experiment (section 5.4) that
 # evaluates every candidate with separate downstream rollouts. Target: scaffold_all.
 # Paths: results/scaffold/{sbench}/... (per benchmark) and results/scaffold/{sbench}/{svariant}/... (grp|anc).

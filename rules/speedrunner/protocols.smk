@@ -1,4 +1,4 @@
-# Protocol variants of the online loop (issue 11).
+# Protocol variants of the online loop.
 # - Distribution shift (section 6.4): a benchmark instance with `after: A` starts each run from the final
 #   library (and notes) of the same variant and seed on A, then trains on its own tasks; `evaluate_on`
 #   (and `after`) name extra test sets every checkpoint plays (eval_on/{target}/v{k}).

@@ -299,6 +299,9 @@ def validate(config: dict[str, Any], *, check_files: bool = True, billing: bool 
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError(_describe(errors[0]))
+    if config.get("methods") and "protocol" not in config:  # the schema's empty protocol is for a config without runs
+        raise ConfigError("config key protocol: methods are configured, so the protocol of their runs is needed "
+                          "(train_rollouts, sleep_every, eval_every, n_test, seeds)")
     # Defaults come from the schema, through snakemake's own validator, so there is one list of them.
     # lazy: start-up cost: snakemake.utils adds ~10 % to `import skillrepro.check`, 80-130 ms to this module's own
     from snakemake.utils import validate

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-# 2: cached_tokens (llm_calls, episodes) is null where the server did not report it, no longer 0 (issue 35)
+# 2: cached_tokens (llm_calls, episodes) is null where the server did not report it, no longer 0
 SCHEMA_VERSION = 2
 
 

@@ -97,7 +97,7 @@ def test_a_bad_key_stops_the_config_check_naming_it(study: Study):
 def instance(study: Study, config: dict) -> dict:
     """Values of the wildcards a fingerprint is keyed by, for one job of `config`: its first benchmark and
     variant; none for a KV-cache model (a job across the study's models)."""
-    first = {"bench": next(iter(config["benchmarks"])), "variant": next(iter(config["methods"])),
+    first = {"bench": next(iter(config["benchmarks"])), "variant": next(iter(config["methods"]), None),
              "sbench": study.settings(config).benchmarks[0] if study.name == "scaffold" else None, "kvmodel": None}
     missing = set(study.keyed_by) - set(first)
     assert not missing, f"say here which value a {study.name} job's {missing} takes"
@@ -227,6 +227,26 @@ def test_every_script_starts_through_the_one_job_start_up():
         body = [line for line in script.read_text().splitlines() if "snakemake" in line
                 and not line.lstrip().startswith(("#", '"""')) and "import" not in line]
         assert body and "start_job(snakemake)" in body[0], f"{script.name} starts with {body[:1]}"
+
+
+@pytest.mark.parametrize("preset,study", [("config.yaml", "speedrunner"), ("configs/kvcache.yaml", "kvcache"),
+                                          ("configs/scaffold.yaml", "scaffold")])
+def test_the_default_target_is_the_configured_studies_targets(tmp_path, preset, study):
+    """`snakemake` without a target plans the studies whose sections the config sets, and only those: a preset of
+    the KV-cache study or of SkillScaffold sets no section of SpeedRunner's loop (methods, protocol, inducer)."""
+    config = load_yaml(ROOT / preset)
+    assert bool(set(config) & {"methods", "protocol", "inducer"}) == (study == "speedrunner"), preset
+    copy_workflow(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(ROOT / preset)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, SKILLREPRO_LLM_URL="http://127.0.0.1:9/v1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = proc.stdout.split("Job stats:", 1)[1].split("total", 1)[0]
+    planned = {line.split()[0] for line in table.splitlines()[3:] if line.strip()} - {"all"}
+    others = {s.name for s in STUDIES} - {study}
+    assert planned and not {r for r in planned if r.startswith(tuple(f"{o}_" for o in others))}, planned
+    if study != "speedrunner":
+        assert all(r.startswith(f"{study}_") for r in planned), planned
 
 
 # ------------------------------------------------------------------------------------------ rules

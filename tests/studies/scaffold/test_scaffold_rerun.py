@@ -22,18 +22,17 @@ from skillrepro.pipeline import SettingsError, start_job
 from skillrepro.config import ConfigError
 from skillrepro.studies.scaffold.settings import ScaffoldConfig, scaffold_fingerprint
 
-from repo import complete, study_workflow
+from repo import study_workflow
 
-BASE = complete({
+BASE = {
     "llm": {"backend": "embedded", "model": "qwen2.5-coder-0.5b", "max_tokens": 48},
     "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 3}, "other": {"env": "babyai", "llm_call_budget": 3}},
     "budgets": {"rollout_wall_s": 300},
-    "protocol": {"task_seed": 42},
     "scaffold": {"benchmarks": ["babyai"], "variants": ["grp"], "n_queries": 1, "n_scouts": 1, "n_candidates": 1,
                  "n_post": 1, "n_eval": 1, "n_probes": 1,
                  "training": {"steps": 1, "query_batch_size": 1, "baseline": False},
                  "heldout": {"splits": {"babyai": {"test": 1}}}},
-})
+}
 HELDOUT = {"scaffold_heldout_tasks", "scaffold_heldout_eval", "scaffold_heldout_tables", "scaffold_heldout_figures"}
 
 pytestmark = pytest.mark.workflow
