@@ -15,7 +15,7 @@ def study_settings(study):
 def settings(study, kind, **wildcard_of):
     """A params entry: the fingerprint of exactly the config settings a job of `study` of `kind` reads (declared
     in the study's contract object; skillrepro.check.job_fingerprint). Snakemake records params of plain types
-    only, so the scripts rebuild their typed settings from snakemake.config and the rule carries this string
+    only, so the job's start-up (start_job) rebuilds its typed settings from the config and the rule carries this string
     instead; the job reruns when one of those settings changes, and only then (key order is no change).
     `wildcard_of` names the wildcard that stands for one the fingerprint is keyed by (bench="target": the
     instance a run is evaluated on); a keyed wildcard the job lacks is read under the study's alias for it

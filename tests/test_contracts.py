@@ -17,7 +17,8 @@ import yaml
 
 from skillrepro import benchmarks
 from skillrepro.agent import EpisodeSpec
-from skillrepro.studies.speedrunner.analysis import study_params
+from skillrepro.studies.speedrunner.analysis import study_of
+from skillrepro.studies.speedrunner.settings import speedrunner_settings
 from skillrepro.benchmarks import base
 from skillrepro.benchmarks import ContractError, StepResult, check_benchmark, load_benchmark, names
 from skillrepro.check import check_config
@@ -140,7 +141,7 @@ def test_the_readme_example_benchmark_works_as_written(tmp_path, monkeypatch):
         cfg = methods_config(react={"method": "react"})
         cfg["benchmarks"] = entry["benchmarks"]
         checked = check_config(cfg, check_files=False)
-        assert study_params(checked, "readme")["benchmarks"]["counter"]["headline"] == "success"
+        assert study_of(speedrunner_settings(checked), "readme").headline("counter") == "success"
         with pytest.raises(ConfigError, match=r"protocol.n_test: 21 test tasks asked for, but benchmark counter "
                                               r"\(counter\) has 20"):
             check_config({**cfg, "protocol": {**cfg["protocol"], "n_test": 21}}, check_files=False)

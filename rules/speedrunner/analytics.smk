@@ -17,7 +17,8 @@ rule analytics:
         training="results/analytics/training.parquet",
     params:
         pricing=config["pricing"],
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
     log:
         "logs/analytics.log",
     benchmark:
@@ -35,7 +36,8 @@ rule tables:
         main=report("results/tables/main.csv", caption=f"{CAPTIONS}/main.rst", category="Tables"),
         checkpoints=report("results/tables/checkpoints.csv", caption=f"{CAPTIONS}/checkpoints.rst", category="Tables"),
     params:
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
     log:
         "logs/tables.log",
     benchmark:
@@ -52,7 +54,8 @@ rule stats:
     output:
         report("results/tables/stats.csv", caption=f"{CAPTIONS}/stats.rst", category="Tables"),
     params:
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
     log:
         "logs/stats.log",
     benchmark:
@@ -69,7 +72,8 @@ rule callgraph_table:
     output:
         report("results/tables/callgraph.csv", caption=f"{CAPTIONS}/callgraph.rst", category="Tables"),
     params:
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
     log:
         "logs/callgraph_table.log",
     benchmark:
@@ -86,7 +90,8 @@ rule table_1:
     output:
         report("results/tables/table1.csv", caption=f"{CAPTIONS}/table1.rst", category="Tables"),
     params:
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
     log:
         "logs/table_1.log",
     benchmark:
@@ -109,7 +114,8 @@ rule table_8:
         report("results/tables/table8.csv", caption=f"{CAPTIONS}/table8.rst", category="Tables"),
     params:
         pricing=config["pricing"],
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
     log:
         "logs/table_8.log",
     benchmark:
@@ -127,7 +133,8 @@ rule table_7:
     output:
         report("results/tables/table7.csv", caption=f"{CAPTIONS}/table7.rst", category="Tables"),
     params:
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
         models=lambda w: table7_models(),
     log:
         "logs/table_7.log",
@@ -145,7 +152,8 @@ rule retention:
     output:
         report("results/tables/retention.csv", caption=f"{CAPTIONS}/retention.rst", category="Tables"),
     params:
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
     log:
         "logs/retention.log",
     benchmark:

@@ -6,7 +6,8 @@ rule figure_2:
     output:
         report("results/figures/figure2.png", caption=f"{CAPTIONS}/figure2.rst", category="Figures"),
     params:
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
     log:
         "logs/figures/figure2.log",
     benchmark:
@@ -23,7 +24,8 @@ rule figure_4:
     output:
         report("results/figures/figure4.png", caption=f"{CAPTIONS}/figure4.rst", category="Figures"),
     params:
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
     log:
         "logs/figures/figure4.log",
     benchmark:
@@ -40,7 +42,8 @@ rule figure_7:
     output:
         report("results/figures/figure7.png", caption=f"{CAPTIONS}/figure7.rst", category="Figures"),
     params:
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
     log:
         "logs/figures/figure7.log",
     benchmark:
@@ -57,7 +60,8 @@ rule figure_12:
     output:
         report("results/figures/figure12.png", caption=f"{CAPTIONS}/figure12.rst", category="Figures"),
     params:
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
     log:
         "logs/figures/figure12.log",
     benchmark:
@@ -74,7 +78,8 @@ rule figure_3:
     output:
         report("results/figures/figure3.png", caption=f"{CAPTIONS}/figure3.rst", category="Figures"),
     params:
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
     log:
         "logs/figures/figure3.log",
     benchmark:
@@ -93,7 +98,8 @@ rule figure_5:
         figure=report("results/figures/figure5.png", caption=f"{CAPTIONS}/figure5.rst", category="Figures"),
         table=report("results/tables/figure5.csv", caption=f"{CAPTIONS}/figure5_table.rst", category="Tables"),
     params:
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
     log:
         "logs/figures/figure5.log",
     benchmark:
@@ -111,7 +117,8 @@ rule figure_6:
     output:
         report("results/figures/figure6.png", caption=f"{CAPTIONS}/figure6.rst", category="Figures"),
     params:
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
     log:
         "logs/figures/figure6.log",
     benchmark:
@@ -129,7 +136,8 @@ rule figure_11:
     output:
         report("results/figures/figure11.png", caption=f"{CAPTIONS}/figure11.rst", category="Figures"),
     params:
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
         labels=[LLM.model, *CROSS_MODEL],
     log:
         "logs/figures/figure11.log",
@@ -151,7 +159,8 @@ rule figure_9_10:
     wildcard_constraints:
         n="9|10",
     params:
-        study=STUDY,
+        settings=settings("speedrunner", "tables"),
+        config_name=CONFIG_NAME,
         model=lambda w: CROSS_FIGURES[int(w.n)],
     log:
         "logs/figures/figure{n}.log",

@@ -1,10 +1,9 @@
-# What the results rules share: the study the config declares (plain values for params), the protocol
-# variants' runs, and the declared record files the tables read (never a glob of results/).
-from skillrepro.studies.speedrunner.analysis import Study, cross_model_labels, cross_model_tables, study_params
+# What the results rules share: the study the config declares, the protocol variants' runs, and the declared
+# record files the tables read (never a glob of results/).
+from skillrepro.studies.speedrunner.analysis import cross_model_labels, cross_model_tables, study_of
 from skillrepro.methods import get_method
 
-STUDY = study_params(config, CONFIG_NAME)
-ANALYSIS_STUDY = Study(**STUDY)
+ANALYSIS_STUDY = study_of(_RUN, CONFIG_NAME)
 CAPTIONS = "../../report"
 PHASED = [b for b, d in BENCHMARKS.items() if d.after]
 TRUNCATION = (config.get("analysis") or {}).get("truncation")

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from skillrepro import check
-from skillrepro import config as cfg
 from skillrepro.agent import Prompts
 from skillrepro.config import BenchmarkConfig, LLMConfig
 from skillrepro.llm.client import use_ledger
 from skillrepro.llm.ledger import Ledger
-from skillrepro.methods import Variant, bind
+from skillrepro.methods import Variant
 from skillrepro.progress import JOB, PROGRESS_LOGGER
 from skillrepro.skills.isolation import SandboxPolicy
 from skillrepro.skills.sandbox import probe
@@ -36,7 +35,7 @@ class Job:
     log: logging.Logger
     study: str | None  # None for a job whose rule reads no settings (a figure of finished tables, say)
     kind: str | None
-    settings: Any  # the study's (its Study.job): SpeedRunnerSettings, scaffold's ScaffoldJob, kvcache's KVJob
+    settings: Any  # the study's (its Study.job): SpeedRunner's LoopJob, scaffold's ScaffoldJob, kvcache's KVJob
 
 
 def start_job(snakemake: Any) -> Job:
@@ -58,7 +57,7 @@ def start_job(snakemake: Any) -> Job:
     if made != recorded:
         raise SettingsError(f"job {snakemake.rule} ({dict(w.items())}): its rule's settings fingerprint {recorded} "
                             f"is not the config's ({made}); rerun it through snakemake")
-    typed = study.job(c, built, values, snakemake.params) if study.job else built
+    typed = study.job(c, built, kind, values, snakemake.params) if study.job else built
     return Job(log, name, kind, typed)
 
 
@@ -118,24 +117,23 @@ class RunSettings:
     prompts: Prompts  # the actor's (config section actor)
 
 
-def run_settings(snakemake: Any, library_dir: Path) -> RunSettings:
-    """The typed settings of this job's run, rebuilt from the config (the rule's params carry only their
-    fingerprint, `settings`), once the run's folder is known to have been made under the same settings:
-    library v0 records them, and a job never extends a run made under others (say, when Snakemake's
-    records were lost and could not rerun it)."""
-    w, c = snakemake.wildcards, snakemake.config
+def run_settings(job: Job, snakemake: Any, library_dir: Path) -> RunSettings:
+    """The typed settings of this job's run (`job`, started by start_job, whose settings are a LoopJob), once
+    the run's folder is known to have been made under the same settings: library v0 records them, and a job
+    never extends a run made under others (say, when Snakemake's records were lost and could not rerun it)."""
     manifest = Path(library_dir).parent / "v0" / "manifest.json"
     made = json.loads(manifest.read_text()).get("meta", {}).get("settings")
     if made != snakemake.params.settings:
         raise SettingsError(
-            f"run {run_id(w)} was started under other settings (fingerprint {made}, this config gives "
-            f"{snakemake.params.settings}); rerun it from the start with `--forcerun init_library` (or delete "
+            f"run {run_id(snakemake.wildcards)} was started under other settings (fingerprint {made}, this config "
+            f"gives {snakemake.params.settings}); rerun it from the start with `--forcerun init_library` (or delete "
             f"{manifest.parent.parent.parent}) so that no run mixes two settings"
         )
-    policy = SandboxPolicy(cfg.sandbox_require(c))
+    loop = job.settings.loop
+    policy = SandboxPolicy(loop.sandbox_require)
     probe(policy)  # logs this machine's layers; a required one that is missing fails the job before any work
-    return RunSettings(cfg.benchmark(c, w.bench), bind(cfg.method(c, w.variant)), seeded(cfg.llm_config(c), w.seed), policy,
-                       Prompts.configured(cfg.actor_config(c)))
+    return RunSettings(job.settings.bench, job.settings.method, seeded(loop.llm, snakemake.wildcards.seed), policy,
+                       Prompts.configured(loop.actor))
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ class Study:
     # (config, settings, kind, **keyed_by values) -> the digest of what a job of that kind reads; None for the
     # plain one, `settings_fingerprint` over the kind's config keys
     fingerprint: Callable[..., str] | None = None
-    # (config, settings, keyed_by values, the job's params) -> one job's typed settings
+    # (config, settings, kind, keyed_by values, the job's params) -> one job's typed settings
     # (skillrepro.pipeline.start_job); None for the study's settings as they are
     job: Callable[..., Any] | None = None
 

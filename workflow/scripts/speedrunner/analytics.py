@@ -8,9 +8,10 @@ from skillrepro import store
 from skillrepro.studies.speedrunner import analysis
 from skillrepro.pipeline import start_job
 
-log = start_job(snakemake).log
+job = start_job(snakemake)
+log = job.log
 inp, out, p = snakemake.input, snakemake.output, snakemake.params
-study = analysis.Study(**p.study)
+study = analysis.study_of(job.settings.loop, p.config_name)
 
 
 def siblings(episode_files, name):

@@ -9,13 +9,14 @@ from skillrepro.skills import Library
 from skillrepro.skills.callgraph import stats
 from skillrepro.store import write_text
 
-log = start_job(snakemake).log
-variants = snakemake.params.study["variants"]
+job = start_job(snakemake)
+log = job.log
+methods = job.settings.loop.methods  # variant -> its method
 rows = []
 for manifest in snakemake.input:
     folder = Path(manifest).parent  # results/runs/{bench}/{variant}/seed{seed}/library/v{k}
     bench, variant, seed = folder.parts[-5], folder.parts[-4], int(folder.parts[-3].removeprefix("seed"))
-    rows.append({"benchmark": bench, "method": variants[variant]["method"], "variant": variant, "seed": seed,
+    rows.append({"benchmark": bench, "method": methods[variant].method, "variant": variant, "seed": seed,
                  **asdict(stats(Library.load(folder)))})
 table = pd.DataFrame(rows)
 write_text(snakemake.output[0], table.to_csv(index=False))

@@ -6,10 +6,11 @@ from skillrepro.agent import EpisodeSpec
 from skillrepro.pipeline import run_id, run_settings, start_job
 from skillrepro.runner import run_batch
 
-log = start_job(snakemake).log
+job = start_job(snakemake)
+log = job.log
 w, p = snakemake.wildcards, snakemake.params
 library_dir = Path(snakemake.input.library).parent
-run = run_settings(snakemake, library_dir)
+run = run_settings(job, snakemake, library_dir)
 task_ids = json.loads(Path(snakemake.input.tasks).read_text())
 spec = EpisodeSpec(run_id(w), w.bench, run.method.config.method, w.variant, int(w.seed), "test", int(w.k), int(w.k))
 run_batch(bench=run.bench, llm=run.llm, library_dir=library_dir,

@@ -4,15 +4,15 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from skillrepro import config as cfg
 from skillrepro.agent import EpisodeSpec
 from skillrepro.pipeline import run_id, run_settings, start_job
 from skillrepro.runner import run_batch
 
-log = start_job(snakemake).log
+job = start_job(snakemake)
+log = job.log
 w, p = snakemake.wildcards, snakemake.params
 library_dir = Path(snakemake.input.library).parent
-run = replace(run_settings(snakemake, library_dir), bench=cfg.benchmark(snakemake.config, w.target))
+run = replace(run_settings(job, snakemake, library_dir), bench=job.settings.loop.benchmarks[w.target])
 task_ids = json.loads(Path(snakemake.input.tasks).read_text())
 spec = EpisodeSpec(run_id(w), w.target, run.method.config.method, w.variant, int(w.seed), "test", int(w.k), int(w.k))
 run_batch(bench=run.bench, llm=run.llm, library_dir=library_dir, task_ids=task_ids, spec=spec,

@@ -12,10 +12,11 @@ from skillrepro.pipeline import run_id, run_settings, start_job
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library
 
-log = start_job(snakemake).log
+job = start_job(snakemake)
+log = job.log
 w, p, out = snakemake.wildcards, snakemake.params, snakemake.output
 final_dir = Path(snakemake.input.library).parent
-run = run_settings(snakemake, final_dir)
+run = run_settings(job, snakemake, final_dir)
 method = bind(replace(run.method.config, options={**run.method.config.options, **p.options}))
 final = Library.load(final_dir)
 shown = truncate(final, len(final.public()) if w.n == "all" else int(w.n))

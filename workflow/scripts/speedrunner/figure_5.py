@@ -9,8 +9,9 @@ from skillrepro.pipeline import start_job
 from skillrepro.skills import Library
 from skillrepro.store import write_text
 
-log = start_job(snakemake).log
-study = analysis.Study(**snakemake.params.study)
+job = start_job(snakemake)
+log = job.log
+study = analysis.study_of(job.settings.loop, snakemake.params.config_name)
 combat = pd.DataFrame([
     {"benchmark": Path(m).parts[2], "variant": Path(m).parts[3], "combat_share": tables.combat_share(Library.load(Path(m).parent))}
     for m in snakemake.input.libraries  # results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json

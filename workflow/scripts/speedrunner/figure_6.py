@@ -5,8 +5,9 @@ from skillrepro.studies.speedrunner import analysis
 from skillrepro.studies.speedrunner.analysis import figures
 from skillrepro.pipeline import start_job
 
-log = start_job(snakemake).log
-study = analysis.Study(**snakemake.params.study)
+job = start_job(snakemake)
+log = job.log
+study = analysis.study_of(job.settings.loop, snakemake.params.config_name)
 figures.shift_figure(pd.read_csv(snakemake.input.checkpoints), pd.read_csv(snakemake.input.retention), study,
                       snakemake.output[0])
 log.info("wrote %s", snakemake.output[0])

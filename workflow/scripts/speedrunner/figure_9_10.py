@@ -6,8 +6,9 @@ from skillrepro.studies.speedrunner import analysis
 from skillrepro.studies.speedrunner.analysis import figures
 from skillrepro.pipeline import start_job
 
-log = start_job(snakemake).log
-study = analysis.Study(**snakemake.params.study)
+job = start_job(snakemake)
+log = job.log
+study = analysis.study_of(job.settings.loop, snakemake.params.config_name)
 source = snakemake.input[0]
 figures.cross_model_figure(pd.read_csv(source), snakemake.params.model, int(snakemake.wildcards.n), study,
                            snakemake.output[0], source)

@@ -2,7 +2,6 @@
 from contextlib import nullcontext
 from pathlib import Path
 
-from skillrepro import config as cfg
 from skillrepro.llm.servers import own_server
 from skillrepro.methods import InduceContext
 from skillrepro.pipeline import run_id, run_settings, start_job, training_history
@@ -10,11 +9,12 @@ from skillrepro.progress import Progress
 from skillrepro.skills import Library
 from skillrepro.store import LLMCall, write_records, write_text
 
-log = start_job(snakemake).log
+job = start_job(snakemake)
+log = job.log
 w, p, out = snakemake.wildcards, snakemake.params, snakemake.output
 previous = Path(snakemake.input.library).parent
-run = run_settings(snakemake, previous)
-limits = cfg.inducer_limits(snakemake.config)
+run = run_settings(job, snakemake, previous)
+limits = job.settings.loop.inducer
 ctx = InduceContext(
     library=Library.load(previous), cycle=int(w.k) - 1,
     history_dirs=training_history(previous, int(w.k)),

@@ -6,8 +6,9 @@ from skillrepro.studies.speedrunner.analysis import tables
 from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = start_job(snakemake).log
-study = analysis.Study(**snakemake.params.study)
+job = start_job(snakemake)
+log = job.log
+study = analysis.study_of(job.settings.loop, snakemake.params.config_name)
 table = tables.retention(pd.read_parquet(snakemake.input[0]), study)
 write_text(snakemake.output[0], table.to_csv(index=False))
 log.info("retention:\n%s", table.to_string(index=False))

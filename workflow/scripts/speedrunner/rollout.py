@@ -6,10 +6,11 @@ from skillrepro.agent import EpisodeSpec
 from skillrepro.pipeline import run_id, run_settings, start_job, training_history
 from skillrepro.runner import run_batch
 
-log = start_job(snakemake).log
+job = start_job(snakemake)
+log = job.log
 w, p = snakemake.wildcards, snakemake.params
 library_dir = Path(snakemake.input.library).parent
-run = run_settings(snakemake, library_dir)
+run = run_settings(job, snakemake, library_dir)
 k, n = int(w.k), p.sleep_every
 task_ids = json.loads(Path(snakemake.input.tasks).read_text())[k * n : (k + 1) * n]
 spec = EpisodeSpec(run_id(w), w.bench, run.method.config.method, w.variant, int(w.seed), "train", k, k)

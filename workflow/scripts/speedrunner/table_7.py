@@ -7,8 +7,9 @@ from skillrepro.studies.speedrunner.analysis import tables
 from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = start_job(snakemake).log
-study = analysis.Study(**snakemake.params.study)
+job = start_job(snakemake)
+log = job.log
+study = analysis.study_of(job.settings.loop, snakemake.params.config_name)
 files = list(snakemake.input)
 runs = {model: (pd.read_csv(files[2 * i]), pd.read_csv(files[2 * i + 1]))
         for i, model in enumerate(snakemake.params.models)}

@@ -10,9 +10,10 @@ from skillrepro.studies.speedrunner.analysis import tables
 from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = start_job(snakemake).log
+job = start_job(snakemake)
+log = job.log
 inp, p = snakemake.input, snakemake.params
-study = analysis.Study(**p.study)
+study = analysis.study_of(job.settings.loop, p.config_name)
 episodes = analysis.episodes(inp.episodes, inp.calls, inp.skill_calls, p.pricing)
 def requested(episodes: str) -> int | str:
     """N of a truncated evaluation's folder (truncated/n{N}/), or "all"."""

@@ -7,8 +7,9 @@ from skillrepro.studies.speedrunner.analysis import tables
 from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = start_job(snakemake).log
-study = analysis.Study(**snakemake.params.study)
+job = start_job(snakemake)
+log = job.log
+study = analysis.study_of(job.settings.loop, snakemake.params.config_name)
 per_seed = pd.read_parquet(snakemake.input.checkpoints)
 main = tables.main_table(per_seed, study)
 write_text(snakemake.output.main, main.to_csv(index=False))

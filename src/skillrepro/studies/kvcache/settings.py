@@ -188,7 +188,7 @@ class KVJob:
     llms: dict[str, LLMConfig]  # every model of the study, by name
 
 
-def kvcache_job(config: dict, kv: KVConfig, keyed: dict, params: object) -> KVJob:
+def kvcache_job(config: dict, kv: KVConfig, kind: str, keyed: dict, params: object) -> KVJob:
     """A KV-cache job's typed settings (KVCACHE.job, at skillrepro.pipeline.start_job)."""
     llms = kv.model_llms(config)
     return KVJob(kv, kv.bench(config), llms[keyed["kvmodel"]] if keyed["kvmodel"] else None, llms)

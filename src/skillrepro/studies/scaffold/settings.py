@@ -469,7 +469,8 @@ class ScaffoldJob:
     policy: str  # the GRPO checkpoint that plays ("": llm.model on the invocation's shared server)
 
 
-def scaffold_job(config: dict[str, Any], scaffold: ScaffoldConfig, keyed: dict[str, Any], params: Any) -> ScaffoldJob:
+def scaffold_job(config: dict[str, Any], scaffold: ScaffoldConfig, kind: str, keyed: dict[str, Any],
+                 params: Any) -> ScaffoldJob:
     """A SkillScaffold job's typed settings (SCAFFOLD.job, at skillrepro.pipeline.start_job): its instance's
     training iteration, and the Executor and Generator played by the checkpoint its rule's `policy` param names."""
     bench, chain, k = parse_instance(keyed["sbench"])

@@ -114,7 +114,7 @@ COMPARISONS = {
 
 @dataclass(frozen=True)
 class Study:
-    """What the config declares, as the figures need it: plain values, so rules can pass them as params.
+    """What the config declares, as the figures need it, in plain values (`study_of`).
 
     variants: variant -> {"method": name, "options": {...}, "benchmarks": [...] or None}
     benchmarks: instance -> {"env": ..., "options": {...}, "after": instance or None, "headline": column}
@@ -198,17 +198,15 @@ class Study:
         return [(d["after"], b) for b, d in self.benchmarks.items() if d.get("after")]
 
 
-def study_params(config: dict[str, Any], config_name: str) -> dict[str, Any]:
-    """The Study as the plain dict rules pass (Snakemake fingerprints plain values only)."""
-    return {
-        "variants": {v: {"method": m["method"], "options": dict(m.get("options") or {}),
-                         "benchmarks": m.get("benchmarks")} for v, m in config["methods"].items()},
-        "benchmarks": {b: {"env": d["env"], "options": dict(d.get("options") or {}), "after": d.get("after"),
-                           "headline": _headline(d["env"])} for b, d in config["benchmarks"].items()},
-        "sleep_every": config["protocol"]["sleep_every"],
-        "train_rollouts": config["protocol"]["train_rollouts"],
-        "config_name": config_name,
-    }
+def study_of(loop: Any, config_name: str) -> Study:
+    """The Study of the loop's typed settings (studies.speedrunner.settings.SpeedRunnerSettings, as a job of kind
+    `tables` gets them from start_job) and of the config file's name (its rule's `config_name` param)."""
+    return Study(
+        variants={v: {"method": m.method, "options": dict(m.options),
+                      "benchmarks": None if m.benchmarks is None else list(m.benchmarks)} for v, m in loop.methods.items()},
+        benchmarks={b: {"env": d.env, "options": dict(d.options), "after": d.after, "headline": _headline(d.env)}
+                    for b, d in loop.benchmarks.items()},
+        sleep_every=loop.protocol.sleep_every, train_rollouts=loop.protocol.train_rollouts, config_name=config_name)
 
 
 # ------------------------------------------------------------------------------------------ other models' runs
