@@ -219,14 +219,16 @@ def test_a_job_starts_only_under_the_settings_its_rule_recorded(study: Study):
 
 
 def test_every_script_starts_through_the_one_job_start_up():
-    """Each workflow script lives in its study's folder, and its first use of `snakemake` is start_job (its log, its
-    settings checked)."""
+    """Each workflow script lives in its study's folder, its first use of `snakemake` is start_job (its log, its
+    settings checked and typed), and it reads no settings from the config but those."""
     homes = {p.name for p in (ROOT / "workflow/scripts").iterdir() if p.name != "__pycache__"}
     assert homes == {s.name for s in STUDIES}, "workflow/scripts/ holds one folder per study and nothing else"
     for script in sorted((ROOT / "workflow/scripts").glob("*/*.py")):
         body = [line for line in script.read_text().splitlines() if "snakemake" in line
                 and not line.lstrip().startswith(("#", '"""')) and "import" not in line]
         assert body and "start_job(snakemake)" in body[0], f"{script.name} starts with {body[:1]}"
+        # its settings come from start_job alone: no script types the config itself
+        assert "snakemake.config" not in script.read_text(), f"{script.name} reads snakemake.config"
 
 
 @pytest.mark.parametrize("preset,study", [("config.yaml", "speedrunner"), ("configs/kvcache.yaml", "kvcache"),
