@@ -14,6 +14,7 @@ import yaml
 
 from skillrepro.studies.speedrunner import analysis
 from skillrepro.studies.speedrunner.analysis import figures, statistics, tables
+from skillrepro.studies.speedrunner.paths import Run, batch_of, folder_of, run_of
 from skillrepro.skills import Library
 from skillrepro.skills.library import parse_functions
 from skillrepro.store import Episode, LLMCall, SkillCall, Step, write_records
@@ -564,3 +565,18 @@ def test_an_unreported_cached_count_is_priced_as_uncached_and_its_ratio_unknown(
     from skillrepro.config import Price
 
     assert Price(1.0, 10.0, 0.1).cost(1000, None, 50) == Price(1.0, 10.0, 0.1).cost(1000, 0, 50) == test.cost[0]
+
+
+@pytest.mark.parametrize("run", [Run("babyai", "speedrunner", 0), Run("crafter_z2", "asi-replay", 17), Run("seed3", "seed", 2)])
+def test_a_runs_folder_reads_back_as_the_run(run: Run):
+    """The layout's one parser inverts its one writer, for the folder and for every record under it."""
+    assert run_of(run.folder) == run
+    for record in ("library/v3/manifest.json", "train/batch2/llm_calls.parquet", "induce/v3/llm_calls.parquet",
+                   "eval/v4/episodes.parquet"):
+        path = f"{run.folder}/{record}"
+        assert run_of(path) == run and run_of(Path("/home/x") / path) == run
+        if record.endswith(".parquet"):
+            assert folder_of(path)[0] == f"{run.bench}/{run.variant}/seed{run.seed}"
+    assert batch_of(f"{run.folder}/induce/v3/llm_calls.parquet") == (folder_of(f"{run.folder}/eval/v1/episodes.parquet")[0], 2, "sleep")
+    with pytest.raises(ValueError, match="not in a run folder"):
+        run_of(f"results/tables/{run.bench}.csv")

@@ -5,6 +5,7 @@ from pathlib import Path
 import pandas as pd
 
 from skillrepro.pipeline import start_job
+from skillrepro.studies.speedrunner.paths import run_of
 from skillrepro.skills import Library
 from skillrepro.skills.callgraph import stats
 from skillrepro.store import write_text
@@ -14,10 +15,9 @@ log = job.log
 methods = job.settings.loop.methods  # variant -> its method
 rows = []
 for manifest in snakemake.input:
-    folder = Path(manifest).parent  # results/runs/{bench}/{variant}/seed{seed}/library/v{k}
-    bench, variant, seed = folder.parts[-5], folder.parts[-4], int(folder.parts[-3].removeprefix("seed"))
-    rows.append({"benchmark": bench, "method": methods[variant].method, "variant": variant, "seed": seed,
-                 **asdict(stats(Library.load(folder)))})
+    run = run_of(manifest)  # results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json
+    rows.append({"benchmark": run.bench, "method": methods[run.variant].method, "variant": run.variant,
+                 "seed": run.seed, **asdict(stats(Library.load(Path(manifest).parent)))})
 table = pd.DataFrame(rows)
 write_text(snakemake.output[0], table.to_csv(index=False))
 log.info("%d library versions", len(table))

@@ -1,15 +1,18 @@
 """A SpeedRunner run's folder layout, written here once: the rules build every path of a run from these patterns
-(rules/common.smk), the jobs name their run with run_id, and the analytics read a record's run and cycle back
-from its path with batch_of."""
+(rules/speedrunner/common.smk), the jobs name their run with run_id, and the analytics read a path's run back with
+run_of (the inverse of Run.folder), a record's run and cycle with batch_of and folder_of."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from pathlib import PurePath
 
 RUN_ID = "{bench}/{variant}/seed{seed}"  # one run: benchmark x method variant x seed
 RUN = "results/runs/" + RUN_ID  # its records: library/v{k}/, train/batch{k}/, induce/v{k}/, eval/v{k}/, ...
 RUN_LOG = "logs/runs/" + RUN_ID  # its jobs' logs
 RUN_TIMING = "results/timings/runs/" + RUN_ID  # its jobs' timings
 
+_RUN_IN = re.compile(r"(?:^|/)runs/(?P<bench>[^/]+)/(?P<variant>[^/]+)/seed(?P<seed>\d+)(?:/|$)")
 _FOLDER = re.compile(r"runs/(?P<run>[^/]+/[^/]+/seed\d+)/(?P<kind>train|induce|eval|eval_on|truncated)/[^.][^/]*(?:/[^/]+)?/"
                      r"[a-z_]+\.parquet$")
 _CALLS = re.compile(r"runs/(?P<run>[^/]+/[^/]+/seed\d+)/(?:train/batch(?P<batch>\d+)|induce/v(?P<v>\d+))/llm_calls\.parquet$")
@@ -17,6 +20,28 @@ _CALLS = re.compile(r"runs/(?P<run>[^/]+/[^/]+/seed\d+)/(?:train/batch(?P<batch>
 
 def run_id(bench: str, variant: str, seed: int | str) -> str:
     return RUN_ID.format(bench=bench, variant=variant, seed=seed)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run: benchmark instance x method variant x seed."""
+
+    bench: str
+    variant: str
+    seed: int
+
+    @property
+    def folder(self) -> str:
+        """Its records' folder (RUN)."""
+        return RUN.format(bench=self.bench, variant=self.variant, seed=self.seed)
+
+
+def run_of(path: str | PurePath) -> Run:
+    """The run whose folder holds `path` (the folder itself or anything under it): Run.folder read back."""
+    m = _RUN_IN.search(PurePath(path).as_posix())
+    if not m:
+        raise ValueError(f"{path}: not in a run folder (…/runs/BENCH/VARIANT/seedN/)")
+    return Run(m["bench"], m["variant"], int(m["seed"]))
 
 
 def batch_of(path: str) -> tuple[str, int, str]:
