@@ -534,7 +534,3 @@ def _canonical(value: Any) -> Any:
 def benchmark(config: dict[str, Any], name: str) -> BenchmarkConfig:
     v = config["benchmarks"][name]
     return BenchmarkConfig(name=name, **(v | {"evaluate_on": tuple(v.get("evaluate_on") or ())}))
-
-
-def method(config: dict[str, Any], variant: str) -> MethodConfig:
-    return next(m for m in methods(config) if m.variant == variant)
