@@ -102,7 +102,7 @@ def print_success(scouts: list, bench: BenchmarkConfig, a: argparse.Namespace) -
     where = f"alfworld {a.alfworld}" if a.alfworld else f"level {a.level}"
     print(f"model {a.model}, {where}, temperature {a.temperature}, history "
           f"{a.history_window or 'all'}, call budget {a.call_budget}: Scouts solved {wins} of {n} episodes on "
-          f"{len(tasks)} tasks; random primitives {r_wins} of {r_n} on the same tasks")
+          f"{len(tasks)} tasks; random moves {r_wins} of {r_n} on the same tasks")
 
 
 def main() -> None:
