@@ -5,6 +5,7 @@ A module beside tests/conftest.py, not a test module (pyproject.toml's `pythonpa
 so test modules share it without importing each other and the paths do not depend on how deep a test sits."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,11 @@ def snakemake(*args, cwd=ROOT, check=True, umask=-1, env=None):
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
+
+
+def scheduled(stdout: str) -> set[str]:
+    """The rules a dry run (`snakemake -n`) lists jobs of: its `rule X:` and `localrule X:` lines."""
+    return set(re.findall(r"^(?:local)?rule (\w+):", stdout, flags=re.M))
 
 
 def copy_workflow(dest: Path) -> None:

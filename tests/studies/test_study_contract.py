@@ -23,7 +23,7 @@ from snakemake.iocontainers import Wildcards  # a job's wildcards, as a script s
 from skillrepro.check import STUDIES, check_config, job_fingerprint
 from skillrepro.config import SCHEMAS, ConfigError, load_yaml, validate, validate_section
 from skillrepro.studies.contract import Study
-from repo import ROOT, copy_workflow
+from repo import ROOT, copy_workflow, scheduled, snakemake
 
 PRESETS = [ROOT / "config.yaml", *sorted((ROOT / "configs").glob("*.yaml"))]
 # every study's: the config check, the server, `settings`
@@ -239,12 +239,9 @@ def test_the_default_target_is_the_configured_studies_targets(tmp_path, preset, 
     config = load_yaml(ROOT / preset)
     assert bool(set(config) & {"methods", "protocol", "inducer"}) == (study == "speedrunner"), preset
     copy_workflow(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(ROOT / preset)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, SKILLREPRO_LLM_URL="http://127.0.0.1:9/v1"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    table = proc.stdout.split("Job stats:", 1)[1].split("total", 1)[0]
-    planned = {line.split()[0] for line in table.splitlines()[3:] if line.strip()} - {"all"}
+    dry = snakemake("-n", "--cores", "1", "--configfile", str(ROOT / preset), cwd=tmp_path,
+                    env=dict(os.environ, SKILLREPRO_LLM_URL="http://127.0.0.1:9/v1"))
+    planned = scheduled(dry.stdout) - {"all"}
     others = {s.name for s in STUDIES} - {study}
     assert planned and not {r for r in planned if r.startswith(tuple(f"{o}_" for o in others))}, planned
     if study != "speedrunner":

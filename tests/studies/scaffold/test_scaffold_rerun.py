@@ -22,7 +22,7 @@ from skillrepro.pipeline import SettingsError, start_job
 from skillrepro.config import ConfigError
 from skillrepro.studies.scaffold.settings import ScaffoldConfig, scaffold_fingerprint
 
-from repo import study_workflow
+from repo import scheduled, study_workflow
 
 BASE = {
     "llm": {"backend": "embedded", "model": "qwen2.5-coder-0.5b", "max_tokens": 48},
@@ -44,11 +44,6 @@ def smk(*args, cwd):
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
-
-
-def scheduled(stdout: str) -> set[str]:
-    """The rules a dry run schedules jobs of, but the targets (rules without outputs)."""
-    return set(re.findall(r"^(?:local)?rule (\w+):", stdout, flags=re.M)) - {"scaffold_all", "scaffold_grpo"}
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +73,7 @@ def changed(wd: Path, change, stdout: list | None = None) -> set[str]:
     out = smk("-n", "--configfile", "changed.yaml", cwd=wd)
     if stdout is not None:
         stdout.append(out)
-    return scheduled(out)
+    return scheduled(out) - {"scaffold_all", "scaffold_grpo"}  # the targets: rules without outputs
 
 
 def test_a_config_change_reruns_exactly_the_jobs_that_read_it(finished):
