@@ -681,9 +681,26 @@ def read_requests(path: str, tokenizer=None, vocab_size: int = MAX_TOKEN_ID) -> 
     return out
 
 
-def results_table(results: Sequence[RequestResult]):
-    import dataclasses
+RESULTS_SCHEMA = pa.schema([("episode", pa.string()), ("step", pa.int64()), ("prompt_tokens", pa.int64()),
+                            ("cached_tokens", pa.int64()), ("recomputed_tokens", pa.int64()),
+                            ("preemptions", pa.int64())])
 
-    schema = pa.schema([("episode", pa.string()), ("step", pa.int64()), ("prompt_tokens", pa.int64()),
-                        ("cached_tokens", pa.int64()), ("recomputed_tokens", pa.int64()), ("preemptions", pa.int64())])
-    return pa.Table.from_pylist([dataclasses.asdict(r) for r in results], schema=schema)
+
+def results_table(results: Sequence[RequestResult]) -> pa.Table:
+    """One row per request (per_request.parquet), its columns assembled from their buffers.
+
+    Not `Table.from_pylist` or `pa.array`: whenever pandas is installed, pyarrow (26) imports it on the first
+    such call to ask whether the values are pandas objects, 0.18 s and 360 modules that `skillrepro kvcache
+    simulate` would pay on every run (perf/kvcache_cli.py)."""
+    n = len(results)
+    names = [r.episode.encode() for r in results]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in names], out=offsets[1:])
+    if offsets[-1] >= 2**31:  # a string column's offsets are int32
+        raise ValueError(f"episode names take {offsets[-1]} bytes, more than one Arrow string column holds")
+    columns = [pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.astype(np.int32)),
+                                                      pa.py_buffer(b"".join(names))])]
+    for name in RESULTS_SCHEMA.names[1:]:
+        values = np.fromiter((getattr(r, name) for r in results), dtype=np.int64, count=n)
+        columns.append(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(values)]))
+    return pa.Table.from_arrays(columns, schema=RESULTS_SCHEMA)
