@@ -118,7 +118,7 @@ def test_every_method_runs_one_cycle_and_returns_a_library_that_loads(name, tmp_
 
 # ------------------------------------------------------------------------------------------ README
 def test_the_readme_example_benchmark_works_as_written(tmp_path, monkeypatch):
-    """docs/methods.md's "Add a benchmark" (in the README until issue 33): its module saved in a benchmarks folder
+    """docs/methods.md's "Add a benchmark": its module saved in a benchmarks folder
     and its prompt file in a prompts folder in tmp_path (the package searches that benchmarks folder too; the
     prompts folder is tmp_path's), then the one config entry. The registry finds it, it passes the contract, the
     config check accepts it and reaches its pools, the tables know its headline, and a scripted actor that adds

@@ -287,7 +287,7 @@ def test_sample_tasks_is_seeded_and_splits_are_disjoint():
 
 @pytest.mark.parametrize("observe", ["paper", "every_step"])
 def test_d2_every_prompt_says_what_an_action_returns(observe):
-    """Issue 34: the listings (`-> None` in the paper's mode), the actor's system prompt and the skill writers'
+    """The listings (`-> None` in the paper's mode), the actor's system prompt and the skill writers'
     prompts follow D.2; `every_step` keeps the old text (each call returns the observation)."""
     from skillrepro.agent import Actor, primitive_tools
     from skillrepro.benchmarks import primitive_returns

@@ -1,4 +1,4 @@
-"""Issue 34: one cycle of every learning method on configs/paper.yaml's LLM settings against a local
+"""One cycle of every learning method on configs/paper.yaml's LLM settings against a local
 OpenAI-compatible server that answers like a reasoning model (its thinking counted in the completion tokens,
 empty content with finish_reason "length" when the cap is hit): no role's work is lost to its cap. The same
 cycle without llm.reasoning_room and the retry (the caps before) loses the work of every medium-effort role."""

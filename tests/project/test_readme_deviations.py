@@ -1,4 +1,4 @@
-"""The deviations from the papers (docs/deviations.md, moved out of the README in issue 33) name real config keys:
+"""The deviations from the papers (docs/deviations.md) name real config keys:
 a renamed or removed key breaks this test.
 
 Key-extraction rule (kept simple on purpose):

@@ -1,7 +1,7 @@
 """Sandboxed skill execution: the containment suite, call-stack records, and the actor-facing tools.
 
 Every case runs real skill code in a real worker process against a real BabyAI env. The hostile suite
-(`CASES`, one parametrized test) covers every class of issue 13: foreign-ABI syscalls, audit-hook bypass,
+(`CASES`, one parametrized test) covers every class of escape: foreign-ABI syscalls, audit-hook bypass,
 secrets, resources, frame forgery and leaks between calls; after each case the parent, the env, the files
 outside scratch and the records are checked, and the next ordinary call must be exactly one clean step.
 """

@@ -1,4 +1,4 @@
-"""A learned skill reaches the next checkpoint's actor (issue 38): through the real rules, a SpeedRunner
+"""A learned skill reaches the next checkpoint's actor: through the real rules, a SpeedRunner
 sleep phase whose inducer is scripted to write first a function that acts through the notebook (the 1.5B
 inducer's commonest mistake, kept private under `inducer.require_action`, with the reason) and then a known
 function (the shipped BabyAI reference routine, as a model would write it in the default run's sleep-phase protocol, `inducer.tool_calling: text`: an Action line and
