@@ -28,6 +28,7 @@ from skillrepro.methods import InduceContext, get_method
 from skillrepro.methods.speedrunner_gate import refusal_kind
 from skillrepro.pipeline import training_history
 from skillrepro.skills import Library
+from skillrepro.studies.speedrunner.settings import inducer_limits, trajectory_tokens
 
 ap = argparse.ArgumentParser()
 ap.add_argument("run", type=Path, help="a run folder: results/runs/<bench>/<variant>/seed<n>")
@@ -67,7 +68,7 @@ def parse(setting: str) -> tuple[dict, dict, dict, dict]:
 rows = []
 for setting in a.setting or [""]:
     over_llm, over_inducer, over_options, over_bench = parse(setting)
-    limits = replace(cfg.inducer_limits(config), **over_inducer)
+    limits = replace(inducer_limits(config), **over_inducer)
     base = limits.sleep_llm(replace(cfg.llm_config(config), **over_llm))
     work = Path(tempfile.mkdtemp(prefix="sleep_replay."))
     server = servers.start(base, workdir=work)
@@ -80,7 +81,7 @@ for setting in a.setting or [""]:
                 out_dir=work / f"v{a.k}", record_dir=record, run_id=f"replay/{variant}",
                 bench=replace(bench, options={**bench.options, **over_bench}),
                 method=replace(method, options={**(method.options or {}), **over_options}), llm=llm,
-                request_budget=config["budgets"]["inducer_requests"], trajectory_tokens=cfg.trajectory_tokens(config),
+                request_budget=config["budgets"]["inducer_requests"], trajectory_tokens=trajectory_tokens(config),
                 limits=limits)
             t0 = time.time()
             new = get_method(method.method).induce(ctx, LLMClient(llm, server.url))

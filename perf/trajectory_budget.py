@@ -20,8 +20,9 @@ from pathlib import Path
 
 from skillrepro.benchmarks import get_benchmark
 from skillrepro.check import check_config
-from skillrepro.config import load_yaml, trajectory_tokens
+from skillrepro.config import load_yaml
 from skillrepro.methods.common import Trace, estimate_tokens, show_traces
+from skillrepro.studies.speedrunner.settings import trajectory_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = {"config.yaml": ["config.yaml"], "configs/paper.yaml": ["configs/paper.yaml"],

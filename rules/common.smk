@@ -3,6 +3,7 @@ import os
 from skillrepro import config as cfg
 from skillrepro import pipeline
 from skillrepro.llm import models
+from skillrepro.studies.contract import FIGURES, TABLES, TIMINGS  # the shared top of results/, below every study's
 
 
 include: "settings.smk"

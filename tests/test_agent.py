@@ -357,7 +357,8 @@ def test_the_sleep_phase_budget_leaves_room_for_the_reply_and_its_reasoning():
     """The paper preset's inducer conversation (3 characters a token) plus its request's cap, reasoning room
     included, fits the context (it was cut to the context less the reply alone: 408,192 of 400,000 tokens)."""
     from skillrepro.check import check_config
-    from skillrepro.config import inducer_limits, llm_config, load_yaml
+    from skillrepro.config import llm_config, load_yaml
+    from skillrepro.studies.speedrunner.settings import inducer_limits
 
     cfg = check_config(load_yaml("configs/paper.yaml"), check_files=False, billing=False)
     llm, limits = llm_config(cfg), inducer_limits(cfg)

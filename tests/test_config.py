@@ -177,6 +177,21 @@ def test_too_many_sleep_cycles_are_refused():
         check_config(cfg)
 
 
+def test_the_loops_own_rules_hold_only_where_runs_are_configured():
+    """SpeedRunner's rules beyond its schema are its settings builder's (studies/speedrunner/settings.py), not the
+    shared config.validate's: the check refuses a protocol whose checkpoints miss its batches where methods are
+    configured, and a config without runs (another study's) is not held to them."""
+    from skillrepro.config import validate
+    from skillrepro.studies.speedrunner.settings import speedrunner_settings
+
+    cfg = with_change("protocol.eval_every", 3)
+    validate(copy.deepcopy(cfg))  # the shared floor knows nothing of sleep batches
+    with pytest.raises(ConfigError, match=r"^config key protocol.eval_every: 3 must be a multiple"):
+        check_config(cfg)
+    cfg["methods"] = {}
+    assert speedrunner_settings(check_config(cfg)).protocol.eval_every == 3
+
+
 def test_an_alias_bomb_stops_before_anything_walks_it(tmp_path):
     lines = ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]

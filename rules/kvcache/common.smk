@@ -5,6 +5,9 @@
 # Target: kvcache_all. Here: its settings and paths; runs.smk: the runs and the simulation; analysis.smk:
 # tables and figures.
 
+from skillrepro.studies.kvcache.paths import (KV_ENGINE, KV_FIGURES, KV_RESULTS, KV_RUN, KV_SIM, KV_TABLES, KV_TASKS,
+                                              KV_TIMINGS, KV_TRAJECTORIES, KVRun)
+
 # Each rule's `settings` (the study's one kind of job) reruns a job whose settings changed; the job rebuilds its
 # typed settings from the config and checks them against it (skillrepro.pipeline.start_job).
 KV = study_settings("kvcache")
@@ -13,9 +16,6 @@ _KV_WALL = config["budgets"]["rollout_wall_s"]
 # what served the runs: the LLM backend, or "replay" when kvcache.replay plays trajectories without one
 _KV_BACKEND = "replay" if KV.replay else LLM.backend
 
-_KV_RUN = "results/kvcache/{kvmodel}/runs/{kvfmt}/seed{kvseed}"
-_KV_SIM = "results/kvcache/{kvmodel}/sim/{kvfmt}/seed{kvseed}"
-_KV_ENGINE = "results/kvcache/{kvmodel}/engine/{kvfmt}/seed{kvseed}"
 # the runs replayed on the vLLM engine at each kvcache.engine_kv_blocks size (runs.smk: kvcache_engine)
 _KV_ENGINE_FORMATS = KV.engine_formats or KV.formats
 # what its wildcards match (the Snakefile's wildcard_constraints)

@@ -1,37 +1,37 @@
 # The KV-cache study's runs: tasks, trajectories (replay), actor runs, prefix-cache simulations (common.smk).
 rule kvcache_all:
     input:
-        expand("results/tables/kvcache/{kvmodel}/{name}.csv", kvmodel=_KV_LLMS, name=_KV_TABLE_NAMES),
-        expand("results/figures/kvcache/{kvmodel}/{name}.png", kvmodel=_KV_LLMS, name=_KV_FIGURE_NAMES),
-        "results/tables/kvcache_prefix.csv",
-        "results/tables/kvcache_segments.csv",
-        "results/figures/kvcache_segments.png",  # the seminar's 2-3 prompt example
-        "results/tables/kvcache_share.csv",
-        expand("results/tables/kvcache/{kvmodel}/breaks.csv", kvmodel=_KV_LLMS),
-        expand("results/tables/kvcache/{kvmodel}/locations.csv", kvmodel=_KV_LLMS),
-        expand("results/tables/kvcache/{kvmodel}/versions.csv", kvmodel=_KV_LLMS),
+        expand(f"{KV_TABLES}/{{kvmodel}}/{{name}}.csv", kvmodel=_KV_LLMS, name=_KV_TABLE_NAMES),
+        expand(f"{KV_FIGURES}/{{kvmodel}}/{{name}}.png", kvmodel=_KV_LLMS, name=_KV_FIGURE_NAMES),
+        f"{TABLES}/kvcache_prefix.csv",
+        f"{TABLES}/kvcache_segments.csv",
+        f"{FIGURES}/kvcache_segments.png",  # the seminar's 2-3 prompt example
+        f"{TABLES}/kvcache_share.csv",
+        expand(f"{KV_TABLES}/{{kvmodel}}/breaks.csv", kvmodel=_KV_LLMS),
+        expand(f"{KV_TABLES}/{{kvmodel}}/locations.csv", kvmodel=_KV_LLMS),
+        expand(f"{KV_TABLES}/{{kvmodel}}/versions.csv", kvmodel=_KV_LLMS),
         # harness vs actor prompts: a replay has no actor prompts to compare
-        [] if KV.replay else expand("results/tables/kvcache/{kvmodel}/prompt_check.csv", kvmodel=_KV_LLMS),
-        "results/tables/kvcache_models.csv",
-        "results/figures/kvcache_models.png",
+        [] if KV.replay else expand(f"{KV_TABLES}/{{kvmodel}}/prompt_check.csv", kvmodel=_KV_LLMS),
+        f"{TABLES}/kvcache_models.csv",
+        f"{FIGURES}/kvcache_models.png",
         # the runs replayed on the vLLM engine at each KV size, when kvcache.engine_kv_blocks names sizes
-        expand("results/tables/kvcache/{kvmodel}/engine.csv", kvmodel=_KV_LLMS) if KV.engine_kv_blocks else [],
-        expand("results/figures/kvcache/{kvmodel}/engine.png", kvmodel=_KV_LLMS) if KV.engine_kv_blocks else [],
+        expand(f"{KV_TABLES}/{{kvmodel}}/engine.csv", kvmodel=_KV_LLMS) if KV.engine_kv_blocks else [],
+        expand(f"{KV_FIGURES}/{{kvmodel}}/engine.png", kvmodel=_KV_LLMS) if KV.engine_kv_blocks else [],
         # the non-prefix reuse experiment, when kvcache.blend.model names a model
-        ["results/tables/kvcache_blend_summary.csv", "results/figures/kvcache_blend.png"]
+        [f"{TABLES}/kvcache_blend_summary.csv", f"{FIGURES}/kvcache_blend.png"]
         if KV.blend_settings.get("model")
         else [],
 
 
 rule kvcache_tasks:
     output:
-        "results/kvcache/tasks.json",
+        KV_TASKS,
     params:
         settings=settings("kvcache", "study"),
     log:
         "logs/kvcache/tasks.log",
     benchmark:
-        "results/timings/kvcache/tasks.tsv"
+        f"{KV_TIMINGS}/tasks.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -40,15 +40,15 @@ rule kvcache_tasks:
 
 rule kvcache_trajectories:
     input:
-        tasks="results/kvcache/tasks.json",
+        tasks=KV_TASKS,
     output:
-        "results/kvcache/trajectories.json",
+        KV_TRAJECTORIES,
     params:
         settings=settings("kvcache", "study"),
     log:
         "logs/kvcache/trajectories.log",
     benchmark:
-        "results/timings/kvcache/trajectories.tsv"
+        f"{KV_TIMINGS}/trajectories.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -57,15 +57,15 @@ rule kvcache_trajectories:
 
 rule kvcache_run:
     input:
-        tasks="results/kvcache/tasks.json",
+        tasks=KV_TASKS,
         # replay mode: every format replays the same recorded games
-        **({"trajectories": "results/kvcache/trajectories.json"} if KV.replay else {}),
+        **({"trajectories": KV_TRAJECTORIES} if KV.replay else {}),
     output:
-        episodes=f"{_KV_RUN}/episodes.parquet",
-        steps=f"{_KV_RUN}/steps.parquet",
-        llm_calls=f"{_KV_RUN}/llm_calls.parquet",
-        requests=f"{_KV_RUN}/requests.jsonl",
-        counters=f"{_KV_RUN}/server_counters.json",
+        episodes=f"{KV_RUN}/episodes.parquet",
+        steps=f"{KV_RUN}/steps.parquet",
+        llm_calls=f"{KV_RUN}/llm_calls.parquet",
+        requests=f"{KV_RUN}/requests.jsonl",
+        counters=f"{KV_RUN}/server_counters.json",
     params:
         settings=settings("kvcache", "study"),
         own_server=_kv_own_server,
@@ -83,7 +83,7 @@ rule kvcache_run:
     log:
         "logs/kvcache/{kvmodel}/run_{kvfmt}_seed{kvseed}.log",
     benchmark:
-        "results/timings/kvcache/{kvmodel}/run_{kvfmt}_seed{kvseed}.tsv"
+        f"{KV_TIMINGS}/{{kvmodel}}/run_{{kvfmt}}_seed{{kvseed}}.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -92,14 +92,14 @@ rule kvcache_run:
 
 rule kvcache_simulate:
     input:
-        requests=f"{_KV_RUN}/requests.jsonl",
-        counters=f"{_KV_RUN}/server_counters.json",
+        requests=f"{KV_RUN}/requests.jsonl",
+        counters=f"{KV_RUN}/server_counters.json",
     output:
-        summary=f"{_KV_SIM}/summary.parquet",
-        steps=f"{_KV_SIM}/steps.parquet",
-        load=f"{_KV_SIM}/load.parquet",
-        server=f"{_KV_SIM}/server.parquet",
-        counters=f"{_KV_SIM}/counters.parquet",
+        summary=f"{KV_SIM}/summary.parquet",
+        steps=f"{KV_SIM}/steps.parquet",
+        load=f"{KV_SIM}/load.parquet",
+        server=f"{KV_SIM}/server.parquet",
+        counters=f"{KV_SIM}/counters.parquet",
     params:
         settings=settings("kvcache", "study"),
         # a run with P episodes in flight holds min(P, slots) slots of its server (the llm resource)
@@ -107,7 +107,7 @@ rule kvcache_simulate:
     log:
         "logs/kvcache/{kvmodel}/simulate_{kvfmt}_seed{kvseed}.log",
     benchmark:
-        "results/timings/kvcache/{kvmodel}/simulate_{kvfmt}_seed{kvseed}.tsv"
+        f"{KV_TIMINGS}/{{kvmodel}}/simulate_{{kvfmt}}_seed{{kvseed}}.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -116,9 +116,9 @@ rule kvcache_simulate:
 
 rule kvcache_engine:
     input:
-        requests=f"{_KV_RUN}/requests.jsonl",
+        requests=f"{KV_RUN}/requests.jsonl",
     output:
-        f"{_KV_ENGINE}/blocks{{kvblocks}}.parquet",
+        f"{KV_ENGINE}/blocks{{kvblocks}}.parquet",
     params:
         settings=settings("kvcache", "study"),
     resources:
@@ -129,7 +129,7 @@ rule kvcache_engine:
     log:
         "logs/kvcache/{kvmodel}/engine_{kvfmt}_seed{kvseed}_blocks{kvblocks}.log",
     benchmark:
-        "results/timings/kvcache/{kvmodel}/engine_{kvfmt}_seed{kvseed}_blocks{kvblocks}.tsv"
+        f"{KV_TIMINGS}/{{kvmodel}}/engine_{{kvfmt}}_seed{{kvseed}}_blocks{{kvblocks}}.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:

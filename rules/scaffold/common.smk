@@ -2,12 +2,13 @@
 # snakemake --lint asks for a rule file's functions to live apart from its rules.
 import dataclasses
 import os
-import re
 
 from skillrepro import config as scaffold_cfg
 from skillrepro.studies.scaffold.heldout import heldout_policies
-from skillrepro.studies.scaffold.settings import (BASELINE, DIRECT_POLICY, checkpoint_dir, instance_policy,
-                                                  parse_instance)
+from skillrepro.studies.scaffold.paths import (DIRECT_POLICY, SC, SC_CHECKPOINT, SC_COHORT, SC_COHORT_CONTROL, SC_HO,
+                                               SCAFFOLD_RESULTS, SCAFFOLD_TIMINGS, SCV, Checkpoint, CohortEval,
+                                               HeldoutPolicy, Instance)
+from skillrepro.studies.scaffold.settings import BASELINE, instance_policy
 
 # The section checked against src/skillrepro/schemas/scaffold.schema.yaml and the rest of the config (a ConfigError naming the
 # key, before anything is scheduled); the jobs rebuild the same settings (skillrepro.pipeline.start_job).
@@ -15,7 +16,7 @@ SCAFFOLD = study_settings("scaffold")
 SC_LLM = scaffold_cfg.llm_config(config)
 SC_BENCH = [b for b in config["benchmarks"] if b in SCAFFOLD.benchmarks]
 SC_WALL = config["budgets"]["rollout_wall_s"]
-SC_TASK_SEED = config["protocol"]["task_seed"]
+SC_TASK_SEED = SCAFFOLD.task_seed
 SC_SCORER_LLM = SCAFFOLD.scorer_backend == "vllm" or (SCAFFOLD.scorer_backend == "auto" and SC_LLM.backend == "vllm")
 SC_GPU = SC_LLM.backend == "vllm"
 SC_CHAIN_NAMES = [c.name for c in SCAFFOLD.chains]
@@ -23,8 +24,6 @@ SC_STEPS = {b: SCAFFOLD.steps(b) for b in SC_BENCH}  # GRPO updates per chain on
 SC_COHORT_ITERS = SCAFFOLD.training["cohort_iterations"]
 
 
-SC = "results/scaffold/{sbench}"
-SCV = "results/scaffold/{sbench}/{svariant}"
 SC_SCOUTS = [f"{SC}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts)]
 # what its wildcards match (the Snakefile's wildcard_constraints)
 SC_WILDCARDS = dict(sbench=f"(?:{'|'.join(SC_BENCH) or 'none'})(?:@(?:{'|'.join(SC_CHAIN_NAMES)})\\d+)?",
@@ -65,7 +64,8 @@ def scaffold_scorer_units(wildcards):
 
 def scaffold_task_seed(wildcards):
     """A training iteration's query batch has a seed of its own, shared by the chains of every utility variant."""
-    return SC_TASK_SEED + (1 + parse_instance(wildcards.sbench)[2] if "@" in wildcards.sbench else 0)
+    inst = Instance.named(wildcards.sbench)
+    return SC_TASK_SEED + (1 + inst.iteration if inst.chain else 0)
 
 
 def scaffold_files(pattern, variants=SCAFFOLD.variants):
@@ -77,7 +77,7 @@ def scaffold_base(name):
     """An ablation's input `name`: the file of the utility variant it is built on (its cards and utilities)."""
 
     def path(wildcards):
-        return f"results/scaffold/{wildcards.sbench}/{SCAFFOLD.ablation(wildcards.svariant).of}/{name}"
+        return f"{Instance.named(wildcards.sbench).folder}/{SCAFFOLD.ablation(wildcards.svariant).of}/{name}"
 
     return path
 
@@ -86,26 +86,25 @@ def scaffold_post_selection(wildcards):
     """The selection the Post-Scouts follow (plain GRPO has no Generator: its Post-Scouts play skill-free)."""
     if wildcards.svariant == BASELINE:
         return []
-    return f"results/scaffold/{wildcards.sbench}/{wildcards.svariant}/selection.parquet"
+    return f"{Instance.named(wildcards.sbench).folder}/{wildcards.svariant}/selection.parquet"
 
 
 def scaffold_inject(wildcards):
     """Table 3's "Generator learning without injection": a training chain's Post-Scouts stay skill-free."""
-    return "@" not in wildcards.sbench or SCAFFOLD.chain(parse_instance(wildcards.sbench)[1]).inject
+    chain = Instance.named(wildcards.sbench).chain
+    return chain is None or SCAFFOLD.chain(chain).inject
 
 
 # GRPO joint training (section 4.5): update k trains checkpoint k-1 on iteration k-1 of its chain. Not part
 # of scaffold_all. On the CPU the policy is the GGUF model dequantised into transformers and each checkpoint is
 # written back as GGUF for llama.cpp; at paper scale set scaffold.training.model to the Hugging Face id.
-SC_CHAIN = "results/scaffold/{sbench}@{svariant}{prev}"
-
-
-def scaffold_previous(*patterns):
-    """Inputs: the records of iteration k-1 (which update k trains on), for pattern(s) under SC_CHAIN."""
+def scaffold_previous(*names):
+    """Inputs: files `names` (key svariant: the job's) of iteration k-1 of the job's chain, which update k trains
+    on."""
 
     def files(wildcards):
-        return [p.format(sbench=wildcards.sbench, svariant=wildcards.svariant, prev=int(wildcards.k) - 1)
-                for p in patterns]
+        folder = Instance(wildcards.sbench, wildcards.svariant, int(wildcards.k) - 1).folder
+        return [f"{folder}/{n.format(svariant=wildcards.svariant)}" for n in names]
 
     return files
 
@@ -117,7 +116,7 @@ def scaffold_cards(name):
         if wildcards.svariant == BASELINE:
             return []
         chain = SCAFFOLD.chain(wildcards.svariant)
-        return [f"results/scaffold/{wildcards.sbench}@{wildcards.svariant}{int(wildcards.k) - 1}/{chain.of}/{name}"]
+        return [f"{Instance(wildcards.sbench, wildcards.svariant, int(wildcards.k) - 1).folder}/{chain.of}/{name}"]
 
     return files
 
@@ -125,7 +124,7 @@ def scaffold_cards(name):
 def scaffold_update_policy(wildcards):
     """The checkpoint update k starts from (update 1: the base model, no input)."""
     k = int(wildcards.k)
-    return checkpoint_dir(wildcards.sbench, wildcards.svariant, k - 1) if k > 1 else ""
+    return Checkpoint(wildcards.sbench, wildcards.svariant, k - 1).folder if k > 1 else ""
 
 
 def scaffold_update_input(wildcards):
@@ -145,15 +144,15 @@ def scaffold_m(wildcards):
 
 def scaffold_last_checkpoints():
     """Every chain's last checkpoint on every benchmark (table 5's steps per benchmark)."""
-    return [checkpoint_dir(b, c, SC_STEPS[b]) for b in SC_BENCH for c in SC_CHAIN_NAMES]
+    return [Checkpoint(b, c, SC_STEPS[b]).folder for b in SC_BENCH for c in SC_CHAIN_NAMES]
 
 
 # Held-out evaluation (appendix A.1; tables 1, 2, 3, 6, figures 1 and 7).
 # Figures 6 and 8-12 measured during training: each iteration's Scouts, Post-Scouts and selections (no held-out run).
-SC_HELDOUT_TARGETS = [f"results/tables/scaffold_{t}.csv" for t in ("heldout", "table1", "table2", "table3", "table6",
-                                                                    "training_curve", "injection",
-                                                                    "training_exploration")] + [
-    f"results/figures/scaffold_{f}.png" for f in ("figure1", "figure6", "figure7", "figure8")]
+SC_HELDOUT_TARGETS = [f"{TABLES}/scaffold_{t}.csv" for t in ("heldout", "table1", "table2", "table3", "table6",
+                                                             "training_curve", "injection",
+                                                             "training_exploration")] + [
+    f"{FIGURES}/scaffold_{f}.png" for f in ("figure1", "figure6", "figure7", "figure8")]
 
 
 # Internalization (table 4): the cohort of the first `training.cohort_iterations` iterations' queries that
@@ -167,46 +166,48 @@ def scaffold_later(bench):
     return range(SC_COHORT_ITERS, SC_STEPS[bench] + 1)
 
 
-def scaffold_cohort_files(pattern):
-    """An input: `pattern` (keys chain, j, i) of each cohort iteration j (and Post-Scout i) of the job's chain."""
+def scaffold_cohort_files(name):
+    """An input: file `name` (keys v: the chain's variant, i: a Post-Scout index) of each cohort iteration of the
+    job's chain, for every Post-Scout if it names one."""
 
     def files(wildcards):
-        chain = f"{wildcards.sbench}@{wildcards.svariant}"
-        return [pattern.format(chain=chain, v=wildcards.svariant, j=j, i=i) for j in range(SC_COHORT_ITERS)
-                for i in range(SCAFFOLD.n_post)] if "{i}" in pattern else [
-            pattern.format(chain=chain, v=wildcards.svariant, j=j) for j in range(SC_COHORT_ITERS)]
+        post = range(SCAFFOLD.n_post) if "{i}" in name else [0]
+        return [f"{Instance(wildcards.sbench, wildcards.svariant, j).folder}/{name.format(v=wildcards.svariant, i=i)}"
+                for j in range(SC_COHORT_ITERS) for i in post]
 
     return files
 
 
+def scaffold_chain_library(wildcards):
+    """The library a chain's cohort is played with: its first iteration's, empty (the cohort plays skill-free)."""
+    return f"{Instance(wildcards.sbench, wildcards.svariant, 0).folder}/library/v0/manifest.json"
+
+
 def scaffold_cohort_policy(wildcards):
     """Checkpoint k of the chain, which a cohort evaluation plays."""
-    return checkpoint_dir(wildcards.sbench, wildcards.svariant, wildcards.k)
+    return Checkpoint(wildcards.sbench, wildcards.svariant, int(wildcards.k)).folder
 
 
 def scaffold_control_policy(wildcards):
     """Checkpoint k of plain GRPO, which table 4's control plays on a SkillScaffold chain's cohort."""
-    return checkpoint_dir(wildcards.sbench, BASELINE, wildcards.k)
+    return Checkpoint(wildcards.sbench, BASELINE, int(wildcards.k)).folder
 
 
 # Held-out evaluation (appendix A.1): every policy, the base model (llm.model: checkpoint 0 of every chain) and
 # each evaluated checkpoint of every chain (plain GRPO included), played skill-free on each benchmark's held-out
 # splits (scaffold.heldout; ALFWorld valid_unseen, ScienceWorld Test-ID / Test-OOD), `heldout.rollouts` times per
 # task. Part of scaffold_grpo.
-SC_HO = "results/scaffold/{hbench}/heldout"
-# benchmark -> (policy folder, chain, checkpoint) of every evaluated policy: base, {chain}/ckpt{k}
-# (and base-skill: the base model with the card of scaffold.heldout.skills, the direct-skill-prompting baseline)
-SC_HO_POLICIES = {b: heldout_policies(SCAFFOLD.chains, SCAFFOLD.heldout.checkpoints(SC_STEPS[b]),
+# benchmark -> every evaluated policy: base, {chain}/ckpt{k} (and base-skill: the base model with the card of
+# scaffold.heldout.skills, the direct-skill-prompting baseline)
+SC_HO_POLICIES = {b: heldout_policies(b, SCAFFOLD.chains, SCAFFOLD.heldout.checkpoints(SC_STEPS[b]),
                                       b in SCAFFOLD.heldout.skills) for b in SC_BENCH}
 
 
 def scaffold_heldout_policy(wildcards):
     """The checkpoint a held-out policy folder ({chain}/ckpt{k}) plays ("" for base and base-skill: llm.model on the
     shared server)."""
-    if wildcards.hpolicy in ("base", DIRECT_POLICY):
-        return ""
-    chain, k = re.fullmatch(r"(.+)\Wckpt(\d+)", wildcards.hpolicy).groups()  # {chain}/ckpt{k}
-    return checkpoint_dir(wildcards.hbench, chain, k)
+    played = HeldoutPolicy.named(wildcards.hbench, wildcards.hpolicy).checkpoint
+    return played.folder if played else ""
 
 
 def scaffold_heldout_input(wildcards):
@@ -224,7 +225,8 @@ def scaffold_heldout_units(wildcards):
     return SC_LLM.slots if scaffold_heldout_policy(wildcards) else 1
 
 
-def scaffold_chain_files(pattern, chains=SCAFFOLD.chains):
-    """`pattern` (keys b, c, j, i) of every benchmark x chain x training iteration x Scout index."""
-    return [pattern.format(b=b, c=c.name, j=j, i=i) for b in SC_BENCH for c in chains for j in range(SC_STEPS[b])
-            for i in range(SCAFFOLD.n_scouts)]
+def scaffold_chain_files(name, chains=SCAFFOLD.chains):
+    """File `name` (keys c: the chain, i: a Scout index) of every benchmark x chain x training iteration x Scout
+    index."""
+    return [f"{Instance(b, c.name, j).folder}/{name.format(c=c.name, i=i)}" for b in SC_BENCH for c in chains
+            for j in range(SC_STEPS[b]) for i in range(SCAFFOLD.n_scouts)]

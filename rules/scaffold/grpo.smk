@@ -3,22 +3,21 @@
 rule scaffold_grpo:
     input:
         scaffold_last_checkpoints(),
-        "results/tables/scaffold_internalization.csv",
+        f"{TABLES}/scaffold_internalization.csv",
         SC_HELDOUT_TARGETS,
 
 
 rule scaffold_grpo_update:
     input:
-        scouts=scaffold_previous(*(f"{SC_CHAIN}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts))),
-        post=scaffold_previous(*(f"{SC_CHAIN}/{{svariant}}/post/l{i}/episodes.parquet"
-                                 for i in range(SCAFFOLD.n_post))),
+        scouts=scaffold_previous(*(f"scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts))),
+        post=scaffold_previous(*(f"{{svariant}}/post/l{i}/episodes.parquet" for i in range(SCAFFOLD.n_post))),
         # the cards of the chain's utility variant (a trained ablation selects among them); plain GRPO has none
         candidates=scaffold_cards("candidates.parquet"),
         utilities=scaffold_cards("utilities.parquet"),
         generator_calls=scaffold_cards("generate/llm_calls.parquet"),
         policy=scaffold_update_input,
     output:
-        directory("results/scaffold/{sbench}/{svariant}/grpo/ckpt{k}"),
+        directory(SC_CHECKPOINT),
     wildcard_constraints:
         sbench="|".join(SC_BENCH) or "none",
         svariant="|".join(SC_CHAIN_NAMES),
@@ -41,7 +40,7 @@ rule scaffold_grpo_update:
     log:
         "logs/scaffold/{sbench}/{svariant}/grpo_update_{k}.log",
     benchmark:
-        "results/timings/scaffold/{sbench}/{svariant}/grpo_update_{k}.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{sbench}}/{{svariant}}/grpo_update_{{k}}.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -68,7 +67,7 @@ rule scaffold_cohort_early:
     log:
         "logs/scaffold/{sbench}/{svariant}/cohort_early.log",
     benchmark:
-        "results/timings/scaffold/{sbench}/{svariant}/cohort_early.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{sbench}}/{{svariant}}/cohort_early.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -77,12 +76,12 @@ rule scaffold_cohort_early:
 
 rule scaffold_cohort_eval:
     input:
-        selections=scaffold_cohort_files("results/scaffold/{chain}{j}/{v}/selection.parquet"),
-        post=scaffold_cohort_files("results/scaffold/{chain}{j}/{v}/post/l{i}/episodes.parquet"),
-        library="results/scaffold/{sbench}@{svariant}0/library/v0/manifest.json",
-        policy="results/scaffold/{sbench}/{svariant}/grpo/ckpt{k}",
+        selections=scaffold_cohort_files("{v}/selection.parquet"),
+        post=scaffold_cohort_files("{v}/post/l{i}/episodes.parquet"),
+        library=scaffold_chain_library,
+        policy=SC_CHECKPOINT,
     output:
-        episodes="results/scaffold/{sbench}/{svariant}/cohort/ckpt{k}/episodes.parquet",
+        episodes=f"{SC_COHORT}/episodes.parquet",
     wildcard_constraints:
         sbench="|".join(SC_BENCH) or "none",
         svariant="|".join(SCAFFOLD.variants),
@@ -97,7 +96,7 @@ rule scaffold_cohort_eval:
     log:
         "logs/scaffold/{sbench}/{svariant}/cohort_eval_{k}.log",
     benchmark:
-        "results/timings/scaffold/{sbench}/{svariant}/cohort_eval_{k}.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{sbench}}/{{svariant}}/cohort_eval_{{k}}.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -108,12 +107,12 @@ rule scaffold_cohort_control:
     """Table 4's plain-GRPO control: chain {svariant}'s cohort played skill-free by plain GRPO's checkpoint k (same
     query batches, no skill pathway), so a reader can tell internalization from what ordinary RL gives the cohort."""
     input:
-        selections=scaffold_cohort_files("results/scaffold/{chain}{j}/{v}/selection.parquet"),
-        post=scaffold_cohort_files("results/scaffold/{chain}{j}/{v}/post/l{i}/episodes.parquet"),
-        library="results/scaffold/{sbench}@{svariant}0/library/v0/manifest.json",
-        policy=f"results/scaffold/{{sbench}}/{BASELINE}/grpo/ckpt{{k}}",
+        selections=scaffold_cohort_files("{v}/selection.parquet"),
+        post=scaffold_cohort_files("{v}/post/l{i}/episodes.parquet"),
+        library=scaffold_chain_library,
+        policy=scaffold_control_policy,
     output:
-        episodes="results/scaffold/{sbench}/{svariant}/cohort_grpo/ckpt{k}/episodes.parquet",
+        episodes=f"{SC_COHORT_CONTROL}/episodes.parquet",
     wildcard_constraints:
         sbench="|".join(SC_BENCH) or "none",
         svariant="|".join(SCAFFOLD.variants),
@@ -129,7 +128,7 @@ rule scaffold_cohort_control:
     log:
         "logs/scaffold/{sbench}/{svariant}/cohort_control_{k}.log",
     benchmark:
-        "results/timings/scaffold/{sbench}/{svariant}/cohort_control_{k}.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{sbench}}/{{svariant}}/cohort_control_{{k}}.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -138,27 +137,26 @@ rule scaffold_cohort_control:
 
 rule scaffold_internalization:
     input:
-        selections=[f"results/scaffold/{b}@{v}{j}/{v}/selection.parquet" for b, v in SC_CHAINS
+        selections=[f"{Instance(b, v, j).folder}/{v}/selection.parquet" for b, v in SC_CHAINS
                     for j in range(SC_COHORT_ITERS)],
-        post=[f"results/scaffold/{b}@{v}{j}/{v}/post/l{i}/episodes.parquet" for b, v in SC_CHAINS
+        post=[f"{Instance(b, v, j).folder}/{v}/post/l{i}/episodes.parquet" for b, v in SC_CHAINS
               for j in range(SC_COHORT_ITERS) for i in range(SCAFFOLD.n_post)],
-        scouts=[f"results/scaffold/{b}@{v}{j}/scouts/s{i}/episodes.parquet" for b, v in SC_CHAINS
+        scouts=[f"{Instance(b, v, j).folder}/scouts/s{i}/episodes.parquet" for b, v in SC_CHAINS
                 for j in range(SC_COHORT_ITERS) for i in range(SCAFFOLD.n_scouts)],
-        early=[f"results/scaffold/{b}@{v}{j}/{v}/cohort_early/episodes.parquet" for b, v in SC_CHAINS
+        early=[f"{Instance(b, v, j).folder}/{v}/cohort_early/episodes.parquet" for b, v in SC_CHAINS
                for j in range(SC_COHORT_ITERS)],
-        later=[f"results/scaffold/{b}/{v}/cohort/ckpt{k}/episodes.parquet" for b, v in SC_CHAINS
-               for k in scaffold_later(b)],
+        later=[f"{CohortEval(b, v, k).folder}/episodes.parquet" for b, v in SC_CHAINS for k in scaffold_later(b)],
         # with plain GRPO trained (training.baseline): its checkpoints on the same cohorts, the control rows
-        control=[f"results/scaffold/{b}/{v}/cohort_grpo/ckpt{k}/episodes.parquet" for b, v in SC_CHAINS
+        control=[f"{CohortEval(b, v, k, control=True).folder}/episodes.parquet" for b, v in SC_CHAINS
                  for k in scaffold_later(b) if any(c.name == BASELINE for c in SCAFFOLD.chains)],
     params:
         interval=SCAFFOLD.bootstrap_interval,
     output:
-        report("results/tables/scaffold_internalization.csv", caption="../../report/scaffold_internalization.rst", category="SkillScaffold"),
+        report(f"{TABLES}/scaffold_internalization.csv", caption="../../report/scaffold_internalization.rst", category="SkillScaffold"),
     log:
         "logs/scaffold/internalization.log",
     benchmark:
-        "results/timings/scaffold/internalization.tsv"
+        f"{SCAFFOLD_TIMINGS}/internalization.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:

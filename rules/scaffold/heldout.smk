@@ -15,7 +15,7 @@ rule scaffold_heldout_tasks:
     log:
         "logs/scaffold/{hbench}/heldout_tasks.log",
     benchmark:
-        "results/timings/scaffold/{hbench}/heldout_tasks.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{hbench}}/heldout_tasks.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -40,7 +40,7 @@ rule scaffold_heldout_eval:
     log:
         "logs/scaffold/{hbench}/heldout/{hpolicy}.log",
     benchmark:
-        "results/timings/scaffold/{hbench}/heldout/{hpolicy}.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{hbench}}/heldout/{{hpolicy}}.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -49,24 +49,23 @@ rule scaffold_heldout_eval:
 
 rule scaffold_heldout_tables:
     input:
-        episodes=[f"results/scaffold/{b}/heldout/{pol}/episodes.parquet" for b in SC_BENCH
-                  for pol, _, _ in SC_HO_POLICIES[b]],
+        episodes=[f"{pol.folder}/episodes.parquet" for b in SC_BENCH for pol in SC_HO_POLICIES[b]],
         # figure 7: the skill-free Scouts of every training iteration; figure 1: the injections
-        scouts=scaffold_chain_files("results/scaffold/{b}@{c}{j}/scouts/s{i}/episodes.parquet"),
-        selections=sorted(set(scaffold_chain_files("results/scaffold/{b}@{c}{j}/{c}/selection.parquet",
+        scouts=scaffold_chain_files("scouts/s{i}/episodes.parquet"),
+        selections=sorted(set(scaffold_chain_files("{c}/selection.parquet",
                                                    [c for c in SCAFFOLD.chains if c.of]))),
         # figures 6 and 8-12: the Post-Scouts of every SkillScaffold chain's iterations
-        post=[f"results/scaffold/{b}@{c.name}{j}/{c.name}/post/l{i}/episodes.parquet" for b in SC_BENCH
+        post=[f"{Instance(b, c.name, j).folder}/{c.name}/post/l{i}/episodes.parquet" for b in SC_BENCH
               for c in SCAFFOLD.chains if c.of for j in range(SC_STEPS[b]) for i in range(SCAFFOLD.n_post)],
     output:
-        heldout=report("results/tables/scaffold_heldout.csv", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
-        table1=report("results/tables/scaffold_table1.csv", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
-        table2=report("results/tables/scaffold_table2.csv", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
-        table3=report("results/tables/scaffold_table3.csv", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
-        table6=report("results/tables/scaffold_table6.csv", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
-        curve="results/tables/scaffold_training_curve.csv",
-        injection="results/tables/scaffold_injection.csv",
-        exploration="results/tables/scaffold_training_exploration.csv",
+        heldout=report(f"{TABLES}/scaffold_heldout.csv", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        table1=report(f"{TABLES}/scaffold_table1.csv", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        table2=report(f"{TABLES}/scaffold_table2.csv", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        table3=report(f"{TABLES}/scaffold_table3.csv", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        table6=report(f"{TABLES}/scaffold_table6.csv", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        curve=f"{TABLES}/scaffold_training_curve.csv",
+        injection=f"{TABLES}/scaffold_injection.csv",
+        exploration=f"{TABLES}/scaffold_training_exploration.csv",
     params:
         threshold=SCAFFOLD.threshold,
         # plain values (Snakemake compares them between runs): each chain's switches, each benchmark's env
@@ -75,7 +74,7 @@ rule scaffold_heldout_tables:
     log:
         "logs/scaffold/heldout_tables.log",
     benchmark:
-        "results/timings/scaffold/heldout_tables.tsv"
+        f"{SCAFFOLD_TIMINGS}/heldout_tables.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -84,19 +83,19 @@ rule scaffold_heldout_tables:
 
 rule scaffold_heldout_figures:
     input:
-        heldout="results/tables/scaffold_heldout.csv",
-        curve="results/tables/scaffold_training_curve.csv",
-        injection="results/tables/scaffold_injection.csv",
-        exploration="results/tables/scaffold_training_exploration.csv",
+        heldout=f"{TABLES}/scaffold_heldout.csv",
+        curve=f"{TABLES}/scaffold_training_curve.csv",
+        injection=f"{TABLES}/scaffold_injection.csv",
+        exploration=f"{TABLES}/scaffold_training_exploration.csv",
     output:
-        figure1=report("results/figures/scaffold_figure1.png", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
-        figure6=report("results/figures/scaffold_figure6.png", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
-        figure7=report("results/figures/scaffold_figure7.png", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
-        figure8=report("results/figures/scaffold_figure8.png", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        figure1=report(f"{FIGURES}/scaffold_figure1.png", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        figure6=report(f"{FIGURES}/scaffold_figure6.png", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        figure7=report(f"{FIGURES}/scaffold_figure7.png", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
+        figure8=report(f"{FIGURES}/scaffold_figure8.png", caption="../../report/scaffold_heldout.rst", category="SkillScaffold"),
     log:
         "logs/scaffold/heldout_figures.log",
     benchmark:
-        "results/timings/scaffold/heldout_figures.tsv"
+        f"{SCAFFOLD_TIMINGS}/heldout_figures.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:

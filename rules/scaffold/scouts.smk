@@ -11,14 +11,14 @@
 
 rule scaffold_all:
     input:
-        "results/tables/scaffold_rules.csv",
-        "results/tables/scaffold_quintiles.csv",
-        "results/tables/scaffold_exploration.csv",
-        "results/tables/scaffold_pilot_rollout.csv",
-        "results/tables/scaffold_pilot_competence.csv",
-        "results/figures/scaffold_validation.png",
-        "results/figures/scaffold_exploration.png",
-        "results/figures/scaffold_figure3b.png",
+        f"{TABLES}/scaffold_rules.csv",
+        f"{TABLES}/scaffold_quintiles.csv",
+        f"{TABLES}/scaffold_exploration.csv",
+        f"{TABLES}/scaffold_pilot_rollout.csv",
+        f"{TABLES}/scaffold_pilot_competence.csv",
+        f"{FIGURES}/scaffold_validation.png",
+        f"{FIGURES}/scaffold_exploration.png",
+        f"{FIGURES}/scaffold_figure3b.png",
 
 
 rule scaffold_queries:
@@ -33,7 +33,7 @@ rule scaffold_queries:
     log:
         "logs/scaffold/{sbench}/queries.log",
     benchmark:
-        "results/timings/scaffold/{sbench}/queries.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{sbench}}/queries.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -56,7 +56,7 @@ rule scaffold_scout:
     log:
         "logs/scaffold/{sbench}/scout_{i}.log",
     benchmark:
-        "results/timings/scaffold/{sbench}/scout_{i}.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{sbench}}/scout_{{i}}.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -74,7 +74,7 @@ rule scaffold_evidence:
     log:
         "logs/scaffold/{sbench}/{svariant}/evidence.log",
     benchmark:
-        "results/timings/scaffold/{sbench}/{svariant}/evidence.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{sbench}}/{{svariant}}/evidence.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -97,7 +97,7 @@ rule scaffold_generate:
     log:
         "logs/scaffold/{sbench}/{svariant}/generate.log",
     benchmark:
-        "results/timings/scaffold/{sbench}/{svariant}/generate.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{sbench}}/{{svariant}}/generate.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -120,7 +120,7 @@ rule scaffold_score_free:
     log:
         "logs/scaffold/{sbench}/score_free.log",
     benchmark:
-        "results/timings/scaffold/{sbench}/score_free.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{sbench}}/score_free.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -144,7 +144,7 @@ rule scaffold_score:
     log:
         "logs/scaffold/{sbench}/{svariant}/score.log",
     benchmark:
-        "results/timings/scaffold/{sbench}/{svariant}/score.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{sbench}}/{{svariant}}/score.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -162,7 +162,7 @@ rule scaffold_utility:
     log:
         "logs/scaffold/{sbench}/{svariant}/utility.log",
     benchmark:
-        "results/timings/scaffold/{sbench}/{svariant}/utility.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{sbench}}/{{svariant}}/utility.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -183,7 +183,7 @@ rule scaffold_select:
     log:
         "logs/scaffold/{sbench}/{svariant}/select.log",
     benchmark:
-        "results/timings/scaffold/{sbench}/{svariant}/select.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{sbench}}/{{svariant}}/select.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -210,7 +210,7 @@ rule scaffold_post_scout:
     log:
         "logs/scaffold/{sbench}/{svariant}/post_scout_{i}.log",
     benchmark:
-        "results/timings/scaffold/{sbench}/{svariant}/post_scout_{i}.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{sbench}}/{{svariant}}/post_scout_{{i}}.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -232,7 +232,7 @@ rule scaffold_eval_free:
     log:
         "logs/scaffold/{sbench}/eval_free_{i}.log",
     benchmark:
-        "results/timings/scaffold/{sbench}/eval_free_{i}.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{sbench}}/eval_free_{{i}}.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -254,7 +254,7 @@ rule scaffold_eval:
     log:
         "logs/scaffold/{sbench}/{svariant}/eval_{i}.log",
     benchmark:
-        "results/timings/scaffold/{sbench}/{svariant}/eval_{i}.tsv"
+        f"{SCAFFOLD_TIMINGS}/{{sbench}}/{{svariant}}/eval_{{i}}.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -269,15 +269,15 @@ rule scaffold_tables:
               for f in scaffold_files(f"{SCV}/post/l{i}/episodes.parquet", SCAFFOLD.selection_variants)],
         evals=[f for i in range(SCAFFOLD.n_eval) for f in scaffold_files(f"{SCV}/eval/k{i}/episodes.parquet")],
         # k < n_eval: the skill-free baseline; the next n_probes: figure 3(b)'s independent competence probes
-        eval_free=[f"results/scaffold/{b}/eval_free/k{i}/episodes.parquet" for b in SC_BENCH
+        eval_free=[f"{Instance(b).folder}/eval_free/k{i}/episodes.parquet" for b in SC_BENCH
                    for i in range(SCAFFOLD.n_eval + SCAFFOLD.n_probes)],
     output:
-        rules=report("results/tables/scaffold_rules.csv", caption="../../report/scaffold_rules.rst", category="SkillScaffold"),
-        quintiles=report("results/tables/scaffold_quintiles.csv", caption="../../report/scaffold_quintiles.rst", category="SkillScaffold"),
-        exploration=report("results/tables/scaffold_exploration.csv", caption="../../report/scaffold_exploration.rst", category="SkillScaffold"),
-        evals="results/scaffold/evaluations.csv",
-        pilot_rollout=report("results/tables/scaffold_pilot_rollout.csv", category="SkillScaffold"),
-        pilot_competence=report("results/tables/scaffold_pilot_competence.csv", caption="../../report/scaffold_pilot_competence.rst", category="SkillScaffold"),
+        rules=report(f"{TABLES}/scaffold_rules.csv", caption="../../report/scaffold_rules.rst", category="SkillScaffold"),
+        quintiles=report(f"{TABLES}/scaffold_quintiles.csv", caption="../../report/scaffold_quintiles.rst", category="SkillScaffold"),
+        exploration=report(f"{TABLES}/scaffold_exploration.csv", caption="../../report/scaffold_exploration.rst", category="SkillScaffold"),
+        evals=f"{SCAFFOLD_RESULTS}/evaluations.csv",
+        pilot_rollout=report(f"{TABLES}/scaffold_pilot_rollout.csv", category="SkillScaffold"),
+        pilot_competence=report(f"{TABLES}/scaffold_pilot_competence.csv", caption="../../report/scaffold_pilot_competence.rst", category="SkillScaffold"),
     params:
         variants=list(SCAFFOLD.variants),
         threshold=SCAFFOLD.threshold,
@@ -288,7 +288,7 @@ rule scaffold_tables:
     log:
         "logs/scaffold/tables.log",
     benchmark:
-        "results/timings/scaffold/tables.tsv"
+        f"{SCAFFOLD_TIMINGS}/tables.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -297,18 +297,18 @@ rule scaffold_tables:
 
 rule scaffold_figures:
     input:
-        rules="results/tables/scaffold_rules.csv",
-        quintiles="results/tables/scaffold_quintiles.csv",
-        exploration="results/tables/scaffold_exploration.csv",
-        competence="results/tables/scaffold_pilot_competence.csv",
+        rules=f"{TABLES}/scaffold_rules.csv",
+        quintiles=f"{TABLES}/scaffold_quintiles.csv",
+        exploration=f"{TABLES}/scaffold_exploration.csv",
+        competence=f"{TABLES}/scaffold_pilot_competence.csv",
     output:
-        validation=report("results/figures/scaffold_validation.png", caption="../../report/scaffold_validation.rst", category="SkillScaffold"),
-        exploration=report("results/figures/scaffold_exploration.png", caption="../../report/scaffold_exploration_figure.rst", category="SkillScaffold"),
-        competence=report("results/figures/scaffold_figure3b.png", caption="../../report/scaffold_pilot_competence.rst", category="SkillScaffold"),
+        validation=report(f"{FIGURES}/scaffold_validation.png", caption="../../report/scaffold_validation.rst", category="SkillScaffold"),
+        exploration=report(f"{FIGURES}/scaffold_exploration.png", caption="../../report/scaffold_exploration_figure.rst", category="SkillScaffold"),
+        competence=report(f"{FIGURES}/scaffold_figure3b.png", caption="../../report/scaffold_pilot_competence.rst", category="SkillScaffold"),
     log:
         "logs/scaffold/figures.log",
     benchmark:
-        "results/timings/scaffold/figures.tsv"
+        f"{SCAFFOLD_TIMINGS}/figures.tsv"
     conda:
         "../../envs/scaffold.yaml"
     script:
@@ -323,12 +323,12 @@ if SCAFFOLD.webshop_data:
             products=os.path.join(SCAFFOLD.webshop_data, "items_shuffle.json"),
             human=os.path.join(SCAFFOLD.webshop_data, "items_human_ins.json"),
         output:
-            splits="results/scaffold/webshop/splits.json",
-            counts=report("results/tables/scaffold_webshop_split.csv", category="SkillScaffold"),
+            splits=f"{SCAFFOLD_RESULTS}/webshop/splits.json",
+            counts=report(f"{TABLES}/scaffold_webshop_split.csv", category="SkillScaffold"),
         log:
             "logs/scaffold/webshop_split.log",
         benchmark:
-            "results/timings/scaffold/webshop_split.tsv"
+            f"{SCAFFOLD_TIMINGS}/webshop_split.tsv"
         conda:
             "../../envs/scaffold.yaml"
         script:

@@ -12,17 +12,16 @@ rule analytics:
         train_episodes=run_files([f"train/batch{i}/episodes.parquet" for i in range(PROTOCOL.n_cycles)]),
         sleep_calls=sleep_files(),
     output:
-        episodes="results/analytics/test_episodes.parquet",
-        checkpoints="results/analytics/checkpoints.parquet",
-        training="results/analytics/training.parquet",
+        episodes=f"{ANALYTICS}/test_episodes.parquet",
+        checkpoints=f"{ANALYTICS}/checkpoints.parquet",
+        training=f"{ANALYTICS}/training.parquet",
     params:
-        pricing=config["pricing"],
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,
     log:
         "logs/analytics.log",
     benchmark:
-        "results/timings/analytics.tsv"
+        f"{TIMINGS}/analytics.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -31,17 +30,17 @@ rule analytics:
 
 rule tables:
     input:
-        checkpoints="results/analytics/checkpoints.parquet",
+        checkpoints=f"{ANALYTICS}/checkpoints.parquet",
     output:
-        main=report("results/tables/main.csv", caption=f"{CAPTIONS}/main.rst", category="Tables"),
-        checkpoints=report("results/tables/checkpoints.csv", caption=f"{CAPTIONS}/checkpoints.rst", category="Tables"),
+        main=report(f"{TABLES}/main.csv", caption=f"{CAPTIONS}/main.rst", category="Tables"),
+        checkpoints=report(f"{TABLES}/checkpoints.csv", caption=f"{CAPTIONS}/checkpoints.rst", category="Tables"),
     params:
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,
     log:
         "logs/tables.log",
     benchmark:
-        "results/timings/tables.tsv"
+        f"{TIMINGS}/tables.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -50,16 +49,16 @@ rule tables:
 
 rule stats:
     input:
-        "results/analytics/test_episodes.parquet",
+        f"{ANALYTICS}/test_episodes.parquet",
     output:
-        report("results/tables/stats.csv", caption=f"{CAPTIONS}/stats.rst", category="Tables"),
+        report(f"{TABLES}/stats.csv", caption=f"{CAPTIONS}/stats.rst", category="Tables"),
     params:
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,
     log:
         "logs/stats.log",
     benchmark:
-        "results/timings/stats.tsv"
+        f"{TIMINGS}/stats.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -70,14 +69,14 @@ rule callgraph_table:
     input:
         run_files([f"library/v{k}/manifest.json" for k in range(PROTOCOL.n_cycles + 1)]),
     output:
-        report("results/tables/callgraph.csv", caption=f"{CAPTIONS}/callgraph.rst", category="Tables"),
+        report(f"{TABLES}/callgraph.csv", caption=f"{CAPTIONS}/callgraph.rst", category="Tables"),
     params:
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,
     log:
         "logs/callgraph_table.log",
     benchmark:
-        "results/timings/callgraph_table.tsv"
+        f"{TIMINGS}/callgraph_table.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -86,16 +85,16 @@ rule callgraph_table:
 
 rule table_1:
     input:
-        "results/tables/callgraph.csv",
+        f"{TABLES}/callgraph.csv",
     output:
-        report("results/tables/table1.csv", caption=f"{CAPTIONS}/table1.rst", category="Tables"),
+        report(f"{TABLES}/table1.csv", caption=f"{CAPTIONS}/table1.rst", category="Tables"),
     params:
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,
     log:
         "logs/table_1.log",
     benchmark:
-        "results/timings/table_1.tsv"
+        f"{TIMINGS}/table_1.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -104,22 +103,21 @@ rule table_1:
 
 rule table_8:
     input:
-        checkpoints="results/analytics/checkpoints.parquet",
+        checkpoints=f"{ANALYTICS}/checkpoints.parquet",
         episodes=[f for f in TRUNCATION_FILES if f.endswith("episodes.parquet")],
         calls=[f for f in TRUNCATION_FILES if f.endswith("llm_calls.parquet")],
         skill_calls=[f for f in TRUNCATION_FILES if f.endswith("skill_calls.parquet")],
         libraries=[f.replace("episodes.parquet", "library/manifest.json") for f in TRUNCATION_FILES
                    if f.endswith("episodes.parquet")],
     output:
-        report("results/tables/table8.csv", caption=f"{CAPTIONS}/table8.rst", category="Tables"),
+        report(f"{TABLES}/table8.csv", caption=f"{CAPTIONS}/table8.rst", category="Tables"),
     params:
-        pricing=config["pricing"],
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,
     log:
         "logs/table_8.log",
     benchmark:
-        "results/timings/table_8.tsv"
+        f"{TIMINGS}/table_8.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -131,7 +129,7 @@ rule table_7:
         lambda w: [f"{cross_model_folder(m, 'table 7')}/{name}" for m in table7_models()
                    for name in ("checkpoints.csv", "stats.csv")],
     output:
-        report("results/tables/table7.csv", caption=f"{CAPTIONS}/table7.rst", category="Tables"),
+        report(f"{TABLES}/table7.csv", caption=f"{CAPTIONS}/table7.rst", category="Tables"),
     params:
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,
@@ -139,7 +137,7 @@ rule table_7:
     log:
         "logs/table_7.log",
     benchmark:
-        "results/timings/table_7.tsv"
+        f"{TIMINGS}/table_7.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -148,16 +146,16 @@ rule table_7:
 
 rule retention:
     input:
-        "results/analytics/checkpoints.parquet",
+        f"{ANALYTICS}/checkpoints.parquet",
     output:
-        report("results/tables/retention.csv", caption=f"{CAPTIONS}/retention.rst", category="Tables"),
+        report(f"{TABLES}/retention.csv", caption=f"{CAPTIONS}/retention.rst", category="Tables"),
     params:
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,
     log:
         "logs/retention.log",
     benchmark:
-        "results/timings/retention.tsv"
+        f"{TIMINGS}/retention.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:

@@ -5,7 +5,8 @@ import functools
 
 from skillrepro.benchmarks import load_benchmark
 from skillrepro.skills.isolation import SandboxLimits
-from skillrepro.studies.speedrunner.paths import RUN, RUN_LOG, RUN_TIMING
+from skillrepro.studies.speedrunner.paths import ANALYTICS, RUN, RUN_LOG, RUN_TIMING, TASKS, VIEWS
+from skillrepro.studies.speedrunner.settings import trajectory_tokens
 
 
 _RUN = study_settings("speedrunner")
@@ -112,7 +113,7 @@ _server = None
 # The library, sleep phase and episode views of a run (views.smk).
 def library_page(bench, variant, seed):
     """A run's library page: unique by file name, which is how the report's captions link results."""
-    return f"results/views/library/library.{bench}.{variant}.seed{seed}.html"
+    return f"{VIEWS}/library/library.{bench}.{variant}.seed{seed}.html"
 
 
 def view_libraries(wildcards):
@@ -140,7 +141,7 @@ def view_transcripts(wildcards):
 
 def sleep_pages(bench, variant, seed):
     """The folder of a run's sleep phase pages (rule sleep_view)."""
-    return f"results/views/sleep/{bench}/{variant}/seed{seed}"
+    return f"{VIEWS}/sleep/{bench}/{variant}/seed{seed}"
 
 
 def has_sleep_pages(variant):

@@ -1,6 +1,6 @@
 rule evaluate:
     input:
-        tasks="results/tasks/{bench}/seed{seed}/test.json",
+        tasks=f"{TASKS}/{{bench}}/seed{{seed}}/test.json",
         library=f"{RUN}/library/v{{k}}/manifest.json",
     output:
         episodes=f"{RUN}/eval/v{{k}}/episodes.parquet",

@@ -2,16 +2,16 @@
 # the config does not declare is drawn in its empty state, naming the preset that produces it.
 rule figure_2:
     input:
-        "results/tables/checkpoints.csv",
+        f"{TABLES}/checkpoints.csv",
     output:
-        report("results/figures/figure2.png", caption=f"{CAPTIONS}/figure2.rst", category="Figures"),
+        report(f"{FIGURES}/figure2.png", caption=f"{CAPTIONS}/figure2.rst", category="Figures"),
     params:
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,
     log:
         "logs/figures/figure2.log",
     benchmark:
-        "results/timings/figures/figure2.tsv"
+        f"{TIMINGS}/figures/figure2.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -20,16 +20,16 @@ rule figure_2:
 
 rule figure_4:
     input:
-        "results/tables/checkpoints.csv",
+        f"{TABLES}/checkpoints.csv",
     output:
-        report("results/figures/figure4.png", caption=f"{CAPTIONS}/figure4.rst", category="Figures"),
+        report(f"{FIGURES}/figure4.png", caption=f"{CAPTIONS}/figure4.rst", category="Figures"),
     params:
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,
     log:
         "logs/figures/figure4.log",
     benchmark:
-        "results/timings/figures/figure4.tsv"
+        f"{TIMINGS}/figures/figure4.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -38,16 +38,16 @@ rule figure_4:
 
 rule figure_7:
     input:
-        "results/tables/checkpoints.csv",
+        f"{TABLES}/checkpoints.csv",
     output:
-        report("results/figures/figure7.png", caption=f"{CAPTIONS}/figure7.rst", category="Figures"),
+        report(f"{FIGURES}/figure7.png", caption=f"{CAPTIONS}/figure7.rst", category="Figures"),
     params:
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,
     log:
         "logs/figures/figure7.log",
     benchmark:
-        "results/timings/figures/figure7.tsv"
+        f"{TIMINGS}/figures/figure7.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -56,16 +56,16 @@ rule figure_7:
 
 rule figure_12:
     input:
-        "results/tables/checkpoints.csv",
+        f"{TABLES}/checkpoints.csv",
     output:
-        report("results/figures/figure12.png", caption=f"{CAPTIONS}/figure12.rst", category="Figures"),
+        report(f"{FIGURES}/figure12.png", caption=f"{CAPTIONS}/figure12.rst", category="Figures"),
     params:
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,
     log:
         "logs/figures/figure12.log",
     benchmark:
-        "results/timings/figures/figure12.tsv"
+        f"{TIMINGS}/figures/figure12.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -74,16 +74,16 @@ rule figure_12:
 
 rule figure_3:
     input:
-        "results/analytics/training.parquet",
+        f"{ANALYTICS}/training.parquet",
     output:
-        report("results/figures/figure3.png", caption=f"{CAPTIONS}/figure3.rst", category="Figures"),
+        report(f"{FIGURES}/figure3.png", caption=f"{CAPTIONS}/figure3.rst", category="Figures"),
     params:
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,
     log:
         "logs/figures/figure3.log",
     benchmark:
-        "results/timings/figures/figure3.tsv"
+        f"{TIMINGS}/figures/figure3.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -92,18 +92,18 @@ rule figure_3:
 
 rule figure_5:
     input:
-        checkpoints="results/analytics/checkpoints.parquet",
+        checkpoints=f"{ANALYTICS}/checkpoints.parquet",
         libraries=final_libraries(ANALYSIS_STUDY.zombie_levels()),
     output:
-        figure=report("results/figures/figure5.png", caption=f"{CAPTIONS}/figure5.rst", category="Figures"),
-        table=report("results/tables/figure5.csv", caption=f"{CAPTIONS}/figure5_table.rst", category="Tables"),
+        figure=report(f"{FIGURES}/figure5.png", caption=f"{CAPTIONS}/figure5.rst", category="Figures"),
+        table=report(f"{TABLES}/figure5.csv", caption=f"{CAPTIONS}/figure5_table.rst", category="Tables"),
     params:
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,
     log:
         "logs/figures/figure5.log",
     benchmark:
-        "results/timings/figures/figure5.tsv"
+        f"{TIMINGS}/figures/figure5.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -112,17 +112,17 @@ rule figure_5:
 
 rule figure_6:
     input:
-        checkpoints="results/tables/checkpoints.csv",
-        retention="results/tables/retention.csv",
+        checkpoints=f"{TABLES}/checkpoints.csv",
+        retention=f"{TABLES}/retention.csv",
     output:
-        report("results/figures/figure6.png", caption=f"{CAPTIONS}/figure6.rst", category="Figures"),
+        report(f"{FIGURES}/figure6.png", caption=f"{CAPTIONS}/figure6.rst", category="Figures"),
     params:
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,
     log:
         "logs/figures/figure6.log",
     benchmark:
-        "results/timings/figures/figure6.tsv"
+        f"{TIMINGS}/figures/figure6.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -131,10 +131,10 @@ rule figure_6:
 
 rule figure_11:
     input:
-        main="results/tables/main.csv",
+        main=f"{TABLES}/main.csv",
         others=list(CROSS_MODEL.values()),
     output:
-        report("results/figures/figure11.png", caption=f"{CAPTIONS}/figure11.rst", category="Figures"),
+        report(f"{FIGURES}/figure11.png", caption=f"{CAPTIONS}/figure11.rst", category="Figures"),
     params:
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,
@@ -142,7 +142,7 @@ rule figure_11:
     log:
         "logs/figures/figure11.log",
     benchmark:
-        "results/timings/figures/figure11.tsv"
+        f"{TIMINGS}/figures/figure11.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -155,7 +155,7 @@ rule figure_9_10:
     input:
         lambda w: os.path.join(cross_model_folder(CROSS_FIGURES[int(w.n)], f"figure {w.n}"), "checkpoints.csv"),
     output:
-        report("results/figures/figure{n}.png", caption=f"{CAPTIONS}/figure9_10.rst", category="Figures"),
+        report(f"{FIGURES}/figure{{n}}.png", caption=f"{CAPTIONS}/figure9_10.rst", category="Figures"),
     wildcard_constraints:
         n="9|10",
     params:
@@ -165,7 +165,7 @@ rule figure_9_10:
     log:
         "logs/figures/figure{n}.log",
     benchmark:
-        "results/timings/figures/figure{n}.tsv"
+        f"{TIMINGS}/figures/figure{{n}}.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -175,20 +175,20 @@ rule figure_9_10:
 # Figures 9, 10 and table 7, asked for whatever the config declares: fails naming the runs that are missing.
 rule cross_model:
     input:
-        "results/figures/figure9.png",
-        "results/figures/figure10.png",
-        "results/tables/table7.csv",
+        f"{FIGURES}/figure9.png",
+        f"{FIGURES}/figure10.png",
+        f"{TABLES}/table7.csv",
 
 
 PAPER_TARGETS = [
-    "results/tables/main.csv",
-    "results/tables/checkpoints.csv",
-    "results/tables/stats.csv",
-    "results/tables/callgraph.csv",
-    "results/tables/table1.csv",
-    "results/tables/table8.csv",
-    "results/tables/retention.csv",
-    "results/tables/figure5.csv",
-    *[f"results/figures/figure{n}.png" for n in (2, 3, 4, 5, 6, 7, 11, 12)],
+    f"{TABLES}/main.csv",
+    f"{TABLES}/checkpoints.csv",
+    f"{TABLES}/stats.csv",
+    f"{TABLES}/callgraph.csv",
+    f"{TABLES}/table1.csv",
+    f"{TABLES}/table8.csv",
+    f"{TABLES}/retention.csv",
+    f"{TABLES}/figure5.csv",
+    *[f"{FIGURES}/figure{n}.png" for n in (2, 3, 4, 5, 6, 7, 11, 12)],
     *CROSS_MODEL_TARGETS,
 ]

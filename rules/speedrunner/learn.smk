@@ -25,7 +25,7 @@ rule init_library:
 
 rule rollout:
     input:
-        tasks="results/tasks/{bench}/seed{seed}/train.json",
+        tasks=f"{TASKS}/{{bench}}/seed{{seed}}/train.json",
         library=f"{RUN}/library/v{{k}}/manifest.json",
         previous_batch=previous_batch,
     output:
@@ -65,7 +65,7 @@ rule induce:
     params:
         settings=settings("speedrunner", "run"),
         request_budget=config["budgets"]["inducer_requests"],
-        trajectory_tokens=cfg.trajectory_tokens(config),
+        trajectory_tokens=trajectory_tokens(config),
         # config section inducer: only the sleep phases read it
         inducer=settings("speedrunner", "sleep"),
     wildcard_constraints:

@@ -31,7 +31,7 @@ rule continue_library:
 
 rule evaluate_on:
     input:
-        tasks="results/tasks/{target}/seed{seed}/test.json",
+        tasks=f"{TASKS}/{{target}}/seed{{seed}}/test.json",
         library=f"{RUN}/library/v{{k}}/manifest.json",
     output:
         episodes=f"{RUN}/eval_on/{{target}}/v{{k}}/episodes.parquet",
@@ -61,7 +61,7 @@ rule evaluate_on:
 
 rule evaluate_truncated:
     input:
-        tasks="results/tasks/{bench}/seed{seed}/test.json",
+        tasks=f"{TASKS}/{{bench}}/seed{{seed}}/test.json",
         library=f"{RUN}/library/v{PROTOCOL.n_cycles}/manifest.json",
     output:
         library=f"{RUN}/truncated/n{{n}}/library/manifest.json",

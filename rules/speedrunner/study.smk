@@ -55,8 +55,8 @@ def _declared(label):
 
 
 # In `all` only where their runs are declared; asked for otherwise (target cross_model), they fail.
-CROSS_MODEL_TARGETS = [f"results/figures/figure{n}.png" for n, label in CROSS_FIGURES.items() if _declared(label)] + (
-    ["results/tables/table7.csv"] if any(map(_declared, CROSS_FIGURES.values())) else [])
+CROSS_MODEL_TARGETS = [f"{FIGURES}/figure{n}.png" for n, label in CROSS_FIGURES.items() if _declared(label)] + (
+    [f"{TABLES}/table7.csv"] if any(map(_declared, CROSS_FIGURES.values())) else [])
 
 
 def cross_eval_files(names):

@@ -1,6 +1,6 @@
 rule sample_tasks:
     output:
-        "results/tasks/{bench}/seed{seed}/{split}.json",
+        f"{TASKS}/{{bench}}/seed{{seed}}/{{split}}.json",
     params:
         settings=settings("speedrunner", "tasks"),
         # The splits never overlap (Benchmark.sample_tasks), so each is drawn alone: a new n_test leaves
@@ -10,7 +10,7 @@ rule sample_tasks:
     log:
         "logs/sample_tasks/{bench}_seed{seed}_{split}.log",
     benchmark:
-        "results/timings/sample_tasks/{bench}_seed{seed}_{split}.tsv"
+        f"{TIMINGS}/sample_tasks/{{bench}}_seed{{seed}}_{{split}}.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:

@@ -27,12 +27,12 @@ rule library_view:
         run_id=pipeline.run_id,
         sleep_pages=view_sleep_pages,  # each version links the page of the sleep phase that made it
         limits=VIEW_LIMITS,
-        pricing=config["pricing"],
+        settings=settings("speedrunner", "views"),
         config_name=CONFIG_NAME,
     log:
         "logs/views/library.{bench}.{variant}.seed{seed}.log",
     benchmark:
-        "results/timings/views/library.{bench}.{variant}.seed{seed}.tsv"
+        f"{TIMINGS}/views/library.{{bench}}.{{variant}}.seed{{seed}}.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -44,7 +44,7 @@ rule episode_view:
         libraries=view_libraries,
         **{t: view_evaluations(t) for t in VIEW_TABLES},
     output:
-        report(directory("results/views/episodes/{bench}/{variant}/seed{seed}"),
+        report(directory(f"{VIEWS}/episodes/{{bench}}/{{variant}}/seed{{seed}}"),
                caption=f"{CAPTIONS}/episode_view.rst", category="Episodes",
                subcategory="{bench}/{variant}/seed{seed}", patterns=["{name}.v{version}.{index}.html"],
                labels=EPISODE_LABEL),
@@ -52,12 +52,12 @@ rule episode_view:
         run_id=pipeline.run_id,
         library_page=view_library_page,
         limits=VIEW_LIMITS,
-        pricing=config["pricing"],
+        settings=settings("speedrunner", "views"),
         config_name=CONFIG_NAME,
     log:
         "logs/views/episodes.{bench}.{variant}.seed{seed}.log",
     benchmark:
-        "results/timings/views/episodes.{bench}.{variant}.seed{seed}.tsv"
+        f"{TIMINGS}/views/episodes.{{bench}}.{{variant}}.seed{{seed}}.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -84,7 +84,7 @@ rule sleep_view:
     log:
         "logs/views/sleep.{bench}.{variant}.seed{seed}.log",
     benchmark:
-        "results/timings/views/sleep.{bench}.{variant}.seed{seed}.tsv"
+        f"{TIMINGS}/views/sleep.{{bench}}.{{variant}}.seed{{seed}}.tsv"
     conda:
         "../../envs/skillrepro.yaml"
     script:
@@ -97,7 +97,7 @@ VIEW_TARGETS = [
     for v, m in METHODS.items()
     if m.runs_on(b)
     for s in PROTOCOL.seeds
-    for f in (library_page(b, v, s), f"results/views/episodes/{b}/{v}/seed{s}",
+    for f in (library_page(b, v, s), f"{VIEWS}/episodes/{b}/{v}/seed{s}",
               *([sleep_pages(b, v, s)] if has_sleep_pages(v) else []))
 ]
 

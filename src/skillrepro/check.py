@@ -34,10 +34,10 @@ def study(name: str) -> Study:
 
 def check_config(config: dict[str, Any], *, check_files: bool = True, billing: bool = True) -> dict[str, Any]:
     """`config` validated (skillrepro.config.validate) and checked against the registries: a shipped model's
-    name, each variant's method and options and the benchmarks it runs on, the truncation analysis's
-    options, and the task pools; then the settings of every study whose section the config sets built
-    (STUDIES: each section against its own schema and the rest of the config), so that a bad key
-    of any study stops here, before any job, whichever target was asked for. Returns it with the schema's
+    name, each variant's method and options and the benchmarks it runs on, and the task pools; then the
+    settings of every study whose section the config sets built (STUDIES: each section against its own schema
+    and the rest of the config; SpeedRunner's loop, the truncation analysis's options among its rules), so that a
+    bad key of any study stops here, before any job, whichever target was asked for. Returns it with the schema's
     defaults; nothing is started or written.
     `billing=False`: a billed backend's key and prices are not asked for (config.check_billing, at a real run's start)."""
     config = validate(config, check_files=check_files, billing=billing)
@@ -67,11 +67,6 @@ def check_config(config: dict[str, Any], *, check_files: bool = True, billing: b
                               f"configured: {', '.join(config['benchmarks'])}")
         runs_on = m.get("benchmarks") or list(config["benchmarks"])
         check_benchmarks(variant, m["method"], m["options"], {b: config["benchmarks"][b]["env"] for b in runs_on})
-    t = (config.get("analysis") or {}).get("truncation")
-    if t:
-        merged = {**(config["methods"][t["variant"]].get("options") or {}), **(t.get("options") or {})}
-        get_method(config["methods"][t["variant"]]["method"]).parse_options(
-            merged, f"{t['variant']} (with analysis.truncation.options)")
     actor = actor_config(config)
     if "skill_reminder" in dict(actor.prompt_files) and not actor.restate_skills:
         raise ConfigError("config key actor.prompts.skill_reminder: a reminder file is given but "

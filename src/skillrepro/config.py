@@ -100,59 +100,6 @@ class ActorConfig:
 
 
 @dataclass(frozen=True)
-class InducerLimits:
-    """Config section `inducer`: the sleep phase's limits, this project's (the paper states none)."""
-
-    min_reply_tokens: int = 256  # a sleep-phase reply (a rewrite, a function) needs room, whatever llm.max_tokens
-    history_tokens: int | None = None  # SpeedRunner's conversation; None: what llm.ctx_per_slot leaves after a reply
-    library_chars: int = 3000  # the library source in the inducer's first message
-    tool_output_chars: int = 3000  # each execute_code result shown
-    read_library_chars: int = 6000  # a read_library result
-    # the reminder (and text-protocol prefill) before each of a write-less session's last N requests; the
-    # paper has none (0)
-    nudge_requests: int = 0
-    # the sleep phases' model (a name as llm.model takes); None: llm.model, the paper's one model for both roles
-    model: str | None = None
-    # SpeedRunner: the first message shows one recorded training episode's opening and first steps; the paper: 0
-    example_steps: int = 0
-    # the sleep phases' reply protocol (as llm.tool_calling); None: llm.tool_calling, the actor's
-    tool_calling: str | None = None
-    # SpeedRunner: a tool call repeated word for word is answered with a pointer to its first answer; the paper: no
-    repeat_notice: bool = False
-    # SpeedRunner: a public function that reaches no primitive action is refused (it cannot act); the paper: no
-    require_action: bool = False
-    # SpeedRunner: a function using a name bound nowhere a skill runs is refused; the paper: no
-    require_defined: bool = False
-
-    def reply_tokens(self, llm: "LLMConfig") -> int:
-        return max(llm.max_tokens, self.min_reply_tokens)
-
-    def sleep_llm(self, llm: "LLMConfig") -> "LLMConfig":
-        """The sleep phases' model settings: `llm`, with `model` and `tool_calling` in place where set."""
-        changes = {k: v for k, v in (("model", self.model), ("tool_calling", self.tool_calling))
-                   if v is not None and v != getattr(llm, k)}
-        return dataclasses.replace(llm, **changes) if changes else llm
-
-    def own_server(self, llm: "LLMConfig") -> bool:
-        """Whether a sleep phase starts a server of its own: its model is not the shared server's and the
-        pipeline starts servers itself (embedded, or vllm without base_url); a served API takes any model id."""
-        return self.sleep_llm(llm).model != llm.model and llm.backend != "openai" and not llm.base_url
-
-    def trajectory_room(self, llm: "LLMConfig") -> int:
-        """Estimated tokens of episodes a sleep-phase prompt can hold: half of what the context leaves after a
-        reply and its reasoning (the prompt's other parts need the rest); budgets.trajectory_tokens' default
-        and its limit."""
-        return max(0, llm.ctx_per_slot - llm.reply_cap("inducer", self.reply_tokens(llm))) // 2
-
-    def history_chars(self, llm: "LLMConfig") -> int:
-        """Characters of conversation one sleep-phase request may carry (3 characters per token, to be safe): what
-        the context leaves after the reply's cap, its reasoning room included."""
-        tokens = (self.history_tokens if self.history_tokens is not None
-                  else llm.ctx_per_slot - llm.reply_cap("inducer", self.reply_tokens(llm)))
-        return max(2000, tokens * 3)
-
-
-@dataclass(frozen=True)
 class Protocol:
     seeds: tuple[int, ...]
     train_rollouts: int
@@ -255,8 +202,6 @@ def _describe(error: jsonschema.ValidationError, section: str = "") -> str:
 # YAML aliases can make a small file expand into billions of values when it is walked (an "anchor bomb");
 # a config walks far fewer than this.
 MAX_CONFIG_VALUES = 100_000
-# Training cycles per run: each rollout job lists every earlier batch, so the DAG grows with its square.
-MAX_CYCLES = 1000
 GGUF_MAGIC = b"GGUF"
 
 
@@ -286,10 +231,12 @@ def study_sections() -> tuple[str, ...]:
 
 
 def validate(config: dict[str, Any], *, check_files: bool = True, billing: bool = True) -> dict[str, Any]:
-    """Validate `config` against the schema and the rules a schema can not say that need no registry; return
-    it with the schema's defaults. skillrepro.check.check_config adds the checks against the registries
-    (methods, benchmarks, models). Raises ConfigError with one message naming the key; nothing is started.
-    `billing=False` leaves out the billed backend's key and prices (`check_billing`): a plan needs neither."""
+    """Validate `config` against the schema and the shared sections' rules a schema can not say that need no
+    registry; return it with the schema's defaults. skillrepro.check.check_config adds the checks against the
+    registries (methods, benchmarks, models), and each study's settings builder its own sections' rules (the
+    SpeedRunner loop's: studies/speedrunner/settings.py). Raises ConfigError with one message naming the key;
+    nothing is started. `billing=False` leaves out the billed backend's key and prices (`check_billing`): a plan
+    needs neither."""
     _check_values(config)
     config = copy.deepcopy(config)
     schema = yaml.safe_load(SCHEMA.read_text())
@@ -314,38 +261,9 @@ def validate(config: dict[str, Any], *, check_files: bool = True, billing: bool 
     _check_llm(llm, check_files)
     if billing:
         check_billing(config, env=check_files)
-    asked = config["budgets"]["trajectory_tokens"]
-    room = inducer_limits(config).trajectory_room(llm)
-    if asked is not None and asked > room:
-        raise ConfigError(f"config key budgets.trajectory_tokens: {asked} tokens of episodes do not fit a sleep-phase "
-                          f"prompt with llm.ctx_per_slot {llm.ctx_per_slot}; at most {room}")
-    limits = inducer_limits(config)
-    if limits.reply_tokens(llm) >= llm.ctx_per_slot:
-        raise ConfigError(f"config key inducer.min_reply_tokens: {limits.min_reply_tokens} reply tokens leave no "
-                          f"room for a prompt in llm.ctx_per_slot {llm.ctx_per_slot}")
-    # a reasoning model's cap holds its reasoning too: each role's cap, room included, must leave a prompt room
-    roles = {"actor": llm.max_tokens, **{r: limits.reply_tokens(llm) for r in ("inducer", *dict(llm.reasoning_effort))
-                                          if r != "actor"}}
-    for role, tokens in roles.items():
-        if (cap := llm.reply_cap(role, tokens)) >= llm.ctx_per_slot:
-            raise ConfigError(f"config key llm.reasoning_room: the {role}'s requests ask for {cap} completion tokens "
-                              f"({tokens} of reply, {cap - tokens} of reasoning room for effort {llm.effort(role)}), "
-                              f"which leave no room for a prompt in llm.ctx_per_slot {llm.ctx_per_slot}")
-    proto = protocol(config)
-    if proto.train_rollouts % proto.sleep_every:
-        raise ConfigError(
-            f"config key protocol.train_rollouts: {proto.train_rollouts} must be a multiple of protocol.sleep_every ({proto.sleep_every})"
-        )
-    if proto.eval_every % proto.sleep_every:
-        raise ConfigError(
-            f"config key protocol.eval_every: {proto.eval_every} must be a multiple of protocol.sleep_every ({proto.sleep_every})"
-        )
-    if proto.n_cycles > MAX_CYCLES:
-        raise ConfigError(f"config key protocol.sleep_every: {proto.train_rollouts} rollouts in batches of "
-                          f"{proto.sleep_every} make {proto.n_cycles} sleep cycles per run; at most {MAX_CYCLES}")
-    if len(set(proto.seeds)) != len(proto.seeds):
-        raise ConfigError(f"config key protocol.seeds: {list(proto.seeds)} repeats a seed (each seed is one run)")
-    _check_phases(config)
+    # a reasoning model's cap holds its reasoning too: the actor's cap, room included, must leave a prompt room (a
+    # study checks its own roles' caps: SpeedRunner's sleep phases in studies/speedrunner/settings.py)
+    check_reply_cap(llm, "actor", llm.max_tokens)
     for name, path in actor_config(config).prompt_files:
         if check_files and not Path(path).is_file():
             raise ConfigError(f"config key actor.prompts.{name}: file {path} does not exist")
@@ -369,42 +287,6 @@ def validate_section(config: dict[str, Any], section: str) -> dict[str, Any]:
     return value
 
 
-def _check_phases(config: dict[str, Any]) -> None:
-    """`after`, `evaluate_on` and `analysis.truncation` name configured instances and variants."""
-    benches, variants = config["benchmarks"], config["methods"]
-
-    def runs_on(v: str, b: str) -> bool:
-        return variants[v].get("benchmarks") is None or b in variants[v]["benchmarks"]
-
-    for name, b in benches.items():
-        for key, targets in (("after", [b["after"]] if b.get("after") else []), ("evaluate_on", b.get("evaluate_on") or [])):
-            for t in targets:
-                if t not in benches or t == name:
-                    raise ConfigError(f"config key benchmarks.{name}.{key}: {t!r} is not another configured benchmark; "
-                                      f"configured: {', '.join(benches)}")
-        seen, at = {name}, b.get("after")
-        while at:
-            if at in seen:
-                raise ConfigError(f"config key benchmarks.{name}.after: the phases form a cycle through {at!r}")
-            seen.add(at)
-            at = benches[at].get("after")
-        if b.get("after"):
-            for v in variants:
-                if runs_on(v, name) and not runs_on(v, b["after"]):
-                    raise ConfigError(f"config key methods.{v}.benchmarks: {v} runs on {name}, which continues "
-                                      f"{b['after']}, so it must run on {b['after']} too")
-    t = (config.get("analysis") or {}).get("truncation")
-    if t:
-        if t["variant"] not in variants:
-            raise ConfigError(f"config key analysis.truncation.variant: unknown variant {t['variant']!r}")
-        if t["benchmark"] not in benches or not runs_on(t["variant"], t["benchmark"]):
-            raise ConfigError(f"config key analysis.truncation.benchmark: {t['benchmark']!r} is not a benchmark "
-                              f"{t['variant']} runs on")
-        extra = sorted(set(t.get("seeds") or []) - set(config["protocol"]["seeds"]))
-        if extra:
-            raise ConfigError(f"config key analysis.truncation.seeds: {extra} are not protocol seeds")
-
-
 def _check_llm(llm: LLMConfig, check_files: bool) -> None:
     # A name from the shipped models is checked by skillrepro.check; here, a .gguf path.
     if llm.backend == "embedded" and llm.model.endswith(".gguf"):
@@ -418,6 +300,15 @@ def _check_llm(llm: LLMConfig, check_files: bool) -> None:
                                   f"{magic!r}, not {GGUF_MAGIC!r})")
     if llm.backend == "openai" and not llm.base_url:
         raise ConfigError("config key llm.base_url: required for backend openai")
+
+
+def check_reply_cap(llm: LLMConfig, role: str, tokens: int) -> None:
+    """A ConfigError when `role`'s completion cap, `tokens` of reply and the reasoning room of the effort it sends,
+    leaves no room for a prompt in llm.ctx_per_slot."""
+    if (cap := llm.reply_cap(role, tokens)) >= llm.ctx_per_slot:
+        raise ConfigError(f"config key llm.reasoning_room: the {role}'s requests ask for {cap} completion tokens "
+                          f"({tokens} of reply, {cap - tokens} of reasoning room for effort {llm.effort(role)}), "
+                          f"which leave no room for a prompt in llm.ctx_per_slot {llm.ctx_per_slot}")
 
 
 def billing_problems(config: dict[str, Any], *, env: bool = True) -> list[str]:
@@ -450,20 +341,9 @@ def check_billing(config: dict[str, Any], *, env: bool = True) -> None:
         raise ConfigError(problems[0])
 
 
-def trajectory_tokens(config: dict[str, Any]) -> int:
-    """Config key budgets.trajectory_tokens, with its default resolved: null is what the model's context
-    (llm.ctx_per_slot) holds, so the in-context methods see as many whole episodes as fit, as in the paper."""
-    asked = config["budgets"]["trajectory_tokens"]
-    return asked if asked is not None else inducer_limits(config).trajectory_room(llm_config(config))
-
-
 def prices(config: dict[str, Any]) -> dict[str, Price]:
     """Config section `pricing`: model -> its Price (a model it does not name costs nothing)."""
     return {m: Price(r["input"], r["output"], r.get("cached_input")) for m, r in (config.get("pricing") or {}).items()}
-
-
-def inducer_limits(config: dict[str, Any]) -> InducerLimits:
-    return InducerLimits(**config["inducer"])
 
 
 def llm_config(config: dict[str, Any]) -> LLMConfig:

@@ -11,9 +11,8 @@ import pytest
 
 from skillrepro.agent import EpisodeSpec, parse_text_action
 from skillrepro.check import check_config
-from skillrepro.config import (BenchmarkConfig, ConfigError, InducerLimits, LLMConfig, MethodConfig, inducer_limits,
-                               load_yaml)
-from skillrepro.methods import InduceContext, get_method
+from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig, load_yaml
+from skillrepro.methods import InduceContext, InducerLimits, get_method
 from skillrepro.methods.common import append_functions, reply_code
 from skillrepro.methods.speedrunner_gate import Session, write_function
 from skillrepro.methods.speedrunner_protocol import LAST_CHANCE_PREFILL, example_loop, parse_action
@@ -22,6 +21,7 @@ from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
 from skillrepro.skills.isolation import SandboxPolicy
 from skillrepro.skills.sandbox import SandboxSession
+from skillrepro.studies.speedrunner.settings import inducer_limits
 from skillrepro.benchmarks import get_benchmark, load_benchmark
 from skillrepro.benchmarks.base import Env
 from repo import DATA, ROOT

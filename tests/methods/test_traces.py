@@ -55,7 +55,7 @@ def test_the_budget_holds_and_an_episode_that_does_not_fit_keeps_its_start_and_e
     text, used = render_traces(traces, 500)
     assert used <= 500 and used == estimate_tokens(text)
     assert text.startswith("## Episode on task t9")  # newest first
-    # older episodes are dropped whole, never cut in the middle (issue 34), and the counts say so
+    # older episodes are dropped whole, never cut in the middle, and the counts say so
     shown = show_traces(traces, 500)
     assert shown.text == text and "cut" not in text and text.count("## Episode") == shown.episodes_whole == 2
     assert (shown.episodes_cut, shown.episodes_dropped) == (0, 8)
@@ -73,7 +73,8 @@ def test_the_budget_fits_the_context_and_a_value_that_does_not_is_refused():
     import pytest
 
     from skillrepro.check import check_config
-    from skillrepro.config import ConfigError, load_yaml, trajectory_tokens
+    from skillrepro.config import ConfigError, load_yaml
+    from skillrepro.studies.speedrunner.settings import trajectory_tokens
 
     base = load_yaml(ROOT / "config.yaml")
     # null: half of what the context leaves after a sleep-phase reply (the paper: as many episodes as fit)

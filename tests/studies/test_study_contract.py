@@ -4,17 +4,23 @@ skillrepro.check.STUDIES, so a new study is held to it without editing a list he
 Every preset that sets a study's section builds that study's settings; a bad key of the section is one
 ConfigError naming it, from the Snakefile's one config check; a kind's fingerprint ignores key order and changes
 with a key the kind reads (not with one it leaves out); the rules name only declared kinds and wildcards, and
-read no config value with a literal default in place of the schema's.
+read no config value with a literal default in place of the schema's; a study's results layout reads back every
+folder it writes, and no rule or script writes a `results/` path of its own.
 """
 from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
+import io
+import itertools
 import json
 import os
 import re
 import subprocess
 import sys
+import tokenize
+import typing
 from pathlib import Path
 
 import pytest
@@ -111,13 +117,15 @@ def reversed_keys(value):
     return [reversed_keys(v) for v in value] if isinstance(value, list) else value
 
 
-def leaves(value, path: str):
-    """(dotted path, value) of every number and flag under `value`, or the path itself where nothing is set."""
+def leaves(value, key: str, parts: tuple[str, ...] = ()):
+    """(path, value) of every number and flag under config key `value`, or the key itself where nothing is set;
+    a path is the tuple of its mapping keys (a model id such as qwen2.5-coder-0.5b has dots of its own)."""
+    parts = parts or tuple(key.split("."))
     if isinstance(value, dict):
         for k in sorted(value):
-            yield from leaves(value[k], f"{path}.{k}")
+            yield from leaves(value[k], key, (*parts, k))
     elif value is None or isinstance(value, (bool, int, float)):
-        yield path, value
+        yield parts, value
 
 
 def lookup(config: dict, path: str):
@@ -129,10 +137,10 @@ def lookup(config: dict, path: str):
     return node
 
 
-def changed(config: dict, path: str, value) -> dict:
+def changed(config: dict, path: tuple[str, ...], value) -> dict:
     """`config` with the leaf at `path` set to another value of its type (a count for an unset one)."""
     out = copy.deepcopy(config)
-    *parents, last = path.split(".")
+    *parents, last = path
     node = out
     for part in parents:
         node = node.setdefault(part, {})
@@ -141,16 +149,28 @@ def changed(config: dict, path: str, value) -> dict:
     return out
 
 
+def preset_for(study: Study, kind: str) -> tuple[dict, dict]:
+    """(config, wildcards) of the first preset that sets the study's section and a value under a key `kind`
+    reads (an empty `pricing: {}` has none to change)."""
+    for preset in PRESETS:
+        if not set(study.sections) & set(load_yaml(preset)) or placeholder([load_yaml(preset).get(s)
+                                                                               for s in study.sections]):
+            continue
+        config = validate(as_loaded(preset), check_files=False, billing=False)
+        for section in study.sections:  # the section's defaults written out, so that each is a key to change
+            if study.schema != "config.schema.yaml":
+                config[section] = validate_section(config, section)
+        wildcards = instance(study, config)
+        keys = study.keys(kind, **{k: v for k, v in wildcards.items() if v is not None})
+        if any(list(leaves(lookup(config, k), k)) for k in keys if not k.startswith("!")):
+            return config, wildcards
+    raise AssertionError(f"no preset sets a key {study.name} {kind} reads")
+
+
 @pytest.mark.parametrize("study", STUDIES, ids=ids)
 def test_a_kinds_fingerprint_ignores_key_order_and_changes_with_what_it_reads(study: Study):
-    preset = next(p for p in PRESETS if set(study.sections) & set(load_yaml(p))
-                  and not placeholder([load_yaml(p).get(s) for s in study.sections]))
-    config = validate(as_loaded(preset), check_files=False, billing=False)
-    for section in study.sections:  # the section's defaults written out, so that each is a key to change
-        if study.schema != "config.schema.yaml":
-            config[section] = validate_section(config, section)
-    wildcards = instance(study, config)
     for kind in study.reads:
+        config, wildcards = preset_for(study, kind)
         made = job_fingerprint(config, study.name, kind, **wildcards)
         assert job_fingerprint(reversed_keys(config), study.name, kind, **wildcards) == made, kind
         keys = study.keys(kind, **{k: v for k, v in wildcards.items() if v is not None})
@@ -159,7 +179,7 @@ def test_a_kinds_fingerprint_ignores_key_order_and_changes_with_what_it_reads(st
         for key in (k for k in keys if not k.startswith("!")):
             tried = []
             for path, value in leaves(lookup(config, key), key):
-                if any(path == o or path.startswith(o + ".") for o in left_out):
+                if any(".".join(path) == o or ".".join(path).startswith(o + ".") for o in left_out):
                     continue
                 other = changed(config, path, value)
                 try:
@@ -330,6 +350,66 @@ def test_every_wildcard_of_the_rules_is_a_declared_wildcard_of_their_study(tmp_p
         found[home[1]] |= set(names)
     for study in STUDIES:
         assert found[study.name] == set(study.wildcards), study.name
+
+
+# ------------------------------------------------------------------------------------------ results layout
+# values a layout field takes in the round trip: names a study allows (one a word the scaffold layout reserves)
+SAMPLES = {str: ["babyai", "sciworld_electricity", "grp-nogen_random", "a", "direct"], int: [0, 1, 12], bool: [False, True]}
+
+
+def field_values(kind: type, field: dataclasses.Field) -> list:
+    hint = typing.get_type_hints(kind)[field.name]
+    if typing.get_origin(hint) is typing.Literal:
+        return list(typing.get_args(hint))
+    values = [v for t in typing.get_args(hint) or (hint,) for v in ([None] if t is type(None) else SAMPLES[t])]
+    return values + ([field.default] if field.default is not dataclasses.MISSING else [])
+
+
+def folders(kind: type) -> list:
+    """Every value of `kind` the sample values make (a combination its own checks refuse is not one)."""
+    fields = dataclasses.fields(kind)
+    out = []
+    for combo in itertools.product(*(field_values(kind, f) for f in fields)):
+        try:
+            out.append(kind(*combo))
+        except ValueError:
+            continue
+    return out
+
+
+@pytest.mark.parametrize("kind", [k for s in STUDIES for k in s.layout], ids=lambda k: k.__name__)
+def test_a_layout_reads_back_every_folder_it_writes(kind: type):
+    """A kind's `of` inverts its `folder`, for the folder, a record under it, and the same under another root."""
+    found = folders(kind)
+    assert found, f"{kind.__name__}: no value to write"
+    for value in found:
+        for path in (value.folder, f"{value.folder}/episodes.parquet", f"/home/x/{value.folder}/a/b.json"):
+            assert kind.of(path) == value, (value, path)
+    with pytest.raises(ValueError):
+        kind.of("results/tables/main.csv")
+
+
+def test_a_studys_layout_is_its_own():
+    for study in STUDIES:
+        for kind in study.layout:
+            assert kind.__module__.startswith(f"skillrepro.studies.{study.name}."), (study.name, kind)
+
+
+# a string literal whose text starts a path under results/ (a plain, raw or f-string)
+RESULTS_LITERAL = re.compile(r'^[rRfF]{0,2}("""|\'\'\'|"|\')results/')
+
+
+def test_no_rule_or_script_writes_a_results_path_of_its_own():
+    """Rules and scripts build their paths from their study's layout (studies/<name>/paths.py) and the shared top
+    (studies/contract.py): a `results/` literal beside it would be a second writer the parsers do not know."""
+    files = [ROOT / "Snakefile", *sorted((ROOT / "rules").rglob("*.smk")),
+             *sorted((ROOT / "workflow/scripts").rglob("*.py"))]
+    found = []
+    for path in files:
+        for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+            if tok.type == tokenize.STRING and RESULTS_LITERAL.match(tok.string):
+                found.append(f"{path.relative_to(ROOT)}:{tok.start[0]}: {tok.string[:60]}")
+    assert not found, "\n".join(found)
 
 
 # ------------------------------------------------------------------------------------------ docs

@@ -1,4 +1,4 @@
-"""After a finished run, a config change reruns exactly the jobs that read the changed setting (issue 12).
+"""After a finished run, a config change reruns exactly the jobs that read the changed setting.
 
 The finished run is made without an LLM: `snakemake --touch` records every job, params included, as a
 real run would, and every output file is then created in dependency order.
@@ -159,6 +159,18 @@ def test_the_inducer_budget_reruns_the_sleep_phases_and_what_follows_them(finish
         "rollout": {f"{r}/1" for r in RUNS},
         "evaluate": {f"{r}/{k}" for r in RUNS for k in (1, 2)},
     }
+
+
+def test_a_price_reruns_the_dollars_but_no_run(finished):
+    """Prices are read by the analytics, the tables and the pages that show dollars: none of the runs."""
+    cfg = copy.deepcopy(BASE)
+    cfg["pricing"] = {BASE["llm"]["model"]: {"input": 0.1, "cached_input": 0.01, "output": 0.4}}
+    (finished / "priced.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    dry = smk("all", "-n", "--configfile", "priced.yaml", cwd=finished)
+    assert not scheduled(dry)
+    rules = set(re.findall(r"^(?:local)?rule (\w+):", dry, re.M))
+    assert {"analytics", "tables", "library_view", "episode_view"} <= rules, rules
+    assert "sleep_view" not in rules  # a sleep phase's pages show no dollars
 
 
 def test_reordered_keys_defaults_written_out_and_operational_settings_rerun_nothing(finished):

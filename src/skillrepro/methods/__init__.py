@@ -36,11 +36,65 @@ from pathlib import Path
 from typing import Any, Callable
 
 from skillrepro.agent import Prompts
-from skillrepro.config import (BenchmarkConfig, ConfigError, InducerLimits, LLMConfig,
-                               MethodConfig)
+from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig
 from skillrepro.llm.client import session
 from skillrepro.skills import Library
 from skillrepro.skills.isolation import SandboxPolicy
+
+
+@dataclass(frozen=True)
+class InducerLimits:
+    """Config section `inducer`: the sleep phase's limits, this project's (the paper states none). Every method's
+    sleep phase gets them (InduceContext.limits); the SpeedRunner study reads them from its config
+    (studies/speedrunner/settings.py, inducer_limits) and checks them against the context there."""
+
+    min_reply_tokens: int = 256  # a sleep-phase reply (a rewrite, a function) needs room, whatever llm.max_tokens
+    history_tokens: int | None = None  # SpeedRunner's conversation; None: what llm.ctx_per_slot leaves after a reply
+    library_chars: int = 3000  # the library source in the inducer's first message
+    tool_output_chars: int = 3000  # each execute_code result shown
+    read_library_chars: int = 6000  # a read_library result
+    # the reminder (and text-protocol prefill) before each of a write-less session's last N requests; the
+    # paper has none (0)
+    nudge_requests: int = 0
+    # the sleep phases' model (a name as llm.model takes); None: llm.model, the paper's one model for both roles
+    model: str | None = None
+    # SpeedRunner: the first message shows one recorded training episode's opening and first steps; the paper: 0
+    example_steps: int = 0
+    # the sleep phases' reply protocol (as llm.tool_calling); None: llm.tool_calling, the actor's
+    tool_calling: str | None = None
+    # SpeedRunner: a tool call repeated word for word is answered with a pointer to its first answer; the paper: no
+    repeat_notice: bool = False
+    # SpeedRunner: a public function that reaches no primitive action is refused (it cannot act); the paper: no
+    require_action: bool = False
+    # SpeedRunner: a function using a name bound nowhere a skill runs is refused; the paper: no
+    require_defined: bool = False
+
+    def reply_tokens(self, llm: LLMConfig) -> int:
+        return max(llm.max_tokens, self.min_reply_tokens)
+
+    def sleep_llm(self, llm: LLMConfig) -> LLMConfig:
+        """The sleep phases' model settings: `llm`, with `model` and `tool_calling` in place where set."""
+        changes = {k: v for k, v in (("model", self.model), ("tool_calling", self.tool_calling))
+                   if v is not None and v != getattr(llm, k)}
+        return dataclasses.replace(llm, **changes) if changes else llm
+
+    def own_server(self, llm: LLMConfig) -> bool:
+        """Whether a sleep phase starts a server of its own: its model is not the shared server's and the
+        pipeline starts servers itself (embedded, or vllm without base_url); a served API takes any model id."""
+        return self.sleep_llm(llm).model != llm.model and llm.backend != "openai" and not llm.base_url
+
+    def trajectory_room(self, llm: LLMConfig) -> int:
+        """Estimated tokens of episodes a sleep-phase prompt can hold: half of what the context leaves after a
+        reply and its reasoning (the prompt's other parts need the rest); budgets.trajectory_tokens' default
+        and its limit."""
+        return max(0, llm.ctx_per_slot - llm.reply_cap("inducer", self.reply_tokens(llm))) // 2
+
+    def history_chars(self, llm: LLMConfig) -> int:
+        """Characters of conversation one sleep-phase request may carry (3 characters per token, to be safe): what
+        the context leaves after the reply's cap, its reasoning room included."""
+        tokens = (self.history_tokens if self.history_tokens is not None
+                  else llm.ctx_per_slot - llm.reply_cap("inducer", self.reply_tokens(llm)))
+        return max(2000, tokens * 3)
 
 
 @dataclass(frozen=True)
@@ -62,7 +116,7 @@ class InduceContext:
     limits: InducerLimits = InducerLimits()  # config section inducer
 
     def __post_init__(self) -> None:
-        if self.trajectory_tokens is None:  # as config.trajectory_tokens resolves a null
+        if self.trajectory_tokens is None:  # as studies.speedrunner.settings.trajectory_tokens resolves a null
             object.__setattr__(self, "trajectory_tokens", self.limits.trajectory_room(self.llm))
 
     @property

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillrepro.config import InducerLimits
+from skillrepro.methods import InducerLimits
 from skillrepro.skills.library import MAX_SOURCE_CHARS, Library, SkillFunction, parse_functions, parse_untrusted
 from skillrepro.skills.isolation import SandboxLimits, SandboxPolicy
 from skillrepro.skills.sandbox import SandboxSession

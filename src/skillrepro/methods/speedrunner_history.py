@@ -8,8 +8,7 @@ from pathlib import Path
 
 import duckdb
 
-from skillrepro.config import InducerLimits
-from skillrepro.methods import InduceContext
+from skillrepro.methods import InduceContext, InducerLimits
 from skillrepro.methods.common import Trace
 from skillrepro.methods.speedrunner_gate import Session
 from skillrepro.methods.speedrunner_protocol import HELPER_API

@@ -10,9 +10,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from skillrepro.config import InducerLimits
 from skillrepro.llm.client import LLMRequestError, Reply
-from skillrepro.methods import InduceContext
+from skillrepro.methods import InduceContext, InducerLimits
 from skillrepro.methods.speedrunner_gate import Session, delete_function, write_function
 from skillrepro.methods.speedrunner_history import notebook_library
 from skillrepro.methods.speedrunner_protocol import (LAST_CHANCE_PREFILL, Action, cut_inside_code, drop_cut_function,

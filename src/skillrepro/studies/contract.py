@@ -19,6 +19,14 @@ from typing import Any, Callable, Mapping
 
 from skillrepro.config import OPERATIONAL_LLM_KEYS, fingerprint
 
+# The results folder's shared top. A study writes its own folders under RESULTS and its tables, figures and job
+# timings under these three; each study's paths module (studies/<name>/paths.py) writes its layout from them, and
+# no rule or script writes a `results/` path of its own (tests/studies/test_study_contract.py).
+RESULTS = "results"
+TABLES = f"{RESULTS}/tables"
+FIGURES = f"{RESULTS}/figures"
+TIMINGS = f"{RESULTS}/timings"
+
 
 @dataclass(frozen=True)
 class Study:
@@ -41,6 +49,9 @@ class Study:
     # (config, settings, kind, keyed_by values, the job's params) -> one job's typed settings
     # (skillrepro.pipeline.start_job); None for the study's settings as they are
     job: Callable[..., Any] | None = None
+    # its results' record-folder kinds: frozen dataclasses whose `folder` writes a path and whose classmethod
+    # `of(path)` reads the kind back from that folder or anything under it (the contract test checks both ways)
+    layout: tuple[type, ...] = ()
 
     def settings(self, config: dict[str, Any]) -> Any:
         """This study's typed settings of `config`."""

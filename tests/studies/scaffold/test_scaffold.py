@@ -1006,12 +1006,13 @@ def test_paper_preset_plans_every_benchmark_variant_and_ablation(tmp_path):
 
 
 def test_training_instances_name_their_chain_and_iteration():
-    from skillrepro.studies.scaffold.settings import ScaffoldConfig, parse_instance, training_iteration
+    from skillrepro.studies.scaffold.paths import Instance
+    from skillrepro.studies.scaffold.settings import ScaffoldConfig, training_iteration
 
-    assert parse_instance("babyai") == ("babyai", None, 0)
-    assert parse_instance("sciworld_electricity@grp12") == ("sciworld_electricity", "grp", 12)
-    with pytest.raises(ValueError, match="expected <benchmark>@<variant><iteration>"):
-        parse_instance("babyai@grp")
+    assert Instance.named("babyai") == Instance("babyai")
+    assert Instance.named("sciworld_electricity@grp12") == Instance("sciworld_electricity", "grp", 12)
+    with pytest.raises(ValueError, match="<benchmark>@<variant><iteration>"):
+        Instance.named("babyai@grp")
     cfg = ScaffoldConfig(benchmarks=("babyai",), n_queries=128, scorer_model="base.gguf", training={"query_batch_size": 16})
     assert training_iteration(cfg, None, 0) is cfg
     assert (training_iteration(cfg, "grp", 0).n_queries, training_iteration(cfg, "grp", 0).scorer_model) == (16, "base.gguf")

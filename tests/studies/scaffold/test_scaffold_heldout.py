@@ -18,7 +18,8 @@ from skillrepro.studies.scaffold.heldout import (BASE_METHOD, DIRECT_METHOD, hel
 from skillrepro.studies.scaffold.records import CandidateRecord, Trajectory, UtilityRecord
 from skillrepro.studies.scaffold.rollouts import split_tasks
 from skillrepro.studies.scaffold.selection import paired_utilities, select_with, selection_for_query
-from skillrepro.studies.scaffold.settings import BASELINE, HeldoutConfig, ScaffoldConfig, parse_instance
+from skillrepro.studies.scaffold.paths import Instance
+from skillrepro.studies.scaffold.settings import BASELINE, HeldoutConfig, ScaffoldConfig
 from skillrepro.studies.scaffold.statistics import exact_interval, pass_at_k
 
 
@@ -52,9 +53,10 @@ def test_chains_add_plain_grpo_unless_switched_off():
 def test_heldout_checkpoints_include_the_last():
     assert HeldoutConfig(every=10).checkpoints(25) == [0, 10, 20, 25]
     assert HeldoutConfig().checkpoints(2) == [0, 1, 2]
-    pols = heldout_policies(_cfg({}).chains, [0, 2])
-    assert pols == [("base", "", 0), ("grp/ckpt2", "grp", 2), ("grpo/ckpt2", "grpo", 2)]
-    assert heldout_policies(_cfg({}).chains, [0, 2], direct=True)[1] == ("base-skill", "direct", 0)
+    pols = heldout_policies("babyai", _cfg({}).chains, [0, 2])
+    assert [p.policy for p in pols] == ["base", "grp/ckpt2", "grpo/ckpt2"]
+    assert [p.checkpoint.k if p.checkpoint else None for p in pols] == [None, 2, 2]
+    assert heldout_policies("babyai", _cfg({}).chains, [0, 2], direct=True)[1].policy == "base-skill"
 
 
 def test_direct_skill_prompting_needs_a_card_file_of_a_scaffold_benchmark(tmp_path):
@@ -193,7 +195,7 @@ def test_trained_ablations_are_chains_of_their_own():
     assert (nogen.of, nogen.selection, nogen.generator_learning, nogen.inject) == ("grp", "random", False, True)
     assert nogen.method == "SkillScaffold (grp) random selection w/o Generator learning"
     assert cfg.selection_variants == ("grp", "grp-shuffled")  # a training-only ablation is not validated
-    assert parse_instance("babyai@grp-nogen_random12") == ("babyai", "grp-nogen_random", 12)
+    assert Instance.named("babyai@grp-nogen_random12") == Instance("babyai", "grp-nogen_random", 12)
     for bad, match in (({"training": {"ablations": ["nope"]}}, "'nope' is not in scaffold.ablations"),
                        ({"ablations": {"grp-k2": {"of": "grp"}}, "training": {"ablations": ["grp-k2"]}}, "end in a digit")):
         with pytest.raises(ValueError, match=f"scaffold.training.ablations: .*{match}"):

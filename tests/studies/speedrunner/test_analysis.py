@@ -12,15 +12,16 @@ import pandas as pd
 import pytest
 import yaml
 
+from skillrepro.config import Price
 from skillrepro.studies.speedrunner import analysis
 from skillrepro.studies.speedrunner.analysis import figures, statistics, tables
-from skillrepro.studies.speedrunner.paths import Run, batch_of, folder_of, run_of
+from skillrepro.studies.speedrunner.paths import Run, batch_of, folder_of
 from skillrepro.skills import Library
 from skillrepro.skills.library import parse_functions
 from skillrepro.store import Episode, LLMCall, SkillCall, Step, write_records
 from repo import ROOT, copy_workflow
 
-PRICING = {"m": {"input": 1.0, "output": 10.0}}
+PRICING = {"m": Price(input=1.0, output=10.0)}
 
 
 def study(**over) -> analysis.Study:
@@ -557,26 +558,24 @@ def test_an_unreported_cached_count_is_priced_as_uncached_and_its_ratio_unknown(
     write_batch(folder, eps)
     calls = [dataclasses.replace(call(e.episode_id, completion=50), cached_tokens=None) for e in eps]
     write_records(folder / "llm_calls.parquet", calls, LLMCall)
-    pricing = {"m": {"input": 1.0, "cached_input": 0.1, "output": 10.0}}
+    pricing = {"m": Price(input=1.0, output=10.0, cached_input=0.1)}
     test = analysis.episodes([folder / "episodes.parquet"], [folder / "llm_calls.parquet"], [], pricing)
     assert list(test.cost) == pytest.approx([(1000 * 1.0 + 50 * 10) / 1e6] * 2)
     m = analysis.checkpoint_metrics(test, study()).iloc[0]
     assert pd.isna(m.cached_ratio) and m.cost == pytest.approx((1000 + 500) / 1e6)
-    from skillrepro.config import Price
-
     assert Price(1.0, 10.0, 0.1).cost(1000, None, 50) == Price(1.0, 10.0, 0.1).cost(1000, 0, 50) == test.cost[0]
 
 
 @pytest.mark.parametrize("run", [Run("babyai", "speedrunner", 0), Run("crafter_z2", "asi-replay", 17), Run("seed3", "seed", 2)])
 def test_a_runs_folder_reads_back_as_the_run(run: Run):
     """The layout's one parser inverts its one writer, for the folder and for every record under it."""
-    assert run_of(run.folder) == run
+    assert Run.of(run.folder) == run
     for record in ("library/v3/manifest.json", "train/batch2/llm_calls.parquet", "induce/v3/llm_calls.parquet",
                    "eval/v4/episodes.parquet"):
         path = f"{run.folder}/{record}"
-        assert run_of(path) == run and run_of(Path("/home/x") / path) == run
+        assert Run.of(path) == run and Run.of(Path("/home/x") / path) == run
         if record.endswith(".parquet"):
             assert folder_of(path)[0] == f"{run.bench}/{run.variant}/seed{run.seed}"
     assert batch_of(f"{run.folder}/induce/v3/llm_calls.parquet") == (folder_of(f"{run.folder}/eval/v1/episodes.parquet")[0], 2, "sleep")
     with pytest.raises(ValueError, match="not in a run folder"):
-        run_of(f"results/tables/{run.bench}.csv")
+        Run.of(f"results/tables/{run.bench}.csv")

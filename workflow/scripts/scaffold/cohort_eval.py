@@ -3,7 +3,6 @@ skill-assisted exploration helped, chosen on their Scouts and Post-Scouts), play
 Rule scaffold_cohort_early: by the checkpoint that chose it, on fresh rollouts (the early success);
 rule scaffold_cohort_eval: by a later checkpoint; rule scaffold_cohort_control: by plain GRPO's checkpoint of the same
 index (table 4's control; params.played_by)."""
-import re
 from pathlib import Path
 
 import pandas as pd
@@ -14,17 +13,16 @@ from skillrepro.pipeline import start_job
 from skillrepro.store import write_table
 from skillrepro.studies.scaffold.cohort import chain_cohort
 from skillrepro.studies.scaffold.rollouts import phase_seed, play
-from skillrepro.studies.scaffold.settings import parse_instance
+from skillrepro.studies.scaffold.paths import Instance
 
 job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
 log = job.log
 i, p, w = snakemake.input, snakemake.params, snakemake.wildcards
-iteration = lambda f: int(re.search(r"@[a-z]+(\d+)/", f).group(1))  # noqa: E731
 by_iter: dict[int, tuple[list[str], list[str]]] = {}
 for f in i.selections:
-    by_iter.setdefault(iteration(f), ([], []))[0].append(f)
+    by_iter.setdefault(Instance.of(f).iteration, ([], []))[0].append(f)
 for f in i.post:
-    by_iter.setdefault(iteration(f), ([], []))[1].append(f)
+    by_iter.setdefault(Instance.of(f).iteration, ([], []))[1].append(f)
 read = lambda files: pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)  # noqa: E731
 members = chain_cohort({j: (read(s), read(po)) for j, (s, po) in by_iter.items()})
 cohort = sorted({t for _, t in members})
@@ -35,7 +33,7 @@ parts = [play(bench=job.settings.bench, llm=phase_seed(job.settings.llm, "cohort
               plan=[(t, "", "cohort/free") for t in cohort],
               run_id=f"scaffold/{w.sbench}/{w.svariant}/" + (f"ckpt{ckpt}" if ckpt else "cohort_early")
               + (f"/{p.played_by}" if hasattr(p, "played_by") else ""),
-              cycle=int(ckpt) if ckpt else parse_instance(w.sbench)[2], out_dir=out / f"rollout{r}", wall_s=p.wall_s, logger=log,
+              cycle=int(ckpt) if ckpt else Instance.named(w.sbench).iteration, out_dir=out / f"rollout{r}", wall_s=p.wall_s, logger=log,
               policy=job.settings.policy)
          for r in range(p.rollouts)]
 write_table(snakemake.output.episodes, pa.concat_tables([pq.read_table(d / "episodes.parquet") for d in parts]))

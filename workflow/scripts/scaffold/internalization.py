@@ -5,24 +5,25 @@ its early success comes from fresh skill-free rollouts by the checkpoint that ch
 never from those Scouts. With plain GRPO trained, two control rows per checkpoint: plain GRPO's checkpoint of the same
 index on the same cohort (its recovery from the same early success) and SkillScaffold minus plain GRPO, the paired
 per-query difference of their later skill-free success (the early success cancels)."""
-import re
-
 import pandas as pd
 
 from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 from skillrepro.studies.scaffold.cohort import chain_cohort, internalization, later_difference
+from skillrepro.studies.scaffold.paths import CohortEval, Instance
 
 log = start_job(snakemake).log
 i = snakemake.input
 
 
 def where(path: str) -> tuple[tuple[str, str], int]:
-    """((benchmark, variant), iteration or checkpoint) of a path under results/scaffold/{bench}@{variant}{j}/
-    or results/scaffold/{bench}/{variant}/cohort/ckpt{k}/."""
-    m = re.search(r"results/scaffold/([^/@]+)@([a-z]+)(\d+)/", path) or re.search(
-        r"results/scaffold/([^/]+)/([a-z]+)/cohort(?:_grpo)?/ckpt(\d+)/", path)
-    return (m.group(1), m.group(2)), int(m.group(3))
+    """((benchmark, chain), iteration or checkpoint) of a path under a training iteration's instance folder or a
+    cohort evaluation's."""
+    if "/cohort" in path:
+        ev = CohortEval.of(path)
+        return (ev.bench, ev.chain), ev.k
+    inst = Instance.of(path)
+    return (inst.bench, inst.chain), inst.iteration
 
 
 def by_chain(files):

@@ -20,10 +20,10 @@ def siblings(episode_files, name):
 
 
 test = analysis.episodes(inp.test_episodes, siblings(inp.test_episodes, "llm_calls.parquet"),
-                         siblings(inp.test_episodes, "skill_calls.parquet"), p.pricing)
+                         siblings(inp.test_episodes, "skill_calls.parquet"), job.settings.loop.prices)
 train_calls = siblings(inp.train_episodes, "llm_calls.parquet")
-train = analysis.episodes(inp.train_episodes, train_calls, siblings(inp.train_episodes, "skill_calls.parquet"), p.pricing)
-calls = analysis.batch_calls([*train_calls, *inp.sleep_calls], p.pricing)
+train = analysis.episodes(inp.train_episodes, train_calls, siblings(inp.train_episodes, "skill_calls.parquet"), job.settings.loop.prices)
+calls = analysis.batch_calls([*train_calls, *inp.sleep_calls], job.settings.loop.prices)
 per_seed = analysis.checkpoint_metrics(test, study)
 training = analysis.training_cost(train, calls, study)
 for path, frame in ((out.episodes, test), (out.checkpoints, per_seed), (out.training, training)):

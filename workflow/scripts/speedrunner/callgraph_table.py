@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 
 from skillrepro.pipeline import start_job
-from skillrepro.studies.speedrunner.paths import run_of
+from skillrepro.studies.speedrunner.paths import Run
 from skillrepro.skills import Library
 from skillrepro.skills.callgraph import stats
 from skillrepro.store import write_text
@@ -15,7 +15,7 @@ log = job.log
 methods = job.settings.loop.methods  # variant -> its method
 rows = []
 for manifest in snakemake.input:
-    run = run_of(manifest)  # results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json
+    run = Run.of(manifest)  # results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json
     rows.append({"benchmark": run.bench, "method": methods[run.variant].method, "variant": run.variant,
                  "seed": run.seed, **asdict(stats(Library.load(Path(manifest).parent)))})
 table = pd.DataFrame(rows)

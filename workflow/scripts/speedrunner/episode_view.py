@@ -6,13 +6,14 @@ from skillrepro.studies.speedrunner import views
 from skillrepro.pipeline import start_job
 from skillrepro.store import atomic_dir, write_text
 
-log = start_job(snakemake).log
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
 limits = views.ViewLimits(**snakemake.params.limits)
 limits.check()
 run_id = snakemake.params.run_id
 run = views.RunRecords(run_id, tuple(Path(m).parent for m in snakemake.input.libraries),
                        tuple(Path(e).parent for e in snakemake.input.episodes))
-libraries, episodes, steps, frames, calls = run.tables(snakemake.params.pricing)
+libraries, episodes, steps, frames, calls = run.tables(job.settings.loop.prices)
 by_version = {lib.version: lib for lib in libraries}
 sample = views.sample_episodes(episodes, limits.episodes_per_run)
 out = Path(snakemake.output[0])

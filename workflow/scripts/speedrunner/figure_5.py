@@ -6,7 +6,7 @@ import pandas as pd
 from skillrepro.studies.speedrunner import analysis
 from skillrepro.studies.speedrunner.analysis import figures, tables
 from skillrepro.pipeline import start_job
-from skillrepro.studies.speedrunner.paths import run_of
+from skillrepro.studies.speedrunner.paths import Run
 from skillrepro.skills import Library
 from skillrepro.store import write_text
 
@@ -14,7 +14,7 @@ job = start_job(snakemake)
 log = job.log
 study = analysis.study_of(job.settings.loop, snakemake.params.config_name)
 combat = pd.DataFrame([
-    {"benchmark": run_of(m).bench, "variant": run_of(m).variant, "combat_share": tables.combat_share(Library.load(Path(m).parent))}
+    {"benchmark": Run.of(m).bench, "variant": Run.of(m).variant, "combat_share": tables.combat_share(Library.load(Path(m).parent))}
     for m in snakemake.input.libraries  # results/runs/{bench}/{variant}/seed{seed}/library/v{k}/manifest.json
 ], columns=["benchmark", "variant", "combat_share"])
 table = tables.zombie_table(pd.read_parquet(snakemake.input.checkpoints), combat, study)

@@ -6,13 +6,14 @@ from skillrepro.studies.speedrunner import views
 from skillrepro.pipeline import start_job
 from skillrepro.store import write_text
 
-log = start_job(snakemake).log
+job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
+log = job.log
 limits = views.ViewLimits(**snakemake.params.limits)
 limits.check()
 run = views.RunRecords(snakemake.params.run_id, tuple(Path(m).parent for m in snakemake.input.libraries),
                        tuple(Path(e).parent for e in snakemake.input.episodes),
                        tuple(Path(t) for t in snakemake.input.transcripts))
-libraries, episodes, steps, frames, calls = run.tables(snakemake.params.pricing)
+libraries, episodes, steps, frames, calls = run.tables(job.settings.loop.prices)
 use = views.function_use(frames, episodes)
 evaluated = sorted(set(episodes.library_version))
 phases = run.sleep_phases()  # what each sleep phase kept and refused: an empty library says why

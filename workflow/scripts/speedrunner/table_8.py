@@ -14,7 +14,7 @@ job = start_job(snakemake)
 log = job.log
 inp, p = snakemake.input, snakemake.params
 study = analysis.study_of(job.settings.loop, p.config_name)
-episodes = analysis.episodes(inp.episodes, inp.calls, inp.skill_calls, p.pricing)
+episodes = analysis.episodes(inp.episodes, inp.calls, inp.skill_calls, job.settings.loop.prices)
 def requested(episodes: str) -> int | str:
     """N of a truncated evaluation's folder (truncated/n{N}/), or "all"."""
     n = Path(episodes).parent.name.removeprefix("n")

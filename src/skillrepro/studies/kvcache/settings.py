@@ -17,6 +17,7 @@ from skillrepro.llm.vllm_env import int_option
 from skillrepro.studies.kvcache import sim
 from skillrepro.studies.contract import Study
 from skillrepro.studies.kvcache.formats import load_bank
+from skillrepro.studies.kvcache.paths import LAYOUT
 
 
 @dataclass(frozen=True)
@@ -239,6 +240,7 @@ KVCACHE = Study(
     fingerprint=kvcache_fingerprint,
     job=kvcache_job,
     wildcards=("kvmodel", "kvfmt", "kvseed", "kvblocks"),
+    layout=LAYOUT,
 )
 
 

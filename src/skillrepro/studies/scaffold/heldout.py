@@ -7,7 +7,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from skillrepro.studies.scaffold.settings import BASELINE, DIRECT, DIRECT_POLICY, Chain
+from skillrepro.studies.scaffold.paths import DIRECT, HeldoutPolicy
+from skillrepro.studies.scaffold.settings import BASELINE, Chain
 from skillrepro.studies.scaffold.statistics import exact_interval, interval_label, mean_interval, pass_at_k
 
 
@@ -61,13 +62,12 @@ def _with_split(episodes: Any) -> Any:
         parse_heldout_variant(episodes.variant.reset_index(drop=True)))
 
 
-def heldout_policies(chains: Sequence[Chain], checkpoints: Sequence[int], direct: bool = False
-                     ) -> list[tuple[str, str, int]]:
-    """(policy folder, chain, checkpoint) of every evaluated policy: `base` (llm.model, checkpoint 0 of every
-    chain, played once), with `direct` the base model with a card (DIRECT_POLICY, chain DIRECT), and
-    `{chain}/ckpt{k}`."""
-    return ([("base", "", 0)] + ([(DIRECT_POLICY, DIRECT, 0)] if direct else [])
-            + [(f"{c.name}/ckpt{k}", c.name, k) for c in chains for k in checkpoints if k > 0])
+def heldout_policies(bench: str, chains: Sequence[Chain], checkpoints: Sequence[int], direct: bool = False
+                     ) -> list[HeldoutPolicy]:
+    """Every policy evaluated on `bench`: the base model (llm.model, checkpoint 0 of every chain, played once),
+    with `direct` the base model with a card, and each chain's checkpoints but 0."""
+    return ([HeldoutPolicy(bench)] + ([HeldoutPolicy(bench, DIRECT)] if direct else [])
+            + [HeldoutPolicy(bench, c.name, k) for c in chains for k in checkpoints if k > 0])
 
 
 def heldout_table(episodes: Any, env_of: dict[str, str], chains: Sequence[Chain]) -> Any:

@@ -9,7 +9,6 @@ reads the same typed section.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import MISSING, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from skillrepro.config import (BenchmarkConfig, ConfigError, LLMConfig, benchmar
 from skillrepro.studies.contract import Study, settings_fingerprint
 from skillrepro.studies.scaffold.cards import (CardFormat, GeneratorRequest, GeneratorTemplate, generator_request,
                                                paper_card, paper_reply, section_word_bounds)
+from skillrepro.studies.scaffold.paths import LAYOUT, Checkpoint, Instance
 from skillrepro.studies.scaffold.selection import VARIANTS
 from skillrepro.studies.scaffold.statistics import INTERVALS
 
@@ -121,8 +121,8 @@ class HeldoutConfig:
     splits: dict[str, dict[str, int | None]] = field(default_factory=dict)
     rollouts: int = 1
     every: int = 1
-    # benchmark -> card file: the direct-skill-prompting baseline, the base model played with that card (policy
-    # folder DIRECT_POLICY)
+    # benchmark -> card file: the direct-skill-prompting baseline, the base model played with that card (held-out
+    # policy folder paths.DIRECT_POLICY)
     skills: dict[str, str] = field(default_factory=dict)
 
     def of(self, benchmark: str) -> dict[str, int | None]:
@@ -136,10 +136,6 @@ class HeldoutConfig:
 # Post-Scouts as a SkillScaffold chain, with no Generator and no injection, so the Executor group is N + L
 # skill-free trajectories.
 BASELINE = "grpo"
-# The direct-skill-prompting baseline's held-out policy folder and its `chain` in the held-out tables: the base
-# model with a card (scaffold.heldout.skills), never trained.
-DIRECT_POLICY = "base-skill"
-DIRECT = "direct"
 
 
 @dataclass(frozen=True)
@@ -187,6 +183,7 @@ class ScaffoldConfig:
     benchmarks: tuple[str, ...]  # benchmark instance names from `benchmarks:`
     variants: tuple[str, ...] = ("grp",)
     n_queries: int = 2
+    task_seed: int = 42  # the query sample's and the held-out task lists' (iteration k of a chain: + 1 + k)
     split: str = "train"
     n_scouts: int = 4  # N
     n_candidates: int = 4  # M
@@ -404,28 +401,11 @@ def check_heldout(cfg: ScaffoldConfig, config: dict[str, Any]) -> None:
                 raise ConfigError(f"config key {key}: {n} tasks")
 
 
-def parse_instance(name: str) -> tuple[str, str | None, int]:
-    """(benchmark, training-chain variant or None, iteration) of a scaffold instance: `babyai` (the validation
-    experiment) or `babyai@grp3` (iteration 3 of grp's GRPO chain)."""
-    bench, _, chain = name.partition("@")
-    if not chain:
-        return bench, None, 0
-    m = re.fullmatch(r"([a-z][a-z0-9_-]*[a-z_-])(\d+)", chain) or re.fullmatch(r"([a-z])(\d+)", chain)
-    if not m:
-        raise ValueError(f"scaffold instance {name!r}: expected <benchmark>@<variant><iteration>")
-    return bench, m.group(1), int(m.group(2))
-
-
-def checkpoint_dir(benchmark: str, chain: str, k: int | str) -> str:
-    """Checkpoint k of a chain's policy on `benchmark` (written by update k, scaffold_grpo_update)."""
-    return f"results/scaffold/{benchmark}/{chain}/grpo/ckpt{k}"
-
-
 def instance_policy(name: str) -> str:
     """The policy that plays a scaffold instance: checkpoint k of its chain for iteration k > 0 of a training
     chain, "" (llm.model on the run's shared server) for the validation experiment and every iteration 0."""
-    bench, chain, k = parse_instance(name)
-    return checkpoint_dir(bench, chain, k) if chain and k > 0 else ""
+    inst = Instance.named(name)
+    return Checkpoint(inst.bench, inst.chain, inst.iteration).folder if inst.chain and inst.iteration else ""
 
 
 def training_iteration(cfg: ScaffoldConfig, chain: str | None, k: int) -> ScaffoldConfig:
@@ -473,9 +453,9 @@ def scaffold_job(config: dict[str, Any], scaffold: ScaffoldConfig, kind: str, ke
                  params: Any) -> ScaffoldJob:
     """A SkillScaffold job's typed settings (SCAFFOLD.job, at skillrepro.pipeline.start_job): its instance's
     training iteration, and the Executor and Generator played by the checkpoint its rule's `policy` param names."""
-    bench, chain, k = parse_instance(keyed["sbench"])
-    llm, policy = llm_config(config), getattr(params, "policy", "")
-    return ScaffoldJob(training_iteration(scaffold, chain, k), benchmark(config, bench),
+    inst = Instance.named(keyed["sbench"])
+    bench, llm, policy = inst.bench, llm_config(config), getattr(params, "policy", "")
+    return ScaffoldJob(training_iteration(scaffold, inst.chain, inst.iteration), benchmark(config, bench),
                        policy_llm(executor_llm(llm, scaffold, bench), policy), policy_llm(llm, policy), policy)
 
 
@@ -489,7 +469,7 @@ def scaffold_fingerprint(config: dict[str, Any], scaffold: ScaffoldConfig, reads
     the llm section, the benchmark and its call budget, and what the kind reads of the scaffold section (the
     Generator templates' contents too, which a user may edit in place): the typed section whole, but the keys it
     leaves out ("!scaffold.<key>", at their defaults), where it reads "scaffold"."""
-    bench = parse_instance(sbench)[0]
+    bench = Instance.named(sbench).bench
     base = settings_fingerprint(config, ("llm", "benchmark", "call_budget"), bench=bench)
     keys = SCAFFOLD.kind(reads)
     if "scaffold" in keys:
@@ -524,14 +504,14 @@ SCAFFOLD = Study(
     # keys of the scaffold section (scaffold_fingerprint); every kind also reads the llm section and its benchmark
     # with its call budget. A job's inputs carry the rest: a Post-Scout reruns when its selection does.
     reads={
-        "play": ("scaffold.split", "scaffold.splits", "scaffold.n_queries", "scaffold.executor",
+        "play": ("scaffold.split", "scaffold.splits", "scaffold.n_queries", "scaffold.task_seed", "scaffold.executor",
                  "scaffold.training.query_batch_size"),  # queries and every rollout
         "evidence": ("scaffold.evidence_max_chars", "scaffold.evidence_max_tokens"),
         "generate": ("scaffold.card", "scaffold.generator_decoding", "scaffold.generator_max_tokens",
                      "scaffold.n_candidates", "scaffold.generator_prompts", "scaffold.generator_reply"),
         "score": ("scaffold.scorer.backend", "scaffold.scorer.model", "scaffold.scorer.batch_tokens"),
         "select": ("scaffold.ablations",),
-        "heldout": ("scaffold.heldout", "scaffold.split", "scaffold.splits", "scaffold.executor"),
+        "heldout": ("scaffold.heldout", "scaffold.split", "scaffold.splits", "scaffold.task_seed", "scaffold.executor"),
         "update": ("scaffold", "!scaffold.heldout"),  # a GRPO update: the whole section but the held-out evaluation
     },
     keyed_by=("sbench",),
@@ -539,4 +519,5 @@ SCAFFOLD = Study(
     fingerprint=scaffold_fingerprint,
     job=scaffold_job,
     wildcards=("sbench", "svariant", "i", "k", "hbench", "hpolicy"),
+    layout=LAYOUT,
 )

@@ -28,6 +28,7 @@ from skillrepro.benchmarks import benchmark_class
 from skillrepro.methods import get_method
 from skillrepro.store import views
 from skillrepro.studies.speedrunner.paths import folder_of
+from skillrepro.studies.speedrunner.settings import inducer_limits
 
 SHIPPED = files("skillrepro") / "resources" / "cost_calibration.csv"
 TOKENS = ["calls", "prompt", "cached", "output"]  # per unit
@@ -104,7 +105,7 @@ def project(config: dict[str, Any], calibration: pd.DataFrame) -> pd.DataFrame:
     """Per variant and role: calls, input, cached and output tokens, dollars with its range, and the calibration
     rows the figures come from; a (variant, unit) with no calibration is a row with no figures."""
     llm = cfg.llm_config(config)
-    sleep_model = cfg.inducer_limits(config).sleep_llm(llm).model
+    sleep_model = inducer_limits(config).sleep_llm(llm).model
     priced = cfg.prices(config)
     free = cfg.Price(0.0, 0.0)  # a model the pricing table does not name costs nothing
     need = units(config).groupby(["env", "variant", "method", "unit", "call_budget"], as_index=False)["n"].sum()

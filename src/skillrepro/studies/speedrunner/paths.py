@@ -1,16 +1,21 @@
-"""A SpeedRunner run's folder layout, written here once: the rules build every path of a run from these patterns
-(rules/speedrunner/common.smk), the jobs name their run with run_id, and the analytics read a path's run back with
-run_of (the inverse of Run.folder), a record's run and cycle with batch_of and folder_of."""
+"""SpeedRunner's results layout, written here once: the rules build every path from these folders and patterns
+(rules/speedrunner/*.smk), the jobs name their run with run_id, and the analytics read a path's run back with
+Run.of (the inverse of Run.folder), a record's run and cycle with batch_of and folder_of."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from pathlib import PurePath
 
+from skillrepro.studies.contract import RESULTS, TIMINGS
+
+TASKS = f"{RESULTS}/tasks"  # each benchmark's task lists
+ANALYTICS = f"{RESULTS}/analytics"  # the DuckDB views' Parquet exports
+VIEWS = f"{RESULTS}/views"  # the HTML pages of episodes, sleep phases and libraries
 RUN_ID = "{bench}/{variant}/seed{seed}"  # one run: benchmark x method variant x seed
-RUN = "results/runs/" + RUN_ID  # its records: library/v{k}/, train/batch{k}/, induce/v{k}/, eval/v{k}/, ...
+RUN = f"{RESULTS}/runs/{RUN_ID}"  # its records: library/v{k}/, train/batch{k}/, induce/v{k}/, eval/v{k}/, ...
 RUN_LOG = "logs/runs/" + RUN_ID  # its jobs' logs
-RUN_TIMING = "results/timings/runs/" + RUN_ID  # its jobs' timings
+RUN_TIMING = f"{TIMINGS}/runs/{RUN_ID}"  # its jobs' timings
 
 _RUN_IN = re.compile(r"(?:^|/)runs/(?P<bench>[^/]+)/(?P<variant>[^/]+)/seed(?P<seed>\d+)(?:/|$)")
 _FOLDER = re.compile(r"runs/(?P<run>[^/]+/[^/]+/seed\d+)/(?P<kind>train|induce|eval|eval_on|truncated)/[^.][^/]*(?:/[^/]+)?/"
@@ -35,13 +40,13 @@ class Run:
         """Its records' folder (RUN)."""
         return RUN.format(bench=self.bench, variant=self.variant, seed=self.seed)
 
-
-def run_of(path: str | PurePath) -> Run:
-    """The run whose folder holds `path` (the folder itself or anything under it): Run.folder read back."""
-    m = _RUN_IN.search(PurePath(path).as_posix())
-    if not m:
-        raise ValueError(f"{path}: not in a run folder (…/runs/BENCH/VARIANT/seedN/)")
-    return Run(m["bench"], m["variant"], int(m["seed"]))
+    @classmethod
+    def of(cls, path: str | PurePath) -> Run:
+        """The run whose folder holds `path` (the folder itself or anything under it): Run.folder read back."""
+        m = _RUN_IN.search(PurePath(path).as_posix())
+        if not m:
+            raise ValueError(f"{path}: not in a run folder (…/runs/BENCH/VARIANT/seedN/)")
+        return cls(m["bench"], m["variant"], int(m["seed"]))
 
 
 def batch_of(path: str) -> tuple[str, int, str]:

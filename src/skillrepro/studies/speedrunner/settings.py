@@ -6,11 +6,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from skillrepro.config import (ActorConfig, BenchmarkConfig, InducerLimits, LLMConfig, MethodConfig, Protocol,
-                               actor_config, benchmarks, file_digest, fingerprint, inducer_limits, llm_config, methods,
-                               protocol, sandbox_require)
-from skillrepro.methods import Variant, bind, get_method
+from skillrepro.config import (ActorConfig, BenchmarkConfig, ConfigError, LLMConfig, MethodConfig, Price, Protocol,
+                               actor_config, benchmarks, check_reply_cap, file_digest, fingerprint, llm_config, methods,
+                               prices, protocol, sandbox_require)
+from skillrepro.methods import InducerLimits, Variant, bind, get_method
 from skillrepro.studies.contract import Study, config_part
+from skillrepro.studies.speedrunner.paths import Run
+
+# Training cycles per run: each rollout job lists every earlier batch, so the DAG grows with its square.
+MAX_CYCLES = 1000
 
 
 @dataclass(frozen=True)
@@ -24,13 +28,105 @@ class SpeedRunnerSettings:
     methods: dict[str, MethodConfig]  # variant -> method
     actor: ActorConfig
     sandbox_require: tuple[str, ...]  # config key sandbox.require: layers every sandbox of a run must have
+    prices: dict[str, Price]  # config section pricing: model -> its price (the tables' and views' dollars)
 
 
 def speedrunner_settings(config: dict[str, Any]) -> SpeedRunnerSettings:
-    """The main schema (config.validate) checks the loop's sections; this only types them."""
-    return SpeedRunnerSettings(llm_config(config), inducer_limits(config), protocol(config),
-                               {b.name: b for b in benchmarks(config)}, {m.variant: m for m in methods(config)},
-                               actor_config(config), sandbox_require(config))
+    """The loop's typed settings. The main schema (config.validate) checks its sections' keys; where the config
+    configures runs (a `methods` section), `check_loop` adds the rules a schema can not say, a ConfigError naming
+    the key (a config without runs, the KV-cache study's or SkillScaffold's, has the protocol's empty default)."""
+    llm, limits, proto = llm_config(config), inducer_limits(config), protocol(config)
+    if config.get("methods"):
+        check_loop(config, llm, limits, proto)
+    return SpeedRunnerSettings(llm, limits, proto, {b.name: b for b in benchmarks(config)},
+                               {m.variant: m for m in methods(config)}, actor_config(config), sandbox_require(config),
+                               prices(config))
+
+
+def inducer_limits(config: dict[str, Any]) -> InducerLimits:
+    """Config section `inducer`, the sleep phases' limits."""
+    return InducerLimits(**config["inducer"])
+
+
+def trajectory_tokens(config: dict[str, Any]) -> int:
+    """Config key budgets.trajectory_tokens, with its default resolved: null is what the model's context
+    (llm.ctx_per_slot) holds, so the in-context methods see as many whole episodes as fit, as in the paper."""
+    asked = config["budgets"]["trajectory_tokens"]
+    return asked if asked is not None else inducer_limits(config).trajectory_room(llm_config(config))
+
+
+def check_loop(config: dict[str, Any], llm: LLMConfig, limits: InducerLimits, proto: Protocol) -> None:
+    """The loop's rules that its schema can not say: the sleep phases' prompts and replies fit the context, the
+    protocol's batches tile its rollouts and checkpoints, the phases and the truncation analysis name configured
+    instances and variants. Raises ConfigError with one message naming the key."""
+    asked = config["budgets"]["trajectory_tokens"]
+    room = limits.trajectory_room(llm)
+    if asked is not None and asked > room:
+        raise ConfigError(f"config key budgets.trajectory_tokens: {asked} tokens of episodes do not fit a sleep-phase "
+                          f"prompt with llm.ctx_per_slot {llm.ctx_per_slot}; at most {room}")
+    if limits.reply_tokens(llm) >= llm.ctx_per_slot:
+        raise ConfigError(f"config key inducer.min_reply_tokens: {limits.min_reply_tokens} reply tokens leave no "
+                          f"room for a prompt in llm.ctx_per_slot {llm.ctx_per_slot}")
+    # a reasoning model's cap holds its reasoning too (config.validate checks the actor's): every sleep-phase role's,
+    # the inducer's and each role llm.reasoning_effort names, takes a sleep-phase reply
+    for role in dict.fromkeys(("inducer", *dict(llm.reasoning_effort))):
+        if role != "actor":
+            check_reply_cap(llm, role, limits.reply_tokens(llm))
+    if proto.train_rollouts % proto.sleep_every:
+        raise ConfigError(
+            f"config key protocol.train_rollouts: {proto.train_rollouts} must be a multiple of protocol.sleep_every ({proto.sleep_every})"
+        )
+    if proto.eval_every % proto.sleep_every:
+        raise ConfigError(
+            f"config key protocol.eval_every: {proto.eval_every} must be a multiple of protocol.sleep_every ({proto.sleep_every})"
+        )
+    if proto.n_cycles > MAX_CYCLES:
+        raise ConfigError(f"config key protocol.sleep_every: {proto.train_rollouts} rollouts in batches of "
+                          f"{proto.sleep_every} make {proto.n_cycles} sleep cycles per run; at most {MAX_CYCLES}")
+    if len(set(proto.seeds)) != len(proto.seeds):
+        raise ConfigError(f"config key protocol.seeds: {list(proto.seeds)} repeats a seed (each seed is one run)")
+    _check_phases(config)
+
+
+def _check_phases(config: dict[str, Any]) -> None:
+    """`after`, `evaluate_on` and `analysis.truncation` name configured instances and variants, and the
+    truncation's options are its variant's method's."""
+    benches, variants = config["benchmarks"], config["methods"]
+
+    def runs_on(v: str, b: str) -> bool:
+        return variants[v].get("benchmarks") is None or b in variants[v]["benchmarks"]
+
+    for name, b in benches.items():
+        for key, targets in (("after", [b["after"]] if b.get("after") else []), ("evaluate_on", b.get("evaluate_on") or [])):
+            for t in targets:
+                if t not in benches or t == name:
+                    raise ConfigError(f"config key benchmarks.{name}.{key}: {t!r} is not another configured benchmark; "
+                                      f"configured: {', '.join(benches)}")
+        seen, at = {name}, b.get("after")
+        while at:
+            if at in seen:
+                raise ConfigError(f"config key benchmarks.{name}.after: the phases form a cycle through {at!r}")
+            seen.add(at)
+            at = benches[at].get("after")
+        if b.get("after"):
+            for v in variants:
+                if runs_on(v, name) and not runs_on(v, b["after"]):
+                    raise ConfigError(f"config key methods.{v}.benchmarks: {v} runs on {name}, which continues "
+                                      f"{b['after']}, so it must run on {b['after']} too")
+    t = (config.get("analysis") or {}).get("truncation")
+    if t:
+        if t["variant"] not in variants:
+            raise ConfigError(f"config key analysis.truncation.variant: unknown variant {t['variant']!r}")
+        if t["benchmark"] not in benches or not runs_on(t["variant"], t["benchmark"]):
+            raise ConfigError(f"config key analysis.truncation.benchmark: {t['benchmark']!r} is not a benchmark "
+                              f"{t['variant']} runs on")
+        extra = sorted(set(t.get("seeds") or []) - set(config["protocol"]["seeds"]))
+        if extra:
+            raise ConfigError(f"config key analysis.truncation.seeds: {extra} are not protocol seeds")
+        # the truncated evaluations run the variant with these options over its own
+        m = variants[t["variant"]]
+        get_method(m["method"]).parse_options({**(m.get("options") or {}), **(t.get("options") or {})},
+                                              f"{t['variant']} (with analysis.truncation.options)")
 
 
 @dataclass(frozen=True)
@@ -94,7 +190,8 @@ SPEEDRUNNER = Study(
         "tasks": ("benchmark",),  # a benchmark's task lists
         "instance": ("benchmark", "call_budget"),  # another instance a run is evaluated on (its `bench`)
         # the tables and figures of every run: what analysis.study_of reads, and the model figure 3 prices
-        "tables": ("llm.model", "methods", "benchmarks", "protocol.sleep_every", "protocol.train_rollouts"),
+        "tables": ("llm.model", "methods", "benchmarks", "protocol.sleep_every", "protocol.train_rollouts", "pricing"),
+        "views": ("pricing",),  # a run's pages: their dollars
     },
     keyed_by=("bench", "variant"),
     fingerprint=run_fingerprint,
@@ -102,4 +199,5 @@ SPEEDRUNNER = Study(
     parts={"benchmark": "benchmarks.{bench}", "call_budget": "benchmarks.{bench}.llm_call_budget",
            "method": "methods.{variant}"},
     wildcards=("bench", "variant", "seed", "k", "split", "target", "n"),
+    layout=(Run,),
 )

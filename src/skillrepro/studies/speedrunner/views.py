@@ -36,6 +36,7 @@ import matplotlib
 import pandas as pd
 
 from skillrepro import store
+from skillrepro.config import Price
 from skillrepro.skills import Library
 from skillrepro.skills.callgraph import graph_of, stats
 from skillrepro.studies.speedrunner import analysis
@@ -118,7 +119,7 @@ class RunRecords:
         """What each sleep phase did, by the library version it made (the v{k} folder its transcript is in)."""
         return {int(t.parent.name.removeprefix("v")): sleep_phase(t) for t in self.transcripts}
 
-    def tables(self, pricing: dict) -> tuple[list[Library], pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    def tables(self, prices: dict[str, Price]) -> tuple[list[Library], pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         """Libraries, episodes (with their dollar cost), steps, skill-call frames and the actor's LLM calls."""
         missing = [str(d / f"{t}.parquet") for d in self.eval_dirs for t in ("episodes", "steps", "skill_calls",
                                                                              "llm_calls")
@@ -128,7 +129,7 @@ class RunRecords:
         libraries = [Library.load(d) for d in self.library_dirs]
         eps = analysis.episodes([d / "episodes.parquet" for d in self.eval_dirs],
                                 [d / "llm_calls.parquet" for d in self.eval_dirs],
-                                [d / "skill_calls.parquet" for d in self.eval_dirs], pricing)
+                                [d / "skill_calls.parquet" for d in self.eval_dirs], prices)
         steps, frames, calls = (pd.concat([_read(d / f"{t}.parquet", cls) for d in self.eval_dirs],
                                           ignore_index=True)
                                 for t, cls in (("steps", store.Step), ("skill_calls", store.SkillCall),

@@ -22,6 +22,8 @@ import pyarrow as pa
 
 from skillrepro import store
 from skillrepro.benchmarks import benchmark_class
+from skillrepro.config import Price
+from skillrepro.studies.contract import TABLES
 from skillrepro.studies.speedrunner.paths import batch_of
 
 # Dollar cost of one LLM call from the pricing table; a model without a price costs nothing (the embedded
@@ -215,7 +217,7 @@ def cross_model_tables(label: str, own_model: str, cross_model: dict[str, str], 
     G.2): this run's own when its model is `label`, else the folder of its main.csv in analysis.cross_model
     (which must hold checkpoints.csv and stats.csv). A ValueError says which run is missing and how to make it."""
     if label == own_model:
-        return "results/tables"
+        return TABLES
     if label not in cross_model:
         raise ValueError(
             f"{what} shows the runs of {label}, but this config's model is {own_model} and analysis.cross_model "
@@ -255,30 +257,30 @@ def _headline(env: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ records
-def _pricing_table(pricing: dict[str, dict[str, float]]) -> pa.Table:
-    rows = [{"model": m, "input": p["input"], "cached_input": p.get("cached_input"), "output": p["output"]}
-            for m, p in pricing.items()]
+def _pricing_table(prices: dict[str, Price]) -> pa.Table:
+    rows = [{"model": m, "input": p.input, "cached_input": p.cached_input, "output": p.output}
+            for m, p in prices.items()]
     schema = pa.schema([("model", pa.string()), ("input", pa.float64()), ("cached_input", pa.float64()),
                         ("output", pa.float64())])
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def connect(files: dict[str, Iterable[str | Path]], pricing: dict[str, Any]):
+def connect(files: dict[str, Iterable[str | Path]], prices: dict[str, Price]):
     """DuckDB views over exactly `files` (table name -> Parquet files), plus the pricing table."""
     con = store.views({name: [str(f) for f in fs] for name, fs in files.items()})
-    con.register("pricing", _pricing_table(pricing))
+    con.register("pricing", _pricing_table(prices))
     return con
 
 
 def episodes(episode_files: Iterable[str | Path], call_files: Iterable[str | Path],
-             skill_call_files: Iterable[str | Path], pricing: dict[str, Any]) -> pd.DataFrame:
+             skill_call_files: Iterable[str | Path], prices: dict[str, Price]) -> pd.DataFrame:
     """One row per episode of the given files, with the dollar cost of its actor calls and the number of
     skill calls its actor made."""
-    con = connect({"episodes": episode_files, "llm_calls": call_files, "skill_calls": skill_call_files}, pricing)
+    con = connect({"episodes": episode_files, "llm_calls": call_files, "skill_calls": skill_call_files}, prices)
     return con.execute(EPISODES_SQL).df()
 
 
-def batch_calls(call_files: Iterable[str | Path], pricing: dict[str, Any]) -> pd.DataFrame:
+def batch_calls(call_files: Iterable[str | Path], prices: dict[str, Price]) -> pd.DataFrame:
     """Every call of the given training batches (train/batch{k}: the actor's, and a curriculum's) and sleep
     phases (induce/v{k}: the inducer's, and replayed episodes'), totalled per file: one row per (run, cycle,
     phase). Sleep phase v{k} follows training batch k-1, so it is charged to cycle k-1."""
@@ -287,7 +289,7 @@ def batch_calls(call_files: Iterable[str | Path], pricing: dict[str, Any]) -> pd
     batches = [batch_of(f) for f in files]
     by_file = {}
     if files:
-        by_file = {r[0]: r[1:] for r in connect({"llm_calls": files}, pricing).execute(CALLS_BY_FILE_SQL).fetchall()}
+        by_file = {r[0]: r[1:] for r in connect({"llm_calls": files}, prices).execute(CALLS_BY_FILE_SQL).fetchall()}
     rows = []
     for f, (run, cycle, phase) in zip(files, batches):
         calls, out, dollars = by_file.get(f, (0, 0, 0.0))
