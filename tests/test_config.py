@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from skillrepro.config import (ROLLOUT_WALL_S, SCHEMA, ConfigError, billing_problems, check_billing, load_yaml,
-                               protocol)
+from skillrepro.config import ROLLOUT_WALL_S, SCHEMA, ConfigError, billing_problems, check_billing, load_yaml
 from skillrepro.check import check_config
+from skillrepro.studies.speedrunner.settings import protocol
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = load_yaml(ROOT / "config.yaml")

@@ -12,9 +12,8 @@ from typing import Any
 
 from skillrepro import benchmarks as benchmark_registry
 from skillrepro.agent import Prompts
-from skillrepro.config import ConfigError, actor_config, benchmarks, protocol, validate, validate_section
+from skillrepro.config import ConfigError, actor_config, benchmarks, validate, validate_section
 from skillrepro.llm.models import MODELS
-from skillrepro.methods import check_benchmarks, get_method, registry
 from skillrepro.studies.contract import Study, settings_fingerprint
 from skillrepro.studies.kvcache.settings import KVCACHE
 from skillrepro.studies.scaffold.settings import SCAFFOLD
@@ -34,11 +33,11 @@ def study(name: str) -> Study:
 
 def check_config(config: dict[str, Any], *, check_files: bool = True, billing: bool = True) -> dict[str, Any]:
     """`config` validated (skillrepro.config.validate) and checked against the registries: a shipped model's
-    name, each variant's method and options and the benchmarks it runs on, and the task pools; then the
-    settings of every study whose section the config sets built (STUDIES: each section against its own schema
-    and the rest of the config; SpeedRunner's loop, the truncation analysis's options among its rules), so that a
-    bad key of any study stops here, before any job, whichever target was asked for. Returns it with the schema's
-    defaults; nothing is started or written.
+    name, each benchmark's environment and options, the actor's prompts; then, for every study whose section the
+    config sets (STUDIES), its registry checks (Study.check: SpeedRunner's methods and task pools) and its
+    settings built (each section against its own schema and the rest of the config), so that a bad key of any
+    study stops here, before any job, whichever target was asked for. Returns it with the schema's defaults;
+    nothing is started or written.
     `billing=False`: a billed backend's key and prices are not asked for (config.check_billing, at a real run's start)."""
     config = validate(config, check_files=check_files, billing=billing)
     llm = config["llm"]
@@ -48,25 +47,13 @@ def check_config(config: dict[str, Any], *, check_files: bool = True, billing: b
                               f"({', '.join(MODELS)}) nor a .gguf file")
         if model and llm["backend"] == "embedded" and model.endswith(".gguf") and check_files and not Path(model).is_file():
             raise ConfigError(f"config key {key}: {model} does not exist")
-    # Names outside a registry get the schema's message for a value outside a list: the list is the registry
+    # A name outside the registry gets the schema's message for a value outside a list: the list is the registry
     # (one home), which a new module joins by being there.
-    for section, key, known in (("benchmarks", "env", benchmark_registry.names()), ("methods", "method", sorted(registry()))):
-        for name, entry in config[section].items():
-            if entry[key] not in known:
-                raise ConfigError(f"config key {section}.{name}.{key}: {entry[key]!r} is not allowed; allowed values: "
-                                  f"{', '.join(known)}")
-    for variant, m in config["methods"].items():
-        try:
-            get_method(m["method"]).parse_options(m["options"], variant)
-        except ConfigError as e:
-            where = "" if str(e).startswith("config key") else f"config key methods.{variant}.method: "
-            raise ConfigError(f"{where}{e}") from None
-        unknown = sorted(set(m.get("benchmarks") or []) - set(config["benchmarks"]))
-        if unknown:
-            raise ConfigError(f"config key methods.{variant}.benchmarks: unknown benchmark(s) {', '.join(unknown)}; "
-                              f"configured: {', '.join(config['benchmarks'])}")
-        runs_on = m.get("benchmarks") or list(config["benchmarks"])
-        check_benchmarks(variant, m["method"], m["options"], {b: config["benchmarks"][b]["env"] for b in runs_on})
+    known = benchmark_registry.names()
+    for name, entry in config["benchmarks"].items():
+        if entry["env"] not in known:
+            raise ConfigError(f"config key benchmarks.{name}.env: {entry['env']!r} is not allowed; allowed values: "
+                              f"{', '.join(known)}")
     actor = actor_config(config)
     if "skill_reminder" in dict(actor.prompt_files) and not actor.restate_skills:
         raise ConfigError("config key actor.prompts.skill_reminder: a reminder file is given but "
@@ -76,21 +63,17 @@ def check_config(config: dict[str, Any], *, check_files: bool = True, billing: b
             Prompts.configured(actor)
         except ValueError as e:  # "prompt <name>: ..."
             raise ConfigError(f"config key actor.prompts.{str(e).removeprefix('prompt ')}") from None
-    proto = protocol(config)
     for b in benchmarks(config):
         try:
-            bench = benchmark_registry.load_benchmark(b)
+            benchmark_registry.load_benchmark(b)
         except benchmark_registry.TaskError as e:
             raise ConfigError(f"config key benchmarks.{b.name}: {e}") from None
-        for split, n, key in (("train", proto.train_rollouts, "train_rollouts"), ("test", proto.n_test, "n_test")):
-            pool = bench.pool_size(split)
-            if pool is not None and n > pool:
-                raise ConfigError(f"config key protocol.{key}: {n} {split} tasks asked for, but benchmark "
-                                  f"{b.name} ({b.env}) has {pool} {split} tasks")
     for declared in STUDIES:
         # A study the config leaves out is not checked here: SkillScaffold's defaults, say, ask a generator
         # template of every configured benchmark, which a benchmark added for the online loop has not got.
         if any(config.get(section) for section in declared.sections):
+            if declared.check:
+                declared.check(config)
             declared.settings(config)
     return config
 

@@ -100,26 +100,6 @@ class ActorConfig:
 
 
 @dataclass(frozen=True)
-class Protocol:
-    seeds: tuple[int, ...]
-    train_rollouts: int
-    sleep_every: int
-    eval_every: int
-    n_test: int
-    task_seed: int = 42
-
-    @property
-    def n_cycles(self) -> int:
-        return self.train_rollouts // self.sleep_every
-
-    @property
-    def checkpoints(self) -> list[int]:
-        """Library versions evaluated on the test set: v0 and every `eval_every` rollouts."""
-        step = self.eval_every // self.sleep_every
-        return sorted({0, *range(step, self.n_cycles + 1, step)})
-
-
-@dataclass(frozen=True)
 class Price:
     input: float
     output: float
@@ -354,12 +334,6 @@ def actor_config(config: dict[str, Any]) -> ActorConfig:
     a = config["actor"]
     return ActorConfig(a["restate_skills"], tuple(sorted((k, v) for k, v in a["prompts"].items() if v)),
                        None if a["stop"] is None else tuple(a["stop"]), a["extra_arguments"])
-
-
-def protocol(config: dict[str, Any]) -> Protocol:
-    p = dict(config["protocol"])
-    p["seeds"] = tuple(p["seeds"])
-    return Protocol(**p)
 
 
 def benchmarks(config: dict[str, Any]) -> list[BenchmarkConfig]:

@@ -49,6 +49,10 @@ class Study:
     # (config, settings, kind, keyed_by values, the job's params) -> one job's typed settings
     # (skillrepro.pipeline.start_job); None for the study's settings as they are
     job: Callable[..., Any] | None = None
+    # config -> None, or a ConfigError naming the key: the checks of its sections that need the registries (a
+    # method's options, a benchmark's task pool), run once before any job (skillrepro.check.check_config) where
+    # the config sets its sections; the builder's own checks run at every job's start too
+    check: Callable[[dict[str, Any]], None] | None = None
     # its results' record-folder kinds: frozen dataclasses whose `folder` writes a path and whose classmethod
     # `of(path)` reads the kind back from that folder or anything under it (the contract test checks both ways)
     layout: tuple[type, ...] = ()

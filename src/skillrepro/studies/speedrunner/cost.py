@@ -28,7 +28,7 @@ from skillrepro.benchmarks import benchmark_class
 from skillrepro.methods import get_method
 from skillrepro.store import views
 from skillrepro.studies.speedrunner.paths import folder_of
-from skillrepro.studies.speedrunner.settings import inducer_limits
+from skillrepro.studies.speedrunner.settings import inducer_limits, protocol
 
 SHIPPED = files("skillrepro") / "resources" / "cost_calibration.csv"
 TOKENS = ["calls", "prompt", "cached", "output"]  # per unit
@@ -85,7 +85,7 @@ def _in_run(path: Path) -> bool:
 
 def units(config: dict[str, Any]) -> pd.DataFrame:
     """One row per (run, unit) of the config's SpeedRunner DAG: env, variant, method, seed, unit, n."""
-    proto = cfg.protocol(config)
+    proto = protocol(config)
     benches = {b.name: b for b in cfg.benchmarks(config)}
     rows = []
     for b in benches.values():

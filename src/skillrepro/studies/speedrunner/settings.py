@@ -6,15 +6,38 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from skillrepro.config import (ActorConfig, BenchmarkConfig, ConfigError, LLMConfig, MethodConfig, Price, Protocol,
+from skillrepro.benchmarks import TaskError, load_benchmark
+from skillrepro.config import (ActorConfig, BenchmarkConfig, ConfigError, LLMConfig, MethodConfig, Price,
                                actor_config, benchmarks, check_reply_cap, file_digest, fingerprint, llm_config, methods,
-                               prices, protocol, sandbox_require)
-from skillrepro.methods import InducerLimits, Variant, bind, get_method
+                               prices, sandbox_require)
+from skillrepro.methods import InducerLimits, Variant, bind, check_benchmarks, get_method, registry
 from skillrepro.studies.contract import Study, config_part
 from skillrepro.studies.speedrunner.paths import Run
 
 # Training cycles per run: each rollout job lists every earlier batch, so the DAG grows with its square.
 MAX_CYCLES = 1000
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Config section `protocol`: a run's rollouts, sleep cycles, checkpoints and task draws."""
+
+    seeds: tuple[int, ...]
+    train_rollouts: int
+    sleep_every: int
+    eval_every: int
+    n_test: int
+    task_seed: int = 42
+
+    @property
+    def n_cycles(self) -> int:
+        return self.train_rollouts // self.sleep_every
+
+    @property
+    def checkpoints(self) -> list[int]:
+        """Library versions evaluated on the test set: v0 and every `eval_every` rollouts."""
+        step = self.eval_every // self.sleep_every
+        return sorted({0, *range(step, self.n_cycles + 1, step)})
 
 
 @dataclass(frozen=True)
@@ -41,6 +64,12 @@ def speedrunner_settings(config: dict[str, Any]) -> SpeedRunnerSettings:
     return SpeedRunnerSettings(llm, limits, proto, {b.name: b for b in benchmarks(config)},
                                {m.variant: m for m in methods(config)}, actor_config(config), sandbox_require(config),
                                prices(config))
+
+
+def protocol(config: dict[str, Any]) -> Protocol:
+    p = dict(config["protocol"])
+    p["seeds"] = tuple(p["seeds"])
+    return Protocol(**p)
 
 
 def inducer_limits(config: dict[str, Any]) -> InducerLimits:
@@ -86,6 +115,42 @@ def check_loop(config: dict[str, Any], llm: LLMConfig, limits: InducerLimits, pr
     if len(set(proto.seeds)) != len(proto.seeds):
         raise ConfigError(f"config key protocol.seeds: {list(proto.seeds)} repeats a seed (each seed is one run)")
     _check_phases(config)
+
+
+def check_registries(config: dict[str, Any]) -> None:
+    """SPEEDRUNNER.check, once before any job: each variant's method is registered, its options parse, it runs
+    on configured benchmarks its method can play, and each benchmark's pools hold the tasks the protocol draws."""
+    if not config.get("methods"):  # no runs: the KV-cache study's or SkillScaffold's config
+        return
+    known = sorted(registry())
+    for variant, m in config["methods"].items():
+        # a name outside the registry gets the schema's message for a value outside a list: the list is the
+        # registry (one home), which a new method joins by being there
+        if m["method"] not in known:
+            raise ConfigError(f"config key methods.{variant}.method: {m['method']!r} is not allowed; allowed values: "
+                              f"{', '.join(known)}")
+        try:
+            get_method(m["method"]).parse_options(m["options"], variant)
+        except ConfigError as e:
+            where = "" if str(e).startswith("config key") else f"config key methods.{variant}.method: "
+            raise ConfigError(f"{where}{e}") from None
+        unknown = sorted(set(m.get("benchmarks") or []) - set(config["benchmarks"]))
+        if unknown:
+            raise ConfigError(f"config key methods.{variant}.benchmarks: unknown benchmark(s) {', '.join(unknown)}; "
+                              f"configured: {', '.join(config['benchmarks'])}")
+        runs_on = m.get("benchmarks") or list(config["benchmarks"])
+        check_benchmarks(variant, m["method"], m["options"], {b: config["benchmarks"][b]["env"] for b in runs_on})
+    proto = protocol(config)
+    for b in benchmarks(config):
+        try:
+            bench = load_benchmark(b)
+        except TaskError as e:
+            raise ConfigError(f"config key benchmarks.{b.name}: {e}") from None
+        for split, n, key in (("train", proto.train_rollouts, "train_rollouts"), ("test", proto.n_test, "n_test")):
+            pool = bench.pool_size(split)
+            if pool is not None and n > pool:
+                raise ConfigError(f"config key protocol.{key}: {n} {split} tasks asked for, but benchmark "
+                                  f"{b.name} ({b.env}) has {pool} {split} tasks")
 
 
 def _check_phases(config: dict[str, Any]) -> None:
@@ -199,5 +264,6 @@ SPEEDRUNNER = Study(
     parts={"benchmark": "benchmarks.{bench}", "call_budget": "benchmarks.{bench}.llm_call_budget",
            "method": "methods.{variant}"},
     wildcards=("bench", "variant", "seed", "k", "split", "target", "n"),
+    check=check_registries,
     layout=(Run,),
 )
