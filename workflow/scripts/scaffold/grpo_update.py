@@ -11,6 +11,7 @@ from skillrepro.llm.scorer import ChatSequencer
 from skillrepro.pipeline import start_job
 from skillrepro.studies.scaffold.grpo import (OPTIMIZER_STATE, assign_advantages, groups_from_records, load_policy,
                                               make_trainer, prunable_optimizer_states, save_checkpoint, train)
+from skillrepro.studies.scaffold.paths import Instance
 from skillrepro.studies.scaffold.records import CandidateRecord, UtilityRecord, load_trajectories, read_rows
 from skillrepro.studies.scaffold.selection import paired_utilities
 from skillrepro.studies.scaffold.settings import TrainSettings
@@ -30,7 +31,7 @@ cards = read_rows(i.candidates, CandidateRecord) if i.candidates else []
 utilities = read_rows(i.utilities, UtilityRecord) if i.utilities else []
 # the Generator is rewarded by the utilities its chain's selection paired with its cards (table 3's shuffled
 # ablation breaks that pairing for selection and rewards alike)
-utilities = paired_utilities(f"{w.sbench}@{w.svariant}{int(w.k) - 1}", w.svariant, cards, utilities, job.settings.scaffold.threshold,
+utilities = paired_utilities(Instance(w.sbench, w.svariant, int(w.k) - 1).name, w.svariant, cards, utilities, job.settings.scaffold.threshold,
                              chain.selection, chain.gate)
 groups = groups_from_records(
     ChatSequencer(tok), chain.of or "grp", p.m,

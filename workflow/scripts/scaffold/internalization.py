@@ -16,27 +16,24 @@ log = start_job(snakemake).log
 i = snakemake.input
 
 
-def where(path: str) -> tuple[tuple[str, str], int]:
-    """((benchmark, chain), iteration or checkpoint) of a path under a training iteration's instance folder or a
-    cohort evaluation's."""
-    if "/cohort" in path:
-        ev = CohortEval.of(path)
-        return (ev.bench, ev.chain), ev.k
-    inst = Instance.of(path)
-    return (inst.bench, inst.chain), inst.iteration
-
-
-def by_chain(files):
+def by_chain(files, cohort_evaluations=False):
+    """{(benchmark, chain): {j: files}}, j a training iteration's (files under its instance folder) or, with
+    `cohort_evaluations`, the checkpoint that played the cohort."""
     out: dict[tuple[str, str], dict[int, list[str]]] = {}
     for f in files:
-        chain, j = where(f)
+        if cohort_evaluations:
+            ev = CohortEval.of(f)
+            chain, j = (ev.bench, ev.chain), ev.k
+        else:
+            inst = Instance.of(f)
+            chain, j = (inst.bench, inst.chain), inst.iteration
         out.setdefault(chain, {}).setdefault(j, []).append(f)
     return out
 
 
 read = lambda files: pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)  # noqa: E731
 selections, post, scouts = by_chain(i.selections), by_chain(i.post), by_chain(i.scouts)
-early, later, control = by_chain(i.early), by_chain(i.later), by_chain(i.control)
+early, later, control = by_chain(i.early), by_chain(i.later, True), by_chain(i.control, True)
 rows = []
 for chain in sorted(selections):
     members = chain_cohort({j: (read(selections[chain][j]), read(post[chain][j])) for j in selections[chain]})
