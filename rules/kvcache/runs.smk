@@ -27,7 +27,7 @@ rule kvcache_tasks:
     output:
         KV_TASKS,
     params:
-        settings=settings("kvcache", "study"),
+        settings=settings("kvcache", "tasks"),
     log:
         "logs/kvcache/tasks.log",
     benchmark:
@@ -44,7 +44,7 @@ rule kvcache_trajectories:
     output:
         KV_TRAJECTORIES,
     params:
-        settings=settings("kvcache", "study"),
+        settings=settings("kvcache", "run"),
     log:
         "logs/kvcache/trajectories.log",
     benchmark:
@@ -67,7 +67,7 @@ rule kvcache_run:
         requests=f"{KV_RUN}/requests.jsonl",
         counters=f"{KV_RUN}/server_counters.json",
     params:
-        settings=settings("kvcache", "study"),
+        settings=settings("kvcache", "run"),
         own_server=_kv_own_server,
         wall_s=_KV_WALL,
     resources:
@@ -101,7 +101,7 @@ rule kvcache_simulate:
         server=f"{KV_SIM}/server.parquet",
         counters=f"{KV_SIM}/counters.parquet",
     params:
-        settings=settings("kvcache", "study"),
+        settings=settings("kvcache", "simulate"),
         # a run with P episodes in flight holds min(P, slots) slots of its server (the llm resource)
         slots=lambda w: max(KV.server_slots, min(KV.parallel_episodes, _KV_LLMS[w.kvmodel].slots)),
     log:
@@ -120,7 +120,7 @@ rule kvcache_engine:
     output:
         f"{KV_ENGINE}/blocks{{kvblocks}}.parquet",
     params:
-        settings=settings("kvcache", "study"),
+        settings=settings("kvcache", "engine"),
     resources:
         # a vLLM server of its own (llm=0: it uses no shared server), with the GPU it uses off a CPU machine
         gpu=LLM_GPUS,

@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from repo import ROOT, copy_workflow, snakemake
+from repo import ROOT, copy_workflow, scheduled, snakemake
 
 
 @pytest.mark.workflow
@@ -128,6 +128,14 @@ def test_kvcache_study_replayed_without_a_model(tmp_path):
     share = pd.read_csv(tmp_path / "results/tables/kvcache_share.csv")
     assert list(share.format) == ["skillrl", "evoskill", "noskill"] and (share.pairs == 0).all()
     assert (share.seminar_claim == 0.87).all() and share.share_of_prompt_mean.isna().all()
+    # a simulator setting reruns the simulations and what reads them, never a run; a run's setting reruns the runs
+    (tmp_path / "sim.yaml").write_text(cfg.replace("kvcache:", "kvcache:\n  max_num_seqs: 7", 1))
+    jobs = scheduled(snakemake("kvcache_all", "-n", "--configfile", "sim.yaml", cwd=tmp_path).stdout)
+    assert "kvcache_simulate" in jobs and not {"kvcache_run", "kvcache_tasks", "kvcache_trajectories"} & set(jobs)
+    assert "call_budget: 12" in cfg
+    (tmp_path / "run.yaml").write_text(cfg.replace("call_budget: 12", "call_budget: 9"))
+    jobs = scheduled(snakemake("kvcache_all", "-n", "--configfile", "run.yaml", cwd=tmp_path).stdout)
+    assert {"kvcache_trajectories", "kvcache_run", "kvcache_simulate"} <= set(jobs) and "kvcache_tasks" not in jobs
 
 
 def test_several_models_get_their_own_paths_and_servers(tmp_path):

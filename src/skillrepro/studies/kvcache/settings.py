@@ -224,10 +224,18 @@ def kv_settings(config: dict) -> KVConfig:
 
 
 def kvcache_fingerprint(config: dict, kv: KVConfig, kind: str, *, kvmodel: str | None = None) -> str:
-    """A KV-cache job's (its one kind, `study`): the study's settings, the benchmark it plays and the llm
-    settings of the job's model `kvmodel` (of every model for a job across models, None)."""
-    llms = kv.model_llms(config)
-    return fingerprint([kv, kv.bench(config), llms[kvmodel] if kvmodel else llms])
+    """A KV-cache job's, of kind `kind` (KVCACHE's kinds): the benchmark the study plays, the fields of its typed
+    settings the kind reads ("kvcache" all of them, "kvcache.<field>" one), and with "llm" the llm settings of the
+    job's model `kvmodel` (of every model for a job across models, None). The typed settings, so that a block size
+    the served models' vLLM sets (kv_settings) counts as one given."""
+    chosen: list = [kv.bench(config)]
+    for key in KVCACHE.kind(kind):
+        if key == "llm":
+            llms = kv.model_llms(config)
+            chosen.append(llms[kvmodel] if kvmodel else llms)
+        else:
+            chosen.append(kv if key == "kvcache" else (key, getattr(kv, key.removeprefix("kvcache."))))
+    return fingerprint(chosen)
 
 
 KVCACHE = Study(
@@ -235,7 +243,18 @@ KVCACHE = Study(
     sections=("kvcache",),
     schema="kvcache.schema.yaml",
     builder=kv_settings,
-    reads={"study": ("kvcache", "llm")},  # kvcache_fingerprint
+    # kvcache_fingerprint. A job's inputs carry the rest: a simulation reruns when its run's requests do.
+    reads={
+        "tasks": ("kvcache.benchmark", "kvcache.n_games", "kvcache.split", "kvcache.task_seed", "kvcache.bank"),
+        # a served run, or the trajectories a replay plays (not the simulator's settings: those rerun no run)
+        "run": ("llm", "kvcache.bank", "kvcache.templates_dir", "kvcache.call_budget", "kvcache.max_tokens",
+                "kvcache.parallel_episodes", "kvcache.lockstep", "kvcache.replay", "kvcache.prefix_tokenizer"),
+        "simulate": ("kvcache.block_size", "kvcache.capacity_tokens", "kvcache.policies", "kvcache.concurrency",
+                     "kvcache.max_num_seqs", "kvcache.max_num_batched_tokens", "kvcache.group_size",
+                     "kvcache.draw_pool", "kvcache.task_seed", "kvcache.vllm_version"),
+        "engine": ("llm", "kvcache.block_size", "kvcache.max_num_batched_tokens", "kvcache.vllm_version"),
+        "study": ("kvcache", "llm"),  # the tables, figures and analyses over the runs
+    },
     keyed_by=("kvmodel",),
     fingerprint=kvcache_fingerprint,
     job=kvcache_job,
