@@ -383,7 +383,8 @@ def test_a_layout_reads_back_every_folder_it_writes(kind: type):
     found = folders(kind)
     assert found, f"{kind.__name__}: no value to write"
     for value in found:
-        for path in (value.folder, f"{value.folder}/episodes.parquet", f"/home/x/{value.folder}/a/b.json"):
+        for path in (value.folder, f"{value.folder}/episodes.parquet", f"/home/x/{value.folder}/a/b.json",
+                     f"/work/scaffold/kvcache/runs/{value.folder}/c"):  # a working directory with such names
             assert kind.of(path) == value, (value, path)
     with pytest.raises(ValueError):
         kind.of("results/tables/main.csv")

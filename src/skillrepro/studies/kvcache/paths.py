@@ -22,7 +22,7 @@ Stage = Literal["runs", "sim", "engine"]
 STAGES: tuple[str, ...] = get_args(Stage)
 _FOLDER = KV_RESULTS + "/{kvmodel}/{stage}/{kvfmt}/seed{kvseed}"
 KV_RUN, KV_SIM, KV_ENGINE = (_FOLDER.replace("{stage}", s) for s in STAGES)  # the rules' patterns
-_RUN_IN = re.compile(rf"(?:^|/)kvcache/(?P<model>[^/]+)/(?P<stage>{'|'.join(STAGES)})/(?P<fmt>[^/]+)/"
+_RUN_IN = re.compile(rf"(?:.*/)?kvcache/(?P<model>[^/]+)/(?P<stage>{'|'.join(STAGES)})/(?P<fmt>[^/]+)/"
                      r"seed(?P<seed>\d+)(?:/|$)")
 
 
@@ -45,7 +45,7 @@ class KVRun:
 
     @classmethod
     def of(cls, path: str | PurePath) -> KVRun:
-        m = _RUN_IN.search(PurePath(path).as_posix())
+        m = _RUN_IN.match(PurePath(path).as_posix())  # the last kvcache/ folder: one above results/ is not it
         if not m:
             raise ValueError(f"{path}: not in a KV-cache run folder (…/kvcache/MODEL/<runs|sim|engine>/FORMAT/seedN/)")
         return cls(m["model"], m["fmt"], int(m["seed"]), m["stage"])

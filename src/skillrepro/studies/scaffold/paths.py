@@ -34,7 +34,8 @@ _INSTANCE = re.compile(rf"(?P<bench>[^/@]+)(?:@(?P<chain>{_CHAIN})(?P<k>\d+))?")
 
 
 def _search(pattern: str, path: str | PurePath, kind: str) -> re.Match:
-    m = re.search(rf"(?:^|/)scaffold/{pattern}(?:/|$)", PurePath(path).as_posix())
+    # the last scaffold/ folder the pattern follows: a working directory may have one of its own above results/
+    m = re.match(rf"(?:.*/)?scaffold/{pattern}(?:/|$)", PurePath(path).as_posix())
     if not m:
         raise ValueError(f"{path}: not a SkillScaffold {kind} folder")
     return m
