@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from skillrepro.config import ROLLOUT_WALL_S, SCHEMA, ConfigError, billing_problems, check_billing, load_yaml
+from skillrepro.config import (ROLLOUT_WALL_S, SCHEMA, ConfigError, billing_problems, check_billing, load_yaml,
+                               validate)
 from skillrepro.check import check_config
-from skillrepro.studies.speedrunner.settings import protocol
+from skillrepro.studies.speedrunner.settings import protocol, speedrunner_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = load_yaml(ROOT / "config.yaml")
@@ -181,9 +182,6 @@ def test_the_loops_own_rules_hold_only_where_runs_are_configured():
     """SpeedRunner's rules beyond its schema are its settings builder's (studies/speedrunner/settings.py), not the
     shared config.validate's: the check refuses a protocol whose checkpoints miss its batches where methods are
     configured, and a config without runs (another study's) is not held to them."""
-    from skillrepro.config import validate
-    from skillrepro.studies.speedrunner.settings import speedrunner_settings
-
     cfg = with_change("protocol.eval_every", 3)
     validate(copy.deepcopy(cfg))  # the shared floor knows nothing of sleep batches
     with pytest.raises(ConfigError, match=r"^config key protocol.eval_every: 3 must be a multiple"):
