@@ -26,7 +26,7 @@ from skillrepro.llm import servers
 from skillrepro.llm.client import LLMClient
 from skillrepro.methods import InduceContext, get_method
 from skillrepro.methods.speedrunner_gate import refusal_kind
-from skillrepro.pipeline import training_history
+from skillrepro.studies.speedrunner.paths import training_history
 from skillrepro.skills import Library
 from skillrepro.studies.speedrunner.settings import inducer_limits, trajectory_tokens
 

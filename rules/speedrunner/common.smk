@@ -5,7 +5,7 @@ import functools
 
 from skillrepro.benchmarks import load_benchmark
 from skillrepro.skills.isolation import SandboxLimits
-from skillrepro.studies.speedrunner.paths import ANALYTICS, RUN, RUN_LOG, RUN_TIMING, TASKS, VIEWS
+from skillrepro.studies.speedrunner.paths import ANALYTICS, RUN, RUN_LOG, RUN_TIMING, TASKS, VIEWS, run_id
 from skillrepro.studies.speedrunner.settings import trajectory_tokens
 
 
@@ -88,7 +88,7 @@ def run_path(wildcards, name):
 
 def previous_batch(wildcards):
     """Training batch k-1 (none before batch 1), the last of the batches 0..k-1 that rollout k and sleep
-    phase k read (pipeline.training_history): each batch is an ancestor of the next through the library
+    phase k read (paths.training_history): each batch is an ancestor of the next through the library
     chain, so one edge keeps them all in order. Listing every earlier batch made the paper preset's DAG
     quadratic in the cycles: 43,200 of its 61,784 input edges."""
     k = int(wildcards.k)

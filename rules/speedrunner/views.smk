@@ -24,7 +24,7 @@ rule library_view:
         report(library_page("{bench}", "{variant}", "{seed}"), caption=f"{CAPTIONS}/library_view.rst",
                category="Libraries", labels=LIBRARY_LABEL),
     params:
-        run_id=pipeline.run_id,
+        run_id=lambda w: run_id(w.bench, w.variant, w.seed),
         sleep_pages=view_sleep_pages,  # each version links the page of the sleep phase that made it
         limits=VIEW_LIMITS,
         settings=settings("speedrunner", "views"),
@@ -49,7 +49,7 @@ rule episode_view:
                subcategory="{bench}/{variant}/seed{seed}", patterns=["{name}.v{version}.{index}.html"],
                labels=EPISODE_LABEL),
     params:
-        run_id=pipeline.run_id,
+        run_id=lambda w: run_id(w.bench, w.variant, w.seed),
         library_page=view_library_page,
         limits=VIEW_LIMITS,
         settings=settings("speedrunner", "views"),
@@ -77,7 +77,7 @@ rule sleep_view:
     wildcard_constraints:
         variant=variants_whose_sleep(works=True),
     params:
-        run_id=pipeline.run_id,
+        run_id=lambda w: run_id(w.bench, w.variant, w.seed),
         library_page=view_library_page,
         limits=VIEW_LIMITS,
         config_name=CONFIG_NAME,

@@ -330,6 +330,11 @@ def llm_config(config: dict[str, Any]) -> LLMConfig:
     return LLMConfig.from_dict(config["llm"])
 
 
+def seeded(llm: LLMConfig, seed: int) -> LLMConfig:
+    """The run's sampling seed: each training seed samples differently, reproducibly."""
+    return dataclasses.replace(llm, seed=llm.seed + 1000 * int(seed))
+
+
 def actor_config(config: dict[str, Any]) -> ActorConfig:
     a = config["actor"]
     return ActorConfig(a["restate_skills"], tuple(sorted((k, v) for k, v in a["prompts"].items() if v)),

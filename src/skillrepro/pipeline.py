@@ -1,5 +1,5 @@
 """Glue shared by the workflow: a job's start-up (its log, its settings checked against its rule's
-fingerprint, typed), a run's identity and settings, locks of killed runs."""
+fingerprint, typed), locks of killed runs."""
 from __future__ import annotations
 
 import json
@@ -7,25 +7,15 @@ import logging
 import os
 import socket
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from skillrepro import check
-from skillrepro.agent import Prompts
-from skillrepro.config import BenchmarkConfig, LLMConfig
 from skillrepro.llm.client import use_ledger
 from skillrepro.llm.ledger import Ledger
-from skillrepro.methods import Variant
 from skillrepro.progress import JOB, PROGRESS_LOGGER
-from skillrepro.skills.isolation import SandboxPolicy
-from skillrepro.skills.sandbox import probe
-from skillrepro.studies.speedrunner import paths
-
-
-class SettingsError(RuntimeError):
-    """A job's settings are not those its outputs are recorded under: its rule's fingerprint is not the config's
-    (Snakemake's records lost or stale), or its run's folder was started under others. It stops before any work."""
+from skillrepro.studies.contract import SettingsError
 
 
 @dataclass(frozen=True)
@@ -85,55 +75,6 @@ def announce_logs(log: Any, backend: str) -> None:
     log.info("Logs: each job writes logs/... (its `log:` file, named in the job's listing); long jobs also print "
              f"their progress here. The LLM server's log: logs/llm_server_{backend}.log; Snakemake's own: "
              ".snakemake/log/.")
-
-
-def run_id(wildcards: Any) -> str:
-    return paths.run_id(wildcards.bench, wildcards.variant, wildcards.seed)
-
-
-def training_history(library_dir: Path, k: int) -> tuple[Path, ...]:
-    """The folders of a run's training batches 0..k-1, which rollout k and sleep phase k read. Their rules
-    list only batch k-1 as input: every earlier batch is its ancestor through the library chain, and listing
-    them all made the DAG quadratic in the cycles. So check here that each one is complete."""
-    train = Path(library_dir).parent.parent / "train"
-    dirs = tuple(train / f"batch{i}" for i in range(k))
-    missing = [str(d) for d in dirs if not (d / "episodes.parquet").exists()]
-    if missing:
-        raise FileNotFoundError(f"training batches this job reads are missing: {', '.join(missing)}")
-    return dirs
-
-
-def seeded(llm: LLMConfig, seed: int) -> LLMConfig:
-    """The run's sampling seed: each training seed samples differently, reproducibly."""
-    return replace(llm, seed=llm.seed + 1000 * int(seed))
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    bench: BenchmarkConfig
-    method: Variant  # the run's variant bound to its method
-    llm: LLMConfig  # with the run's sampling seed
-    sandbox: SandboxPolicy  # config key sandbox.require: every sandbox the job starts must have these layers
-    prompts: Prompts  # the actor's (config section actor)
-
-
-def run_settings(job: Job, snakemake: Any, library_dir: Path) -> RunSettings:
-    """The typed settings of this job's run (`job`, started by start_job, whose settings are a LoopJob), once
-    the run's folder is known to have been made under the same settings: library v0 records them, and a job
-    never extends a run made under others (say, when Snakemake's records were lost and could not rerun it)."""
-    manifest = Path(library_dir).parent / "v0" / "manifest.json"
-    made = json.loads(manifest.read_text()).get("meta", {}).get("settings")
-    if made != snakemake.params.settings:
-        raise SettingsError(
-            f"run {run_id(snakemake.wildcards)} was started under other settings (fingerprint {made}, this config "
-            f"gives {snakemake.params.settings}); rerun it from the start with `--forcerun init_library` (or delete "
-            f"{manifest.parent.parent.parent}) so that no run mixes two settings"
-        )
-    loop = job.settings.loop
-    policy = SandboxPolicy(loop.sandbox_require)
-    probe(policy)  # logs this machine's layers; a required one that is missing fails the job before any work
-    return RunSettings(job.settings.bench, job.settings.method, seeded(loop.llm, snakemake.wildcards.seed), policy,
-                       Prompts.configured(loop.actor))
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from snakemake.iocontainers import Wildcards  # a job's wildcards, as a script s
 
 from skillrepro.check import STUDIES, check_config, job_fingerprint
 from skillrepro.config import SCHEMAS, ConfigError, load_yaml, validate, validate_section
-from skillrepro.studies.contract import Study
+from skillrepro.studies.contract import SettingsError, Study
 from repo import ROOT, copy_workflow, scheduled, snakemake
 
 PRESETS = [ROOT / "config.yaml", *sorted((ROOT / "configs").glob("*.yaml"))]
@@ -212,7 +212,7 @@ def test_a_job_starts_only_under_the_settings_its_rule_recorded(study: Study):
     Snakemake's records lost), it stops with a SettingsError naming both fingerprints."""
     from types import SimpleNamespace
 
-    from skillrepro.pipeline import SettingsError, start_job
+    from skillrepro.pipeline import start_job
 
     preset = next(p for p in PRESETS if set(study.sections) & set(load_yaml(p))
                   and not placeholder([load_yaml(p).get(s) for s in study.sections]))

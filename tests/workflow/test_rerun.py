@@ -188,16 +188,16 @@ def test_a_job_refuses_a_run_folder_made_under_other_settings(tmp_path):
     from types import SimpleNamespace
 
     from skillrepro.check import check_config
-    from skillrepro.pipeline import Job, SettingsError, run_settings
     from skillrepro.skills import Library
-    from skillrepro.studies.speedrunner.settings import SPEEDRUNNER
+    from skillrepro.studies.contract import SettingsError
+    from skillrepro.studies.speedrunner.settings import SPEEDRUNNER, run_settings
 
     library = tmp_path / "library"
     Library(0, meta={"method": "init", "settings": "made-before"}).write(library / "v0")
     Library(1).write(library / "v1")
     config = check_config(BASE)
     keyed = {"bench": "crafter", "variant": "speedrunner"}
-    job = Job(None, "speedrunner", "run", SPEEDRUNNER.job(config, SPEEDRUNNER.settings(config), "run", keyed, None))
+    job = SPEEDRUNNER.job(config, SPEEDRUNNER.settings(config), "run", keyed, None)
     snakemake = SimpleNamespace(wildcards=SimpleNamespace(**keyed, seed="2"), params=SimpleNamespace(settings="this-config"))
     with pytest.raises(SettingsError, match="run crafter/speedrunner/seed2 was started under other settings"):
         run_settings(job, snakemake, library / "v1")

@@ -28,6 +28,11 @@ FIGURES = f"{RESULTS}/figures"
 TIMINGS = f"{RESULTS}/timings"
 
 
+class SettingsError(RuntimeError):
+    """A job's settings are not those its outputs are recorded under: its rule's fingerprint is not the config's
+    (Snakemake's records lost or stale), or its run's folder was started under others. It stops before any work."""
+
+
 @dataclass(frozen=True)
 class Study:
     name: str

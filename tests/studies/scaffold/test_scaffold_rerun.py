@@ -18,7 +18,8 @@ from snakemake.iocontainers import Wildcards  # a job's wildcards, as a script s
 import yaml
 
 from skillrepro.check import job_fingerprint
-from skillrepro.pipeline import SettingsError, start_job
+from skillrepro.pipeline import start_job
+from skillrepro.studies.contract import SettingsError
 from skillrepro.config import ConfigError
 from skillrepro.studies.scaffold.settings import ScaffoldConfig, scaffold_fingerprint
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from skillrepro.studies.kvcache.actor import record_run
 from skillrepro.studies.kvcache.replay import replay_run
 from skillrepro.llm.servers import URL_ENV
-from skillrepro.pipeline import seeded, start_job
+from skillrepro.config import seeded
+from skillrepro.pipeline import start_job
 
 job = start_job(snakemake)  # its log, and its typed settings checked against the rule's fingerprint
 log = job.log

@@ -8,7 +8,9 @@ from pathlib import Path
 from skillrepro.agent import EpisodeSpec
 from skillrepro.studies.speedrunner.analysis.tables import truncate
 from skillrepro.methods import bind
-from skillrepro.pipeline import run_id, run_settings, start_job
+from skillrepro.pipeline import start_job
+from skillrepro.studies.speedrunner.paths import run_id
+from skillrepro.studies.speedrunner.settings import run_settings
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library
 
@@ -16,7 +18,7 @@ job = start_job(snakemake)
 log = job.log
 w, p, out = snakemake.wildcards, snakemake.params, snakemake.output
 final_dir = Path(snakemake.input.library).parent
-run = run_settings(job, snakemake, final_dir)
+run = run_settings(job.settings, snakemake, final_dir)
 method = bind(replace(run.method.config, options={**run.method.config.options, **p.options}))
 final = Library.load(final_dir)
 shown = truncate(final, len(final.public()) if w.n == "all" else int(w.n))
@@ -28,6 +30,6 @@ if top_k is not None:
 log.info("v%d: showing %d of %d visible skills", final.version, shown.meta["truncated_to"], shown.meta["visible_before"])
 task_ids = json.loads(Path(snakemake.input.tasks).read_text())
 # Same split and cycle as the final checkpoint: the same sampling draws, only the visible skills differ.
-spec = EpisodeSpec(run_id(w), w.bench, method.config.method, w.variant, int(w.seed), "test", final.version, final.version)
+spec = EpisodeSpec(run_id(w.bench, w.variant, w.seed), w.bench, method.config.method, w.variant, int(w.seed), "test", final.version, final.version)
 run_batch(bench=run.bench, llm=run.llm, library_dir=Path(out.library).parent, task_ids=task_ids, spec=spec,
           out_dir=Path(out.episodes).parent, wall_s=p.wall_s, method=method, logger=log, sandbox=run.sandbox, prompts=run.prompts)

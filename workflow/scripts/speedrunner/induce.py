@@ -4,7 +4,9 @@ from pathlib import Path
 
 from skillrepro.llm.servers import own_server
 from skillrepro.methods import InduceContext
-from skillrepro.pipeline import run_id, run_settings, start_job, training_history
+from skillrepro.pipeline import start_job
+from skillrepro.studies.speedrunner.paths import run_id, training_history
+from skillrepro.studies.speedrunner.settings import run_settings
 from skillrepro.progress import Progress
 from skillrepro.skills import Library
 from skillrepro.store import LLMCall, write_records, write_text
@@ -13,13 +15,13 @@ job = start_job(snakemake)
 log = job.log
 w, p, out = snakemake.wildcards, snakemake.params, snakemake.output
 previous = Path(snakemake.input.library).parent
-run = run_settings(job, snakemake, previous)
+run = run_settings(job.settings, snakemake, previous)
 limits = job.settings.loop.inducer
 ctx = InduceContext(
     library=Library.load(previous), cycle=int(w.k) - 1,
     history_dirs=training_history(previous, int(w.k)),
     library_root=previous.parent, out_dir=Path(out.library).parent, record_dir=Path(out.llm_calls).parent,
-    run_id=run_id(w), bench=run.bench, method=run.method.config, llm=limits.sleep_llm(run.llm), request_budget=p.request_budget,
+    run_id=run_id(w.bench, w.variant, w.seed), bench=run.bench, method=run.method.config, llm=limits.sleep_llm(run.llm), request_budget=p.request_budget,
     sandbox=run.sandbox, trajectory_tokens=p.trajectory_tokens, prompts=run.prompts,
     limits=limits,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import PurePath
+from pathlib import Path, PurePath
 
 from skillrepro.studies.contract import RESULTS, TIMINGS
 
@@ -47,6 +47,18 @@ class Run:
         if not m:
             raise ValueError(f"{path}: not in a run folder (…/runs/BENCH/VARIANT/seedN/)")
         return cls(m["bench"], m["variant"], int(m["seed"]))
+
+
+def training_history(library_dir: str | Path, k: int) -> tuple[Path, ...]:
+    """The folders of a run's training batches 0..k-1, which rollout k and sleep phase k read. Their rules
+    list only batch k-1 as input: every earlier batch is its ancestor through the library chain, and listing
+    them all made the DAG quadratic in the cycles. So check here that each one is complete."""
+    train = Path(library_dir).parent.parent / "train"
+    dirs = tuple(train / f"batch{i}" for i in range(k))
+    missing = [str(d) for d in dirs if not (d / "episodes.parquet").exists()]
+    if missing:
+        raise FileNotFoundError(f"training batches this job reads are missing: {', '.join(missing)}")
+    return dirs
 
 
 def batch_of(path: str) -> tuple[str, int, str]:

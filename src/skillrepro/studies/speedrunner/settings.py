@@ -3,16 +3,21 @@ what each kind of its jobs reads, and its contract object (`SPEEDRUNNER`, listed
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from skillrepro.agent import Prompts
 from skillrepro.benchmarks import TaskError, load_benchmark
 from skillrepro.config import (ActorConfig, BenchmarkConfig, ConfigError, LLMConfig, MethodConfig, Price,
                                actor_config, benchmarks, check_reply_cap, file_digest, fingerprint, llm_config, methods,
-                               prices, sandbox_require)
+                               prices, sandbox_require, seeded)
 from skillrepro.methods import InducerLimits, Variant, bind, check_benchmarks, get_method, registry
-from skillrepro.studies.contract import Study, config_part
-from skillrepro.studies.speedrunner.paths import Run
+from skillrepro.skills.isolation import SandboxPolicy
+from skillrepro.skills.sandbox import probe
+from skillrepro.studies.contract import SettingsError, Study, config_part
+from skillrepro.studies.speedrunner.paths import Run, run_id
 
 # Training cycles per run: each rollout job lists every earlier batch, so the DAG grows with its square.
 MAX_CYCLES = 1000
@@ -202,6 +207,33 @@ class LoopJob:
     loop: SpeedRunnerSettings
     bench: BenchmarkConfig | None
     method: Variant | None  # the variant bound to its method, its options parsed
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    bench: BenchmarkConfig
+    method: Variant  # the run's variant bound to its method
+    llm: LLMConfig  # with the run's sampling seed
+    sandbox: SandboxPolicy  # config key sandbox.require: every sandbox the job starts must have these layers
+    prompts: Prompts  # the actor's (config section actor)
+
+
+def run_settings(job: LoopJob, snakemake: Any, library_dir: Path) -> RunSettings:
+    """The typed settings of a loop job's run (`job`: its settings, as start_job gave them), once the run's folder
+    is known to have been made under the same settings: library v0 records them, and a job never extends a run
+    made under others (say, when Snakemake's records were lost and could not rerun it)."""
+    w = snakemake.wildcards
+    manifest = Path(library_dir).parent / "v0" / "manifest.json"
+    made = json.loads(manifest.read_text()).get("meta", {}).get("settings")
+    if made != snakemake.params.settings:
+        raise SettingsError(
+            f"run {run_id(w.bench, w.variant, w.seed)} was started under other settings (fingerprint {made}, this "
+            f"config gives {snakemake.params.settings}); rerun it from the start with `--forcerun init_library` (or "
+            f"delete {manifest.parent.parent.parent}) so that no run mixes two settings"
+        )
+    policy = SandboxPolicy(job.loop.sandbox_require)
+    probe(policy)  # logs this machine's layers; a required one that is missing fails the job before any work
+    return RunSettings(job.bench, job.method, seeded(job.loop.llm, w.seed), policy, Prompts.configured(job.loop.actor))
 
 
 def loop_job(config: dict[str, Any], loop: SpeedRunnerSettings, kind: str, keyed: dict[str, Any],
