@@ -1,5 +1,6 @@
-"""SpeedRunner's online wake/sleep loop as a study of the workflow: its typed settings, a job's, the fingerprint of
-what each kind of its jobs reads, and its contract object (`SPEEDRUNNER`, listed in skillrepro.check.STUDIES)."""
+"""SpeedRunner's online wake/sleep loop as a study of the workflow: its typed settings and the config rules they
+hold to, a job's and a run's settings, the fingerprint of what each kind of its jobs reads, and its contract object
+(`SPEEDRUNNER`, listed in skillrepro.check.STUDIES)."""
 from __future__ import annotations
 
 import dataclasses
