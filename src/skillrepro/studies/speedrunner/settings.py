@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from skillrepro.agent import Prompts
-from skillrepro.benchmarks import TaskError, load_benchmark
+from skillrepro.benchmarks import load_benchmark
 from skillrepro.config import (ActorConfig, BenchmarkConfig, ConfigError, LLMConfig, MethodConfig, Price,
                                actor_config, benchmarks, check_reply_cap, file_digest, fingerprint, llm_config, methods,
                                prices, sandbox_require, seeded)
@@ -124,8 +124,9 @@ def check_loop(config: dict[str, Any], llm: LLMConfig, limits: InducerLimits, pr
 
 
 def check_registries(config: dict[str, Any]) -> None:
-    """SPEEDRUNNER.check, once before any job: each variant's method is registered, its options parse, it runs
-    on configured benchmarks its method can play, and each benchmark's pools hold the tasks the protocol draws."""
+    """SPEEDRUNNER.check, once before any job, after check_config's shared checks (so each benchmark loads): each
+    variant's method is registered, its options parse, it runs on configured benchmarks its method can play, and
+    each benchmark's pools hold the tasks the protocol draws."""
     if not config.get("methods"):  # no runs: the KV-cache study's or SkillScaffold's config
         return
     known = sorted(registry())
@@ -148,10 +149,7 @@ def check_registries(config: dict[str, Any]) -> None:
         check_benchmarks(variant, m["method"], m["options"], {b: config["benchmarks"][b]["env"] for b in runs_on})
     proto = protocol(config)
     for b in benchmarks(config):
-        try:
-            bench = load_benchmark(b)
-        except TaskError as e:
-            raise ConfigError(f"config key benchmarks.{b.name}: {e}") from None
+        bench = load_benchmark(b)
         for split, n, key in (("train", proto.train_rollouts, "train_rollouts"), ("test", proto.n_test, "n_test")):
             pool = bench.pool_size(split)
             if pool is not None and n > pool:
