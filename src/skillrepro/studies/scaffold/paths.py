@@ -63,6 +63,12 @@ class Instance:
     def folder(self) -> str:
         return SC.format(sbench=self.name)
 
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """The checkpoint that plays it: its chain's checkpoint k for iteration k > 0 (None: llm.model on the
+        shared server, for the validation experiment and every iteration 0)."""
+        return Checkpoint(self.bench, self.chain, self.iteration) if self.chain and self.iteration else None
+
     @classmethod
     def named(cls, name: str) -> Instance:
         """The instance a wildcard sbench names: Instance.name read back."""

@@ -18,7 +18,7 @@ from skillrepro.config import (BenchmarkConfig, ConfigError, LLMConfig, benchmar
 from skillrepro.studies.contract import Study, settings_fingerprint
 from skillrepro.studies.scaffold.cards import (CardFormat, GeneratorRequest, GeneratorTemplate, generator_request,
                                                paper_card, paper_reply, section_word_bounds)
-from skillrepro.studies.scaffold.paths import LAYOUT, Checkpoint, Instance
+from skillrepro.studies.scaffold.paths import LAYOUT, Instance
 from skillrepro.studies.scaffold.selection import VARIANTS
 from skillrepro.studies.scaffold.statistics import INTERVALS
 
@@ -404,8 +404,8 @@ def check_heldout(cfg: ScaffoldConfig, config: dict[str, Any]) -> None:
 def instance_policy(name: str) -> str:
     """The policy that plays a scaffold instance: checkpoint k of its chain for iteration k > 0 of a training
     chain, "" (llm.model on the run's shared server) for the validation experiment and every iteration 0."""
-    inst = Instance.named(name)
-    return Checkpoint(inst.bench, inst.chain, inst.iteration).folder if inst.chain and inst.iteration else ""
+    played = Instance.named(name).checkpoint
+    return played.folder if played else ""
 
 
 def training_iteration(cfg: ScaffoldConfig, chain: str | None, k: int) -> ScaffoldConfig:
