@@ -14,8 +14,7 @@ if not workflow.overwrite_configfiles:
     workflow.configfile(os.path.join(workflow.basedir, "config.yaml"))
 
 
-from skillrepro.check import check_config
-from skillrepro.config import billing_problems
+from skillrepro.check import billing_problems, check_config
 
 # A billed backend's key and prices are not needed to plan (`-n`): they are listed here, and a real run
 # refuses before its first job without them (on_start, rules/common.smk).
@@ -24,7 +23,7 @@ for _need in billing_problems(config):
     logger.warning(f"a real run will refuse to start until this is fixed: {_need}")
 # A billed model: what SpeedRunner's runs will cost, projected from a calibration (studies/speedrunner/cost.py)
 # (once, in the invocation that plans: not again in every cluster job, which parses this file too)
-if workflow.is_main_process and config["methods"] and (config["llm"]["backend"] == "openai"
+if workflow.is_main_process and config.get("methods") and (config["llm"]["backend"] == "openai"
                                  or any((config["pricing"].get(config["llm"]["model"]) or {}).values())):
     from skillrepro.studies.speedrunner.cost import summary_line
 
@@ -73,7 +72,7 @@ request_gpus(workflow.rules)
 # section is set. `snakemake --report report.html` afterwards bundles them.
 rule all:
     input:
-        [PAPER_TARGETS, VIEW_TARGETS] if config["methods"] else [],
+        [PAPER_TARGETS, VIEW_TARGETS] if config.get("methods") else [],
         rules.kvcache_all.input if config.get("kvcache") else [],
         rules.scaffold_all.input if config.get("scaffold") else [],
     default_target: True

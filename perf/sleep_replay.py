@@ -28,7 +28,7 @@ from skillrepro.methods import InduceContext, get_method
 from skillrepro.methods.speedrunner_gate import refusal_kind
 from skillrepro.studies.speedrunner.paths import training_history
 from skillrepro.skills import Library
-from skillrepro.studies.speedrunner.settings import inducer_limits, trajectory_tokens
+from skillrepro.studies.speedrunner.settings import inducer_limits, methods, trajectory_tokens
 
 ap = argparse.ArgumentParser()
 ap.add_argument("run", type=Path, help="a run folder: results/runs/<bench>/<variant>/seed<n>")
@@ -42,7 +42,7 @@ a = ap.parse_args()
 config = check_config(cfg.load_yaml(a.config))
 bench_name, variant = a.run.parts[-3], a.run.parts[-2]
 bench = next(b for b in cfg.benchmarks(config) if b.name == bench_name)
-method = next(m for m in cfg.methods(config) if m.variant == variant)
+method = next(m for m in methods(config) if m.variant == variant)
 previous = a.run / "library" / f"v{a.k - 1}"
 history = training_history(previous, a.k)
 llm_keys = {f.name for f in fields(cfg.LLMConfig)}

@@ -88,7 +88,7 @@ if workflow.is_main_process:
 def on_start():
     # A billed backend's key and prices: a dry run plans without them, a real run stops here, before any job.
     try:
-        cfg.check_billing(config)
+        check.check_billing(config)
     except cfg.ConfigError as e:
         logger.error(str(e))
         raise SystemExit(1) from None

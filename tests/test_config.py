@@ -4,9 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from skillrepro.config import (ROLLOUT_WALL_S, SCHEMA, ConfigError, billing_problems, check_billing, load_yaml,
-                               validate)
-from skillrepro.check import check_config
+from skillrepro.config import ROLLOUT_WALL_S, SCHEMA, ConfigError, load_yaml, validate
+from skillrepro.check import billing_problems, check_billing, check_config
 from skillrepro.studies.speedrunner.settings import protocol, speedrunner_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,7 +115,7 @@ def test_a_plan_needs_no_key_and_no_prices(monkeypatch):
 def test_defaults_are_filled_and_checkpoints_follow_the_protocol():
     cfg = check_config({**BASE, "protocol": {"seeds": [0, 1, 2], "train_rollouts": 200, "sleep_every": 10,
                                              "eval_every": 50, "n_test": 30}})
-    assert cfg["protocol"]["task_seed"] == 42
+    assert protocol(cfg).task_seed == 42
     assert cfg["llm"]["api_key_env"] == "OPENAI_API_KEY"
     p = protocol(cfg)
     assert p.n_cycles == 20
@@ -269,13 +268,35 @@ def test_actor_prompt_files_are_checked_before_any_work(tmp_path):
 
 
 def test_study_sections_are_checked_with_the_main_configs_errors():
-    """The KV-cache and SkillScaffold settings (their builders in studies.contract) validate their sections through
-    config.validate_section: a ConfigError naming <section>.<key>, and the schema's defaults filled in."""
-    from skillrepro.config import ConfigError, validate_section
+    """Each study's settings builder validates its sections against its own schema (config.validate_sections): a
+    ConfigError naming <section>.<key>, and the schema's defaults filled in, for a section left out too."""
+    from skillrepro.config import validate_section, validate_sections
 
     with pytest.raises(ConfigError, match=r"config key kvcache.vllm_version: '9.9.9' is not allowed"):
         validate_section({"kvcache": {"vllm_version": "9.9.9"}}, "kvcache")
     assert validate_section({}, "kvcache")["vllm_version"] == "0.11.0"
+    with pytest.raises(ConfigError, match=r"^config key inducer.library_chars: 5 must be >= 100$"):
+        validate_sections({"inducer": {"library_chars": 5}}, "speedrunner.schema.yaml")
+    own = validate_sections({"inducer": {"library_chars": 500}}, "speedrunner.schema.yaml")
+    assert own["inducer"]["library_chars"] == 500 and own["inducer"]["history_tokens"] is None
+    assert own["methods"] == {} and own["protocol"]["train_rollouts"] == 0  # no runs: the empty protocol
+
+
+def test_a_config_of_another_study_needs_no_speedrunner_section():
+    """The loop's sections (methods, protocol, inducer, analysis) are its own schema's: the KV-cache and
+    SkillScaffold presets set none, check as they are, and leave the loop unconfigured; methods without a
+    protocol are refused by the loop's settings, naming the key."""
+    from skillrepro.check import configured
+
+    for name in ("kvcache.yaml", "scaffold.yaml"):
+        preset = load_yaml(ROOT / "configs" / name)
+        assert not {"methods", "protocol", "inducer", "analysis"} & set(preset), name
+        checked = check_config(preset, check_files=False)
+        assert [s.name for s in configured(checked)] == [name.removesuffix(".yaml")]
+        assert speedrunner_settings(checked).methods == {}
+    runs = {k: v for k, v in BASE.items() if k != "protocol"}
+    with pytest.raises(ConfigError, match=r"^config key protocol: methods are configured, so the protocol"):
+        check_config(runs)
 
 
 def test_the_laptop_learning_preset_is_the_default_run_over_three_seeds():

@@ -35,7 +35,7 @@ rule rollout:
         skill_calls=f"{RUN}/train/batch{{k}}/skill_calls.parquet",
     params:
         settings=settings("speedrunner", "run"),
-        sleep_every=config["protocol"]["sleep_every"],
+        sleep_every=PROTOCOL.sleep_every,
         wall_s=config["budgets"]["rollout_wall_s"],
     resources:
         llm=llm_units(PROTOCOL.sleep_every, "train"),

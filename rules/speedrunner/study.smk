@@ -6,7 +6,7 @@ from skillrepro.methods import get_method
 ANALYSIS_STUDY = study_of(_RUN, CONFIG_NAME)
 CAPTIONS = "../../report"
 PHASED = [b for b, d in BENCHMARKS.items() if d.after]
-TRUNCATION = (config.get("analysis") or {}).get("truncation")
+TRUNCATION = _RUN.analysis.get("truncation")
 
 
 def v0_shows_skills(bench, variant):
@@ -26,9 +26,9 @@ TRUNCATION_FILES = [
               *TRUNCATION["sizes"], "all"]
     for table in ("episodes", "llm_calls", "skill_calls")
 ] if TRUNCATION else []
-CROSS_MODEL = (config.get("analysis") or {}).get("cross_model") or {}
+CROSS_MODEL = _RUN.analysis["cross_model"]
 # Appendix G.2: figure number -> the model whose runs it shows (analysis.cross_model_figures).
-CROSS_FIGURES = {int(k.removeprefix("figure")): v for k, v in config["analysis"]["cross_model_figures"].items()}
+CROSS_FIGURES = {int(k.removeprefix("figure")): v for k, v in _RUN.analysis["cross_model_figures"].items()}
 
 
 def cross_model_folder(label, what):

@@ -5,8 +5,8 @@ rule sample_tasks:
         settings=settings("speedrunner", "tasks"),
         # The splits never overlap (Benchmark.sample_tasks), so each is drawn alone: a new n_test leaves
         # the training list, and every rollout that reads it, untouched.
-        n_tasks=lambda w: config["protocol"]["train_rollouts" if w.split == "train" else "n_test"],
-        task_seed=config["protocol"]["task_seed"],
+        n_tasks=lambda w: PROTOCOL.train_rollouts if w.split == "train" else PROTOCOL.n_test,
+        task_seed=PROTOCOL.task_seed,
     log:
         "logs/sample_tasks/{bench}_seed{seed}_{split}.log",
     benchmark:

@@ -1,7 +1,7 @@
 # The library view, the sleep phase view and the episode view of every run (src/skillrepro/studies/speedrunner/views.py): HTML pages
 # made from the run's records, in the report under "Libraries", "Sleep phases" and "Episodes". Their sizes are
 # bounded by analysis.views; the helpers that name their files are in rules/common.smk.
-VIEW_LIMITS = config["analysis"]["views"]
+VIEW_LIMITS = _RUN.analysis["views"]
 VIEW_TABLES = ("episodes", "steps", "skill_calls", "llm_calls")  # of every checkpoint (eval/v{k}/)
 # One report label per page, unique in its table. Snakemake 9's report turns any label after the first that has
 # two values, each on half of a table's results, into a toggle, and then looks each row up under the toggle's

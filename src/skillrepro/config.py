@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import hashlib
 import json
 import math
-import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-SCHEMAS = Path(__file__).resolve().parent / "schemas"  # package data: the config's and each study section's
+SCHEMAS = Path(__file__).resolve().parent / "schemas"  # package data: the shared sections' and each study's
 SCHEMA = SCHEMAS / "config.schema.yaml"
 # One episode's wall clock, in seconds: budgets.rollout_wall_s's default (the schema's, under test) and every
 # function's default for it. An int as the schema writes it; the functions take float(ROLLOUT_WALL_S).
@@ -149,12 +149,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         return yaml.safe_load(f) or {}
 
 
-def _where(error: jsonschema.ValidationError, section: str = "") -> str:
-    return ".".join([section] * bool(section) + [str(p) for p in error.absolute_path]) or "(top level)"
-
-
-def _describe(error: jsonschema.ValidationError, section: str = "") -> str:
-    key = _where(error, section)
+def _describe(error: jsonschema.ValidationError) -> str:
+    key = ".".join(str(p) for p in error.absolute_path) or "(top level)"
     v = error.validator
     if v == "enum":
         return f"config key {key}: {error.instance!r} is not allowed; allowed values: {', '.join(map(str, error.validator_value))}"
@@ -203,32 +199,35 @@ def _check_values(config: Any) -> None:
             stack.extend((f"{where}.{i}", v) for i, v in enumerate(value))
 
 
-def study_sections() -> tuple[str, ...]:
-    """The top-level keys that studies own: each has a schema of its own, schemas/<section>.schema.yaml in the
-    package, which validate_section checks it against (each study's contract object names its own)."""
-    return tuple(sorted(p.name.removesuffix(".schema.yaml") for p in SCHEMAS.glob("*.schema.yaml")
-                        if p != SCHEMA))
+@functools.cache
+def _schema(path: Path) -> dict[str, Any]:
+    """A schema file, parsed once per process (PyYAML parses the five in ~40 ms, and every job's start reads them);
+    the caller copies it before changing it."""
+    return yaml.safe_load(path.read_text())
 
 
-def validate(config: dict[str, Any], *, check_files: bool = True, billing: bool = True) -> dict[str, Any]:
-    """Validate `config` against the schema and the shared sections' rules a schema can not say that need no
-    registry; return it with the schema's defaults. skillrepro.check.check_config adds the checks against the
-    registries (methods, benchmarks, models), and each study's settings builder its own sections' rules (the
-    SpeedRunner loop's: studies/speedrunner/settings.py). Raises ConfigError with one message naming the key;
-    nothing is started. `billing=False` leaves out the billed backend's key and prices (`check_billing`): a plan
-    needs neither."""
+def study_schemas() -> dict[str, Path]:
+    """The top-level sections that studies own, each with the schema file that checks it: a study's own file in
+    the package, schemas/<study>.schema.yaml, whose `properties` are the sections it owns (`validate_sections`)."""
+    return {section: path for path in sorted(SCHEMAS.glob("*.schema.yaml")) if path != SCHEMA
+            for section in _schema(path)["properties"]}
+
+
+def validate(config: dict[str, Any], *, check_files: bool = True) -> dict[str, Any]:
+    """Validate `config`'s shared sections against the main schema and the rules a schema can not say that need no
+    registry; return it with the schema's defaults. A study's sections are only required to be mappings here: each
+    study checks its own against its schema (`validate_sections`) when its settings are built, and
+    skillrepro.check.check_config adds the checks against the registries (methods, benchmarks, models) and builds
+    every configured study's settings. Raises ConfigError with one message naming the key; nothing is started."""
     _check_values(config)
     config = copy.deepcopy(config)
-    schema = yaml.safe_load(SCHEMA.read_text())
-    own = study_sections()  # checked against their own schemas when their studies' settings are built
-    schema["properties"].update({s: {"type": "object", "description": f"checked by src/skillrepro/schemas/{s}.schema.yaml"}
-                                 for s in own})
+    schema = copy.deepcopy(_schema(SCHEMA))
+    own = study_schemas()
+    schema["properties"].update({s: {"type": "object", "description": f"checked by {path.name}"}
+                                 for s, path in own.items()})
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError(_describe(errors[0]))
-    if config.get("methods") and "protocol" not in config:  # the schema's empty protocol is for a config without runs
-        raise ConfigError("config key protocol: methods are configured, so the protocol of their runs is needed "
-                          "(train_rollouts, sleep_every, eval_every, n_test, seeds)")
     # Defaults come from the schema, through snakemake's own validator, so there is one list of them.
     # lazy: start-up cost: snakemake.utils adds ~10 % to `import skillrepro.check`, 80-130 ms to this module's own
     from snakemake.utils import validate
@@ -239,8 +238,6 @@ def validate(config: dict[str, Any], *, check_files: bool = True, billing: bool 
 
     llm = LLMConfig.from_dict(config["llm"])
     _check_llm(llm, check_files)
-    if billing:
-        check_billing(config, env=check_files)
     # a reasoning model's cap holds its reasoning too: the actor's cap, room included, must leave a prompt room (a
     # study checks its own roles' caps: SpeedRunner's sleep phases in studies/speedrunner/settings.py)
     check_reply_cap(llm, "actor", llm.max_tokens)
@@ -250,21 +247,36 @@ def validate(config: dict[str, Any], *, check_files: bool = True, billing: bool 
     return config
 
 
-def validate_section(config: dict[str, Any], section: str) -> dict[str, Any]:
-    """A study's config section (`{}` when absent) checked against its own schema, schemas/<section>.schema.yaml in
-    the package, with the main schema's messages (the key named as `<section>.<key>`, a ConfigError); returned as a copy with
-    the schema's defaults."""
-    value = copy.deepcopy(config.get(section) or {})
-    path = SCHEMAS / f"{section}.schema.yaml"
-    schema = yaml.safe_load(path.read_text())
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
+def validate_sections(config: dict[str, Any], schema: str) -> dict[str, Any]:
+    """The sections a study's schema file `schema` (under schemas/ in the package) owns, checked against it with
+    the main schema's messages (a ConfigError naming `<section>.<key>`) and returned as a copy with the schema's
+    defaults: a section the config leaves out is its default (SpeedRunner's `protocol` without runs, `{}` with its
+    keys' defaults for the others)."""
+    owned = _schema(SCHEMAS / schema)
+    given = json.dumps({k: config[k] for k in owned["properties"] if k in config}, sort_keys=True, default=str)
+    return json.loads(_with_defaults(schema, given))
+
+
+@functools.lru_cache(maxsize=64)
+def _with_defaults(schema: str, given: str) -> str:
+    """validate_sections of the sections `given` as JSON, as JSON: once per process for each distinct value (a
+    job's start-up and each rule's settings ask it again and again of the same config)."""
+    path = SCHEMAS / schema
+    value = json.loads(given)
+    errors = sorted(jsonschema.Draft202012Validator(_schema(path)).iter_errors(value),
+                    key=lambda e: list(e.absolute_path))
     if errors:
-        raise ConfigError(_describe(errors[0], section))
+        raise ConfigError(_describe(errors[0]))
     # lazy: start-up cost, as in validate()
     from snakemake.utils import validate
 
     validate(value, str(path), set_default=True)
-    return value
+    return json.dumps(value)
+
+
+def validate_section(config: dict[str, Any], section: str) -> dict[str, Any]:
+    """One study section (`validate_sections`), checked against the schema file that owns it."""
+    return validate_sections(config, study_schemas()[section].name)[section]
 
 
 def _check_llm(llm: LLMConfig, check_files: bool) -> None:
@@ -291,36 +303,6 @@ def check_reply_cap(llm: LLMConfig, role: str, tokens: int) -> None:
                           f"which leave no room for a prompt in llm.ctx_per_slot {llm.ctx_per_slot}")
 
 
-def billing_problems(config: dict[str, Any], *, env: bool = True) -> list[str]:
-    """What a billed backend (openai) still lacks before its first request: the API key's environment variable
-    and the model's prices, each a message naming its key; [] when nothing. A dry run plans without them
-    (the Snakefile lists them); a real run refuses before its first job (its onstart calls `check_billing`).
-    `env=False`: the environment variable is not looked at."""
-    llm = LLMConfig.from_dict(config["llm"])
-    if llm.backend != "openai":
-        return []
-    problems = []
-    if env and not os.environ.get(llm.api_key_env):
-        problems.append(f"config key llm.api_key_env: environment variable {llm.api_key_env} is not set")
-    for model in dict.fromkeys((llm.model, (config.get("inducer") or {}).get("model") or llm.model)):
-        rates = (config.get("pricing") or {}).get(model)
-        if rates is None:
-            problems.append(f"config key pricing: no price for model {model!r} (backend openai is billed)")
-        elif not any(rates.values()):
-            # A preset ships zeros where the provider's rates go: a billed run priced at $0 would be a wrong
-            # figure 3, not a free one.
-            problems.append(f"config key pricing.{model}: every rate is 0 for a billed model; put your "
-                            "provider's dollars per million tokens there")
-    return problems
-
-
-def check_billing(config: dict[str, Any], *, env: bool = True) -> None:
-    """Raise ConfigError naming the first of `billing_problems` (the key, the variable)."""
-    problems = billing_problems(config, env=env)
-    if problems:
-        raise ConfigError(problems[0])
-
-
 def prices(config: dict[str, Any]) -> dict[str, Price]:
     """Config section `pricing`: model -> its Price (a model it does not name costs nothing)."""
     return {m: Price(r["input"], r["output"], r.get("cached_input")) for m, r in (config.get("pricing") or {}).items()}
@@ -343,16 +325,6 @@ def actor_config(config: dict[str, Any]) -> ActorConfig:
 
 def benchmarks(config: dict[str, Any]) -> list[BenchmarkConfig]:
     return [benchmark(config, k) for k in config["benchmarks"]]
-
-
-def methods(config: dict[str, Any]) -> list[MethodConfig]:
-    return [
-        MethodConfig(
-            variant=k, method=v["method"], options=dict(v.get("options") or {}),
-            benchmarks=tuple(v["benchmarks"]) if v.get("benchmarks") is not None else None,
-        )
-        for k, v in config["methods"].items()
-    ]
 
 
 def sandbox_require(config: dict[str, Any]) -> tuple[str, ...]:

@@ -35,9 +35,8 @@ HEAD = re.compile(r"[A-Za-z_][\w-]*")
 def merged_schema() -> dict:
     schema = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
     for path in sorted(SCHEMAS.glob("*.schema.yaml")):
-        section = path.name.removesuffix(".schema.yaml")
-        if section != "config":  # a study's own section (skillrepro.config.study_sections)
-            schema["properties"][section] = yaml.safe_load(path.read_text())
+        if path.name != "config.schema.yaml":  # a study's own sections (skillrepro.config.study_schemas)
+            schema["properties"].update(yaml.safe_load(path.read_text())["properties"])
     return schema
 
 

@@ -27,7 +27,7 @@ import pytest
 from snakemake.iocontainers import Wildcards  # a job's wildcards, as a script sees them
 
 from skillrepro.check import STUDIES, check_config, job_fingerprint
-from skillrepro.config import SCHEMAS, ConfigError, load_yaml, validate, validate_section
+from skillrepro.config import SCHEMAS, ConfigError, load_yaml, study_schemas, validate, validate_sections
 from skillrepro.studies.contract import SettingsError, Study
 from repo import ROOT, copy_workflow, scheduled, snakemake
 
@@ -62,12 +62,13 @@ def placeholder(value) -> bool:
 def test_the_study_is_declared_whole(study: Study):
     schema = SCHEMAS / study.schema
     assert schema.is_file(), f"{study.name}: no schema {schema}"
-    for section in study.sections:
-        if study.schema != "config.schema.yaml":  # a section with its own schema file is named after it
-            assert schema.name == f"{section}.schema.yaml"
+    # its own schema file, named after it, checks exactly the sections it owns, which no other file checks
+    assert schema.name == f"{study.name}.schema.yaml"
+    assert tuple(load_yaml(schema)["properties"]) == study.sections
+    assert {s: p.name for s, p in study_schemas().items() if s in study.sections} == dict.fromkeys(study.sections, schema.name)
     # its declaration, and the functions it names, are its own package's: a study is a peer, not a guest
     home = f"skillrepro.studies.{study.name}"
-    for function in (study.builder, study.fingerprint, study.job):
+    for function in (study.builder, study.fingerprint, study.job, study.check, study.models):
         if function is not None:
             assert function.__module__.startswith(home + "."), f"{study.name}: {function.__qualname__} of {function.__module__}"
     assert set(study.keyed_by) <= set(study.wildcards)
@@ -79,7 +80,7 @@ def test_every_preset_that_sets_the_section_builds_the_settings(study: Study):
     presets = [p for p in PRESETS if set(study.sections) & set(load_yaml(p))]
     assert presets, f"no preset sets {study.name}'s section(s) {study.sections}"
     for preset in presets:
-        config = validate(as_loaded(preset), check_files=False, billing=False)
+        config = validate(as_loaded(preset), check_files=False)
         if placeholder([config.get(s) for s in study.sections]):
             with pytest.raises(ConfigError, match="is still the preset's placeholder"):
                 study.settings(config)
@@ -103,7 +104,7 @@ def test_a_bad_key_stops_the_config_check_naming_it(study: Study):
 def instance(study: Study, config: dict) -> dict:
     """Values of the wildcards a fingerprint is keyed by, for one job of `config`: its first benchmark and
     variant; none for a KV-cache model (a job across the study's models)."""
-    first = {"bench": next(iter(config["benchmarks"])), "variant": next(iter(config["methods"]), None),
+    first = {"bench": next(iter(config["benchmarks"])), "variant": next(iter(config.get("methods") or {}), None),
              "sbench": study.settings(config).benchmarks[0] if study.name == "scaffold" else None, "kvmodel": None}
     missing = set(study.keyed_by) - set(first)
     assert not missing, f"say here which value a {study.name} job's {missing} takes"
@@ -156,10 +157,8 @@ def preset_for(study: Study, kind: str) -> tuple[dict, dict]:
         if not set(study.sections) & set(load_yaml(preset)) or placeholder([load_yaml(preset).get(s)
                                                                                for s in study.sections]):
             continue
-        config = validate(as_loaded(preset), check_files=False, billing=False)
-        for section in study.sections:  # the section's defaults written out, so that each is a key to change
-            if study.schema != "config.schema.yaml":
-                config[section] = validate_section(config, section)
+        config = validate(as_loaded(preset), check_files=False)
+        config.update(validate_sections(config, study.schema))  # the defaults written out: each a key to change
         wildcards = instance(study, config)
         keys = study.keys(kind, **{k: v for k, v in wildcards.items() if v is not None})
         if any(list(leaves(lookup(config, k), k)) for k in keys if not k.startswith("!")):
@@ -183,7 +182,7 @@ def test_a_kinds_fingerprint_ignores_key_order_and_changes_with_what_it_reads(st
                     continue
                 other = changed(config, path, value)
                 try:
-                    validate(copy.deepcopy(other), check_files=False, billing=False)
+                    validate(copy.deepcopy(other), check_files=False)
                     study.settings(other)
                 except ConfigError:
                     continue  # not a value the schema takes here: another leaf of the key
@@ -216,7 +215,7 @@ def test_a_job_starts_only_under_the_settings_its_rule_recorded(study: Study):
 
     preset = next(p for p in PRESETS if set(study.sections) & set(load_yaml(p))
                   and not placeholder([load_yaml(p).get(s) for s in study.sections]))
-    config = validate(as_loaded(preset), check_files=False, billing=False)
+    config = validate(as_loaded(preset), check_files=False)
     wildcards = {k: v for k, v in instance(study, config).items() if v is not None}
     if study.name == "kvcache":  # one model's job
         wildcards["kvmodel"] = next(iter(study.settings(config).model_llms(config)))

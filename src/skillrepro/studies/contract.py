@@ -36,8 +36,8 @@ class SettingsError(RuntimeError):
 @dataclass(frozen=True)
 class Study:
     name: str
-    sections: tuple[str, ...]  # the config sections it owns
-    schema: str  # the schema file under src/skillrepro/schemas/ that checks them
+    sections: tuple[str, ...]  # the top-level config sections it owns; set, they make it a configured study
+    schema: str  # its schema file under src/skillrepro/schemas/, whose `properties` are those sections
     builder: Callable[[dict[str, Any]], Any]  # config -> the study's typed settings (a ConfigError naming the key)
     # job kind -> what a job of that kind reads: config keys ("section" or "section.key"); the study's fingerprint
     # function says how (its docstring), and a key written "!section.key" is one the kind leaves out
@@ -58,6 +58,9 @@ class Study:
     # method's options, a benchmark's task pool), run once before any job (skillrepro.check.check_config) where
     # the config sets its sections; the builder's own checks run at every job's start too
     check: Callable[[dict[str, Any]], None] | None = None
+    # config -> {config key: model} of the models its jobs call besides llm.model, named as llm.model is (checked
+    # against the shipped ones, priced for a billed backend: skillrepro.check.models); None for none
+    models: Callable[[dict[str, Any]], dict[str, str]] | None = None
     # its results' record-folder kinds: frozen dataclasses whose `folder` writes a path and whose classmethod
     # `of(path)` reads the kind back from that folder or anything under it (the contract test checks both ways)
     layout: tuple[type, ...] = ()

@@ -28,7 +28,7 @@ from skillrepro.benchmarks import benchmark_class
 from skillrepro.methods import get_method
 from skillrepro.store import views
 from skillrepro.studies.speedrunner.paths import folder_of
-from skillrepro.studies.speedrunner.settings import inducer_limits, protocol
+from skillrepro.studies.speedrunner.settings import inducer_limits, methods, protocol
 
 SHIPPED = files("skillrepro") / "resources" / "cost_calibration.csv"
 TOKENS = ["calls", "prompt", "cached", "output"]  # per unit
@@ -89,7 +89,7 @@ def units(config: dict[str, Any]) -> pd.DataFrame:
     benches = {b.name: b for b in cfg.benchmarks(config)}
     rows = []
     for b in benches.values():
-        for m in cfg.methods(config):
+        for m in methods(config):
             if not m.runs_on(b.name):
                 continue
             for seed in proto.seeds:

@@ -12,8 +12,8 @@ from typing import Any
 from skillrepro.agent import Prompts
 from skillrepro.benchmarks import load_benchmark
 from skillrepro.config import (ActorConfig, BenchmarkConfig, ConfigError, LLMConfig, MethodConfig, Price,
-                               actor_config, benchmarks, check_reply_cap, file_digest, fingerprint, llm_config, methods,
-                               prices, sandbox_require, seeded)
+                               actor_config, benchmarks, check_reply_cap, file_digest, fingerprint, llm_config, prices,
+                               sandbox_require, seeded, validate_sections)
 from skillrepro.methods import InducerLimits, Variant, bind, check_benchmarks, get_method, registry
 from skillrepro.skills.isolation import SandboxPolicy
 from skillrepro.skills.sandbox import probe
@@ -58,29 +58,58 @@ class SpeedRunnerSettings:
     actor: ActorConfig
     sandbox_require: tuple[str, ...]  # config key sandbox.require: layers every sandbox of a run must have
     prices: dict[str, Price]  # config section pricing: model -> its price (the tables' and views' dollars)
+    analysis: dict[str, Any]  # config section analysis, with its defaults: the tables', figures' and pages' extras
+
+
+SCHEMA = "speedrunner.schema.yaml"  # its sections: methods, protocol, inducer, analysis
+
+
+def own(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` with the loop's sections checked against its schema and their defaults filled (a ConfigError
+    naming the key); a config without runs (the KV-cache study's or SkillScaffold's) gets the protocol's empty
+    default."""
+    if config.get("methods") and "protocol" not in config:
+        raise ConfigError("config key protocol: methods are configured, so the protocol of their runs is needed "
+                          "(train_rollouts, sleep_every, eval_every, n_test, seeds)")
+    return {**config, **validate_sections(config, SCHEMA)}
 
 
 def speedrunner_settings(config: dict[str, Any]) -> SpeedRunnerSettings:
-    """The loop's typed settings. The main schema (config.validate) checks its sections' keys; where the config
-    configures runs (a `methods` section), `check_loop` adds the rules a schema can not say, a ConfigError naming
-    the key (a config without runs, the KV-cache study's or SkillScaffold's, has the protocol's empty default)."""
+    """The loop's typed settings: its sections checked against its schema (`own`); where the config configures
+    runs (a `methods` section), `check_loop` adds the rules a schema can not say, a ConfigError naming the key."""
+    config = own(config)
     llm, limits, proto = llm_config(config), inducer_limits(config), protocol(config)
-    if config.get("methods"):
+    if config["methods"]:
         check_loop(config, llm, limits, proto)
     return SpeedRunnerSettings(llm, limits, proto, {b.name: b for b in benchmarks(config)},
                                {m.variant: m for m in methods(config)}, actor_config(config), sandbox_require(config),
-                               prices(config))
+                               prices(config), config["analysis"])
 
 
 def protocol(config: dict[str, Any]) -> Protocol:
-    p = dict(config["protocol"])
+    """Config section `protocol`, a run's rollouts and task draws."""
+    p = dict(own(config)["protocol"])
     p["seeds"] = tuple(p["seeds"])
     return Protocol(**p)
 
 
 def inducer_limits(config: dict[str, Any]) -> InducerLimits:
     """Config section `inducer`, the sleep phases' limits."""
-    return InducerLimits(**config["inducer"])
+    return InducerLimits(**own(config)["inducer"])
+
+
+def methods(config: dict[str, Any]) -> list[MethodConfig]:
+    """Config section `methods`: each variant, its method and options as given (its method's options class
+    parses them)."""
+    return [MethodConfig(variant=k, method=v["method"], options=dict(v.get("options") or {}),
+                         benchmarks=tuple(v["benchmarks"]) if v.get("benchmarks") is not None else None)
+            for k, v in own(config)["methods"].items()]
+
+
+def sleep_models(config: dict[str, Any]) -> dict[str, str]:
+    """SPEEDRUNNER.models: the sleep phases' own model (inducer.model), where it names one."""
+    model = inducer_limits(config).model
+    return {"inducer.model": model} if model else {}
 
 
 def trajectory_tokens(config: dict[str, Any]) -> int:
@@ -129,6 +158,7 @@ def check_registries(config: dict[str, Any]) -> None:
     each benchmark's pools hold the tasks the protocol draws."""
     if not config.get("methods"):  # no runs: the KV-cache study's or SkillScaffold's config
         return
+    config = own(config)
     known = sorted(registry())
     for variant, m in config["methods"].items():
         # a name outside the registry gets the schema's message for a value outside a list: the list is the
@@ -275,8 +305,8 @@ def loop_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, bench: s
 
 SPEEDRUNNER = Study(
     name="speedrunner",
-    sections=("methods", "benchmarks", "protocol"),
-    schema="config.schema.yaml",
+    sections=("methods", "protocol", "inducer", "analysis"),
+    schema=SCHEMA,
     builder=speedrunner_settings,
     # "benchmark", "call_budget" and "method" are the job's own benchmarks.<bench> (without its call budget and
     # evaluate_on), benchmarks.<bench>.llm_call_budget and methods.<variant> (run_fingerprint)
@@ -296,5 +326,6 @@ SPEEDRUNNER = Study(
            "method": "methods.{variant}"},
     wildcards=("bench", "variant", "seed", "k", "split", "target", "n"),
     check=check_registries,
+    models=sleep_models,
     layout=(Run,),
 )
