@@ -14,7 +14,7 @@ if not workflow.overwrite_configfiles:
     workflow.configfile(os.path.join(workflow.basedir, "config.yaml"))
 
 
-from skillrepro.check import billing_problems, check_config
+from skillrepro.check import billing_problems, check_config, configured
 
 # A billed backend's key and prices are not needed to plan (`-n`): they are listed here, and a real run
 # refuses before its first job without them (on_start, rules/common.smk).
@@ -67,14 +67,11 @@ wildcard_constraints:
 request_gpus(workflow.rules)
 
 
-# Every configured study's targets: SpeedRunner's tables and figures and each run's library and episode pages
-# (rules/speedrunner/views.smk) where the config declares methods, and each other study's `<study>_all` where its
-# section is set. `snakemake --report report.html` afterwards bundles them.
+# Every configured study's targets (a study is configured where the config sets one of its sections): its rule
+# `<study>_all`. `snakemake --report report.html` afterwards bundles them.
 rule all:
     input:
-        [PAPER_TARGETS, VIEW_TARGETS] if config.get("methods") else [],
-        rules.kvcache_all.input if config.get("kvcache") else [],
-        rules.scaffold_all.input if config.get("scaffold") else [],
+        [getattr(rules, f"{study.name}_all").input for study in configured(config)],
     default_target: True
 
 

@@ -252,21 +252,26 @@ def validate_sections(config: dict[str, Any], schema: str) -> dict[str, Any]:
     the main schema's messages (a ConfigError naming `<section>.<key>`) and returned as a copy with the schema's
     defaults: a section the config leaves out is its default (SpeedRunner's `protocol` without runs, `{}` with its
     keys' defaults for the others)."""
-    owned = _schema(SCHEMAS / schema)
-    given = json.dumps({k: config[k] for k in owned["properties"] if k in config}, sort_keys=True, default=str)
-    return json.loads(_with_defaults(schema, given))
+    path = SCHEMAS / schema
+    given = {k: config[k] for k in _schema(path)["properties"] if k in config}
+    errors = sorted(_validator(path).iter_errors(given), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise ConfigError(_describe(errors[0]))
+    # default=str: a value of no JSON type can only sit where the schema takes anything (a method's options)
+    return json.loads(_with_defaults(path, json.dumps(given, sort_keys=True, default=str)))
+
+
+@functools.cache
+def _validator(path: Path) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(_schema(path))
 
 
 @functools.lru_cache(maxsize=64)
-def _with_defaults(schema: str, given: str) -> str:
-    """validate_sections of the sections `given` as JSON, as JSON: once per process for each distinct value (a
-    job's start-up and each rule's settings ask it again and again of the same config)."""
-    path = SCHEMAS / schema
+def _with_defaults(path: Path, given: str) -> str:
+    """The checked sections `given` (JSON) with the schema's defaults (JSON), once per process for each value: a
+    job's start-up and each rule's settings ask it again and again of the same config."""
     value = json.loads(given)
-    errors = sorted(jsonschema.Draft202012Validator(_schema(path)).iter_errors(value),
-                    key=lambda e: list(e.absolute_path))
-    if errors:
-        raise ConfigError(_describe(errors[0]))
+    # Defaults come from the schema through snakemake's own validator, as in validate().
     # lazy: start-up cost, as in validate()
     from snakemake.utils import validate
 

@@ -73,6 +73,9 @@ def test_the_study_is_declared_whole(study: Study):
             assert function.__module__.startswith(home + "."), f"{study.name}: {function.__qualname__} of {function.__module__}"
     assert set(study.keyed_by) <= set(study.wildcards)
     assert study.reads and all(study.reads.values())
+    # its targets, which the default target `all` takes where the config sets one of its sections
+    rules = "".join(p.read_text() for p in sorted((ROOT / "rules" / study.name).glob("*.smk")))
+    assert re.search(rf"^rule {study.name}_all:$", rules, re.M), f"{study.name}: no rule {study.name}_all"
 
 
 @pytest.mark.parametrize("study", STUDIES, ids=ids)
@@ -452,9 +455,9 @@ def test_the_add_a_study_example_runs_as_written(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "src"))
     env.pop("SKILLREPRO_LLM_URL", None)
 
-    def snakemake(extra: str, *args):
+    def snakemake(extra: str, *args, target: tuple[str, ...] = ("openings_all",)):
         (tmp_path / "config.yaml").write_text(config + extra)
-        return subprocess.run([sys.executable, "-m", "snakemake", "results/tables/openings.csv", "--cores", "1", *args],
+        return subprocess.run([sys.executable, "-m", "snakemake", *target, "--cores", "1", *args],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
     bad = snakemake("openings: {n: 2, m: 1}\n", "-n")
@@ -467,3 +470,8 @@ def test_the_add_a_study_example_runs_as_written(tmp_path):
     # a key the kind does not read, then one it does (written-out defaults are no change)
     assert "Nothing to be done" in snakemake("openings: {n: 2, seed: 0}\nbudgets: {inducer_requests: 3}\n", "-n").stdout
     assert "rule openings:" in snakemake("openings: {n: 2, seed: 1}\n", "-n").stdout
+    # the default target, `all`, is the union of the configured studies' `<study>_all`: the new one's joins it
+    assert "rule openings:" in snakemake("openings: {n: 2, seed: 1}\n", "-n", target=()).stdout
+    planned = snakemake("", "-n", "--forceall", target=())
+    assert planned.returncode == 0 and "rule sample_tasks:" in planned.stdout, planned.stderr[-2000:]
+    assert "rule openings:" not in planned.stdout

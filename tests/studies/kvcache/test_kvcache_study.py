@@ -305,7 +305,7 @@ def test_a_lockstep_live_run_sends_each_step_of_a_group_together(alfworld):
 
 
 def test_schema_lists_every_format():
-    props = yaml.safe_load((SCHEMAS / "kvcache.schema.yaml").read_text())["properties"]["formats"]
+    props = yaml.safe_load((SCHEMAS / "kvcache.schema.yaml").read_text())["properties"]["kvcache"]["properties"]["formats"]
     assert tuple(props["items"]["enum"]) == tuple(props["default"]) == F.FORMATS
 
 
@@ -314,7 +314,7 @@ def test_gpu_preset_lists_the_seminars_models_and_refuses_placeholders():
     kv = config["kvcache"]
     assert [m["name"] for m in kv["models"]] == ["base", "skillrl-sft", "skillrl-rl"]
     kv["bank"] = None  # past the bank's own placeholder
-    validate(kv, str(SCHEMAS / "kvcache.schema.yaml"), set_default=True)
+    validate({"kvcache": kv}, str(SCHEMAS / "kvcache.schema.yaml"), set_default=True)
     with pytest.raises(ValueError, match=r"kvcache.models\[skillrl-sft\].llm.model is still the preset's "
                                          r"placeholder .*SFT checkpoint.*folder"):
         KVConfig.from_config(config)

@@ -105,7 +105,7 @@ def test_the_schema_offers_exactly_the_intervals():
     import yaml
 
     schema = yaml.safe_load((SCHEMAS / "scaffold.schema.yaml").read_text())
-    assert schema["properties"]["bootstrap_interval"]["enum"] == list(st.INTERVALS)
+    assert schema["properties"]["scaffold"]["properties"]["bootstrap_interval"]["enum"] == list(st.INTERVALS)
 
 
 def test_figure3b_draws_levels_with_their_null_band_and_an_empty_table(tmp_path):
