@@ -21,13 +21,6 @@ from skillrepro.check import billing_problems, check_config, configured
 config.update(check_config(config, billing=False))
 for _need in billing_problems(config):
     logger.warning(f"a real run will refuse to start until this is fixed: {_need}")
-# A billed model: what SpeedRunner's runs will cost, projected from a calibration (studies/speedrunner/cost.py)
-# (once, in the invocation that plans: not again in every cluster job, which parses this file too)
-if workflow.is_main_process and config.get("methods") and (config["llm"]["backend"] == "openai"
-                                 or any((config["pricing"].get(config["llm"]["model"]) or {}).values())):
-    from skillrepro.studies.speedrunner.cost import summary_line
-
-    logger.warning(summary_line(config))
 # Named in report captions and empty-state figures: which configuration produced (or would produce) a result.
 CONFIG_NAME = " ".join(map(str, workflow.overwrite_configfiles)) or "config.yaml"
 

@@ -11,6 +11,13 @@ from skillrepro.studies.speedrunner.settings import trajectory_tokens
 
 _RUN = study_settings("speedrunner")
 INDUCER, PROTOCOL, BENCHMARKS, METHODS = _RUN.inducer, _RUN.protocol, _RUN.benchmarks, _RUN.methods
+# A billed model: what the runs will cost, projected from a calibration (studies/speedrunner/cost.py), once, in the
+# invocation that plans (not again in every cluster job, which parses the rules too)
+_PRICE = _RUN.prices.get(LLM.model)
+if workflow.is_main_process and METHODS and (LLM.backend == "openai" or _PRICE and any(vars(_PRICE).values())):
+    from skillrepro.studies.speedrunner.cost import summary_line  # pandas: imported only to print this
+
+    logger.warning(summary_line(config))
 MODELS_TO_FETCH.add(INDUCER.sleep_llm(LLM).model)  # a sleep phase's own model (inducer.model), if it has one
 
 
