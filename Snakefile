@@ -49,13 +49,6 @@ include: "rules/scaffold/grpo.smk"
 include: "rules/scaffold/heldout.smk"
 
 
-# What each study's wildcards match, in one block (a rule narrows its own where it takes a subset).
-wildcard_constraints:
-    **SPEEDRUNNER_WILDCARDS,
-    **KV_WILDCARDS,
-    **SC_WILDCARDS,
-
-
 # A GPU only for the LLM jobs of a backend that needs one (see rules/common.smk).
 request_gpus(workflow.rules)
 

@@ -18,8 +18,16 @@ _KV_BACKEND = "replay" if KV.replay else LLM.backend
 
 # the runs replayed on the vLLM engine at each kvcache.engine_kv_blocks size (runs.smk: kvcache_engine)
 _KV_ENGINE_FORMATS = KV.engine_formats or KV.formats
-# what its wildcards match (the Snakefile's wildcard_constraints)
-KV_WILDCARDS = dict(kvmodel="|".join(_KV_LLMS), kvfmt="|".join(KV.formats), kvseed=r"\d+", kvblocks=r"\d+")
+
+
+# What its wildcards match (global, as every study's block: rules/speedrunner/common.smk).
+wildcard_constraints:
+    kvmodel="|".join(_KV_LLMS),
+    kvfmt="|".join(KV.formats),
+    kvseed=r"\d+",
+    kvblocks=r"\d+",
+
+
 _KV_TABLE_NAMES = ("headline", "reuse", "steps", "load", "success", "server", "overload", "counters")
 _KV_FIGURE_NAMES = ("reuse", "prefix", "load", "reuse_steps", "recomputed", "preemptions", "success", "server")
 

@@ -25,12 +25,16 @@ SC_COHORT_ITERS = SCAFFOLD.training["cohort_iterations"]
 
 
 SC_SCOUTS = [f"{SC}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts)]
-# what its wildcards match (the Snakefile's wildcard_constraints)
-SC_WILDCARDS = dict(sbench=f"(?:{'|'.join(SC_BENCH) or 'none'})(?:@(?:{'|'.join(SC_CHAIN_NAMES)})\\d+)?",
-                    svariant="|".join(SCAFFOLD.variants + tuple(SCAFFOLD.ablations) + (BASELINE,)), i=r"\d+",
-                    # the held-out evaluation's benchmark and policy folder: base, base-skill, {chain}/ckpt{k}
-                    hbench="|".join(SC_BENCH) or "none",
-                    hpolicy=f"base|{DIRECT_POLICY}|(?:" + "|".join(SC_CHAIN_NAMES) + r")/ckpt[1-9]\d*")
+
+
+# What its wildcards match (global, as every study's block: rules/speedrunner/common.smk).
+wildcard_constraints:
+    sbench=f"(?:{'|'.join(SC_BENCH) or 'none'})(?:@(?:{'|'.join(SC_CHAIN_NAMES)})\\d+)?",
+    svariant="|".join(SCAFFOLD.variants + tuple(SCAFFOLD.ablations) + (BASELINE,)),
+    i=r"\d+",
+    # the held-out evaluation's benchmark and policy folder: base, base-skill, {chain}/ckpt{k}
+    hbench="|".join(SC_BENCH) or "none",
+    hpolicy=f"base|{DIRECT_POLICY}|(?:" + "|".join(SC_CHAIN_NAMES) + r")/ckpt[1-9]\d*",
 
 
 def scaffold_policy(wildcards):

@@ -83,9 +83,14 @@ def variants_whose_sleep(works):
     return "|".join(names) or "(?!)"
 
 
-# what SpeedRunner's wildcards match (the Snakefile's wildcard_constraints)
-SPEEDRUNNER_WILDCARDS = dict(bench="|".join(BENCHMARKS), variant="|".join(METHODS), seed=r"\d+", k=r"\d+",
-                             split="train|test")
+# What SpeedRunner's wildcards match. Global, as every study's block is (Snakemake applies each to every rule, and
+# never over a constraint a pattern or an earlier block already gives): a rule narrows its own.
+wildcard_constraints:
+    bench="|".join(BENCHMARKS),
+    variant="|".join(METHODS),
+    seed=r"\d+",
+    k=r"\d+",
+    split="train|test",
 
 
 def run_path(wildcards, name):
