@@ -15,7 +15,7 @@ INDUCER, PROTOCOL, BENCHMARKS, METHODS = _RUN.inducer, _RUN.protocol, _RUN.bench
 # invocation that plans (not again in every cluster job, which parses the rules too)
 _PRICE = _RUN.prices.get(LLM.model)
 if workflow.is_main_process and METHODS and (LLM.backend == "openai" or _PRICE and any(vars(_PRICE).values())):
-    from skillrepro.studies.speedrunner.cost import summary_line  # pandas: imported only to print this
+    from skillrepro.studies.speedrunner.cost import summary_line  # lazy: it imports pandas, for this line only
 
     logger.warning(summary_line(config))
 MODELS_TO_FETCH.add(INDUCER.sleep_llm(LLM).model)  # a sleep phase's own model (inducer.model), if it has one
