@@ -47,7 +47,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 @dataclass(frozen=True)
 class ViewLimits:
-    """config key analysis.views (defaults and descriptions in src/skillrepro/schemas/config.schema.yaml), and
+    """config key analysis.views (defaults and descriptions in src/skillrepro/schemas/speedrunner.schema.yaml), and
     requests_per_phase, which has no key there yet."""
 
     episodes_per_run: int  # evaluated episodes of a run that get a page
