@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from skillrepro.config import ROLLOUT_WALL_S, SCHEMA, ConfigError, load_yaml, validate
-from skillrepro.check import billing_problems, check_billing, check_config
+from skillrepro.config import (ROLLOUT_WALL_S, SCHEMA, ConfigError, load_yaml, validate, validate_section,
+                               validate_sections)
+from skillrepro.check import billing_problems, check_billing, check_config, configured
 from skillrepro.studies.speedrunner.settings import protocol, speedrunner_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,9 +116,9 @@ def test_a_plan_needs_no_key_and_no_prices(monkeypatch):
 def test_defaults_are_filled_and_checkpoints_follow_the_protocol():
     cfg = check_config({**BASE, "protocol": {"seeds": [0, 1, 2], "train_rollouts": 200, "sleep_every": 10,
                                              "eval_every": 50, "n_test": 30}})
-    assert protocol(cfg).task_seed == 42
-    assert cfg["llm"]["api_key_env"] == "OPENAI_API_KEY"
     p = protocol(cfg)
+    assert p.task_seed == 42
+    assert cfg["llm"]["api_key_env"] == "OPENAI_API_KEY"
     assert p.n_cycles == 20
     assert p.checkpoints == [0, 5, 10, 15, 20]
 
@@ -270,8 +271,6 @@ def test_actor_prompt_files_are_checked_before_any_work(tmp_path):
 def test_study_sections_are_checked_with_the_main_configs_errors():
     """Each study's settings builder validates its sections against its own schema (config.validate_sections): a
     ConfigError naming <section>.<key>, and the schema's defaults filled in, for a section left out too."""
-    from skillrepro.config import validate_section, validate_sections
-
     with pytest.raises(ConfigError, match=r"config key kvcache.vllm_version: '9.9.9' is not allowed"):
         validate_section({"kvcache": {"vllm_version": "9.9.9"}}, "kvcache")
     assert validate_section({}, "kvcache")["vllm_version"] == "0.11.0"
@@ -286,8 +285,6 @@ def test_a_config_of_another_study_needs_no_speedrunner_section():
     """The loop's sections (methods, protocol, inducer, analysis) are its own schema's: the KV-cache and
     SkillScaffold presets set none, check as they are, and leave the loop unconfigured; methods without a
     protocol are refused by the loop's settings, naming the key."""
-    from skillrepro.check import configured
-
     for name in ("kvcache.yaml", "scaffold.yaml"):
         preset = load_yaml(ROOT / "configs" / name)
         assert not {"methods", "protocol", "inducer", "analysis"} & set(preset), name
