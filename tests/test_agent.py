@@ -187,23 +187,23 @@ def test_d4_episode_ended_by_a_full_context_is_counted_not_hidden():
     from skillrepro.llm.client import LLMRequestError
 
     class FullAfter(ScriptedClient):
-        def __init__(self, n, message):
+        def __init__(self, n, message, full):
             super().__init__(["Action: turn_left()"])
-            self.n, self.message = n, message
+            self.n, self.message, self.full = n, message, full
 
         def chat(self, messages, **kw):
             if len(self.requests) >= self.n:
-                raise LLMRequestError(self.message)
+                raise LLMRequestError(self.message, context_full=self.full)
             return super().chat(messages, **kw)
 
     bench = get_benchmark("babyai")
     env = bench.make(bench.sample_tasks("train", 1, 42)[0])
-    full = FullAfter(3, "400 from http://127.0.0.1/v1: the request exceeds the available context size")
+    full = FullAfter(3, "400 from http://127.0.0.1/v1: the request exceeds the available context size", True)
     rec = Actor(full, bench.describe(), 10).run(env, primitive_tools(env), SPEC)
     assert rec.episode.termination == "context" and rec.episode.n_steps == 3
-    # Any other refusal is a setup problem: it stops the job instead of becoming an outcome.
-    with pytest.raises(LLMRequestError, match="unsupported parameter"):
-        Actor(FullAfter(0, "400: unsupported parameter"), bench.describe(), 10).run(
+    # Any other refusal is a setup problem, whatever its words: it stops the job instead of becoming an outcome.
+    with pytest.raises(LLMRequestError, match="array too long"):
+        Actor(FullAfter(0, "400: Invalid 'tools': array too long", False), bench.describe(), 10).run(
             bench.make(env.task_id), primitive_tools(env), SPEC)
 
 

@@ -15,6 +15,7 @@ rule analytics:
         episodes=f"{ANALYTICS}/test_episodes.parquet",
         checkpoints=f"{ANALYTICS}/checkpoints.parquet",
         training=f"{ANALYTICS}/training.parquet",
+        terminations=report(f"{TABLES}/terminations.csv", caption=f"{CAPTIONS}/terminations.rst", category="Tables"),
     params:
         settings=settings("speedrunner", "tables"),
         config_name=CONFIG_NAME,

@@ -31,8 +31,9 @@ from skillrepro.skills.sandbox import SandboxSession
 from skillrepro.store import Episode, LLMCall, SkillCall, Step
 
 PROMPTS = Path(__file__).parent / "prompts"
-# How llama.cpp, vLLM and OpenAI word a prompt that does not fit the context window.
-_CONTEXT_FULL = re.compile(r"context|maximum.{0,40}length|too long", re.IGNORECASE)
+# The one tool that calls any skill by name, listed in place of the skills when primitives and skills together
+# exceed what the backend takes in one request (llm.max_tools, llm/limits.py).
+CALL_SKILL = "call_skill"
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,24 @@ def example_call(tool: Tool) -> str:
     return f"{tool.name}({', '.join(args)})"
 
 
+def dispatch_schema() -> dict[str, Any]:
+    """The native schema of CALL_SKILL: a skill's name and its arguments by parameter name. The names are not an
+    enum: Voyager's library reaches hundreds, and the system prompt lists them with their signatures."""
+    return {"type": "function", "function": {
+        "name": CALL_SKILL,
+        "description": "Call one of the skills listed under Skills in the system prompt.",
+        "parameters": {"type": "object", "properties": {
+            "name": {"type": "string", "description": "the skill's name"},
+            "arguments": {"type": "object", "description": "the skill's arguments, by parameter name"}},
+            "required": ["name", "arguments"]}}}
+
+
+def dispatch_example(tool: Tool) -> str:
+    """A CALL_SKILL call of `tool`, as the dispatch prompt's example shows it."""
+    args = ", ".join(f'"{n}": "<{n}>"' if t == "str" else f'"{n}": <{n}>' for n, t in tool.params)
+    return f'{CALL_SKILL}(name="{tool.name}", arguments={{{args}}})'
+
+
 @dataclass(frozen=True)
 class Prompts:
     system: str = (PROMPTS / "actor_system.txt").read_text()
@@ -150,6 +169,8 @@ class Prompts:
     # Added after every observation when there are skills ("{skills}": their signatures); empty, as in the
     # paper, lists the skills in the system prompt only. A small actor rarely calls a skill listed far above.
     skill_reminder: str = ""
+    # Closes the native protocol when the skills go through CALL_SKILL ("{example}": a call of the first skill)
+    skill_dispatch: str = (PROMPTS / "actor_skill_dispatch.txt").read_text()
     # Where a reply ends, as stop sequences; None: the protocol's own ("\nObservation:" for text, none for
     # native). A small model in native mode writes call after call as JSON lines; "}\n{" ends it after one.
     stop: tuple[str, ...] | None = None
@@ -158,7 +179,8 @@ class Prompts:
 
     # The placeholders each prompt is formatted with (native_protocol is used as written).
     PLACEHOLDERS = {"system": ("environment", "skills", "tools", "notes", "protocol", "returns"), "text_protocol": ("example",),
-                    "json_protocol": ("example",), "native_protocol": None, "skills": ("skills",), "skill_reminder": ("skills",)}
+                    "json_protocol": ("example",), "native_protocol": None, "skills": ("skills",), "skill_reminder": ("skills",),
+                    "skill_dispatch": ("example",)}
 
     @classmethod
     def configured(cls, actor: ActorConfig) -> "Prompts":
@@ -209,6 +231,17 @@ def drop_extra_arguments(parsed: ParsedAction, tool: Tool) -> tuple[ParsedAction
     else:
         args, dropped = parsed.args[:len(tool.params)], ", ".join(repr(v) for v in parsed.args[len(tool.params):])
     return replace(parsed, args=args, named=None), dropped
+
+
+def _dispatched(arguments: dict[str, Any], reasoning: str, extra: int) -> ParsedAction:
+    """A CALL_SKILL call read as the call of the skill it names, so the step records that skill's name."""
+    name, inner = str(arguments.get("name", "")), arguments.get("arguments", {})
+    if isinstance(inner, dict):
+        return ParsedAction(name, list(inner.values()), reasoning, extra=extra, named=dict(inner))
+    if isinstance(inner, list):
+        return ParsedAction(name, inner, reasoning, extra=extra)
+    return ParsedAction(name, [], reasoning, f"{CALL_SKILL}: its arguments must be an object by parameter name, "
+                        f"not {inner!r}", extra=extra)
 
 
 _CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(\((?:[^()]|\([^()]*\))*\))?")
@@ -317,6 +350,8 @@ class Actor:
     prompts: Prompts = field(default_factory=Prompts)
     notes: str = ""  # learned prompt text (a library's notes.md), empty for ReAct
     history_window: int | None = None  # None: the full history (the paper); N: only the last N steps
+    # Native tools one request may list (llm/limits.tool_limit); past it the skills go through CALL_SKILL
+    max_tools: int | None = None
     formatter: Formatter | None = None  # None: the ReAct conversation below
     # When set, each actor call's LLMCall.prompt_token_ids is filled with what this returns for its messages.
     prompt_token_ids: Callable[[list[dict[str, Any]]], list[int]] | None = None
@@ -334,6 +369,8 @@ class Actor:
         protocol = {"text": lambda: self.prompts.text_protocol.format(example=example_call(first)),
                     "constrained": lambda: self.prompts.json_protocol.format(example=example_json(first)),
                     "native": lambda: self.prompts.native_protocol}[self.tool_calling]()
+        if self.dispatches(tools):
+            protocol += self.prompts.skill_dispatch.format(example=dispatch_example(skills[0]))
         notes = f"\nNotes from earlier episodes:\n{self.notes}\n" if self.notes.strip() else ""
         skill_block = self.prompts.skills.format(skills=listing(skills)) if skills else ""
         return self.prompts.system.format(environment=self.environment_text, skills=skill_block,
@@ -345,12 +382,24 @@ class Actor:
         skills = [t.signature for t in tools if not t.primitive]
         return self.prompts.skill_reminder.format(skills="; ".join(skills)) if skills else ""
 
+    def dispatches(self, tools: list[Tool]) -> bool:
+        """Whether the skills go through CALL_SKILL: native tool calls, and more tools than one request may list."""
+        return self.tool_calling == "native" and self.max_tools is not None and len(tools) > self.max_tools
+
     def tool_schemas(self, tools: list[Tool]) -> list[dict[str, Any]] | None:
         """The native protocol's tool schemas, skills before primitives as the system prompt lists them (a
-        small model favours what comes first); None for the text protocol."""
+        small model favours what comes first); past `max_tools`, CALL_SKILL before the primitives, so every
+        skill stays callable in a request the backend takes. None for the text protocol."""
         if self.tool_calling != "native":
             return None
-        return [t.schema() for t in sorted(tools, key=lambda t: t.primitive)]
+        ordered = sorted(tools, key=lambda t: t.primitive)
+        if not self.dispatches(tools):
+            return [t.schema() for t in ordered]
+        primitives = [t.schema() for t in ordered if t.primitive]
+        if len(primitives) + 1 > self.max_tools:
+            raise ValueError(f"{len(primitives)} primitives and {CALL_SKILL} exceed the {self.max_tools} tools one "
+                             "request may list (llm.max_tools)")
+        return [dispatch_schema(), *primitives]
 
     def decoding(self, tools: list[Tool]) -> dict[str, Any] | None:
         """The request fields that constrain the reply (`response_format`, which llama.cpp's server, vLLM and
@@ -403,6 +452,8 @@ class Actor:
             return parse_text_action(reply.text, names)
         tc = reply.tool_calls[0]
         args = tc.arguments.get("__unparsed__")
+        if tc.name == CALL_SKILL and CALL_SKILL not in names and args is None:
+            return _dispatched(tc.arguments, reply.text, len(reply.tool_calls) - 1)
         return ParsedAction(tc.name, list(tc.arguments.values()) if args is None else [], reply.text,
                             "" if args is None else f"could not read the arguments {args!r}",
                             extra=len(reply.tool_calls) - 1, named=dict(tc.arguments) if args is None else None)
@@ -440,7 +491,7 @@ class Actor:
             try:
                 reply = self.request(sent, listed, episode_id, zlib.crc32(f"{seed_key}/{step}".encode()))
             except LLMRequestError as e:
-                if not _CONTEXT_FULL.search(str(e)):
+                if not e.context_full:
                     raise  # a request the server refuses for another reason is a setup problem, not an outcome
                 termination = "context"  # the history outgrew the context window; counted in the tables
                 break

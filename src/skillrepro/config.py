@@ -56,6 +56,7 @@ class LLMConfig:
     max_retries: int = 5
     timeout_s: float = 600
     tool_calling: str = "text"
+    max_tools: int | None = None  # tools one request may list; None: the backend's documented limit (llm/limits.py)
     vllm_args: tuple[str, ...] = ()
     episodes_in_flight: int = 1  # episodes of one batch played at once (each job takes as many `llm` units)
     # role -> reasoning_effort (A.1); sent only where the backend accepts it (see LLMClient.chat)

@@ -46,7 +46,7 @@ class Episode:
     completion_tokens: int
     reasoning_tokens: int
     wall_s: float
-    termination: str  # success | env_done | budget | wall_clock | context | error
+    termination: str  # success | env_done | budget | wall_clock | context (analysis.TERMINATIONS)
     history: str = "full"  # the actor's history policy: "full" (the paper) or "window:N" (last N steps)
 
 

@@ -94,3 +94,46 @@ def test_reference_solves_tasks_through_its_skill_in_the_dag_on_the_real_model(t
     assert table8.loc["0 (no skills)", "n_shown"] == 0
     check_pages_of_the_workflow_run(
         tmp_path, lambda *targets: snakemake(*targets, "--configfile", "ref.yaml", cwd=tmp_path, env=env))
+
+
+@pytest.mark.workflow
+def test_a_library_past_the_providers_tool_limit_is_played_not_zeroed(tmp_path):
+    """Through the real rules, native tool calls to a local stand-in that refuses what OpenAI's Chat Completions
+    refuses (more than 128 tools, with OpenAI's error body): a reference library of 130 public skills (136 tools
+    with BabyAI's primitives). Every request stays within the limit, every test episode plays its whole budget
+    calling the last skill through call_skill, and the terminations table shows no full context. Before the tool
+    limit, every episode ended at step 0 with termination context and main.csv read 0."""
+    from scripted import ProviderStandIn
+    from skillrepro.llm.client import ToolCall
+
+    copy_workflow(tmp_path)
+    library = tmp_path / "big_library"
+    library.mkdir()
+    (library / "skills.py").write_text("\n\n".join(
+        f'def step_{i}():\n    """Go one cell forward (variant {i})."""\n    return go_forward()\n' for i in range(130)))
+    stand_in = ProviderStandIn(lambda body: ToolCall("c", "call_skill", {"name": "step_129", "arguments": {}}))
+    cfg = {
+        "llm": {"backend": "openai", "model": "stand-in", "base_url": stand_in.url, "api_key_env": "STAND_IN_KEY",
+                "max_tokens": 64, "tool_calling": "native", "reasoning_effort": {}, "response_cache": False},
+        "benchmarks": {"babyai": {"env": "babyai", "llm_call_budget": 3}},
+        "methods": {"reference": {"method": "reference", "options": {"library": str(library)}}},
+        "protocol": {"seeds": [0], "train_rollouts": 1, "sleep_every": 1, "eval_every": 1, "n_test": 2},
+        "budgets": {"rollout_wall_s": 300},
+        "pricing": {"stand-in": {"input": 0.1, "output": 0.4}},
+    }
+    (tmp_path / "big.yaml").write_text(yaml.safe_dump(cfg))
+    env = {**{k: v for k, v in os.environ.items() if k != "SKILLREPRO_LLM_URL"}, "STAND_IN_KEY": "x"}
+    try:
+        snakemake("results/tables/main.csv", "--cores", "2", "--configfile", "big.yaml", cwd=tmp_path, env=env)
+    finally:
+        stand_in.close()
+    assert stand_in.refused == [] and max(stand_in.tool_counts) == 7, stand_in.tool_counts  # call_skill + 6
+    run = tmp_path / "results/runs/babyai/reference/seed0"
+    steps = pq.read_table(run / "eval/v1/steps.parquet").to_pandas()
+    assert len(steps) == 6 and set(steps.action) == {"step_129"} and steps.valid.all()
+    frames = pq.read_table(run / "eval/v1/skill_calls.parquet").to_pandas()
+    assert set(frames[frames.parent_frame_id == ""].function) == {"step_129"}
+    ends = pd.read_csv(tmp_path / "results/tables/terminations.csv", keep_default_na=False)
+    assert ends.context.sum() == 0 and ends.budget.sum() == ends.episodes.sum() == 2 + 2 + 1
+    main = pd.read_csv(tmp_path / "results/tables/main.csv")
+    assert main.skill_calls_per_episode_mean.tolist() == [3.0]

@@ -143,6 +143,14 @@ def test_tiny_run_end_to_end_then_only_the_figure_reruns(tiny_run):
         assert 0 < row.cached_token_ratio < 1 and row.cost_per_episode == 0
     checkpoints = pd.read_csv(tmp_path / "results/tables/checkpoints.csv")
     assert list(checkpoints.library_version) == [0, 2, 0, 2]
+    # How every episode ended, test checkpoints and training batches: each of the real model's episodes counted once,
+    # none by a full context (so no row is flagged)
+    ends = pd.read_csv(tmp_path / "results/tables/terminations.csv", keep_default_na=False)
+    test_ends = ends[ends.split == "test"]
+    assert list(zip(test_ends.variant, test_ends.library_version)) == list(zip(checkpoints.variant, checkpoints.library_version))
+    assert (test_ends.episodes == 2).all() and ends[ends.split == "train"].episodes.sum() == 4
+    assert (ends[["success", "env_done", "budget", "wall_clock", "context"]].sum(axis=1) == ends.episodes).all()
+    assert (ends.context == 0).all() and (ends.flag == "").all()
     # SpeedRunner's sleep phases ran the inducer on the real model and wrote v1, v2; ReAct's carried v0 on.
     graph = pd.read_csv(tmp_path / "results/tables/callgraph.csv")
     assert sorted(graph[graph.variant == "speedrunner"].version) == [0, 1, 2]

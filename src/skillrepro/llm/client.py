@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from skillrepro.config import LLMConfig
-from skillrepro.llm import servers
+from skillrepro.llm import limits, servers
 from skillrepro.llm.ledger import Ledger, request_key
 from skillrepro.llm.servers import URL_ENV
 from skillrepro.llm.tokenize import server_root, tokenize
@@ -42,15 +42,23 @@ class LLMFatalError(RuntimeError):
 
 
 class LLMRequestError(RuntimeError):
-    """The server rejected this request (for example, the prompt exceeds the context)."""
+    """The server refused this request with a 4xx that retrying cannot change. `context_full`: it refused it
+    because the prompt and the reply's cap do not fit the context (llm/limits.py says how each backend tells
+    it), which the actor counts as an outcome (termination "context"); any other refusal is a setup problem."""
+
+    def __init__(self, message: str, status: int = 400, error: dict[str, Any] | None = None,
+                 context_full: bool = False):
+        super().__init__(message)
+        self.status, self.error, self.context_full = status, error or {}, context_full
 
 
 class HTTPStatusError(Exception):
     """A reply with a status other than 200."""
 
-    def __init__(self, status: int, message: str, headers: Any):
-        super().__init__(f"{status}: {message}")
-        self.status, self.message, self.headers = status, message, headers
+    def __init__(self, status: int, error: dict[str, Any], headers: Any):
+        self.message = str(error.get("message", ""))
+        super().__init__(f"{status}: {self.message}")
+        self.status, self.error, self.headers = status, error, headers
 
 
 class TransportFault(Exception):
@@ -133,13 +141,13 @@ class LLMClient:
             r = self._sdk.post("/chat/completions", cast_to=httpx2.Response, body=fields,
                                options={"extra_json": extra} if extra else {})
         except openai.APIStatusError as e:
-            raise HTTPStatusError(e.status_code, _error_message(e.response.content), e.response.headers) from e
+            raise HTTPStatusError(e.status_code, _error_object(e.response.content), e.response.headers) from e
         except openai.APITimeoutError as e:  # before APIConnectionError: it is one
             raise TransportFault("timeout", e) from e
         except openai.APIConnectionError as e:
             raise TransportFault("connection", e) from e
         if r.status_code != 200:  # another 2xx: the SDK takes it for success
-            raise HTTPStatusError(r.status_code, _error_message(r.content), r.headers)
+            raise HTTPStatusError(r.status_code, _error_object(r.content), r.headers)
         body = json.loads(r.content.decode("utf-8"))
         if not isinstance(body, dict):
             raise ValueError("the reply is not a JSON object")
@@ -221,7 +229,7 @@ class LLMClient:
         """The reply to `request`, the faults retried before it and whether it came from the run's response
         cache; a request sent is first checked against, and then charged to, the run's dollar cap."""
         if self.ledger is None:
-            return *self._with_retries(request), False
+            return *self._with_retries(request, role), False
         key = request_key(self.cfg.backend, request)
         if (kept := self.ledger.cached(key)) is not None:
             return kept, [], True
@@ -229,7 +237,7 @@ class LLMClient:
                                   request[self.cfg.max_tokens_param])
         dollars = 0.0  # a request that got no reply is counted as free: servers bill none of their errors
         try:
-            response, faults = self._with_retries(request)
+            response, faults = self._with_retries(request, role)
             usage = response.get("usage") or {}
             price = self.ledger.prices.get(self.cfg.model)
             if price is not None and rid is not None:
@@ -285,7 +293,7 @@ class LLMClient:
             from_cache=from_cache,
         )
 
-    def _with_retries(self, request: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    def _with_retries(self, request: dict[str, Any], role: str) -> tuple[dict[str, Any], list[str]]:
         """The reply and the kind of each fault retried before it ("429", "503", "connection", "timeout",
         "truncated_json", "invalid_utf8", "empty_choices", "null_message")."""
         faults: list[str] = []
@@ -301,7 +309,7 @@ class LLMClient:
                 if e.status == 404:
                     raise LLMFatalError(f"404 not found from {self.base_url}: wrong base_url or model {self.cfg.model!r}") from e
                 if e.status < 500 and e.status not in (408, 409, 429):
-                    raise LLMRequestError(f"{e.status} from {self.base_url}: {e.message}") from e
+                    raise self._refused(request, role, e) from e
                 kind, wait, error = str(e.status), retry_after(e.headers), e
             except TransportFault as e:
                 kind, error = e.kind, e
@@ -320,6 +328,29 @@ class LLMClient:
                 wait = min(self.backoff_cap_s, self.backoff_base_s * 2 ** (len(faults) - 1)) * random.uniform(0.5, 1.0)
             log.warning("LLM fault %s from %s; retry %d in %.1f s", kind, self.base_url, len(faults), wait)
             time.sleep(min(wait, self.retry_after_cap_s))
+
+    def _refused(self, request: dict[str, Any], role: str, e: HTTPStatusError) -> LLMRequestError:
+        """The refusal of `request` as an error that names the request (its role, size and tools) and the
+        provider's error fields, and says whether it was a full context (llm/limits.py)."""
+        full = limits.context_overflow(self.cfg.backend, e.status, e.error, lambda: self._measured_full(request))
+        fields = ", ".join(f"{k} {e.error[k]!r}" for k in ("type", "code", "param") if e.error.get(k) is not None)
+        tools = request.get("tools") or []
+        return LLMRequestError(
+            f"{e.status} from {self.base_url} ({fields or 'no error code'}) for a {role} request to "
+            f"{self.cfg.model!r}: {len(request['messages'])} messages, {len(json.dumps(request['messages']))} "
+            f"characters, {len(tools)} tools, a cap of {request.get(self.cfg.max_tokens_param)} tokens: "
+            f"{e.message[:500]}", e.status, e.error, full)
+
+    def _measured_full(self, request: dict[str, Any]) -> bool:
+        """Whether the request's prompt, counted by the server's tokenizer with its tools, leaves less than its
+        reply's cap in llm.ctx_per_slot (vLLM's --max-model-len): how a vLLM length refusal is told apart."""
+        try:
+            n = len(tokenize(server_root(self.base_url), self.cfg.backend, messages=request["messages"],
+                             tools=request.get("tools"), model=self.cfg.model, timeout_s=self.cfg.timeout_s))
+        except (OSError, KeyError, ValueError) as err:
+            log.warning("could not count the refused prompt's tokens with the server's /tokenize: %s", err)
+            return False
+        return n + int(request.get(self.cfg.max_tokens_param) or 1) > self.cfg.ctx_per_slot
 
     def _count_tokens(self, messages: list[dict[str, Any]], completion: str) -> tuple[int, int]:
         """Prompt and completion tokens by the server's own tokenizer: llama.cpp's /apply-template and
@@ -359,12 +390,18 @@ def reported_cached_tokens(response: dict[str, Any]) -> int | None:
     return None
 
 
-def _error_message(content: bytes) -> str:
-    """The message of an error reply: its JSON `error.message`, else the start of the body."""
+def _error_object(content: bytes) -> dict[str, Any]:
+    """The `error` object of an error reply (message, type, code, param as the provider gives them); a body
+    that has none (an HTML page from a proxy) becomes its start as the message. Gemini wraps it in a list."""
     try:
-        return str(json.loads(content)["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        return content[:300].decode("utf-8", "replace")
+        body = json.loads(content)
+        body = body[0] if isinstance(body, list) and body else body
+        error = body["error"]
+        if isinstance(error, dict) and "message" in error:
+            return error
+        return {"message": str(error)}
+    except (ValueError, KeyError, TypeError, IndexError):
+        return {"message": content[:300].decode("utf-8", "replace")}
 
 
 def _tool_calls(msg: dict[str, Any]) -> list[ToolCall]:

@@ -26,13 +26,14 @@ def post_json(url: str, body: dict[str, Any], timeout_s: float) -> Any:
 
 def tokenize(root: str, backend: str, *, text: str | None = None, messages: list[dict] | None = None,
              model: str = "", add_special: bool = False, parse_special: bool | None = None,
-             timeout_s: float = 60.0) -> list[int]:
+             tools: list[dict] | None = None, timeout_s: float = 60.0) -> list[int]:
     """The token ids of `text`, or of `messages` with the chat template and the generation prompt applied, as the
     server at `root` computes them. `backend`: "embedded" (llama.cpp) or "vllm".
 
     `add_special` adds the model's BOS/EOS to the text (for `messages` on llama.cpp: to the templated prompt);
     `parse_special` (llama.cpp) reads special-token text such as `<|im_start|>` as those tokens, None leaving it
-    to the server's default. A token llama.cpp gives as {"id", "piece"} counts by its id."""
+    to the server's default. `tools` (vLLM, with `messages`): tool schemas the chat template writes into the
+    prompt. A token llama.cpp gives as {"id", "piece"} counts by its id."""
     if (text is None) == (messages is None):
         raise ValueError("tokenize: give text or messages, not both")
     if backend == "embedded":
@@ -45,5 +46,7 @@ def tokenize(root: str, backend: str, *, text: str | None = None, messages: list
     if backend == "vllm":
         body = ({"model": model, "messages": messages, "add_generation_prompt": True} if messages is not None
                 else {"model": model, "prompt": text, "add_special_tokens": add_special})
+        if tools and messages is not None:
+            body["tools"] = tools
         return list(post_json(root + "/tokenize", body, timeout_s)["tokens"])
     raise ValueError(f"llm.backend {backend!r} has no /tokenize (embedded or vllm have one)")

@@ -579,3 +579,19 @@ def test_a_runs_folder_reads_back_as_the_run(run: Run):
     assert batch_of(f"{run.folder}/induce/v3/llm_calls.parquet") == (folder_of(f"{run.folder}/eval/v1/episodes.parquet")[0], 2, "sleep")
     with pytest.raises(ValueError, match="not in a run folder"):
         Run.of(f"results/tables/{run.bench}.csv")
+
+
+def test_the_terminations_table_counts_every_end_and_flags_a_full_context():
+    def eps(split, version, ends):
+        return pd.DataFrame({"run_benchmark": "crafter", "eval_benchmark": "crafter", "method": "asi", "variant": "asi",
+                             "seed": range(len(ends)), "split": split, "library_version": version,
+                             "episode_id": [f"{split}{version}/{i}" for i in range(len(ends))], "termination": ends})
+
+    test = pd.concat([eps("test", 0, ["budget", "budget"]), eps("test", 1, ["context", "success"])])
+    table = analysis.termination_counts(test, eps("train", 0, ["env_done", "wall_clock"]))
+    assert list(table.split) == ["test", "test", "train"] and list(table.episodes) == [2, 2, 2]
+    assert table.iloc[1][["success", "context"]].tolist() == [1, 1]
+    assert table.flag.tolist()[0] == "" and table.flag.tolist()[2] == ""
+    assert table.flag.tolist()[1].startswith("1 of 2 episodes ended by context")
+    with pytest.raises(ValueError, match="'error'"):  # an end the table does not know is never dropped
+        analysis.termination_counts(eps("test", 0, ["error"]), test.iloc[:0])

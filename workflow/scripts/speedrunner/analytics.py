@@ -1,5 +1,6 @@
 """DuckDB over exactly the declared record files: every test episode (with its actor cost and skill calls), per-seed
-checkpoint metrics, and the cost of every training cycle (all its calls plus the sleep phase after it)."""
+checkpoint metrics, the cost of every training cycle (all its calls plus the sleep phase after it), and how every
+episode ended (terminations.csv, a warning in the log for each row an episode ended by a full context)."""
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,5 +29,10 @@ per_seed = analysis.checkpoint_metrics(test, study)
 training = analysis.training_cost(train, calls, study)
 for path, frame in ((out.episodes, test), (out.checkpoints, per_seed), (out.training, training)):
     store.write_table(path, pa.Table.from_pandas(frame, preserve_index=False))
+terminations = analysis.termination_counts(test, train)
+store.write_text(out.terminations, terminations.to_csv(index=False))
+for row in terminations[terminations.flag != ""].itertuples():
+    log.warning("%s/%s %s v%d on %s: %s", row.run_benchmark, row.variant, row.split, row.library_version,
+                row.eval_benchmark, row.flag)
 log.info("%d test episodes from %d files, %d checkpoint rows, %d training cycles (%d sleep phases)",
          len(test), len(inp.test_episodes), len(per_seed), len(training), len(inp.sleep_calls))

@@ -326,6 +326,33 @@ def checkpoint_metrics(test: pd.DataFrame, study: Study) -> pd.DataFrame:
     return out
 
 
+# How an episode can end (agent.Actor.run), in the terminations table's column order; the flagged ones are not an
+# end the benchmark gives, so a score they carry says nothing of the method.
+TERMINATIONS = ("success", "env_done", "budget", "wall_clock", "context")
+FLAGGED = {"context": "the prompt outgrew the model's context window (benchmark history_window bounds it)"}
+
+
+def termination_counts(test: pd.DataFrame, train: pd.DataFrame) -> pd.DataFrame:
+    """Episodes by how they ended, per (run benchmark, eval benchmark, method, variant), split and library
+    version (a test checkpoint, or the library a training batch played), summed over seeds; `flag` names
+    every episode that ended other than by the benchmark's own ends (FLAGGED), empty when none did."""
+    keys = [*RUN_KEYS, "split", "library_version"]
+    both = pd.concat([f.assign(split=name) for name, f in (("test", test), ("train", train)) if not f.empty])
+    if both.empty:
+        return pd.DataFrame(columns=[*keys, "episodes", *TERMINATIONS, "flag"])
+    unknown = set(both.termination) - set(TERMINATIONS)
+    if unknown:  # a new end the table would drop silently
+        raise ValueError(f"episodes ended by {sorted(unknown)}, which the terminations table does not know")
+    out = (both.groupby([*keys, "termination"]).size().unstack("termination", fill_value=0)
+           .reindex(columns=list(TERMINATIONS), fill_value=0).reset_index())
+    out.insert(len(keys), "episodes", out[list(TERMINATIONS)].sum(axis=1))
+    out["flag"] = ["; ".join(f"{row[t]} of {row.episodes} episodes ended by {t}: {why}"
+                             for t, why in FLAGGED.items() if row[t]) for _, row in out.iterrows()]
+    out.columns.name = None
+    return out.sort_values(keys, key=lambda c: c.map({"test": 0, "train": 1}) if c.name == "split" else c,
+                           ignore_index=True)
+
+
 def training_cost(train: pd.DataFrame, calls: pd.DataFrame, study: Study) -> pd.DataFrame:
     """Dollars and output tokens per training episode of every cycle, counting every call: the batch's own
     (actor, curriculum) plus the sleep phase that follows it, spread over the batch's episodes (figure 3)."""
