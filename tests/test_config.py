@@ -331,3 +331,14 @@ def test_every_preset_of_a_reasoning_model_gives_its_roles_the_papers_room():
         llm = load_yaml(ROOT / "configs" / name)["llm"]
         assert llm["reasoning_room"] == paper["reasoning_room"], name
         assert llm.get("reasoning_effort", {"actor": "low", "inducer": "medium"}) == paper["reasoning_effort"], name
+
+
+def test_a_vllm_server_the_run_starts_for_native_tool_calls_has_the_tool_flags():
+    cfg = load_yaml(ROOT / "configs/paper.yaml")
+    cfg["llm"].update(load_yaml(ROOT / "configs/paper-vllm.yaml")["llm"])
+    check_config(cfg, check_files=False, billing=False)  # the preset's own flags pass
+    cfg["llm"]["vllm_args"] = ["--enable-auto-tool-choice"]
+    with pytest.raises(ConfigError, match="llm.vllm_args: .*--tool-call-parser"):
+        check_config(cfg, check_files=False, billing=False)
+    cfg["llm"]["base_url"] = "http://gpu-node:8000/v1"  # a server someone else started: its flags are theirs
+    check_config(cfg, check_files=False, billing=False)

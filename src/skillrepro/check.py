@@ -62,6 +62,16 @@ def check_config(config: dict[str, Any], *, check_files: bool = True, billing: b
                               f"({', '.join(MODELS)}) nor a .gguf file")
         if backend == "embedded" and model.endswith(".gguf") and check_files and not Path(model).is_file():
             raise ConfigError(f"config key {key}: {model} does not exist")
+    llm = config["llm"]
+    if backend == "vllm" and not llm.get("base_url") and llm.get("tool_calling") == "native":
+        # vLLM refuses every request with tool_choice "auto" unless the server was started for tool calls: the
+        # first actor request of a GPU run would fail after the booking, not here
+        missing = [flag for flag in ("--enable-auto-tool-choice", "--tool-call-parser")
+                   if flag not in llm.get("vllm_args", [])]
+        if missing:
+            raise ConfigError(f"config key llm.vllm_args: llm.tool_calling native needs the vLLM server started with "
+                              f"{' and '.join(missing)} (e.g. --enable-auto-tool-choice --tool-call-parser hermes "
+                              "for Qwen2.5; the parser must fit the model's tool-call format)")
     # A name outside the registry gets the schema's message for a value outside a list: the list is the registry
     # (one home), which a new module joins by being there.
     known = benchmark_registry.names()
