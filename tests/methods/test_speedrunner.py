@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -11,11 +13,13 @@ import pytest
 
 from skillrepro.agent import EpisodeSpec, parse_text_action
 from skillrepro.check import check_config
-from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig, load_yaml
-from skillrepro.methods import InduceContext, InducerLimits, get_method
-from skillrepro.methods.common import append_functions, reply_code
+from skillrepro.config import BenchmarkConfig, ConfigError, LLMConfig, MethodConfig, llm_config, load_yaml
+from skillrepro.methods import InduceContext, InducerLimits, asi, get_method
+from skillrepro.methods.common import append_functions, read_traces, reply_code
 from skillrepro.methods.speedrunner_gate import Session, write_function
-from skillrepro.methods.speedrunner_protocol import LAST_CHANCE_PREFILL, example_loop, parse_action
+from skillrepro.methods.speedrunner_protocol import (LAST_CHANCE_PREFILL, Action, example_loop, json_action, native_action,
+                                                     parse_action, tool_schemas)
+from skillrepro.methods.speedrunner_session import Workbench
 from skillrepro.llm.client import LLMClient, Reply, ToolCall
 from skillrepro.runner import run_batch
 from skillrepro.skills import Library, parse_functions
@@ -262,9 +266,10 @@ def test_constrained_replies_are_one_json_tool_call_and_the_last_may_only_write(
 
 def test_the_inducer_limits_are_settings(recorded):
     """Config section inducer reaches the session: reply tokens, the library in the first message, each tool
-    output, read_library, the history trim and the last-request nudge (off here); its defaults are today's."""
+    output, read_library, the history trim and the last-request nudge (off here); its defaults are today's (the
+    library's views null: sized from the context)."""
     assert inducer_limits(check_config(load_yaml(DATA / "tiny.yaml"), check_files=False)) == \
-        InducerLimits(256, None, 3000, 3000, 6000, True)
+        InducerLimits(256, None, None, 3000, None, True)
 
     class Sized(Fake):
         def chat(self, messages, *, max_tokens=None, **kw):
@@ -280,7 +285,10 @@ def test_the_inducer_limits_are_settings(recorded):
     first = fake.seen[0][1]["content"]
     assert "# public\ndef turn_around():" in first and "return turn_left()" not in first  # cut to 40 characters
     log = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
-    assert len(log[0]["observation"]) == 60 and len(log[1]["observation"]) == 150
+    # read_library: 60 characters of source, to a line's end, and the offset of the rest
+    assert log[0]["observation"] == ('# public\ndef turn_around():\n    """Turn twice."""\n\n'
+                                     "(shown 50 of 88 characters; call read_library(offset=50) for the rest)")
+    assert len(log[1]["observation"]) == 150
     # 700 tokens x 3 characters: the first message gets half; the later turns are kept while all fits
     size = lambda ms: sum(len(m["content"] or "") for m in ms)  # noqa: E731
     assert len(first) <= 1050 and all(not sent[2:] or size(sent) <= 2100 for sent in fake.seen)
@@ -597,3 +605,124 @@ def test_the_built_in_example_acts_in_the_world(env_name):
     assert out.ok, out
     assert env.n_primitive_steps == 4  # max_steps actions, each a step of the world
     assert out.ret.strip()  # what the agent sees after them
+
+
+CLOSING = "Improve the library now. One tool call per reply."
+
+
+def test_without_the_interpreter_the_episodes_are_cut_to_fit_the_first_message(recorded):
+    """interpreter: false puts the recorded episodes in the first message, whose room (half the conversation's) is
+    smaller here than the episodes: they are fitted to what the rest of the message leaves, so the closing
+    instruction stays and the message keeps to its room; the library's record counts as whole only the episodes
+    shown whole, and names the one shown cut with how much of it was shown."""
+    traces = read_traces([recorded / "batches" / "c0"])
+    newest = traces[-1]
+    for tokens, whole, cut in ((2000, 0, 1), (3500, 1, 0)):  # room for part of one episode; for one, not two
+        limits = InducerLimits(history_tokens=tokens)
+        fake = Fake(["Action: finish()"])
+        lib = get_method("speedrunner").induce(ctx_for(recorded, budget=1, limits=limits, interpreter=False), fake)
+        first = fake.seen[0][1]["content"]
+        assert first.endswith(CLOSING) and len(first) <= limits.history_chars(LLMConfig(ctx_per_slot=8192)) // 2
+        meta = lib.meta
+        assert (meta["episodes_whole"], meta["episodes_cut"], meta["episodes_dropped"]) == (whole, cut, 3 - whole - cut)
+        assert first.count("## Episode on task") == whole + cut
+        assert (newest.render() in first) == bool(whole)
+        if cut:
+            assert meta["episode_id_cut"] == newest.episode_id and "characters of this episode cut" in first
+            assert 0 < meta["cut_chars_shown"] < meta["cut_chars_total"] == len(newest.render())
+        else:
+            assert meta["episode_id_cut"] is None and "older ones did not fit" in first
+
+
+def _big_library() -> Library:
+    """The shipped BabyAI reference library (about 11k characters: more than the 3,000 the first message showed)."""
+    return Library(0, parse_functions((ROOT / "src/skillrepro/resources/reference/babyai/skills.py").read_text()))
+
+
+def test_the_library_views_are_sized_from_the_context():
+    """inducer.library_chars and read_library_chars, null by default, are sized from the context: no more than the
+    old fixed 3,000 and 6,000 characters at the laptop presets' 8,192 tokens, the shipped reference libraries (up to
+    22.5k characters) whole at the paper preset's 400k; an explicit integer is kept, where the conversation holds it."""
+    laptop = check_config(load_yaml(ROOT / "config.yaml"), check_files=False)
+    limits, llm = inducer_limits(laptop), llm_config(laptop)
+    assert 2000 <= limits.library_room(llm) <= 3000 and 4000 <= limits.read_library_room(llm) <= 6000
+    paper = check_config(load_yaml(ROOT / "configs/paper.yaml"), check_files=False, billing=False)
+    limits, llm = inducer_limits(paper), llm_config(paper)
+    largest = max(len((p / "skills.py").read_text()) for p in (ROOT / "src/skillrepro/resources/reference").iterdir())
+    assert limits.library_room(llm) >= 4 * largest and limits.read_library_room(llm) >= limits.library_room(llm)
+    fixed = InducerLimits(library_chars=500, read_library_chars=700)
+    assert (fixed.library_room(llm), fixed.read_library_room(llm)) == (500, 700)
+    raw = load_yaml(ROOT / "config.yaml")
+    raw["inducer"]["read_library_chars"] = 20_000  # the conversation at 8,192 tokens: 23,808 characters
+    with pytest.raises(ConfigError, match=r"inducer.read_library_chars: 20000 characters .* at most 11904, or null"):
+        check_config(raw, check_files=False)
+
+
+def test_a_library_larger_than_the_old_view_is_shown_whole_at_paper_scale(recorded):
+    fake = Fake(["Action: finish()"])
+    ctx = replace(ctx_for(recorded, llm=LLMConfig(ctx_per_slot=400_000), budget=1, limits=InducerLimits()),
+                  library=_big_library())
+    get_method("speedrunner").induce(ctx, fake)
+    source = Session({f.name: f for f in ctx.library.functions}, set(), False).library_text()
+    assert len(source) > 3000 and source in fake.seen[0][1]["content"]
+    assert "(shown " not in fake.seen[0][1]["content"]
+
+
+class Reader(Fake):
+    """An inducer that reads the library as its views say to: read_library at the offset the last one names."""
+
+    def chat(self, messages, **kwargs):
+        named = re.findall(r"call read_library\(offset=(\d+)\) for the rest", messages[-1]["content"])
+        self.replies = iter([f"Action: read_library(offset={named[-1]})" if named else "Action: finish()"])
+        return super().chat(messages, **kwargs)
+
+
+def test_a_cut_library_view_says_so_and_read_library_reads_the_rest_from_an_offset(recorded):
+    """A view of the library that does not hold it all says how much it shows and where the rest starts; read_library
+    from that offset goes on from there, until the last view says it is the end: the pieces are the library."""
+    fake = Reader([])
+    ctx = replace(ctx_for(recorded, budget=20, limits=InducerLimits(library_chars=1000, read_library_chars=3000)),
+                  library=_big_library())
+    get_method("speedrunner").induce(ctx, fake)
+    source = Session({f.name: f for f in ctx.library.functions}, set(), False).library_text()
+    first = fake.seen[0][1]["content"]
+    header = f"Current library (version 0, {len(source)} characters):\n"
+    piece, note = first[first.index(header) + len(header):].split("\n(shown ", 1)
+    assert note.startswith(f"{len(piece)} of {len(source)} characters; call read_library(offset={len(piece)}) ")
+    log = [json.loads(x) for x in (recorded / "induce" / "v1" / "transcript.jsonl").read_text().splitlines()]
+    reads = [t["observation"] for t in log if t["tool"] == "read_library"]
+    assert len(reads) >= 3 and all(len(r.split("\n(shown ")[0]) <= 3000 for r in reads)
+    assert reads[-1].endswith(f"of {len(source)}: the end of the library)")
+    assert piece + "".join(r.split("\n(shown ")[0] for r in reads) == source
+    assert log[-1]["tool"] == "finish"
+
+
+def test_read_library_takes_an_offset_in_every_protocol():
+    """The text protocol, a native call and a constrained JSON call all carry read_library's offset; the native and
+    constrained schemas offer it (optional); an offset past the end is an error to the model."""
+    assert parse_action("Action: read_library(offset=120)", True).offset == 120
+    assert parse_action("Action: read_library(120)", True).offset == 120
+    assert parse_action("Action: read_library()", True).offset == 0
+    assert native_action("read_library", {"offset": 120}).offset == 120
+    assert json_action('{"name": "read_library", "arguments": {"offset": 120}}').offset == 120
+    assert native_action("read_library", {"offset": "lots"}).problem
+    (schema,) = [t["function"]["parameters"] for t in tool_schemas(True) if t["function"]["name"] == "read_library"]
+    assert schema["properties"]["offset"]["type"] == "integer" and "offset" not in schema["required"]
+    lib = _big_library()
+    sess = Session({f.name: f for f in lib.functions}, set(), False)
+    bench = Workbench(sess, None, False, None, [], False, InducerLimits(read_library_chars=500), LLMConfig())
+    assert bench.apply(Action("read_library", offset=10 ** 6)).startswith("Error: offset 1000000 is past the end")
+    answer = bench.apply(Action("read_library", offset=700))
+    assert sess.library_text()[700:].startswith(answer.split("\n(shown ")[0]) and ", from offset 700; " in answer
+
+
+def test_asis_listing_says_how_many_functions_it_left_out():
+    """ASI's inducer has no tool to read the library: a listing cut at inducer.library_chars keeps whole lines and
+    counts the functions it left out; sized from a paper-scale context, it lists them all."""
+    lib = _big_library()
+    listing = asi._listing(lib, 300)
+    shown = [line for line in listing.splitlines() if line.startswith("- ")]
+    assert 0 < len(shown) < len(lib.functions) and len(listing.split("\n(")[0]) <= 300
+    assert f"{len(shown)} of {len(lib.functions)} functions listed, {len(lib.functions) - len(shown)} left out" in listing
+    whole = asi._listing(lib, InducerLimits().library_room(LLMConfig(ctx_per_slot=400_000)))
+    assert whole.count("\n- ") + 1 == len(lib.functions) and "left out" not in whole

@@ -67,6 +67,20 @@ def test_the_budget_holds_and_an_episode_that_does_not_fit_keeps_its_start_and_e
     assert len(text) <= 1000 * TOKEN_CHARS
 
 
+def test_a_cut_episode_is_named_in_the_record_and_no_room_shows_none():
+    """The record names the episode shown cut, with how much of it was shown, and the cut names the limit that set
+    the budget; a budget too small for even a cut episode's start and end shows none (it used to show the whole
+    episode: its end was sliced from -0), counted as dropped."""
+    big = Trace("e", "t", 0, True, 1.0, "Mission: the start", [("go_forward", [], "y" * 9000), ("done", [], "the end")])
+    shown = show_traces([big], 1000, limit="the first message's room")
+    assert "characters of this episode cut: the first message's room reached" in shown.text
+    assert shown.record() | {"episode_id_cut": "e", "cut_chars_total": len(big.render())} == shown.record()
+    assert shown.cut_chars_shown == len(shown.text.split("\n[...")[0]) + len(shown.text.rsplit("...]\n", 1)[1])
+    tiny = show_traces([big], 40)
+    assert "the end" not in tiny.text and len(tiny.text) <= 40 * TOKEN_CHARS
+    assert (tiny.episodes_cut, tiny.episodes_dropped, tiny.episode_id_cut) == (0, 1, None)
+
+
 def test_the_budget_fits_the_context_and_a_value_that_does_not_is_refused():
     import copy
 

@@ -50,9 +50,10 @@ class InducerLimits:
 
     min_reply_tokens: int = 256  # a sleep-phase reply (a rewrite, a function) needs room, whatever llm.max_tokens
     history_tokens: int | None = None  # SpeedRunner's conversation; None: what llm.ctx_per_slot leaves after a reply
-    library_chars: int = 3000  # the library source in the inducer's first message
+    # the library source in the inducer's first message (ASI's listing too); None: sized from the context, library_room
+    library_chars: int | None = None
     tool_output_chars: int = 3000  # each execute_code result shown
-    read_library_chars: int = 6000  # a read_library result
+    read_library_chars: int | None = None  # a read_library result; None: sized from the context, read_library_room
     # the reminder (and text-protocol prefill) before each of a write-less session's last N requests; the
     # paper has none (0)
     nudge_requests: int = 0
@@ -95,6 +96,20 @@ class InducerLimits:
         tokens = (self.history_tokens if self.history_tokens is not None
                   else llm.ctx_per_slot - llm.reply_cap("inducer", self.reply_tokens(llm)))
         return max(2000, tokens * 3)
+
+    def library_room(self, llm: LLMConfig) -> int:
+        """Characters of library source a sleep phase's first message shows (SpeedRunner's source, ASI's listing):
+        library_chars, or, null, a quarter of SpeedRunner's first message (which gets half the conversation,
+        history_chars), so that the facts, the episodes and the instructions keep the rest. Sized from the
+        context, not fixed: a paper-scale context shows a paper-scale library whole, an 8k-token one no more
+        than the 3,000 characters a fixed default used to."""
+        return self.library_chars if self.library_chars is not None else self.history_chars(llm) // 8
+
+    def read_library_room(self, llm: LLMConfig) -> int:
+        """Characters of library source one read_library answer holds: read_library_chars, or, null, a quarter of
+        the conversation (history_chars), so that a read leaves room for the turns around it (an 8k-token
+        context: no more than the 6,000 characters of the old fixed default)."""
+        return self.read_library_chars if self.read_library_chars is not None else self.history_chars(llm) // 4
 
 
 @dataclass(frozen=True)

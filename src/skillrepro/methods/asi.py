@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from skillrepro.config import ROLLOUT_WALL_S
 from skillrepro.methods import InduceContext, register, bind
-from skillrepro.methods.common import (Trace, append_functions, budget, check_prompt_file, prompt_text,
+from skillrepro.methods.common import (Trace, append_functions, budget, check_prompt_file, listing, prompt_text,
                                         read_traces, reply_code, show_traces, save_records)
 from skillrepro.skills import Library
 from skillrepro.store import LLMCall, read_records
@@ -55,9 +55,10 @@ def solved(trace_or_episode, opts: Options) -> bool:
     return opts.min_progression is not None and trace_or_episode.progression >= opts.min_progression
 
 
-def _listing(library: Library, chars: int = 3000) -> str:
-    lines = [f"- {f.signature}: {f.doc.splitlines()[0] if f.doc else ''}" for f in library.functions]
-    return ("\n".join(lines) or "(none yet)")[:chars]
+def _listing(library: Library, chars: int) -> str:
+    """The library as the inducer's prompt lists it, a line per function (its signature and its docstring's first
+    line), as many whole lines as `chars` (inducer.library_chars, sized from the context where null) holds."""
+    return listing([f"- {f.signature}: {f.doc.splitlines()[0] if f.doc else ''}" for f in library.functions], chars)
 
 
 def induce(ctx: InduceContext, client) -> Library:
@@ -82,8 +83,9 @@ def _induce(ctx: InduceContext, client, replay: bool) -> Library:
     calls: list[LLMCall] = []
     transcript: list[dict] = []
     stats = {"episodes": len(batch), "successful": len(wins), "induced": 0, "replays": 0, "replays_solved": 0}
+    listing_chars = ctx.limits.library_room(ctx.llm)
     for n, trace in enumerate(wins):
-        system = template.format(environment=bench.describe(), existing=_listing(library),
+        system = template.format(environment=bench.describe(), existing=_listing(library, listing_chars),
                                  primitives="\n".join(f"- {p.signature}: {p.doc}" for p in bench.primitives()),
                                  returns=primitive_returns(bench.primitives()))
         shown = show_traces([trace], ctx.trajectory_tokens)

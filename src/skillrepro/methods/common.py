@@ -88,16 +88,28 @@ class Shown:
     observations_whole: int = 0  # the opening and one per step, of the episodes shown whole
     observations_cut: int = 0
     observations_dropped: int = 0
+    episode_id_cut: str | None = None  # the episode shown cut, if one is
+    cut_chars_shown: int = 0  # of its rendered text, the characters shown (its start and its end)
+    cut_chars_total: int = 0
 
-    def record(self) -> dict[str, int]:
+    def record(self) -> dict[str, int | str | None]:
         return {k: getattr(self, k) for k in ("episodes_whole", "episodes_cut", "episodes_dropped",
-                                               "observations_whole", "observations_cut", "observations_dropped")}
+                                               "observations_whole", "observations_cut", "observations_dropped",
+                                               "episode_id_cut", "cut_chars_shown", "cut_chars_total")}
 
 
-def show_traces(traces: list[Trace], budget_tokens: int, newest_first: bool = True) -> Shown:
+# Characters a cut episode keeps at least (its start and its end); with less room no episode is shown
+MIN_CUT_CHARS = 200
+
+
+def show_traces(traces: list[Trace], budget_tokens: int, newest_first: bool = True,
+                limit: str = "budgets.trajectory_tokens") -> Shown:
     """Whole episodes, newest first, as many as `budget_tokens` (config key budgets.trajectory_tokens, the
-    same for every method) holds; the older ones are dropped whole, never cut. Only when not even the newest
-    fits is it shown cut (its start and its end, saying so), so that a method still sees something."""
+    same for every method, or less where the prompt has less room: `limit` names what set it) holds; the older
+    ones are dropped whole, never cut. Only when not even the newest fits is it shown cut (its start and its end,
+    saying so and naming `limit`), so that a method still sees something; with no room even for that (under
+    MIN_CUT_CHARS), none is shown. The text never holds more than `budget_tokens` estimated tokens' characters
+    but for the short line that says no episode fit."""
     order = list(reversed(traces) if newest_first else traces)
     parts, used, whole, obs = [], 0, 0, 0
     for t in order:
@@ -107,16 +119,21 @@ def show_traces(traces: list[Trace], budget_tokens: int, newest_first: bool = Tr
         parts.append(text)
         used += estimate_tokens(text) + 1
         whole, obs = whole + 1, obs + len(t.steps) + 1
-    cut = cut_obs = 0
+    cut = cut_obs = cut_shown = cut_total = 0
+    cut_id = None
     if not parts and order:
         text = order[0].render()
-        room = budget_tokens * TOKEN_CHARS - 120  # the note below fits in the rest
-        parts.append(f"{text[:room // 2]}\n[... {len(text) - room} characters of this episode cut: "
-                     f"budgets.trajectory_tokens reached ...]\n{text[-(room - room // 2):]}")
-        cut, cut_obs = 1, len(order[0].steps) + 1
+        note = f"\n[... {len(text)} characters of this episode cut: {limit} reached ...]\n"  # its longest
+        room = budget_tokens * TOKEN_CHARS - len(note)
+        if room >= MIN_CUT_CHARS:
+            parts.append(f"{text[:room // 2]}\n[... {len(text) - room} characters of this episode cut: "
+                         f"{limit} reached ...]\n{text[-(room - room // 2):]}")
+            cut, cut_obs, cut_id, cut_shown, cut_total = 1, len(order[0].steps) + 1, order[0].episode_id, room, len(text)
     rest = order[whole + cut:]
-    out = "\n\n".join(parts) or "(no recorded episodes)"
-    return Shown(out, estimate_tokens(out), whole, cut, len(rest), obs, cut_obs, sum(len(t.steps) + 1 for t in rest))
+    out = "\n\n".join(parts) or (f"(no room for a recorded episode: {limit} reached)" if order
+                                  else "(no recorded episodes)")
+    return Shown(out, estimate_tokens(out), whole, cut, len(rest), obs, cut_obs, sum(len(t.steps) + 1 for t in rest),
+                 cut_id, cut_shown, cut_total)
 
 
 def render_traces(traces: list[Trace], budget_tokens: int, newest_first: bool = True) -> tuple[str, int]:
@@ -271,3 +288,20 @@ def save_records(record_dir: Path, calls: list[LLMCall], transcript: list[dict[s
     """The sleep phase's LLM calls (each with its role) and what it did, beside the new version."""
     write_records(record_dir / "llm_calls.parquet", calls, LLMCall)
     write_text(record_dir / "transcript.jsonl", "".join(json.dumps(t, default=str) + "\n" for t in transcript))
+
+
+def listing(lines: list[str], chars: int) -> str:
+    """A sleep-phase prompt's list of the library's functions, a line each, as many whole lines as `chars` holds.
+    ASI's inducer and Voyager's skill writer have no tool to read the rest, so a cut listing counts what it left
+    out: a name it does not show is still taken (the library is append-only)."""
+    if not lines:
+        return "(none yet)"
+    shown, used = 0, -1  # characters of the shown lines, joined by newlines
+    while shown < len(lines) and used + 1 + len(lines[shown]) <= chars:
+        used += 1 + len(lines[shown])
+        shown += 1
+    if shown == len(lines):
+        return "\n".join(lines)
+    total = len("\n".join(lines))
+    return ("\n".join(lines[:shown]) + f"\n(shown {max(used, 0)} of {total} characters: {shown} of {len(lines)} "
+            f"functions listed, {len(lines) - shown} left out; their names are taken too)")

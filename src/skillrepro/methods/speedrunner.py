@@ -35,12 +35,12 @@ from typing import Literal
 
 from skillrepro.benchmarks import load_benchmark, primitive_returns
 from skillrepro.methods import InduceContext, register
-from skillrepro.methods.common import read_traces, show_traces
+from skillrepro.methods.common import TOKEN_CHARS, read_traces, show_traces
 from skillrepro.methods.speedrunner_gate import Session, final_functions
 from skillrepro.methods.speedrunner_history import (example_episode, helper_api, history_facts, history_files,
                                                     open_interpreter)
 from skillrepro.methods.speedrunner_protocol import NATIVE_DOCS, TOOL_DOCS, example_source, examples, observing
-from skillrepro.methods.speedrunner_session import Workbench, run_session
+from skillrepro.methods.speedrunner_session import Workbench, library_view, run_session
 from skillrepro.skills.library import Library
 from skillrepro.store import LLMCall, write_records, write_text
 
@@ -85,26 +85,36 @@ def induce(ctx: InduceContext, client) -> Library:
     session_id = f"{ctx.run_id}/induce/v{ctx.library.version + 1}"
 
     system = _system_prompt(ctx, opts, prompt_file, bench, prims)
+    source = sess.library_text()
     task_msg = [f"Training so far (per cycle):\n{_facts(summary)}",
-                f"Current library (version {ctx.library.version}):\n{sess.library_text()[:ctx.limits.library_chars]}"]
+                f"Current library (version {ctx.library.version}, {len(source)} characters):\n"
+                f"{library_view(source, 0, ctx.limits.library_room(ctx.llm))}"]
     if example := example_episode(traces, ctx.limits.example_steps):
         task_msg.append(example)
-    sandbox, shown = None, None
+    room = ctx.limits.history_chars(ctx.llm) // 2  # the first message's: half the conversation
+    sandbox, shown, episode_room = None, None, None
     if opts.interpreter:
         task_msg.append(helper_api())
         sandbox = open_interpreter(ctx, sess, files, traces)
     else:
-        # the interpreter-off ablation reads what every comparison method reads, under the same budget
-        shown = show_traces(traces, ctx.trajectory_tokens)
-        task_msg.append(f"Recent episodes:\n{shown.text}")
-    task_msg.append("Improve the library now. One tool call per reply.")
-    messages = [{"role": "system", "content": system},
-                {"role": "user", "content": "\n\n".join(task_msg)[:ctx.limits.history_chars(ctx.llm) // 2]}]
+        # The interpreter-off ablation reads what every comparison method reads, under the same budget, but no
+        # more than the first message holds beside its other parts: the episodes are fitted to that room (older
+        # ones dropped whole, the newest cut if need be, as show_traces records), so that cutting the message
+        # never takes its closing instruction, nor the end of an episode the record counts as whole.
+        longest = max(len(_episodes_header(whole, cut, len(traces)))
+                      for whole in range(len(traces) + 1) for cut in (0, 1) if whole + cut <= len(traces))
+        # the rest of the message: its other parts, the longest header, the closing and the separators between
+        rest = len("\n\n".join(task_msg)) + 2 + longest + 1 + 2 + len(CLOSING)
+        episode_room = min(ctx.trajectory_tokens, max(0, room - rest) // TOKEN_CHARS)
+        shown = show_traces(traces, episode_room, limit="budgets.trajectory_tokens" if
+                            episode_room == ctx.trajectory_tokens else "the first message's room")
+        task_msg.append(f"{_episodes_header(shown.episodes_whole, shown.episodes_cut, len(traces))}\n{shown.text}")
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": _fit(task_msg, CLOSING, room)}]
 
     records: list[LLMCall] = []
     try:
         run_session(ctx, client, Workbench(sess, sandbox, opts.interpreter, bench, task_ids, opts.replay_check,
-                                           ctx.limits), messages, session_id, records)
+                                           ctx.limits, ctx.llm), messages, session_id, records)
     finally:
         if sandbox is not None:
             sandbox.close()
@@ -117,7 +127,37 @@ def induce(ctx: InduceContext, client) -> Library:
         "requests": len(records), "writes_accepted": sess.writes_ok, "finished": sess.finished,
         "prompt": opts.prompt, "access": opts.access, "interpreter": opts.interpreter,
         "replay_check": opts.replay_check, "trajectory_tokens": ctx.trajectory_tokens, "limits": asdict(ctx.limits),
-        "trajectory_tokens_shown": shown.tokens if shown else None, **(shown.record() if shown else {})})
+        # the episodes' budget in the first message (at most trajectory_tokens) and what they took of it
+        "trajectory_tokens_room": episode_room, "trajectory_tokens_shown": shown.tokens if shown else None,
+        **(shown.record() if shown else {})})
+
+
+CLOSING = "Improve the library now. One tool call per reply."  # the first message's last words
+
+
+def _episodes_header(whole: int, cut: int, total: int) -> str:
+    """The line over the interpreter-off ablation's episodes: how many of the `total` recorded ones follow."""
+    if whole + cut == total:
+        return "Recent episodes (newest first):"
+    if whole + cut == 0:
+        return f"Recent episodes (none of the {total} fit):"
+    shown = f"the newest {whole} of {total}, whole" if whole else f"the newest of {total}, cut"
+    left = total - whole - cut
+    return f"Recent episodes ({shown}; {'the older one' if left == 1 else f'the {left} older ones'} did not fit):"
+
+
+def _fit(parts: list[str], closing: str, room: int) -> str:
+    """`parts` and then `closing`, in at most `room` characters: where the parts do not fit (the facts of many
+    cycles, a large explicit inducer.library_chars), their end is cut, saying so, and `closing` always stays."""
+    body = "\n\n".join(parts)
+    if len(body) + 2 + len(closing) <= room:
+        return f"{body}\n\n{closing}"
+
+    def note(cut: int) -> str:
+        return f"\n[... {cut} characters of this message cut: the first message's room reached ...]"
+
+    keep = max(0, room - 2 - len(closing) - len(note(len(body))))  # the count cut is never longer than len(body)
+    return f"{body[:keep]}{note(len(body) - keep)}\n\n{closing}"
 
 
 def _facts(summary: list[dict]) -> str:

@@ -39,7 +39,8 @@ NOTEBOOK_NAMES = frozenset({"sql", "show", "db", "library_source", "library_vers
 
 TOOL_DOCS = {
     "execute_code": "execute_code: run the Python code block and see what it prints (and the value of its last line).",
-    "read_library": "read_library(): show the current library source.",
+    "read_library": "read_library(offset=0): show the current library source from character `offset` on, as much as "
+                    "one answer holds (a cut answer names the offset the rest starts at).",
     "write_function": "write_function(public=True|False): save the function(s) in the code block; a function "
                       "with the same name is replaced. Public functions are offered to the agent.",
     "delete_function": "delete_function(\"name\"): remove a function.",
@@ -49,7 +50,8 @@ TOOL_DOCS = {
 # The same tools described by their arguments, for the native protocol and the tools' schemas
 NATIVE_DOCS = {
     "execute_code": "execute_code(code): run Python code and see what it prints (and the value of its last line).",
-    "read_library": "read_library(): show the current library source.",
+    "read_library": "read_library(offset): show the current library source from character `offset` on (default 0), "
+                    "as much as one answer holds (a cut answer names the offset the rest starts at).",
     "write_function": "write_function(source, public): save the function(s) in `source`; a function with the same "
                       "name is replaced. Public functions are offered to the agent.",
     "delete_function": "delete_function(name): remove a function.",
@@ -77,6 +79,7 @@ class Action:
     public: bool | None = None
     target: str = ""
     problem: str = ""
+    offset: int = 0  # read_library's: the character the answer starts at
 
 
 TEXT_HINT = "Reply with 'Action: <tool>' and, for execute_code or write_function, one ```python block."
@@ -108,7 +111,10 @@ def parse_action(text: str, interpreter: bool) -> Action:
         if name == "delete_function":
             target = re.search(r"[\"']?([A-Za-z_][A-Za-z0-9_]*)", argtext)
             return Action("delete_function", target=target.group(1) if target else "")
-        if name in ("read_library", "finish"):
+        if name == "read_library":
+            offset = re.search(r"(?:offset\s*=\s*)?(-?\d+)", argtext)
+            return Action(name, offset=int(offset.group(1)) if offset else 0)
+        if name == "finish":
             return Action(name)
         if name == "execute_code":
             return Action(name, code)
@@ -146,8 +152,24 @@ def native_action(name: str, args: dict[str, Any]) -> Action:
     if "__unparsed__" in args:
         return Action(name, problem=f"could not read the arguments {args['__unparsed__']!r}; nothing was done.")
     pub = args.get("public")
+    offset = _offset(args.get("offset")) if name == "read_library" else 0
+    if offset is None:
+        return Action(name, problem=f"offset must be a whole number of characters, not {args['offset']!r}; nothing "
+                                    "was done.")
     return Action(name, str(args.get("code") or args.get("source") or ""),
-                  None if pub is None else bool(pub), str(args.get("name") or ""))
+                  None if pub is None else bool(pub), str(args.get("name") or ""), offset=offset)
+
+
+def _offset(value: Any) -> int | None:
+    """read_library's offset argument as a number of characters (absent: 0), or None if it is not one. A model may
+    quote its number, or a JSON decoder make it a float."""
+    if value is None:
+        return 0
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def reply_schema(tools: list[dict]) -> dict:
@@ -213,7 +235,7 @@ def tool_schemas(interpreter: bool) -> list[dict]:
             "type": "object", "properties": props, "required": required}}}
 
     out = [
-        fn("read_library", NATIVE_DOCS["read_library"], {}, []),
+        fn("read_library", NATIVE_DOCS["read_library"], {"offset": {"type": "integer"}}, []),
         fn("write_function", NATIVE_DOCS["write_function"], {"source": {"type": "string"}, "public": {"type": "boolean"}},
            ["source", "public"]),
         fn("delete_function", NATIVE_DOCS["delete_function"], {"name": {"type": "string"}}, ["name"]),

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from skillrepro.config import LLMConfig
 from skillrepro.llm.client import LLMRequestError, Reply
 from skillrepro.methods import InduceContext, InducerLimits
 from skillrepro.methods.speedrunner_gate import Session, delete_function, write_function
@@ -26,8 +27,8 @@ SHORTER = "write a shorter function (a loop over what the primitives return, not
 
 @dataclass
 class Workbench:
-    """What the tools act on: the working library, the interpreter (None without one) and, for the replay check
-    (option replay_check), the benchmark and its recorded training tasks."""
+    """What the tools act on: the working library, the interpreter (None without one), for the replay check
+    (option replay_check) the benchmark and its recorded training tasks, and the limits of what they answer."""
 
     sess: Session
     sandbox: SandboxSession | None
@@ -36,6 +37,7 @@ class Workbench:
     task_ids: list[str]
     replay: bool
     limits: InducerLimits
+    llm: LLMConfig  # the sleep phase's: its context sizes read_library's answer where the limit is null
 
     def apply(self, action: Action) -> str:
         """Run one tool call; its answer to the model."""
@@ -49,7 +51,7 @@ class Workbench:
                 return "Error: no code block found after Action: execute_code."
             return render_exec(sandbox.exec_code(action.code), limits.tool_output_chars)
         if action.name == "read_library":
-            return sess.library_text()[:limits.read_library_chars]
+            return library_view(sess.library_text(), action.offset, limits.read_library_room(self.llm))
         if action.name in ("write_function", "delete_function"):
             deleting = action.name == "delete_function"
             out = (delete_function(sess, action.target) if deleting
@@ -62,6 +64,26 @@ class Workbench:
             sess.finished = True
             return "Finished."
         return f"Error: unknown tool {action.name!r}."
+
+
+def library_view(source: str, offset: int, chars: int) -> str:
+    """Up to `chars` characters of the library source from `offset`, ended at a line's end where the window holds
+    one. A view that is not the whole library says how much it shows and, while there is more, the offset
+    read_library goes on from: a cut never passes for the whole library (the first message's view and every
+    read_library answer)."""
+    total = len(source)
+    if not 0 <= offset < max(total, 1):
+        return f"Error: offset {offset} is past the end of the library ({total} characters); read from 0 to {total}."
+    end = min(total, offset + chars)
+    if end < total and (line_end := source.rfind("\n", offset, end)) > offset:
+        end = line_end + 1
+    if offset == 0 and end == total:
+        return source
+    if end == total:
+        return f"{source[offset:]}\n(shown characters {offset} to {total} of {total}: the end of the library)"
+    where = "" if offset == 0 else f", from offset {offset}"
+    return (f"{source[offset:end]}\n(shown {end - offset} of {total} characters{where}; "
+            f"call read_library(offset={end}) for the rest)")
 
 
 def run_session(ctx: InduceContext, client, tools: Workbench, messages: list[dict], session_id: str,
@@ -83,8 +105,10 @@ def run_session(ctx: InduceContext, client, tools: Workbench, messages: list[dic
             reply = client.chat(sent, role="inducer", session_id=session_id, tools=schemas if native else None,
                                 max_tokens=max_tokens, stop=None if native or constrained else
                                 ["\nObservation:", "\nThought:"], extra_body=extra)
-        except LLMRequestError as e:  # the context overflowed even after trimming
-            sess.transcript.append({"request": req, "error": str(e)})
+        except LLMRequestError as e:
+            if not e.context_full:
+                raise  # a refusal for another reason is a setup problem: the job names it
+            sess.transcript.append({"request": req, "error": str(e)})  # the context overflowed even after trimming
             break
         records.extend(reply.records)
         text, action = _read_reply(reply, prefill, native, constrained, tools.interpreter)
@@ -92,6 +116,8 @@ def run_session(ctx: InduceContext, client, tools: Workbench, messages: list[dic
         observation = _answer(tools, req, action, reply, text, constrained, max_tokens)
         sess.transcript.append({"request": req, "prefill": prefill, "reply": reply.text, "tool": action.name,
                                 "code": action.code, "public": action.public, "target": action.target,
+                                # where a read started (the library page lists it beside the call)
+                                **({"offset": action.offset} if action.name == "read_library" else {}),
                                 "observation": observation, "tool_s": round(time.time() - t0, 3),
                                 "prompt_tokens": reply.record.prompt_tokens,
                                 "completion_tokens": reply.record.completion_tokens})
@@ -148,7 +174,7 @@ def _answer(tools: Workbench, req: int, action: Action, reply: Reply, text: str,
     library last changed (inducer.repeat_notice), else the tool's answer. A write that stopped at the reply's
     token cap inside its last function never saves that half function, even where the rest parses."""
     sess = tools.sess
-    first = sess.asked.get((action.name, action.code)) if tools.limits.repeat_notice else None
+    first = sess.asked.get(_call_key(action)) if tools.limits.repeat_notice else None
     if first is not None and action.name in ("execute_code", "read_library") and not action.problem:
         return (f"The same call as request {first + 1}, and nothing has changed since: its answer is "
                 "above. Do something new: query other columns or episodes, or write a function.")
@@ -165,8 +191,14 @@ def _answer(tools: Workbench, req: int, action: Action, reply: Reply, text: str,
                         f"{SHORTER}.")
     if action.name in ("write_function", "delete_function") and observation.startswith(("Saved", "Deleted")):
         sess.asked.clear()  # the library changed: a read or a cell may now answer otherwise
-    sess.asked.setdefault((action.name, action.code), req)
+    sess.asked.setdefault(_call_key(action), req)
     return observation
+
+
+def _call_key(action: Action) -> tuple[str, str]:
+    """A call as inducer.repeat_notice compares calls: its tool and what it was given (a cell's code; for
+    read_library its offset, since each offset answers with another part of the library)."""
+    return action.name, str(action.offset) if action.name == "read_library" else action.code
 
 
 def _chars(message: dict) -> int:

@@ -131,6 +131,14 @@ def check_loop(config: dict[str, Any], llm: LLMConfig, limits: InducerLimits, pr
     if limits.reply_tokens(llm) >= llm.ctx_per_slot:
         raise ConfigError(f"config key inducer.min_reply_tokens: {limits.min_reply_tokens} reply tokens leave no "
                           f"room for a prompt in llm.ctx_per_slot {llm.ctx_per_slot}")
+    # An explicit view of the library larger than half the conversation would be cut again unseen: the first message
+    # is cut to that half, and a read_library answer over the other half is trimmed out of the conversation whole.
+    half = limits.history_chars(llm) // 2
+    for key in ("library_chars", "read_library_chars"):
+        if (chars := getattr(limits, key)) is not None and chars > half:
+            raise ConfigError(f"config key inducer.{key}: {chars} characters of library do not fit the inducer's "
+                              f"conversation at llm.ctx_per_slot {llm.ctx_per_slot} (inducer.history_tokens "
+                              f"{limits.history_tokens}); at most {half}, or null to size it from the context")
     # a reasoning model's cap holds its reasoning too (config.validate checks the actor's): every sleep-phase role's,
     # the inducer's and each role llm.reasoning_effort names, takes a sleep-phase reply
     for role in dict.fromkeys(("inducer", *dict(llm.reasoning_effort))):
