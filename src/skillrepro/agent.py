@@ -24,6 +24,7 @@ from typing import Any, Callable, Protocol
 from skillrepro.benchmarks.base import ActionError, Env, Primitive
 from skillrepro.config import ROLLOUT_WALL_S, ActorConfig
 from skillrepro.llm.client import LLMClient, LLMRequestError
+from skillrepro.llm.limits import ToolLimits
 from skillrepro.skills.library import Library, parse_untrusted
 from skillrepro.skills.isolation import SandboxLimits, SandboxPolicy
 from skillrepro.skills.protocol import render_outcome
@@ -32,7 +33,7 @@ from skillrepro.store import Episode, LLMCall, SkillCall, Step
 
 PROMPTS = Path(__file__).parent / "prompts"
 # The one tool that calls any skill by name, listed in place of the skills when primitives and skills together
-# exceed what the backend takes in one request (llm.max_tools, llm/limits.py).
+# exceed what the backend takes in one request, or a skill's name is not one it takes (llm.max_tools, llm/limits.py).
 CALL_SKILL = "call_skill"
 
 
@@ -350,8 +351,8 @@ class Actor:
     prompts: Prompts = field(default_factory=Prompts)
     notes: str = ""  # learned prompt text (a library's notes.md), empty for ReAct
     history_window: int | None = None  # None: the full history (the paper); N: only the last N steps
-    # Native tools one request may list (llm/limits.tool_limit); past it the skills go through CALL_SKILL
-    max_tools: int | None = None
+    # What one request's native tools may be (llm/limits.tool_limits); past them the skills go through CALL_SKILL
+    tool_limits: ToolLimits = ToolLimits()
     formatter: Formatter | None = None  # None: the ReAct conversation below
     # When set, each actor call's LLMCall.prompt_token_ids is filled with what this returns for its messages.
     prompt_token_ids: Callable[[list[dict[str, Any]]], list[int]] | None = None
@@ -383,12 +384,16 @@ class Actor:
         return self.prompts.skill_reminder.format(skills="; ".join(skills)) if skills else ""
 
     def dispatches(self, tools: list[Tool]) -> bool:
-        """Whether the skills go through CALL_SKILL: native tool calls, and more tools than one request may list."""
-        return self.tool_calling == "native" and self.max_tools is not None and len(tools) > self.max_tools
+        """Whether the skills go through CALL_SKILL: native tool calls, and more tools than one request may list
+        or a skill whose name the backend does not take (a model may name a function in any Unicode letters)."""
+        limit = self.tool_limits.max_tools
+        return self.tool_calling == "native" and (
+            (limit is not None and len(tools) > limit)
+            or not all(self.tool_limits.name_ok(t.name) for t in tools if not t.primitive))
 
     def tool_schemas(self, tools: list[Tool]) -> list[dict[str, Any]] | None:
         """The native protocol's tool schemas, skills before primitives as the system prompt lists them (a
-        small model favours what comes first); past `max_tools`, CALL_SKILL before the primitives, so every
+        small model favours what comes first); past the tool limits, CALL_SKILL before the primitives, so every
         skill stays callable in a request the backend takes. None for the text protocol."""
         if self.tool_calling != "native":
             return None
@@ -396,9 +401,9 @@ class Actor:
         if not self.dispatches(tools):
             return [t.schema() for t in ordered]
         primitives = [t.schema() for t in ordered if t.primitive]
-        if len(primitives) + 1 > self.max_tools:
-            raise ValueError(f"{len(primitives)} primitives and {CALL_SKILL} exceed the {self.max_tools} tools one "
-                             "request may list (llm.max_tools)")
+        if self.tool_limits.max_tools is not None and len(primitives) + 1 > self.tool_limits.max_tools:
+            raise ValueError(f"{len(primitives)} primitives and {CALL_SKILL} exceed the {self.tool_limits.max_tools} "
+                             "tools one request may list (llm.max_tools)")
         return [dispatch_schema(), *primitives]
 
     def decoding(self, tools: list[Tool]) -> dict[str, Any] | None:

@@ -38,7 +38,7 @@ from skillrepro import skills
 from skillrepro.agent import Actor, EpisodeRecords, EpisodeSpec, Prompts, primitive_tools, skill_tools
 from skillrepro.config import OPERATIONAL_LLM_KEYS, ROLLOUT_WALL_S, BenchmarkConfig, LLMConfig, MethodConfig
 from skillrepro.llm.client import LLMClient, session
-from skillrepro.llm.limits import tool_limit
+from skillrepro.llm.limits import tool_limits
 from skillrepro.methods import TaskContext, Variant, default_next_task
 from skillrepro.progress import Progress
 from skillrepro.skills.isolation import SandboxPolicy
@@ -111,7 +111,7 @@ def run_batch(
             notes = impl.notes(library, options) if impl else library.notes
         visible = impl.visible(library, options) if impl else None
         actor = Actor(client, benchmark.describe(), call_budget(bench), wall_s, llm.tool_calling, prompts, notes,
-                      history_window=bench.history_window, max_tools=tool_limit(llm.backend, llm.max_tools))
+                      history_window=bench.history_window, tool_limits=tool_limits(llm.backend, llm.max_tools))
         env_lock = threading.Lock()
         # episodes done of N on the console (stderr, which Snakemake shows) and in the job's log
         label = f"{spec.benchmark}/{spec.variant}/seed{spec.seed} {spec.split} c{spec.cycle}"

@@ -10,7 +10,7 @@ from skillrepro.agent import CALL_SKILL, Actor, EpisodeSpec, Tool, primitive_too
 from skillrepro.benchmarks import get_benchmark
 from skillrepro.config import LLMConfig
 from skillrepro.llm.client import LLMClient, LLMRequestError, ToolCall
-from skillrepro.llm.limits import tool_limit
+from skillrepro.llm.limits import ToolLimits, tool_limits
 
 SPEC = EpisodeSpec("babyai/reference/seed0", "babyai", "reference", "reference", 0, "test", 0, 0)
 
@@ -63,9 +63,11 @@ def test_vllm_length_refusals_are_told_by_measuring_the_prompt():
     assert not refusal(400, body, "vllm", tokens=100, ctx_per_slot=4096, max_tokens=96).context_full
 
 
-def test_the_tool_limit_is_the_providers_unless_configured():
-    assert tool_limit("openai", None) == 128 and tool_limit("vllm", None) is None
-    assert tool_limit("embedded", None) is None and tool_limit("openai", 512) == 512
+def test_the_tool_limits_are_the_providers_unless_configured():
+    assert tool_limits("openai", None).max_tools == 128 and tool_limits("vllm", None) == ToolLimits()
+    assert tool_limits("embedded", None).max_tools is None and tool_limits("openai", 512).max_tools == 512
+    openai = tool_limits("openai", None)
+    assert openai.name_ok("collect_wood-2") and not openai.name_ok("café") and not openai.name_ok("a" * 65)
 
 
 def skills(n: int, ran: list[str]) -> list[Tool]:
@@ -86,7 +88,8 @@ def test_past_the_tool_limit_every_skill_stays_callable_through_call_skill():
     stand_in = ProviderStandIn(lambda body: ToolCall("c1", CALL_SKILL, {"name": "skill_140",
                                                                       "arguments": {"target": "red ball"}}))
     try:
-        actor = Actor(client(stand_in.url), bench.describe(), 3, tool_calling="native", max_tools=tool_limit("openai", None))
+        actor = Actor(client(stand_in.url), bench.describe(), 3, tool_calling="native",
+                      tool_limits=tool_limits("openai", None))
         rec = actor.run(env, tools, SPEC)
     finally:
         stand_in.close()
@@ -111,3 +114,15 @@ def test_without_a_limit_the_provider_refusal_fails_the_job_not_the_episode():
     finally:
         stand_in.close()
     assert not e.value.context_full and stand_in.refused == ["tools"]
+
+
+def test_a_skill_whose_name_the_provider_refuses_is_called_through_call_skill():
+    """A model may name a function in any Unicode letters or at any length; OpenAI takes [a-zA-Z0-9_-]{1,64}."""
+    bench = get_benchmark("babyai")
+    env = bench.make(bench.sample_tasks("test", 1, 42)[0])
+    ran: list[str] = []
+    named = Tool("récolter_bois", (), "a skill named in French", lambda args, wall_s=None: ran.append("r") or "ok")
+    actor = Actor(None, bench.describe(), 3, tool_calling="native", tool_limits=tool_limits("openai", None))
+    schemas = actor.tool_schemas([named, *primitive_tools(env)])
+    assert [s["function"]["name"] for s in schemas][0] == CALL_SKILL and len(schemas) == 7
+    assert not Actor(None, "", 3, tool_calling="native").dispatches([named, *primitive_tools(env)])
