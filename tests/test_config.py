@@ -342,3 +342,16 @@ def test_a_vllm_server_the_run_starts_for_native_tool_calls_has_the_tool_flags()
         check_config(cfg, check_files=False, billing=False)
     cfg["llm"]["base_url"] = "http://gpu-node:8000/v1"  # a server someone else started: its flags are theirs
     check_config(cfg, check_files=False, billing=False)
+
+
+def test_a_benchmark_whose_extra_is_not_installed_is_named_with_the_install(monkeypatch):
+    """`pip install -e .` alone has BabyAI's package only: a preset with Crafter stops with the extra to install,
+    not a traceback."""
+    from skillrepro.benchmarks.crafter import CrafterBenchmark
+
+    monkeypatch.setattr(CrafterBenchmark, "requires", ("crafter_not_installed",))  # as if the extra were missing
+    cfg = copy.deepcopy(BASE)
+    cfg["benchmarks"]["crafter"] = {"env": "crafter"}
+    with pytest.raises(ConfigError, match=r"benchmarks.crafter: benchmark env 'crafter' needs the package\(s\) crafter_not_installed.*"
+                                          r"pip install -e '\.\[benchmarks\]'"):
+        check_config(cfg, check_files=False, billing=False)

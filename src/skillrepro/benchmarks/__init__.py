@@ -9,6 +9,7 @@ name starts with "_".
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
 import pkgutil
 from typing import Any
@@ -36,6 +37,10 @@ def benchmark_class(env: str) -> type[Benchmark]:
     if len(found) != 1:
         raise TypeError(f"benchmark module {module.__name__} must define one Benchmark subclass with name = {env!r}, "
                         f"found {len(found)}")
+    missing = [p for p in found[0].requires if importlib.util.find_spec(p) is None]
+    if missing:  # `pip install -e .` alone brings BabyAI's package only
+        raise TaskError(f"benchmark env {env!r} needs the package(s) {', '.join(missing)}, not installed: "
+                        "pip install -e '.[benchmarks]' (pyproject's extra; ScienceWorld also needs Java 17)")
     return found[0]
 
 
@@ -74,7 +79,7 @@ def check_benchmark(env: str, **options: Any) -> None:
 
     try:
         cls = benchmark_class(env)
-    except ImportError as e:
+    except (ImportError, TaskError) as e:
         raise ContractError(f"benchmark {env!r}: its module does not import ({e}); its dependencies are in "
                             "pyproject's `benchmarks` extra (pip install -e '.[test]')") from e
     bench = cls(**options)

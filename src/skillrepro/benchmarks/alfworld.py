@@ -342,6 +342,7 @@ _OPTIONS = ("data_path", "cache_dir", "task_types", "max_steps", "show_admissibl
 class AlfWorldBenchmark(Benchmark):
     name = "alfworld"
     env_class = AlfWorldEnv
+    requires = ("alfworld", "textworld")
     llm_call_budget = 50
     # The environment description's shipped prompt file (prompts/env_alfworld_default.txt; this project's wording,
     # ALFWorld is not a SpeedRunner benchmark); option `prompt` names another .txt file.

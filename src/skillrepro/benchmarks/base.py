@@ -164,6 +164,9 @@ class Benchmark(ABC):
     # The Episode column a benchmark's tables and figures report: "success" (pass/fail benchmarks) or
     # "progression" (Crafter, scored by the fraction of achievements unlocked).
     headline: ClassVar[str] = "success"
+    # The packages its envs import (lazily, where they are used), which pyproject's `benchmarks` extra installs:
+    # the registry checks them before a benchmark is used, so a missing one is named with its install, up front.
+    requires: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **options: Any):
         if options:

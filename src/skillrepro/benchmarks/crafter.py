@@ -383,6 +383,7 @@ def _recipes() -> str:
 class CrafterBenchmark(Benchmark):
     name = "crafter"
     env_class = CrafterEnv
+    requires = ("crafter",)
     llm_call_budget = 2000  # D.4
     headline = "progression"  # D.4: an episode scores the fraction of the 22 achievements it unlocked
 

@@ -481,6 +481,7 @@ def parse_command(command: str) -> tuple[str, list[Any]]:
 class ScienceWorldBenchmark(Benchmark):
     name = "scienceworld"
     env_class = ScienceWorldEnv
+    requires = ("scienceworld",)
     llm_call_budget = 100  # B.3
     one_episode_per_process = True  # the process's one JVM holds one episode's world at a time
     PROMPTS = ("paper",)  # prompts/env_scienceworld_paper.txt: the interface, no strategy (B.3: no hints)
