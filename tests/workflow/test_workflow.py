@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from skillrepro.skills import Library
-from repo import DATA, ROOT, copy_workflow, scheduled, snakemake
+from repo import DATA, ROOT, copy_workflow, scheduled, snakemake, study_workflow
 
 
 def test_lint_is_clean():
@@ -226,3 +226,15 @@ def test_every_benchmark_runs_through_the_dag_with_react(tmp_path):
     assert (main.llm_calls_per_episode > 0).all()
     crafter = main[main.benchmark == "crafter_z2"].iloc[0]
     assert 0 <= crafter.progression_mean <= 1
+
+
+@pytest.mark.workflow
+def test_a_speedrunner_table_of_a_config_without_runs_fails_naming_methods(tmp_path):
+    """A KV-cache config asked for main.csv: the analytics job fails saying the config runs no SpeedRunner
+    method, and no header-only table is written to pass for a result."""
+    study_workflow(tmp_path, yaml.safe_load((ROOT / "configs/kvcache-replay.yaml").read_text()))
+    out = snakemake("results/tables/main.csv", "--cores", "1", cwd=tmp_path, check=False)
+    assert out.returncode != 0
+    assert "config section `methods` is not set" in out.stdout + out.stderr
+    assert "config section `methods` is not set" in (tmp_path / "logs/analytics.log").read_text()
+    assert not (tmp_path / "results/tables/main.csv").exists()

@@ -13,6 +13,11 @@ job = start_job(snakemake)
 log = job.log
 inp, out, p = snakemake.input, snakemake.output, snakemake.params
 study = analysis.study_of(job.settings.loop, p.config_name)
+if not inp.test_episodes:  # a SpeedRunner table asked of a config that runs none: an empty table would pass for one
+    why = (f"{p.config_name} declares no SpeedRunner runs (config section `methods` is not set), so there is nothing "
+           "to tabulate; set `methods` or ask for another study's target")
+    log.error(why)
+    raise SystemExit(why)
 
 
 def siblings(episode_files, name):
