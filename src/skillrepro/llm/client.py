@@ -336,7 +336,7 @@ class LLMClient:
         fields = ", ".join(f"{k} {e.error[k]!r}" for k in ("type", "code", "param") if e.error.get(k) is not None)
         tools = request.get("tools") or []
         return LLMRequestError(
-            f"{e.status} from {self.base_url} ({fields or 'no error code'}) for a {role} request to "
+            f"{e.status} from {self.base_url} ({fields or 'no error code'}) for one {role} request to "
             f"{self.cfg.model!r}: {len(request['messages'])} messages, {len(json.dumps(request['messages']))} "
             f"characters, {len(tools)} tools, a cap of {request.get(self.cfg.max_tokens_param)} tokens: "
             f"{e.message[:500]}", e.status, e.error, full)

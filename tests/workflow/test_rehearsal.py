@@ -1,0 +1,46 @@
+"""`skillrepro rehearse` on configs/paper.yaml (BabyAI's runs, every method and ablation the preset runs there):
+the preset's own request shapes against the provider stand-in, through the real rules, its SpeedRunner libraries
+grown past OpenAI's 128-tool limit by the stand-in's inducer. It asserts the rehearsal passed (no request refused,
+no episode ended by a full context, main.csv written) and that the actor called a skill of the 160-function
+library through call_skill. Before the tool limit, four of its requests were refused (array_above_max_length)."""
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import yaml
+
+from repo import ROOT
+from skillrepro.config import load_yaml
+from skillrepro.studies.speedrunner.rehearsal import Reduction, reduced
+
+
+def test_a_rehearsal_config_keeps_the_request_shapes_and_shrinks_the_counts():
+    paper = load_yaml(ROOT / "configs/paper.yaml")
+    cfg = reduced(paper, Reduction(benchmarks=("babyai", "crafter")), "http://127.0.0.1:1/v1")
+    routed = ("base_url", "api_key_env", "response_cache", "max_dollars")
+    assert {k: v for k, v in cfg["llm"].items() if k not in routed} == \
+        {k: v for k, v in paper["llm"].items() if k not in routed}
+    assert cfg["llm"]["base_url"] == "http://127.0.0.1:1/v1"
+    assert set(cfg["benchmarks"]) == {"babyai", "crafter"}
+    assert cfg["benchmarks"]["crafter"]["llm_call_budget"] == 4 and cfg["benchmarks"]["crafter"]["history_window"] is None
+    assert "asi_replay" not in cfg["methods"] and cfg["methods"]["voyager"]["benchmarks"] == ["crafter"]
+    assert cfg["methods"]["voyager"]["options"] == paper["methods"]["voyager"]["options"]
+    assert cfg["protocol"] | {"task_seed": 42} == {"task_seed": 42, "seeds": [0], "train_rollouts": 2, "sleep_every": 1,
+                                                   "eval_every": 2, "n_test": 1}
+    assert cfg["analysis"]["truncation"] == paper["analysis"]["truncation"]  # its variant and benchmark stay
+    assert all(v["input"] > 0 for v in cfg["pricing"].values())  # placeholders: the zeros would refuse the run
+
+
+@pytest.mark.rehearsal
+def test_the_paper_preset_rehearses_past_the_tool_limit(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "skillrepro.cli", "rehearse", "--configfile", "configs/paper.yaml",
+                          "--benchmarks", "babyai", "--directory", str(tmp_path)], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "refused: 0" in out.stdout and "rehearsal passed" in out.stdout
+    assert "babyai/speedrunner/seed0 160" in out.stdout and "context 0" in out.stdout
+    steps = pd.read_parquet(tmp_path / "results/runs/babyai/speedrunner/seed0/eval/v2/steps.parquet")
+    assert steps.action.str.startswith("rehearsal_skill_").all() and steps.valid.all()
+    cfg = yaml.safe_load((tmp_path / "rehearsal.yaml").read_text())
+    assert cfg["llm"]["tool_calling"] == "native" and cfg["llm"]["model"] == "gpt-5.4-mini"
