@@ -157,43 +157,8 @@ class Script:
         self.requests = []
 
 
-# ------------------------------------------------------------------ a provider that enforces its limits
+# ------------------------------------------------------------------ a provider's error bodies
 def openai_error(message: str, code: str | None, param: str | None = None) -> bytes:
     """An error body as OpenAI's API writes one."""
     return json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": param,
                                  "code": code}}).encode()
-
-
-class ProviderStandIn(ChatServer):
-    """An OpenAI-compatible endpoint that refuses what OpenAI's Chat Completions refuses, with its error bodies
-    (llm/limits.py): more than `max_tools` tools, and a prompt past `context_chars` characters of messages
-    (code context_length_exceeded). Every other request gets `reply(body)`: text, or a ToolCall. Keeps every
-    request's tool count and every refusal."""
-
-    def __init__(self, reply: Callable[[dict], str | ToolCall], max_tools: int = 128, context_chars: int = 10**9):
-        self.reply, self.max_tools, self.context_chars = reply, max_tools, context_chars
-        self.tool_counts: list[int] = []
-        self.refused: list[str] = []
-        super().__init__(self.answer)
-
-    def answer(self, path: str, raw_body: bytes) -> tuple[int, bytes]:
-        body = json.loads(raw_body)
-        tools = body.get("tools") or []
-        self.tool_counts.append(len(tools))
-        if len(tools) > self.max_tools:
-            self.refused.append("tools")
-            return 400, openai_error(f"Invalid 'tools': array too long. Expected an array with maximum length "
-                                     f"{self.max_tools}, but got an array with length {len(tools)} instead.",
-                                     "array_above_max_length", "tools")
-        if len(json.dumps(body["messages"])) > self.context_chars:
-            self.refused.append("context")
-            return 400, openai_error("This model's maximum context length is exceeded. Please reduce the length "
-                                     "of the messages.", "context_length_exceeded", "messages")
-        out = self.reply(body)
-        if isinstance(out, str):
-            return 200, completion(body["model"], out)
-        message = {"role": "assistant", "content": None, "tool_calls": [
-            {"id": out.id, "type": "function", "function": {"name": out.name, "arguments": json.dumps(out.arguments)}}]}
-        return 200, json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": message}],
-                                "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}).encode()

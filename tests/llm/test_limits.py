@@ -5,12 +5,13 @@ import json
 
 import pytest
 
-from scripted import ChatServer, ProviderStandIn, completion, openai_error
+from scripted import ChatServer, openai_error
 from skillrepro.agent import CALL_SKILL, Actor, EpisodeSpec, Tool, primitive_tools
 from skillrepro.benchmarks import get_benchmark
 from skillrepro.config import LLMConfig
 from skillrepro.llm.client import LLMClient, LLMRequestError, ToolCall
 from skillrepro.llm.limits import ToolLimits, tool_limits
+from skillrepro.llm.standin import PROVIDERS, StandIn
 
 SPEC = EpisodeSpec("babyai/reference/seed0", "babyai", "reference", "reference", 0, "test", 0, 0)
 
@@ -85,19 +86,18 @@ def test_past_the_tool_limit_every_skill_stays_callable_through_call_skill():
     env = bench.make(bench.sample_tasks("test", 1, 42)[0])
     ran: list[str] = []
     tools = skills(150, ran) + primitive_tools(env)
-    stand_in = ProviderStandIn(lambda body: ToolCall("c1", CALL_SKILL, {"name": "skill_140",
-                                                                      "arguments": {"target": "red ball"}}))
+    stand_in = StandIn(PROVIDERS["openai"], context_tokens=10**6).start()  # calls the first listed skill
     try:
         actor = Actor(client(stand_in.url), bench.describe(), 3, tool_calling="native",
                       tool_limits=tool_limits("openai", None))
         rec = actor.run(env, tools, SPEC)
     finally:
-        stand_in.close()
-    assert stand_in.refused == [] and max(stand_in.tool_counts) <= 128
+        stand_in.stop()
+    assert [s.refused for s in stand_in.seen] == [""] * 3 and max(s.tools for s in stand_in.seen) == 7
     assert rec.episode.termination == "budget" and rec.episode.n_steps == 3
     # the step is the skill's call, the skill ran with its argument, and the prompt named it and the way to call it
-    assert [s.action for s in rec.steps] == ["skill_140"] * 3 and all(s.valid for s in rec.steps)
-    assert ran == ["skill_140"] * 3 and "skill_140 done with ['red ball']" in rec.steps[0].observation
+    assert [s.action for s in rec.steps] == ["skill_0"] * 3 and all(s.valid for s in rec.steps)
+    assert ran == ["skill_0"] * 3 and "skill_0 done with [" in rec.steps[0].observation
     system = json.loads(rec.llm_calls[0].prompt)["messages"][0]["content"]
     assert "- skill_149(target: str): skill number 149" in system and 'call_skill(name="skill_0"' in system
 
@@ -106,14 +106,14 @@ def test_without_a_limit_the_provider_refusal_fails_the_job_not_the_episode():
     """Today's code read this 400 as a full context: the episode ended at step 0 with termination context."""
     bench = get_benchmark("babyai")
     env = bench.make(bench.sample_tasks("test", 1, 42)[0])
-    stand_in = ProviderStandIn(lambda body: completion("m", "unused").decode())
+    stand_in = StandIn(PROVIDERS["openai"], context_tokens=10**6).start()
     try:
         with pytest.raises(LLMRequestError, match="150 skills|array too long") as e:
             Actor(client(stand_in.url), bench.describe(), 3, tool_calling="native").run(
                 env, skills(150, []) + primitive_tools(env), SPEC)
     finally:
-        stand_in.close()
-    assert not e.value.context_full and stand_in.refused == ["tools"]
+        stand_in.stop()
+    assert not e.value.context_full and [s.refused for s in stand_in.seen] == ["array_above_max_length"]
 
 
 def test_a_skill_whose_name_the_provider_refuses_is_called_through_call_skill():

@@ -101,17 +101,16 @@ def test_a_library_past_the_providers_tool_limit_is_played_not_zeroed(tmp_path):
     """Through the real rules, native tool calls to a local stand-in that refuses what OpenAI's Chat Completions
     refuses (more than 128 tools, with OpenAI's error body): a reference library of 130 public skills (136 tools
     with BabyAI's primitives). Every request stays within the limit, every test episode plays its whole budget
-    calling the last skill through call_skill, and the terminations table shows no full context. Before the tool
+    calling a skill through call_skill, and the terminations table shows no full context. Before the tool
     limit, every episode ended at step 0 with termination context and main.csv read 0."""
-    from scripted import ProviderStandIn
-    from skillrepro.llm.client import ToolCall
+    from skillrepro.llm.standin import PROVIDERS, StandIn
 
     copy_workflow(tmp_path)
     library = tmp_path / "big_library"
     library.mkdir()
     (library / "skills.py").write_text("\n\n".join(
         f'def step_{i}():\n    """Go one cell forward (variant {i})."""\n    return go_forward()\n' for i in range(130)))
-    stand_in = ProviderStandIn(lambda body: ToolCall("c", "call_skill", {"name": "step_129", "arguments": {}}))
+    stand_in = StandIn(PROVIDERS["openai"], context_tokens=10**6).start()  # its actor calls the first listed skill
     cfg = {
         "llm": {"backend": "openai", "model": "stand-in", "base_url": stand_in.url, "api_key_env": "STAND_IN_KEY",
                 "max_tokens": 64, "tool_calling": "native", "reasoning_effort": {}, "response_cache": False},
@@ -126,13 +125,13 @@ def test_a_library_past_the_providers_tool_limit_is_played_not_zeroed(tmp_path):
     try:
         snakemake("results/tables/main.csv", "--cores", "2", "--configfile", "big.yaml", cwd=tmp_path, env=env)
     finally:
-        stand_in.close()
-    assert stand_in.refused == [] and max(stand_in.tool_counts) == 7, stand_in.tool_counts  # call_skill + 6
+        stand_in.stop()
+    assert not any(s.refused for s in stand_in.seen) and max(s.tools for s in stand_in.seen) == 7  # call_skill + 6
     run = tmp_path / "results/runs/babyai/reference/seed0"
     steps = pq.read_table(run / "eval/v1/steps.parquet").to_pandas()
-    assert len(steps) == 6 and set(steps.action) == {"step_129"} and steps.valid.all()
+    assert len(steps) == 6 and set(steps.action) == {"step_0"} and steps.valid.all()
     frames = pq.read_table(run / "eval/v1/skill_calls.parquet").to_pandas()
-    assert set(frames[frames.parent_frame_id == ""].function) == {"step_129"}
+    assert set(frames[frames.parent_frame_id == ""].function) == {"step_0"}
     ends = pd.read_csv(tmp_path / "results/tables/terminations.csv", keep_default_na=False)
     assert ends.context.sum() == 0 and ends.budget.sum() == ends.episodes.sum() == 2 + 2 + 1
     main = pd.read_csv(tmp_path / "results/tables/main.csv")
