@@ -25,6 +25,19 @@ HIT = 'def hit_twice():\n    """Hit what is in front of you, twice."""\n    do()
 GRANTS = ["collect_wood", "place_table"]  # what the 1st and 2nd do() of the episode unlock (scripted world)
 
 
+def call_in_crafter(library, skill: str, task: str):
+    """A skill of `library` called as an actor calls it, on a fresh Crafter task: (outcome, frames, primitive steps)."""
+    env = load_benchmark(CRAFTER).make(task)
+    env.reset()
+    frames = []
+    session = SandboxSession(source=library.source, env=env, record=frames.append)
+    try:
+        return session.call_skill(skill, []), frames, env.n_primitive_steps
+    finally:
+        session.close()
+        env.release()
+
+
 @pytest.fixture(scope="module")
 def episode(tmp_path_factory):
     """One training episode: step 0 the actor's do() unlocks Collect Wood; step 1 its skill hit_twice()
@@ -134,19 +147,11 @@ def test_a_skill_is_stored_with_its_helpers_whatever_their_order(episode, order)
     assert kept == {"collect_wood": True, "face_tree": False}
     assert next(f for f in v1.functions if f.name == "collect_wood").callees == ("face_tree",)
     # called as an actor would: the skill runs whole, its helper nested under it, each step the world's
-    env = load_benchmark(CRAFTER).make(episode["task"])
-    env.reset()
-    frames = []
-    session = SandboxSession(source=v1.source, env=env, record=frames.append)
-    try:
-        out = session.call_skill("collect_wood", [])
-    finally:
-        session.close()
-        env.release()
+    out, frames, steps = call_in_crafter(v1, "collect_wood", episode["task"])
     assert out.ok, out
     top = next(f for f in frames if not f.parent_frame_id)
     assert top.function == "collect_wood" and [f.function for f in frames if f.parent_frame_id] == ["face_tree"]
-    assert env.n_primitive_steps == 2  # face_tree's noop() and the skill's do()
+    assert steps == 2  # face_tree's noop() and the skill's do()
 
 
 def test_test_episodes_list_the_top_k_or_the_whole_library():
@@ -262,15 +267,7 @@ def test_induce_stores_a_reply_that_redefines_taken_names_as_renamed_skill(episo
     assert v1.meta["descriptions"]["collect_wood_2"] == "Collect one wood with helper()."
     entry = json.loads((ctx.record_dir / "transcript.jsonl").read_text().splitlines()[0])
     assert entry["added"] == ["helper_2", "collect_wood_2"] and entry["refused"] == []
-    env = load_benchmark(CRAFTER).make(episode["task"])
-    env.reset()
-    frames = []
-    session = SandboxSession(source=v1.source, env=env, record=frames.append)
-    try:
-        out = session.call_skill("collect_wood_2", [])
-    finally:
-        session.close()
-        env.release()
+    out, frames, steps = call_in_crafter(v1, "collect_wood_2", episode["task"])
     assert out.ok, out
     assert [f.function for f in frames if f.parent_frame_id] == ["helper_2"]  # not the library's helper
-    assert env.n_primitive_steps == 3  # helper_2's two noop()s and the skill's do()
+    assert steps == 3  # helper_2's two noop()s and the skill's do()
