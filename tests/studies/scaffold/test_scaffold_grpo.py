@@ -278,3 +278,54 @@ def test_config_refuses_a_training_key_before_any_work():
         ScaffoldConfig.from_config(cfg)
     cfg["scaffold"]["training"]["global_batch_size"] = 16
     assert ScaffoldConfig.from_config(cfg).training["global_batch_size"] == 16
+
+
+@pytest.mark.integration
+def test_a_lora_update_trains_its_adapter_serves_the_merged_model_and_carries_adam_to_the_next(tiny, tmp_path):
+    """scaffold.training.adapter: update 1 trains a fresh LoRA adapter on the frozen base; its checkpoint holds the
+    adapter, the Adam state of the adapter's parameters alone, and the base merged with the adapter (loadable, changed
+    only in the adapted layers). Update 2 starts from that adapter and that Adam state, on the base again."""
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from skillrepro.studies.scaffold.grpo import (ADAPTER, OPTIMIZER_STATE, make_trainer, save_checkpoint, train)
+    from skillrepro.studies.scaffold.settings import AdapterSettings
+
+    base, tok, seq = tiny
+    pristine = copy.deepcopy(base)  # the module's model stays the base: peft adds its layers in place
+    samples = assign_advantages(_groups(seq), 2, 0.1)
+    settings = TrainSettings(learning_rate=1e-3, adapter=AdapterSettings(4, 8.0, 0.0, ("q_proj", "v_proj")))
+    with pytest.raises(ValueError, match="scaffold.training.adapter is not set"):
+        make_trainer(copy.deepcopy(pristine), tok, samples, 6, TrainSettings(), tmp_path / "x", steps=1,
+                     adapter_from=tmp_path)
+
+    first = make_trainer(copy.deepcopy(pristine), tok, samples, 6, settings, tmp_path / "t1", steps=1)
+    trainable = [n for n, p in first.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)  # the base is frozen
+    train(first)
+    lora_b = [p for n, p in first.model.named_parameters() if "lora_B" in n]
+    assert all(p.abs().sum() > 0 for p in lora_b)  # B starts at 0: a step moved every one
+    # saving merges the adapter into the base in place: keep what update 1 trained
+    first_adapter = {n: p.detach().clone() for n, p in first.model.named_parameters() if p.requires_grad}
+    ckpt1 = save_checkpoint(first.model, tok, first.optimizer, tmp_path / "ckpt1", {"update": 1})
+    assert (ckpt1 / ADAPTER / "adapter_config.json").is_file()
+    adam = torch.load(ckpt1 / OPTIMIZER_STATE, weights_only=True)
+    assert len(adam["state"]) == len(trainable)  # the adapter's moments only
+
+    served = AutoModelForCausalLM.from_pretrained(str(ckpt1), dtype=torch.float32)
+    merged, original = served.state_dict(), pristine.state_dict()
+    assert set(merged) == set(original)  # a full model of the base's own layout, no LoRA layers left
+    changed = {n for n in original if not torch.equal(merged[n], original[n])}
+    assert changed and all(".q_proj." in n or ".v_proj." in n for n in changed)
+
+    second = make_trainer(copy.deepcopy(pristine), tok, samples, 6, settings, tmp_path / "t2", steps=1,
+                          optimizer_state=ckpt1 / OPTIMIZER_STATE, adapter_from=ckpt1 / ADAPTER)
+    loaded = {n: p.detach().clone() for n, p in second.model.named_parameters() if p.requires_grad}
+    assert loaded.keys() == first_adapter.keys()
+    assert all(torch.equal(loaded[n], first_adapter[n]) for n in loaded)  # it continues update 1's adapter
+    train(second)
+    steps = {float(s["step"]) for s in second.optimizer.state.values()}
+    assert steps == {2.0}  # Adam's second step: update 1's moments were carried, not restarted
+    assert any(not torch.equal(p.detach(), loaded[n]) for n, p in second.model.named_parameters() if n in loaded)

@@ -1,6 +1,7 @@
 """SkillScaffold: GRPO update k of the shared policy (algorithm 1, eq. 3, 11, 12) on TRL, from iteration k-1 of
 its chain: Scouts + Post-Scouts train the Executor, the cards (rewarded by utility) the Generator. Writes
-checkpoint k (weights, tokenizer, Adam state; and GGUF for llama.cpp when the policy came from GGUF)."""
+checkpoint k (weights, tokenizer, Adam state; and GGUF for llama.cpp when the policy came from GGUF; with
+scaffold.training.adapter also the LoRA adapter, the weights being the base merged with it)."""
 from pathlib import Path
 
 import pandas as pd
@@ -9,7 +10,7 @@ import torch
 from skillrepro.llm.models import MODELS, resolve
 from skillrepro.llm.scorer import ChatSequencer
 from skillrepro.pipeline import start_job
-from skillrepro.studies.scaffold.grpo import (OPTIMIZER_STATE, assign_advantages, groups_from_records, load_policy,
+from skillrepro.studies.scaffold.grpo import (ADAPTER, OPTIMIZER_STATE, assign_advantages, groups_from_records, load_policy,
                                               make_trainer, prunable_optimizer_states, save_checkpoint, train)
 from skillrepro.studies.scaffold.paths import Instance
 from skillrepro.studies.scaffold.records import CandidateRecord, UtilityRecord, load_trajectories, read_rows
@@ -23,7 +24,13 @@ out = Path(snakemake.output[0])
 chain = job.settings.scaffold.chain(w.svariant)  # its own switches: table 3's training ablations; plain GRPO has neither
 settings = TrainSettings.from_config({**job.settings.scaffold.training, "generator_learning": chain.generator_learning})
 previous = Path(i.policy) if i.policy else None
-model, tok = load_policy(str(previous) if previous else p.base_model)
+# A LoRA update (scaffold.training.adapter) trains the previous update's adapter on the frozen base model, not on
+# the previous checkpoint's merged weights: merging each update into bf16 weights would round its small steps away.
+adapter_from = previous / ADAPTER if previous and settings.adapter else None
+if adapter_from is not None and not (adapter_from / "adapter_config.json").is_file():
+    raise SystemExit(f"scaffold.training.adapter is set, but checkpoint {previous} has no LoRA adapter ({adapter_from}): "
+                     "it was trained without one; remove the chain's checkpoints to retrain it with the adapter")
+model, tok = load_policy(p.base_model if settings.adapter or not previous else str(previous))
 # a policy that starts from GGUF is served by llama.cpp: every checkpoint is written back in that layout
 base_gguf = resolve(p.base_model) if p.base_model in MODELS or p.base_model.endswith(".gguf") else None
 # plain GRPO (no cards): the Executor's group alone
@@ -47,10 +54,11 @@ if job.settings.generator_llm.temperature != job.settings.llm.temperature:
                 "log-probs at the Executor's", job.settings.generator_llm.temperature, job.settings.llm.temperature)
 trainer = make_trainer(model, tok, samples, p.group_size, settings, out.parent / f".trl{w.k}", steps=1,
                        use_cpu=p.use_cpu, optimizer_state=previous / OPTIMIZER_STATE if previous else None,
-                       temperature=job.settings.llm.temperature)
+                       temperature=job.settings.llm.temperature, adapter_from=adapter_from)
 train(trainer)  # micro-batches done of N on the console
 log.info("TRL log: %s", trainer.state.log_history)
-save_checkpoint(model, tok, trainer.optimizer, out, {"settings": repr(settings), "update": int(w.k),
+# the trainer's model: the policy itself, or the peft model whose adapter and merged weights the checkpoint holds
+save_checkpoint(trainer.model, tok, trainer.optimizer, out, {"settings": repr(settings), "update": int(w.k),
                                                      "from": str(previous or p.base_model),
                                                      "queries": [g.query for g in groups]}, base_gguf=base_gguf)
 keep = job.settings.scaffold.training.get("keep_optimizer_states")

@@ -159,6 +159,26 @@ def load_policy(model: str) -> tuple[Any, Any]:
 
 
 OPTIMIZER_STATE = "optimizer.pt"  # Adam's moments, carried from one checkpoint's update to the next
+# A LoRA update's adapter (scaffold.training.adapter), in a folder of its own: transformers would read an
+# adapter_config.json at the checkpoint's top as an adapter to load, and vLLM serves the merged weights there.
+ADAPTER = "adapter"
+
+
+def with_adapter(model: Any, settings: TrainSettings, adapter_from: str | Path | None = None) -> Any:
+    """`model` (the frozen base policy) as a peft model whose LoRA adapter trains: a fresh one (B = 0: the first
+    update starts at the base policy) or, `adapter_from`, the previous update's, so that an update continues the
+    last one's adapter as full fine-tuning continues its weights. peft keeps the adapter in float32 beside a bf16
+    base (autocast_adapter_dtype), so Adam's small steps are not rounded away."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    a = settings.adapter
+    if a is None:
+        raise ValueError("with_adapter needs scaffold.training.adapter")
+    if adapter_from is not None:
+        return PeftModel.from_pretrained(model, str(adapter_from), is_trainable=True)
+    return get_peft_model(model, LoraConfig(r=a.rank, lora_alpha=a.alpha, lora_dropout=a.dropout,
+                                            target_modules=list(a.target_modules), bias="none",
+                                            task_type="CAUSAL_LM"))
 
 
 def keep_freed_memory() -> None:
@@ -182,11 +202,13 @@ def keep_freed_memory() -> None:
 
 def make_trainer(model: Any, tokenizer: Any, samples: Sequence[Sample], group_size: int, settings: TrainSettings,
                  out_dir: str | Path, steps: int, use_cpu: bool = True, optimizer_state: str | Path | None = None,
-                 temperature: float = 1.0) -> Any:
+                 temperature: float = 1.0, adapter_from: str | Path | None = None) -> Any:
     """A TRL GRPOTrainer that trains `model` on `samples` (consecutive groups of `group_size` per query)
     for `steps` optimizer steps. `optimizer_state`: the previous update's Adam state (one run of algorithm 1
     is one optimizer; each update is a job of its own here). `temperature`: the one the samples were drawn at;
-    TRL divides the logits by it before it takes the log-probs of the ratio, so they are the sampling policy's."""
+    TRL divides the logits by it before it takes the log-probs of the ratio, so they are the sampling policy's.
+    With settings.adapter, `model` is the base policy and a LoRA adapter trains on it (`with_adapter`: the previous
+    update's, `adapter_from`, or a fresh one); the trainer's model is then the peft model."""
     import os
 
     import torch
@@ -236,9 +258,14 @@ def make_trainer(model: Any, tokenizer: Any, samples: Sequence[Sample], group_si
         gradient_checkpointing=not use_cpu,  # memory for an 8B policy on a GPU; only time on a tiny CPU one
     )
     data = Dataset.from_list([{"prompt": q} for q in queries])
-    # Adam with weight decay 0, as table 5 (AdamW's decoupled decay is then plain Adam).
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, betas=settings.adam_betas,
-                                  weight_decay=0.0)
+    if settings.adapter is not None:
+        model = with_adapter(model, settings, adapter_from)
+    elif adapter_from is not None:
+        raise ValueError("an adapter to continue was given, but scaffold.training.adapter is not set")
+    # Adam with weight decay 0, as table 5 (AdamW's decoupled decay is then plain Adam), over what trains: every
+    # parameter, or the adapter's alone (its state is then the adapter's, in the same order in every update).
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=settings.learning_rate,
+                                  betas=settings.adam_betas, weight_decay=0.0)
     if optimizer_state is not None:
         optimizer.load_state_dict(torch.load(optimizer_state, weights_only=True))
     trainer = _trainer_class()(model=model, reward_funcs=advantage_reward, args=cfg, train_dataset=data,
@@ -315,11 +342,16 @@ def _trainer_class() -> type:
 def save_checkpoint(model: Any, tokenizer: Any, optimizer: Any, out_dir: str | Path, meta: dict[str, Any],
                     base_gguf: str | Path | None = None) -> Path:
     """The trained policy as a Hugging Face folder (vLLM serves it) with its optimizer state; with `base_gguf`
-    (a policy first loaded from GGUF), also as CHECKPOINT_GGUF in that layout, for llama.cpp and the CPU scorer."""
+    (a policy first loaded from GGUF), also as CHECKPOINT_GGUF in that layout, for llama.cpp and the CPU scorer.
+    A peft model (scaffold.training.adapter) writes its adapter to ADAPTER, which the next update continues, and
+    the base merged with it as the folder's full model, which is what every later job serves and scores."""
     import torch
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if hasattr(model, "merge_and_unload"):  # a peft model: the adapter first, the merge changes the base in place
+        model.save_pretrained(out / ADAPTER)
+        model = model.merge_and_unload()
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     torch.save(optimizer.state_dict(), out / OPTIMIZER_STATE)

@@ -35,6 +35,21 @@ class Ablation:
 
 
 @dataclass(frozen=True)
+class AdapterSettings:
+    """A LoRA adapter for the GRPO update (config `scaffold.training.adapter`; unset: full fine-tuning, the paper)."""
+
+    rank: int
+    alpha: float
+    dropout: float
+    target_modules: tuple[str, ...]
+
+    @classmethod
+    def from_config(cls, adapter: dict[str, Any]) -> "AdapterSettings":
+        return cls(int(adapter["rank"]), float(adapter["alpha"]), float(adapter["dropout"]),
+                   tuple(adapter["target_modules"]))
+
+
+@dataclass(frozen=True)
 class TrainSettings:
     """Table 5's settings that one update reads (config `scaffold.training`; `check_training` refuses the
     values it cannot honour)."""
@@ -51,6 +66,7 @@ class TrainSettings:
     queries_per_step: int = 1  # TRL groups (queries) per optimizer step
     micro_batch_size: int | None = None  # sequences per forward/backward (gradient accumulation); None: a step's all
     max_sequence_tokens: int | None = None  # longest sample (prompt + completion) an update accepts
+    adapter: AdapterSettings | None = None  # None: the whole policy trains (the paper)
 
     @classmethod
     def from_config(cls, training: dict[str, Any]) -> "TrainSettings":
@@ -58,6 +74,8 @@ class TrainSettings:
         t = {k: v for k, v in training.items() if k in keys}
         if "adam_betas" in t:
             t["adam_betas"] = tuple(t["adam_betas"])
+        if t.get("adapter") is not None:
+            t["adapter"] = AdapterSettings.from_config(t["adapter"])
         if "query_batch_size" in training:
             t["queries_per_step"] = int(training["query_batch_size"])
         return cls(**t)
@@ -78,7 +96,7 @@ TRAINING_KEYS = ("model", "steps", "optimizer", "learning_rate", "adam_betas", "
                  "global_batch_size", "clip_low", "clip_high", "kl_coef", "executor_entropy_coef",
                  "max_sequence_tokens", "micro_batch_size", "lambda_gen", "generator_entropy_coef",
                  "generator_learning", "inject", "cohort_iterations", "keep_optimizer_states", "baseline",
-                 "ablations")
+                 "ablations", "adapter")
 
 
 def check_training(training: dict[str, Any], n_scouts: int, n_post: int, n_candidates: int) -> None:
