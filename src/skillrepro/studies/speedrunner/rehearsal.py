@@ -1,4 +1,4 @@
-"""`skillrepro rehearse`: a paid SpeedRunner preset's DAG, end to end, against a local stand-in of its provider,
+"""`skillrepro rehearse` (its command: studies/speedrunner/cli.py): a paid SpeedRunner preset's DAG, end to end, against a local stand-in of its provider,
 before anyone pays.
 
 The preset keeps its request shapes (model, tools, protocol, caps, efforts, its context window); only the counts
@@ -14,7 +14,6 @@ here: the stand-in plays no episode to success; the printed library sizes say wh
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import csv
 import json
@@ -29,10 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from snakemake.utils import update_config
 
-from skillrepro.check import check_config
-from skillrepro.config import ConfigError, load_yaml
+from skillrepro.config import ConfigError
 from skillrepro.llm.standin import PROVIDERS, StandIn
 
 KEY_ENV = "SKILLREPRO_REHEARSAL_KEY"  # the stand-in takes any key; a real one is never read
@@ -101,13 +98,9 @@ class Outcome:
     lines: list[str]
 
 
-def rehearse(config_files: list[Path], workdir: Path, r: Reduction, target: str, cores: int,
+def rehearse(preset: dict[str, Any], workdir: Path, r: Reduction, target: str, cores: int,
              snakefile: Path) -> Outcome:
-    """Run the preset at the rehearsal's counts in `workdir` and judge it."""
-    preset: dict[str, Any] = {}
-    for f in config_files:
-        update_config(preset, load_yaml(f))
-    check_config(preset, check_files=False, billing=False)  # the preset itself, before anything starts
+    """Run `preset` (as given, already checked) at the rehearsal's counts in `workdir` and judge it."""
     llm = preset["llm"]
     if llm["backend"] != "openai":
         raise ConfigError(f"rehearse: llm.backend {llm['backend']!r}: the stand-in rehearses API presets (openai); "
@@ -172,33 +165,3 @@ def library_sizes(runs: Path) -> dict[str, int]:
             functions = json.loads(versions[-1].read_text()).get("functions", [])
             out[str(run.relative_to(runs))] = sum(1 for f in functions if f.get("public"))
     return out
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("rehearse", help="run an API preset end to end at reduced counts against a local stand-in "
-                                        "of its provider")
-    p.add_argument("--configfile", nargs="+", type=Path, required=True, help="the preset (and any merged after it)")
-    p.add_argument("--directory", type=Path, default=Path("rehearsal"), help="where its results go (default: rehearsal/)")
-    p.add_argument("--target", default="results/tables/main.csv")
-    p.add_argument("--cores", type=int, default=2)
-    p.add_argument("--benchmarks", nargs="+", help="only these of the preset's benchmarks")
-    p.add_argument("--train-rollouts", type=int, default=Reduction.train_rollouts)
-    p.add_argument("--library-size", type=int, default=Reduction.library_size)
-    p.add_argument("--snakefile", type=Path, default=Path("Snakefile"))
-    p.set_defaults(func=_main)
-
-
-def _main(a: argparse.Namespace) -> int:
-    if not a.snakefile.is_file():
-        print(f"skillrepro rehearse: no {a.snakefile}: run it from the repository's root or give --snakefile",
-              file=sys.stderr)
-        return 2
-    r = Reduction(train_rollouts=a.train_rollouts, benchmarks=tuple(a.benchmarks) if a.benchmarks else None,
-                  library_size=a.library_size)
-    try:
-        outcome = rehearse(a.configfile, a.directory, r, a.target, a.cores, a.snakefile)
-    except ConfigError as e:
-        print(f"skillrepro rehearse: {e}", file=sys.stderr)
-        return 2
-    print("\n".join(outcome.lines))
-    return 0 if outcome.passed else 1
