@@ -329,9 +329,10 @@ def test_a_page_over_its_size_cap_is_made_smaller_or_refused():
 def test_every_section_of_the_report_opens_and_an_empty_library_says_why(tiny_run):
     wd, _ = tiny_run  # tests/data/tiny.yaml run through `snakemake all`, with its report (conftest.py)
     opened = click_through_report(wd / "report.html", wd / "shots")
-    # landing page: the main table and each figure, and each section; Episodes: two pages per run (v0, v2);
+    # landing page: the main table and each figure, and each section; Tables: 9 (terminations.csv among them);
+    # Episodes: two pages per run (v0, v2);
     # Sleep phases: SpeedRunner's two (react's sleep phases do no work and get no page)
-    assert opened["landing page"] == 2 + 8 + 4 and opened["Tables"] == 8 and opened["Figures"] == 8
+    assert opened["landing page"] == 2 + 8 + 4 and opened["Tables"] == 9 and opened["Figures"] == 8
     assert opened["Libraries"] == 2 and opened["Episodes"] == 4 and opened["Sleep phases"] == 2
     for shot in ("Libraries", "Episodes_babyai_speedrunner_seed0", "Sleepphases"):
         assert_not_blank((wd / "shots" / f"{shot}.png").read_bytes())
