@@ -97,6 +97,7 @@ def test_reference_solves_tasks_through_its_skill_in_the_dag_on_the_real_model(t
 
 
 @pytest.mark.workflow
+@pytest.mark.rehearsal  # the provider stand-in's lane (pytest -m rehearsal, .ci/run): the test command's 20 minutes are full
 def test_a_library_past_the_providers_tool_limit_is_played_not_zeroed(tmp_path):
     """Through the real rules, native tool calls to a local stand-in that refuses what OpenAI's Chat Completions
     refuses (more than 128 tools, with OpenAI's error body): a reference library of 130 public skills (136 tools
