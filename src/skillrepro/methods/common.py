@@ -123,11 +123,13 @@ def show_traces(traces: list[Trace], budget_tokens: int, newest_first: bool = Tr
     cut_id = None
     if not parts and order:
         text = order[0].render()
-        note = f"\n[... {len(text)} characters of this episode cut: {limit} reached ...]\n"  # its longest
-        room = budget_tokens * TOKEN_CHARS - len(note)
+
+        def note(n: int) -> str:
+            return f"\n[... {n} characters of this episode cut: {limit} reached ...]\n"
+
+        room = budget_tokens * TOKEN_CHARS - len(note(len(text)))  # the note at its longest
         if room >= MIN_CUT_CHARS:
-            parts.append(f"{text[:room // 2]}\n[... {len(text) - room} characters of this episode cut: "
-                         f"{limit} reached ...]\n{text[-(room - room // 2):]}")
+            parts.append(f"{text[:room // 2]}{note(len(text) - room)}{text[-(room - room // 2):]}")
             cut, cut_obs, cut_id, cut_shown, cut_total = 1, len(order[0].steps) + 1, order[0].episode_id, room, len(text)
     rest = order[whole + cut:]
     out = "\n\n".join(parts) or (f"(no room for a recorded episode: {limit} reached)" if order
