@@ -4,6 +4,7 @@ import pytest
 
 from skillrepro.config import LLMConfig
 from skillrepro.llm.client import LLMClient, LLMRequestError
+from skillrepro.agent import PROMPTS
 from skillrepro.llm.standin import PROVIDERS, StandIn, role_of
 
 
@@ -47,6 +48,6 @@ def test_a_request_within_the_limits_is_answered_as_its_role(standin):
     assert reply.tool_calls[0].name == "t0" and standin.seen[-1].refused == "" and standin.seen[-1].tools == 128
     # a model outside the reasoning family may send a temperature and max_tokens
     assert ask(standin, model="gpt-4.1", max_tokens_param="max_tokens", send_temperature=True).text
-    assert role_of({"messages": [{"role": "system", "content": "You judge whether an agent achieved its goal"}]}) \
-        == "critic"
+    critic = (PROMPTS / "voyager_critic.txt").read_text().format(environment="A grid world.")  # as Voyager sends it
+    assert role_of({"messages": [{"role": "system", "content": critic}]}) == "critic"
     assert role_of({"tools": [tool("write_function")], "messages": []}) == "inducer"

@@ -20,6 +20,7 @@ import re
 import threading
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from skillrepro.llm.limits import LIMITS
@@ -192,11 +193,12 @@ class StandIn:
         return {"content": "Thought: rehearsal.\nAction: look()"}
 
 
-# The first line of each shipped prompt that plays a role without tools (src/skillrepro/prompts/).
-_FIRST_LINES = {"You write reusable Python functions (skills)": "skill_writer",
-                "You judge whether an agent achieved its goal": "critic",
-                "You are the curriculum of an agent": "curriculum",
-                "You maintain the notes that an agent reads": "optimizer"}
+# The first line of each shipped prompt that plays a role without tools, read from the prompt files themselves
+# (ASI's inducer and Voyager's skill writer open alike: both write code blocks).
+_PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
+_FIRST_LINES = {(_PROMPTS / f).read_text().splitlines()[0]: role for f, role in (
+    ("asi_inducer.txt", "skill_writer"), ("voyager_skill.txt", "skill_writer"), ("voyager_critic.txt", "critic"),
+    ("voyager_curriculum.txt", "curriculum"), ("opo_optimizer.txt", "optimizer"))}
 
 
 def role_of(body: dict[str, Any]) -> str:
