@@ -355,3 +355,25 @@ def test_a_benchmark_whose_extra_is_not_installed_is_named_with_the_install(monk
     with pytest.raises(ConfigError, match=r"benchmarks.crafter: benchmark env 'crafter' needs the package\(s\) crafter_not_installed.*"
                                           r"pip install -e '\.\[benchmarks\]'"):
         check_config(cfg, check_files=False, billing=False)
+
+
+def test_a_start_library_is_checked_before_any_work_and_its_contents_rerun_the_run(tmp_path):
+    from skillrepro.studies.speedrunner.settings import loop_fingerprint
+
+    def cfg(variant: dict) -> dict:
+        return {**BASE, "methods": {"v": variant}}
+
+    with pytest.raises(ConfigError, match=r"methods\.v\.start_library: .*missing is not a folder"):
+        check_config(cfg({"method": "asi", "start_library": str(tmp_path / "missing")}))
+    (tmp_path / "skills.py").write_text("def _helper():\n    return 1\n")
+    with pytest.raises(ConfigError, match=r"methods\.v\.start_library: .*no public function"):
+        check_config(cfg({"method": "asi", "start_library": str(tmp_path)}))
+    (tmp_path / "skills.py").write_text("def go_to_door():\n    return 1\n")
+    with pytest.raises(ConfigError, match=r"methods\.v\.start_library: the reference method's library is its "
+                                          r"options\.library"):
+        check_config(cfg({"method": "reference", "start_library": str(tmp_path)}))
+    checked = check_config(cfg({"method": "asi", "start_library": str(tmp_path)}))
+    before = loop_fingerprint(checked, ("method",), bench="babyai", variant="v")
+    assert before != loop_fingerprint(check_config(cfg({"method": "asi"})), ("method",), bench="babyai", variant="v")
+    (tmp_path / "notes.md").write_text("Open doors first.")
+    assert before != loop_fingerprint(checked, ("method",), bench="babyai", variant="v")

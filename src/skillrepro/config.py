@@ -120,6 +120,7 @@ class MethodConfig:
     method: str  # a name registered in skillrepro.methods
     options: dict[str, Any] = field(default_factory=dict)  # raw; the method's options class checks them
     benchmarks: tuple[str, ...] | None = None  # None: every configured benchmark
+    start_library: str | None = None  # a library folder its runs start from (Library.from_folder); None: the method's v0
 
     def runs_on(self, benchmark: str) -> bool:
         return self.benchmarks is None or benchmark in self.benchmarks

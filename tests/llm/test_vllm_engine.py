@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 import urllib.request
 
 import numpy as np
@@ -209,33 +212,24 @@ def test_speedrunner_through_vllm(tmp_path):
     assert len(main) > 0
 
 
-def test_the_paper_vllm_presets_own_server_flags_take_its_native_tool_requests(vllm, tmp_path):
-    """configs/paper-vllm.yaml's server flags (auto tool choice, its tool-call parser) and request fields (native
-    tools, its reasoning efforts, its cap), on the shipped Qwen2.5 model in place of the preset's Qwen2.5-7B (the
-    same chat template and tool-call format), its length scaled down: the engine itself takes an actor's requests
-    with a 40-skill library (SpeedRunner's in the paper) listed as tools."""
-    from skillrepro.agent import Actor, EpisodeSpec, Tool, primitive_tools
-    from skillrepro.benchmarks import get_benchmark
-    from skillrepro.config import load_yaml
-    from skillrepro.llm.client import LLMClient
-    from skillrepro.llm.limits import tool_limits
-
-    preset = {**load_yaml(ROOT / "configs/paper.yaml")["llm"], **load_yaml(ROOT / "configs/paper-vllm.yaml")["llm"]}
-    llm = LLMConfig.from_dict({**preset, "model": "qwen2.5-coder-0.5b", "slots": 2, "ctx_per_slot": 8192,
-                               "max_tokens": 48, "vllm_args": [*preset["vllm_args"], "--block-size", "32"]})
-    assert "--enable-auto-tool-choice" in llm.vllm_args and llm.tool_calling == "native" and llm.effort("actor")
-    bench = get_benchmark("babyai")
-    env = bench.make(bench.sample_tasks("test", 1, 42)[0])
-    skills = [Tool(f"skill_{i}", (("target", "str"),), f"skill number {i}", lambda args, wall_s=None: "done")
-              for i in range(40)]
-    server = servers.start(llm, workdir=tmp_path, timeout_s=1200)
-    try:
-        actor = Actor(LLMClient(llm, server.url), bench.describe(), 2, tool_calling="native",
-                      tool_limits=tool_limits("vllm", None))
-        rec = actor.run(env, skills + primitive_tools(env), EpisodeSpec("r", "babyai", "m", "v", 0, "test", 0, 0))
-    finally:
-        server.stop()
-    # both requests accepted, every tool listed (vLLM sets no tool limit), the reasoning effort sent
-    assert rec.episode.termination in ("budget", "success", "env_done") and rec.episode.n_llm_calls == 2
-    sent = json.loads(rec.llm_calls[0].prompt)
-    assert len(sent["tools"]) == 46 and all(c.prompt_tokens > 1000 for c in rec.llm_calls)
+def test_the_paper_vllm_preset_rehearses_on_the_engine_with_its_own_server_flags(vllm, tmp_path):
+    """`skillrepro rehearse` of configs/paper.yaml + paper-vllm.yaml (BabyAI's SpeedRunner): the pipeline starts the
+    engine with the preset's own flags (auto tool choice, its tool-call parser), the shipped Qwen2.5 in place of the
+    preset's Qwen2.5-7B (the same chat template and tool-call format) at the preset's context window, and the
+    engine takes every native tool request the run sends with SpeedRunner's 40-skill paper library listed."""
+    out = subprocess.run([sys.executable, "-m", "skillrepro.cli", "rehearse", "--configfile", "configs/paper.yaml",
+                          "configs/paper-vllm.yaml", "--benchmarks", "babyai", "--variants", "speedrunner",
+                          "--directory", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr + (tmp_path / "rehearsal.log").read_text()[-3000:]
+    assert "refused: 0" in out.stdout and "rehearsal passed" in out.stdout and "context 0" in out.stdout
+    server_log = (tmp_path / "logs/llm_server_vllm.log").read_text()
+    assert "--enable-auto-tool-choice" in server_log and "--tool-call-parser hermes" in server_log
+    assert "--max-model-len 32768" in server_log  # the preset's window
+    calls = pd.concat([pd.read_parquet(p) for p in (tmp_path / "results").rglob("llm_calls.parquet")])
+    actor = calls[calls.role == "actor"]
+    assert (calls.backend == "vllm").all() and len(actor) >= 8 and {"inducer"} <= set(calls.role)
+    # each actor request: the 40 start skills (and any the sleep phases added) and BabyAI's 6 primitives as native
+    # tools, its prompt counted by the engine
+    tools = actor.prompt.map(lambda p: len(json.loads(p)["tools"]))
+    assert (tools >= 46).all() and (actor.prompt_tokens > 1000).all()
+    assert int(re.search(r"babyai/speedrunner/seed0 (\d+)", out.stdout).group(1)) >= 40

@@ -1,23 +1,24 @@
 """`skillrepro rehearse` on configs/paper.yaml (BabyAI's runs, every method and ablation the preset runs there):
 the preset's own request shapes against the provider stand-in, through the real rules, its SpeedRunner libraries
-grown past OpenAI's 128-tool limit by the stand-in's inducer. It asserts the rehearsal passed (no request refused,
-no episode ended by a full context, main.csv written) and that the actor called a skill of the 160-function
-library through call_skill. Before the tool limit, four of its requests were refused (array_above_max_length)."""
+grown past OpenAI's 128-tool limit by the stand-in's inducer, ASI's started at its paper size. It asserts the
+rehearsal passed (no request refused, no episode ended by a full context, main.csv written) and that the actor
+called a skill of each 160-function library through call_skill. Before the tool limit, four of its requests were refused (array_above_max_length)."""
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
 import yaml
+from snakemake.utils import update_config
 
 from repo import ROOT
-from skillrepro.config import load_yaml
-from skillrepro.studies.speedrunner.rehearsal import Reduction, reduced
+from skillrepro.config import ConfigError, load_yaml
+from skillrepro.studies.speedrunner.rehearsal import ENGINE_MODEL, PAPER_SIZES, SCRIPTED, Reduction, reduced
 
 
-def test_a_rehearsal_config_keeps_the_request_shapes_and_shrinks_the_counts():
+def test_a_rehearsal_config_keeps_the_request_shapes_and_shrinks_the_counts(tmp_path):
     paper = load_yaml(ROOT / "configs/paper.yaml")
-    cfg = reduced(paper, Reduction(benchmarks=("babyai", "crafter")), "http://127.0.0.1:1/v1")
+    cfg = reduced(paper, Reduction(benchmarks=("babyai", "crafter")), "http://127.0.0.1:1/v1", tmp_path)
     routed = ("base_url", "api_key_env", "response_cache", "max_dollars")
     assert {k: v for k, v in cfg["llm"].items() if k not in routed} == \
         {k: v for k, v in paper["llm"].items() if k not in routed}
@@ -26,10 +27,33 @@ def test_a_rehearsal_config_keeps_the_request_shapes_and_shrinks_the_counts():
     assert cfg["benchmarks"]["crafter"]["llm_call_budget"] == 4 and cfg["benchmarks"]["crafter"]["history_window"] is None
     assert "asi_replay" not in cfg["methods"] and cfg["methods"]["voyager"]["benchmarks"] == ["crafter"]
     assert cfg["methods"]["voyager"]["options"] == paper["methods"]["voyager"]["options"]
+    # the methods the stand-in cannot grow start at the paper's size; the others from their own v0
+    assert {v: m.get("start_library") for v, m in cfg["methods"].items() if m.get("start_library")} == \
+        {v: str(tmp_path / m["method"]) for v, m in cfg["methods"].items()
+         if m["method"] in PAPER_SIZES and m["method"] not in SCRIPTED}
+    assert cfg["methods"]["voyager"]["start_library"] and not cfg["methods"]["speedrunner"].get("start_library")
     assert cfg["protocol"] | {"task_seed": 42} == {"task_seed": 42, "seeds": [0], "train_rollouts": 2, "sleep_every": 1,
                                                    "eval_every": 2, "n_test": 1}
     assert cfg["analysis"]["truncation"] == paper["analysis"]["truncation"]  # its variant and benchmark stay
     assert all(v["input"] > 0 for v in cfg["pricing"].values())  # placeholders: the zeros would refuse the run
+
+
+def test_a_vllm_preset_is_rehearsed_on_the_shipped_model_with_its_own_server_flags(tmp_path):
+    preset = load_yaml(ROOT / "configs/paper.yaml")
+    update_config(preset, load_yaml(ROOT / "configs/paper-vllm.yaml"))
+    cfg = reduced(preset, Reduction(benchmarks=("babyai",), variants=("speedrunner", "asi")), None, tmp_path)
+    llm = cfg["llm"]
+    assert llm["model"] == ENGINE_MODEL and llm["base_url"] is None and llm["slots"] == 2 and llm["max_tokens"] == 64
+    # what the engine is asked to accept is the preset's: its server flags, context window, protocol, efforts
+    for key in ("vllm_args", "ctx_per_slot", "tool_calling", "reasoning_effort", "backend"):
+        assert llm[key] == preset["llm"][key]
+    # nothing scripted grows a library on the engine: every learning method starts at the paper's size
+    assert set(cfg["methods"]) == {"speedrunner", "asi"}
+    assert {v: m["start_library"] for v, m in cfg["methods"].items()} == \
+        {"speedrunner": str(tmp_path / "speedrunner"), "asi": str(tmp_path / "asi")}
+    assert cfg["budgets"]["inducer_requests"] == 2
+    with pytest.raises(ConfigError, match=r"rehearse --variants: nope not in the preset's methods"):
+        reduced(preset, Reduction(variants=("nope",)), None, tmp_path)
 
 
 @pytest.mark.rehearsal
@@ -42,5 +66,9 @@ def test_the_paper_preset_rehearses_past_the_tool_limit(tmp_path):
     assert "babyai/speedrunner/seed0 160" in out.stdout and "context 0" in out.stdout
     steps = pd.read_parquet(tmp_path / "results/runs/babyai/speedrunner/seed0/eval/v2/steps.parquet")
     assert steps.action.str.startswith("rehearsal_skill_").all() and steps.valid.all()
+    # ASI, which the stand-in cannot grow (it wins no episode), started from its paper-scale library and called it
+    assert "babyai/asi/seed0 160" in out.stdout
+    steps = pd.read_parquet(tmp_path / "results/runs/babyai/asi/seed0/eval/v0/steps.parquet")
+    assert steps.action.str.startswith("rehearsal_start_").all() and steps.valid.all()
     cfg = yaml.safe_load((tmp_path / "rehearsal.yaml").read_text())
     assert cfg["llm"]["tool_calling"] == "native" and cfg["llm"]["model"] == "gpt-5.4-mini"

@@ -10,13 +10,12 @@ callable from the others) and optionally `notes.md` (text put in the actor's pro
 """
 from __future__ import annotations
 
-import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from skillrepro.config import BenchmarkConfig, ConfigError
 from skillrepro.methods import InduceContext, register
-from skillrepro.skills import Library, parse_functions
+from skillrepro.skills import Library
 
 SHIPPED = Path(__file__).resolve().parents[1] / "resources" / "reference"
 
@@ -24,23 +23,6 @@ SHIPPED = Path(__file__).resolve().parents[1] / "resources" / "reference"
 def shipped_envs() -> tuple[str, ...]:
     """The benchmark envs the project ships a reference library for."""
     return tuple(sorted(p.name for p in SHIPPED.iterdir() if (p / "skills.py").is_file()))
-
-
-def check_folder(folder: Path) -> str:
-    """The folder's skills.py source, if it is a usable library; ValueError saying why not otherwise."""
-    source_file = folder / "skills.py"
-    if not folder.is_dir():
-        raise ValueError(f"{folder} is not a folder")
-    if not source_file.is_file():
-        raise ValueError(f"{folder} has no skills.py")
-    source = source_file.read_text()
-    try:
-        ast.parse(source, str(source_file))
-    except SyntaxError as e:
-        raise ValueError(f"{source_file} does not parse: {e}") from None
-    if not any(f.public for f in parse_functions(source)):
-        raise ValueError(f"{source_file} defines no public function (one whose name does not start with '_')")
-    return source
 
 
 @dataclass(frozen=True)
@@ -55,7 +37,7 @@ class Options:
     def check(self) -> None:
         if self.library is not None:
             try:
-                check_folder(Path(self.library))
+                Library.from_folder(self.library)
             except ValueError as e:
                 raise ValueError(f"library: {e}") from None
 
@@ -73,11 +55,7 @@ def folder_for(bench: BenchmarkConfig, options: Options) -> Path:
 def initial(bench: BenchmarkConfig, options: Options) -> Library:
     """Library v0: the reference library, whole."""
     folder = folder_for(bench, options)
-    source = check_folder(folder)
-    notes = folder / "notes.md"
-    return Library(version=0, functions=parse_functions(source),
-                   notes=notes.read_text() if notes.is_file() else "",
-                   meta={"method": "reference", "library": str(folder)})
+    return replace(Library.from_folder(folder), meta={"method": "reference", "library": str(folder)})
 
 
 def induce(ctx: InduceContext, client=None) -> Library:

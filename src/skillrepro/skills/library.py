@@ -56,6 +56,27 @@ class Library:
         )
         return cls(m["version"], funcs, (folder / "notes.md").read_text(), m.get("meta", {}))
 
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> "Library":
+        """Library v0 from a folder a person gives (a reference library, a start library): `skills.py`, its
+        top-level functions (a name starting with an underscore stays private, callable from the others), and
+        optionally `notes.md`. A library version folder a run wrote is such a folder too. ValueError saying why
+        it is not a usable library."""
+        folder = Path(folder)
+        source_file = folder / "skills.py"
+        if not folder.is_dir():
+            raise ValueError(f"{folder} is not a folder")
+        if not source_file.is_file():
+            raise ValueError(f"{folder} has no skills.py")
+        try:
+            functions = parse_functions(source_file.read_text())
+        except SyntaxError as e:
+            raise ValueError(f"{source_file} does not parse: {e}") from None
+        if not any(f.public for f in functions):
+            raise ValueError(f"{source_file} defines no public function (one whose name does not start with '_')")
+        notes = folder / "notes.md"
+        return cls(0, functions, notes.read_text() if notes.is_file() else "")
+
     def write(self, folder: str | Path) -> Path:
         """Write this version to `folder` atomically (a temporary sibling folder, then rename)."""
         folder = Path(folder)

@@ -35,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--target", default="results/tables/main.csv")
     r.add_argument("--cores", type=int, default=2)
     r.add_argument("--benchmarks", nargs="+", help="only these of the preset's benchmarks")
+    r.add_argument("--variants", nargs="+", help="only these of the preset's variants (methods)")
     r.add_argument("--train-rollouts", type=int, default=rehearsal.Reduction.train_rollouts)
     r.add_argument("--library-size", type=int, default=rehearsal.Reduction.library_size)
     r.add_argument("--snakefile", type=Path, default=Path("Snakefile"))
@@ -76,7 +77,8 @@ def _rehearse(a: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     r = rehearsal.Reduction(train_rollouts=a.train_rollouts, library_size=a.library_size,
-                            benchmarks=tuple(a.benchmarks) if a.benchmarks else None)
+                            benchmarks=tuple(a.benchmarks) if a.benchmarks else None,
+                            variants=tuple(a.variants) if a.variants else None)
     try:
         preset: dict = {}
         for f in a.configfile:

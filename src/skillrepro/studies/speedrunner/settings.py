@@ -15,6 +15,7 @@ from skillrepro.config import (ActorConfig, BenchmarkConfig, ConfigError, LLMCon
                                actor_config, benchmarks, check_reply_cap, file_digest, fingerprint, llm_config, prices,
                                sandbox_require, seeded, validate_sections)
 from skillrepro.methods import InducerLimits, Variant, bind, check_benchmarks, get_method, registry
+from skillrepro.skills import Library
 from skillrepro.skills.isolation import SandboxPolicy
 from skillrepro.skills.sandbox import probe
 from skillrepro.studies.contract import SettingsError, Study, config_part
@@ -102,7 +103,8 @@ def methods(config: dict[str, Any]) -> list[MethodConfig]:
     """Config section `methods`: each variant, its method and options as given (its method's options class
     parses them)."""
     return [MethodConfig(variant=k, method=v["method"], options=dict(v.get("options") or {}),
-                         benchmarks=tuple(v["benchmarks"]) if v.get("benchmarks") is not None else None)
+                         benchmarks=tuple(v["benchmarks"]) if v.get("benchmarks") is not None else None,
+                         start_library=v.get("start_library"))
             for k, v in own(config)["methods"].items()]
 
 
@@ -183,6 +185,14 @@ def check_registries(config: dict[str, Any]) -> None:
         if unknown:
             raise ConfigError(f"config key methods.{variant}.benchmarks: unknown benchmark(s) {', '.join(unknown)}; "
                               f"configured: {', '.join(config['benchmarks'])}")
+        if m.get("start_library") is not None:
+            if m["method"] == "reference":
+                raise ConfigError(f"config key methods.{variant}.start_library: the reference method's library is its "
+                                  "options.library")
+            try:
+                Library.from_folder(m["start_library"])
+            except ValueError as e:
+                raise ConfigError(f"config key methods.{variant}.start_library: {e}") from None
         runs_on = m.get("benchmarks") or list(config["benchmarks"])
         check_benchmarks(variant, m["method"], m["options"], {b: config["benchmarks"][b]["env"] for b in runs_on})
     proto = protocol(config)
@@ -297,10 +307,12 @@ def loop_fingerprint(config: dict[str, Any], reads: tuple[str, ...], *, bench: s
         if part == "method":
             m = config["methods"][variant]
             options = get_method(m["method"]).parse_options(m.get("options"), variant)
-            chosen[part] = {"method": m["method"], "options": options}
+            chosen[part] = {"method": m["method"], "options": options, "start_library": m.get("start_library")}
             files = {f.name: ([file_digest(x) for x in v] if isinstance(v, (list, tuple)) else file_digest(v))
                      for f in dataclasses.fields(options)
                      if f.name.endswith("_file") and (v := getattr(options, f.name))}
+            if m.get("start_library") is not None:  # its contents: a library edited in place is a new start
+                files["start_library"] = [file_digest(Path(m["start_library"]) / n) for n in ("skills.py", "notes.md")]
             if files:
                 chosen[part]["file_contents"] = files
         elif part == "actor":
