@@ -94,6 +94,17 @@ def test_the_cli_imports_only_the_chosen_commands_module():
     assert run()[1] == ["skillrepro", "skillrepro.cli"]
     listing, loaded = run("--help")
     assert loaded == ["skillrepro", "skillrepro.cli"] and all(name in listing for name in COMMANDS)
+    assert "what skills do to an LLM agent" in listing and "snakemake --cores 8 results/tables/main.csv" in listing
     usage, loaded = run("callgraph", "--help")
     assert "skillrepro.skills.callgraph" in loaded and "skillrepro.studies.kvcache.cli" not in loaded
     assert "version folder" in usage  # the command's own parser, not the listing's stub
+
+
+def test_a_command_error_is_one_line_and_debug_shows_its_traceback(tmp_path):
+    command = [sys.executable, "-m", "skillrepro.cli", "cost", "estimate", "--configfile", str(tmp_path / "none.yaml")]
+    out = subprocess.run(command, capture_output=True, text=True)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [f"skillrepro cost: config file {tmp_path / 'none.yaml'} does not exist "
+                                               "(skillrepro --debug ... for the traceback)"]
+    out = subprocess.run([*command[:3], "--debug", *command[3:]], capture_output=True, text=True)
+    assert out.returncode == 1 and "Traceback" in out.stderr and "ConfigError" in out.stderr

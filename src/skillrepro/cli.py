@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {  # name -> (module that registers it, h
     "export": ("skillrepro.export", "one run's records and libraries as a Hugging Face datasets folder"),
     "cost": ("skillrepro.studies.speedrunner.cli", "project a config's LLM cost before a run, or calibrate it"),
     "rehearse": ("skillrepro.studies.speedrunner.cli",
-                 "run an API preset end to end at reduced counts against a local stand-in of its provider"),
+                 "run a paid or GPU preset end to end at reduced counts against a stand-in of its provider or engine"),
 }
 
 
@@ -46,8 +46,17 @@ class _Version(argparse.Action):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(prog="skillrepro")
+    ap = argparse.ArgumentParser(
+        prog="skillrepro", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="skillrepro: what skills do to an LLM agent's success and cost (SpeedRunner, the KV-cache\n"
+                    "study, SkillScaffold). The studies run through Snakemake; these commands are the tools beside them.",
+        epilog="The studies are Snakemake targets, run from the repository's root:\n"
+               "  snakemake --cores 8                                 every configured study (target all)\n"
+               "  snakemake --cores 8 results/tables/main.csv         SpeedRunner's main table\n"
+               "  snakemake --cores 8 --configfile configs/<preset>.yaml  a preset (README: Presets)\n"
+               "  snakemake --list-target-rules                       the named targets")
     ap.add_argument("--version", action=_Version)
+    ap.add_argument("--debug", action="store_true", help="on an error, its traceback instead of one line")
     sub = ap.add_subparsers(dest="command", required=True)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     if chosen in COMMANDS:
@@ -56,7 +65,16 @@ def main(argv: list[str] | None = None) -> int:
         for name, (_, help_) in COMMANDS.items():
             sub.add_parser(name, help=help_)
     a = ap.parse_args(argv)
-    return a.func(a) or 0
+    try:
+        return a.func(a) or 0
+    except Exception as e:  # a person reads one line saying what went wrong; --debug shows where
+        if a.debug:
+            raise
+        from skillrepro.config import ConfigError  # here: the happy path imports no area of the package
+
+        print(f"skillrepro {a.command}: {e if isinstance(e, ConfigError) else f'{type(e).__name__}: {e}'} "
+              "(skillrepro --debug ... for the traceback)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
