@@ -24,6 +24,7 @@ def test_paper_scale_dry_run_builds_every_job(tmp_path):
     no_key = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     out = snakemake("results/tables/main.csv", "-n", "--cores", "8", "--configfile", "configs/paper.yaml", env=no_key)
     text = out.stdout
+    assert "Shell command" not in text + out.stderr  # every rule is a script: no "Shell command: None" per job
     for need in ("llm.api_key_env: environment variable OPENAI_API_KEY is not set",
                  "pricing.gpt-5.4-mini: every rate is 0"):
         assert f"a real run will refuse to start until this is fixed: config key {need}" in text + out.stderr
