@@ -1,11 +1,11 @@
-"""The provider stand-in refuses what OpenAI documents it refuses, with OpenAI's error codes, through the real
-client (so a rehearsal's refusal reaches the pipeline as a real one would)."""
+"""The provider stand-in refuses what OpenAI and Gemini document they refuse, with their error bodies, through the
+real client (so a rehearsal's refusal reaches the pipeline as a real one would)."""
 import pytest
 
 from skillrepro.config import LLMConfig
 from skillrepro.llm.client import LLMClient, LLMRequestError
 from skillrepro.agent import PROMPTS
-from skillrepro.llm.standin import PROVIDERS, StandIn, role_of
+from skillrepro.llm.standin import PROVIDERS, StandIn, provider_of, role_of
 
 
 def tool(name: str) -> dict:
@@ -51,3 +51,24 @@ def test_a_request_within_the_limits_is_answered_as_its_role(standin):
     critic = (PROMPTS / "voyager_critic.txt").read_text().format(environment="A grid world.")  # as Voyager sends it
     assert role_of({"messages": [{"role": "system", "content": critic}]}) == "critic"
     assert role_of({"tools": [tool("write_function")], "messages": []}) == "inducer"
+
+
+def test_gemini_is_held_to_its_own_limits_with_googles_error_bodies():
+    gemini = provider_of("https://generativelanguage.googleapis.com/v1beta/openai/")
+    assert gemini.name == "gemini" and provider_of("http://localhost:8000/v1").name == "openai"
+    s = StandIn(gemini, context_tokens=20_000).start()
+    try:
+        model = dict(model="gemini-3-flash", max_tokens_param="max_tokens", send_temperature=True, temperature=0.7)
+        assert ask(s, tools=[tool(f"t{i}") for i in range(300)], **model).tool_calls[0].name == "t0"  # past 128
+        assert ask(s, tools=[tool("mod.skill:v2")], **model).tool_calls  # dots and colons are Gemini's
+        for case, breach, words in (
+                (dict(tools=[tool(f"t{i}") for i in range(513)]), "array_above_max_length", "At most 512 function"),
+                (dict(tools=[tool("2nd_skill")]), "invalid_value", "Must start with a letter or an underscore"),
+                (dict(content="x" * 80_000), "context_length_exceeded", "The input token count")):
+            with pytest.raises(LLMRequestError) as e:
+                ask(s, **model, **case)
+            assert e.value.error["status"] == "INVALID_ARGUMENT" and words in e.value.error["message"]
+            assert not e.value.context_full  # Google's body has no OpenAI code: a full context there stops the job
+            assert s.seen[-1].refused == breach
+    finally:
+        s.stop()

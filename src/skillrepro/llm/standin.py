@@ -1,8 +1,9 @@
 """A local stand-in for a hosted chat-completions API, for rehearsing a paid preset before anyone pays
 (`skillrepro rehearse`, studies/speedrunner/rehearsal.py).
 
-It refuses what the provider refuses, with the provider's own error body (status, type, code): the request limits
-of `PROVIDERS` below, each with its source, plus the preset's own context window (`llm.ctx_per_slot`). Every request
+It refuses what the provider refuses, with the provider's own error body: the request limits of `PROVIDERS` below
+(OpenAI's, and Gemini's OpenAI-compatible endpoint's, told apart by the preset's base_url), each with its sources,
+plus the preset's own context window (`llm.ctx_per_slot`). Every request
 it accepts gets a scripted reply for the role it plays (told from the request's tools and its system prompt's
 first line, the shipped prompts'): the actor calls the first tool it is offered; the skill writers (SpeedRunner's
 inducer, ASI's inducer, Voyager's skill writer) write `skills_per_write` functions at once, so a short rehearsal
@@ -18,6 +19,7 @@ import http.server
 import json
 import re
 import threading
+import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,28 +37,51 @@ class ProviderLimits:
     """What one provider's chat-completions endpoint refuses, besides the context window the preset states."""
 
     name: str
+    hosts: tuple[str, ...]  # the base_url hosts that are this provider's ("" matches any: the fallback)
     max_tools: int
     tool_name: str  # a regular expression a function name must match in full
     max_completion_tokens: int
     reasoning_efforts: frozenset[str]
-    # models that reason: they take max_completion_tokens, not max_tokens, and no temperature but their own
-    reasoning_models: str  # a regular expression on the model name
+    # models that reason and so take max_completion_tokens, not max_tokens, and no temperature but their own
+    reasoning_models: str  # a regular expression on the model name ("(?!)" for none)
+    errors: str  # the error body's shape: "openai" ({message, type, param, code}) or "google" ({code, message, status})
     sources: str
 
 
 PROVIDERS = {
+    "gemini": ProviderLimits(
+        "gemini", ("generativelanguage.googleapis.com",), 512, r"[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}", 65_536,
+        frozenset({"none", "minimal", "low", "medium", "high"}), r"(?!)", "google",
+        "Gemini API reference, FunctionDeclaration.name: a-z, A-Z, 0-9, underscores, colons, dots and dashes, at most "
+        "64 characters (the API's error adds: starting with a letter or an underscore); at most 512 function "
+        "declarations (the API's 400 INVALID_ARGUMENT \"At most 512 function declarations can be specified\", quoted "
+        "in google-gemini/gemini-cli issues 19083 and 25440); Gemini 3 Flash's model page: 65,536 output tokens; the "
+        "OpenAI compatibility page: reasoning_effort none, minimal, low, medium or high, max_tokens and temperature "
+        "taken as sent. Errors are Google's bodies, {code, message, status}."),
     "openai": ProviderLimits(
-        "openai", LIMITS["openai"].tools.max_tools, LIMITS["openai"].tools.name_pattern, 128_000,
-        frozenset({"minimal", "low", "medium", "high"}), r"(gpt-5|o\d).*",
+        "openai", ("",), LIMITS["openai"].tools.max_tools, LIMITS["openai"].tools.name_pattern, 128_000,
+        frozenset({"minimal", "low", "medium", "high"}), r"(gpt-5|o\d).*", "openai",
         "OpenAI API reference, Create chat completion: `tools` at most 128 functions, names [a-zA-Z0-9_-] up to 64; "
         "`reasoning_effort` minimal, low, medium or high (GPT-5 models); `parallel_tool_calls` only with `tools`; "
         "reasoning models reject `max_tokens` (use `max_completion_tokens`) and a `temperature` other than 1; "
-        "GPT-5 mini's model page: 128,000 max output tokens (the gpt-5.4-mini limit is not published here)."),
+        "GPT-5 mini's model page: 128,000 max output tokens (the gpt-5.4-mini limit is not published here). Any "
+        "other OpenAI-compatible endpoint is held to these limits."),
 }
 
 
-def _error(status: int, message: str, code: str | None, param: str | None = None) -> tuple[int, dict]:
-    return status, {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
+def provider_of(base_url: str | None) -> ProviderLimits:
+    """The provider whose limits hold for a preset's `llm.base_url`: by its host, OpenAI's for any other."""
+    host = urllib.parse.urlparse(base_url or "").hostname or ""
+    return next(p for p in PROVIDERS.values() if any(h in host for h in p.hosts))
+
+
+def _error(provider: ProviderLimits, status: int, breach: str, message: str, param: str | None,
+           google: str | None = None) -> tuple[int, dict]:
+    """The provider's error body for a breach (`breach`: OpenAI's code for it, also what the stand-in records);
+    `google`: Google's wording where its documented one differs."""
+    if provider.errors == "google":
+        return status, {"error": {"code": status, "message": google or message, "status": "INVALID_ARGUMENT"}}
+    return status, {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": breach}}
 
 
 @dataclass
@@ -66,7 +91,7 @@ class Seen:
     role: str
     tools: int
     prompt_tokens: int  # estimated, CHARS_PER_TOKEN
-    refused: str = ""  # the error code it was refused with, "" when answered
+    refused: str = ""  # OpenAI's error code for what it breached (whatever the provider), "" when answered
 
 
 @dataclass
@@ -110,41 +135,52 @@ class StandIn:
         self._httpd.shutdown()
 
     # ------------------------------------------------------------------ the provider's checks
-    def refusal(self, body: dict[str, Any], prompt_tokens: int) -> tuple[int, dict] | None:
-        """The provider's error for `body`, or None where it would accept it."""
+    def refusal(self, body: dict[str, Any], prompt_tokens: int) -> tuple[tuple[int, dict], str] | None:
+        """The provider's error for `body` and OpenAI's code for the breach, or None where it would accept it."""
         p, tools, model = self.provider, body.get("tools") or [], str(body.get("model", ""))
+
+        def refuse(breach: str, message: str, param: str | None, google: str | None = None):
+            return _error(p, 400, breach, message, param, google), breach
+
         if len(tools) > p.max_tools:
-            return _error(400, f"Invalid 'tools': array too long. Expected an array with maximum length {p.max_tools}, "
-                               f"but got an array with length {len(tools)} instead.", "array_above_max_length", "tools")
+            return refuse("array_above_max_length", f"Invalid 'tools': array too long. Expected an array with maximum "
+                          f"length {p.max_tools}, but got an array with length {len(tools)} instead.", "tools",
+                          "The GenerateContentRequest proto is invalid:\n  * tools[0].function_declarations: "
+                          f"[FIELD_INVALID] At most {p.max_tools} function declarations can be specified.")
         for i, t in enumerate(tools):
             name = (t.get("function") or {}).get("name", "")
             if not re.fullmatch(p.tool_name, name):
-                return _error(400, f"Invalid 'tools[{i}].function.name': string does not match pattern. Expected a "
-                                   f"string that matches the pattern '^{p.tool_name}$'.", "invalid_value",
-                              f"tools[{i}].function.name")
+                return refuse("invalid_value", f"Invalid 'tools[{i}].function.name': string does not match pattern. "
+                              f"Expected a string that matches the pattern '^{p.tool_name}$'.",
+                              f"tools[{i}].function.name",
+                              f"The GenerateContentRequest proto is invalid:\n  * tools[0].function_declarations[{i}]"
+                              ".name: [FIELD_INVALID] Invalid function name. Must start with a letter or an underscore. "
+                              "Must be a-z, A-Z, 0-9, or contain underscores (_), dots (.), colons (:), or dashes (-), "
+                              "with a maximum length of 64.")
         if "parallel_tool_calls" in body and not tools:
-            return _error(400, "Invalid value for 'parallel_tool_calls': only allowed when 'tools' are specified.",
-                          "invalid_value", "parallel_tool_calls")
+            return refuse("invalid_value", "Invalid value for 'parallel_tool_calls': only allowed when 'tools' are "
+                          "specified.", "parallel_tool_calls")
         effort = body.get("reasoning_effort")
         if effort is not None and effort not in p.reasoning_efforts:
-            return _error(400, f"Invalid value: '{effort}'. Supported values are: "
-                               f"{', '.join(sorted(p.reasoning_efforts))}.", "invalid_value", "reasoning_effort")
+            return refuse("invalid_value", f"Invalid value: '{effort}'. Supported values are: "
+                          f"{', '.join(sorted(p.reasoning_efforts))}.", "reasoning_effort")
         reasoning = re.fullmatch(p.reasoning_models, model) is not None
         if reasoning and "max_tokens" in body:
-            return _error(400, "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
-                               "'max_completion_tokens' instead.", "unsupported_parameter", "max_tokens")
+            return refuse("unsupported_parameter", "Unsupported parameter: 'max_tokens' is not supported with this "
+                          "model. Use 'max_completion_tokens' instead.", "max_tokens")
         if reasoning and body.get("temperature", 1) != 1:
-            return _error(400, "Unsupported value: 'temperature' does not support this value with this model. Only "
-                               "the default (1) value is supported.", "unsupported_value", "temperature")
+            return refuse("unsupported_value", "Unsupported value: 'temperature' does not support this value with "
+                          "this model. Only the default (1) value is supported.", "temperature")
         cap = int(body.get("max_completion_tokens") or body.get("max_tokens") or 0)
         if cap > p.max_completion_tokens:
-            return _error(400, f"max_tokens is too large: {cap}. This model supports at most "
-                               f"{p.max_completion_tokens} completion tokens.", "invalid_value", "max_tokens")
+            return refuse("invalid_value", f"max_tokens is too large: {cap}. This model supports at most "
+                          f"{p.max_completion_tokens} completion tokens.", "max_tokens")
         if prompt_tokens + cap > self.context_tokens:
-            return _error(400, f"This model's maximum context length is {self.context_tokens} tokens. However, you "
-                               f"requested {prompt_tokens + cap} tokens ({prompt_tokens} in the messages, {cap} in the "
-                               "completion). Please reduce the length of the messages or completion.",
-                          "context_length_exceeded", "messages")
+            return refuse("context_length_exceeded", f"This model's maximum context length is {self.context_tokens} "
+                          f"tokens. However, you requested {prompt_tokens + cap} tokens ({prompt_tokens} in the "
+                          f"messages, {cap} in the completion). Please reduce the length of the messages or "
+                          "completion.", "messages", f"The input token count ({prompt_tokens}) exceeds the maximum "
+                          f"number of tokens allowed ({self.context_tokens - cap}).")
         return None
 
     def answer(self, body: dict[str, Any]) -> tuple[int, dict]:
@@ -152,10 +188,9 @@ class StandIn:
         role = role_of(body)
         refused = self.refusal(body, prompt_tokens)
         with self._lock:
-            self.seen.append(Seen(role, len(body.get("tools") or []), prompt_tokens,
-                                  refused[1]["error"]["code"] if refused else ""))
+            self.seen.append(Seen(role, len(body.get("tools") or []), prompt_tokens, refused[1] if refused else ""))
         if refused:
-            return refused
+            return refused[0]
         message = self.reply(role, body)
         return 200, {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": 0,
                      "model": body.get("model"), "system_fingerprint": "standin",

