@@ -70,10 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a person reads one line saying what went wrong; --debug shows where
         if a.debug:
             raise
-        from skillrepro.config import ConfigError  # here: the happy path imports no area of the package
-
-        print(f"skillrepro {a.command}: {e if isinstance(e, ConfigError) else f'{type(e).__name__}: {e}'} "
-              "(skillrepro --debug ... for the traceback)", file=sys.stderr)
+        # a ValueError (ConfigError among them) or an OSError says what is wrong in its message; others by type too
+        what = str(e) if isinstance(e, (ValueError, OSError)) else f"{type(e).__name__}: {e}"
+        print(f"skillrepro {a.command}: {what} (skillrepro --debug ... for the traceback)", file=sys.stderr)
         return 2
 
 
