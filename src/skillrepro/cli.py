@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {  # name -> (module that registers it, h
                   "call-graph statistics of a library version (or of every version under a root)"),
     "export": ("skillrepro.export", "one run's records and libraries as a Hugging Face datasets folder"),
     "cost": ("skillrepro.studies.speedrunner.cli", "project a config's LLM cost before a run, or calibrate it"),
-    "rehearse": ("skillrepro.studies.speedrunner.cli",
+    "rehearse": ("skillrepro.rehearsal",
                  "run a paid or GPU preset end to end at reduced counts against a stand-in of its provider or engine"),
 }
 

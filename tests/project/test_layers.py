@@ -23,7 +23,7 @@ LAYERS = [
     ("the runner", ["skillrepro.runner"]),
     ("methods, studies, analytics", ["skillrepro.methods", "skillrepro.studies"]),
     ("checks, job start-up, CLIs", ["skillrepro.check", "skillrepro.pipeline", "skillrepro.cli", "*.cli",
-                                    "skillrepro.export"]),
+                                    "skillrepro.export", "skillrepro.rehearsal"]),
 ]
 
 

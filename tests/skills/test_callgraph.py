@@ -88,3 +88,18 @@ def test_table_and_cli(tmp_path, capsys):
     assert [json.loads(x)["version"] for x in lines] == [0, 1, 2]
     with pytest.raises(SystemExit, match="does not exist"):
         main(["callgraph", str(tmp_path / "nope")])
+
+
+def test_a_functions_source_is_the_parsers_own_segment_whatever_its_line_ends():
+    """parse_functions splits the source once (ast.get_source_segment splits it again for every function, which
+    made a 909-function library 12 s to parse); each function's source stays exactly the parser's segment,
+    through CRLF and lone CR line ends, form feeds and the other characters str.splitlines would split on, and
+    non-ASCII text before a column offset."""
+    import ast
+
+    source = ("def a(x='é\u2028'):\r\n    \"\"\"d\x0cone\"\"\"\r\n    return x\r\n\r"
+              "def b(): return '\x85ü'; y = 1\n\n"
+              "def c():\n    pass  # the end, no newline")
+    tree = ast.parse(source)
+    want = [ast.get_source_segment(source, n) for n in tree.body]
+    assert [f.source for f in parse_functions(source)] == want and len(want) == 3

@@ -3,6 +3,7 @@ rehearsed through the real rules against the provider stand-in (the vLLM preset'
 in tests/llm/test_vllm_engine.py, the vllm lane)."""
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -10,13 +11,18 @@ import yaml
 from snakemake.utils import update_config
 
 from repo import ROOT
+from skillrepro.check import check_config
+from skillrepro.studies.kvcache.formats import load_bank
 from skillrepro.config import ConfigError, load_yaml
-from skillrepro.studies.speedrunner.rehearsal import ENGINE_MODEL, PAPER_SIZES, SCRIPTED, Reduction, reduced
+from skillrepro.skills import Library
+from skillrepro.rehearsal import ENGINE_MODEL, Reduction, reduced
+from skillrepro.studies.kvcache.rehearsal import BANK_ENTRIES
+from skillrepro.studies.speedrunner.rehearsal import PAPER_SIZES, SCRIPTED
 
 
 def test_a_rehearsal_config_keeps_the_request_shapes_and_shrinks_the_counts(tmp_path):
     paper = load_yaml(ROOT / "configs/paper.yaml")
-    cfg = reduced(paper, Reduction(benchmarks=("babyai", "crafter")), "http://127.0.0.1:1/v1", tmp_path)
+    cfg, _ = reduced(paper, Reduction(benchmarks=("babyai", "crafter")), "http://127.0.0.1:1/v1", tmp_path)
     routed = ("base_url", "api_key_env", "response_cache", "max_dollars")
     assert {k: v for k, v in cfg["llm"].items() if k not in routed} == \
         {k: v for k, v in paper["llm"].items() if k not in routed}
@@ -27,7 +33,7 @@ def test_a_rehearsal_config_keeps_the_request_shapes_and_shrinks_the_counts(tmp_
     assert cfg["methods"]["voyager"]["options"] == paper["methods"]["voyager"]["options"]
     # the methods the stand-in cannot grow start at the paper's size; the others from their own v0
     assert {v: m.get("start_library") for v, m in cfg["methods"].items() if m.get("start_library")} == \
-        {v: str(tmp_path / m["method"]) for v, m in cfg["methods"].items()
+        {v: str(tmp_path / "start_library" / m["method"]) for v, m in cfg["methods"].items()
          if m["method"] in PAPER_SIZES and m["method"] not in SCRIPTED}
     assert cfg["methods"]["voyager"]["start_library"] and not cfg["methods"]["speedrunner"].get("start_library")
     assert cfg["protocol"] | {"task_seed": 42} == {"task_seed": 42, "seeds": [0], "train_rollouts": 2, "sleep_every": 1,
@@ -39,7 +45,7 @@ def test_a_rehearsal_config_keeps_the_request_shapes_and_shrinks_the_counts(tmp_
 def test_a_vllm_preset_is_rehearsed_on_the_shipped_model_with_its_own_server_flags(tmp_path):
     preset = load_yaml(ROOT / "configs/paper.yaml")
     update_config(preset, load_yaml(ROOT / "configs/paper-vllm.yaml"))
-    cfg = reduced(preset, Reduction(benchmarks=("babyai",), variants=("speedrunner", "asi")), None, tmp_path)
+    cfg, _ = reduced(preset, Reduction(benchmarks=("babyai",), variants=("speedrunner", "asi")), None, tmp_path)
     llm = cfg["llm"]
     assert llm["model"] == ENGINE_MODEL and llm["base_url"] is None and llm["slots"] == 2 and llm["max_tokens"] == 64
     # what the engine is asked to accept is the preset's: its server flags, context window, protocol, efforts
@@ -48,7 +54,8 @@ def test_a_vllm_preset_is_rehearsed_on_the_shipped_model_with_its_own_server_fla
     # nothing scripted grows a library on the engine: every learning method starts at the paper's size
     assert set(cfg["methods"]) == {"speedrunner", "asi"}
     assert {v: m["start_library"] for v, m in cfg["methods"].items()} == \
-        {"speedrunner": str(tmp_path / "speedrunner"), "asi": str(tmp_path / "asi")}
+        {v: str(tmp_path / "start_library" / v) for v in ("speedrunner", "asi")}
+    assert len(Library.from_folder(cfg["methods"]["asi"]["start_library"]).public()) == PAPER_SIZES["asi"]
     assert cfg["budgets"]["inducer_requests"] == 2
     with pytest.raises(ConfigError, match=r"rehearse --variants: nope not in the preset's methods"):
         reduced(preset, Reduction(variants=("nope",)), None, tmp_path)
@@ -78,3 +85,22 @@ def test_the_paper_preset_rehearses_past_the_tool_limit(tmp_path):
         assert set(frames[frames.parent_frame_id == ""].function) == set(steps.action)
     main = pd.read_csv(tmp_path / "results/tables/main.csv")
     assert (main.skill_calls_per_episode_mean > 0).all()
+
+
+def test_a_kv_preset_is_rehearsed_at_a_few_games_with_a_bank_of_the_seminars_size(tmp_path):
+    preset = load_yaml(ROOT / "configs/kvcache-gpu.yaml")
+    cfg, lines = reduced(preset, Reduction(), None, tmp_path)
+    kv, llm = cfg["kvcache"], cfg["llm"]
+    assert llm["model"] == ENGINE_MODEL and llm["ctx_per_slot"] == preset["llm"]["ctx_per_slot"]
+    assert "--gpu-memory-utilization" not in llm["vllm_args"]  # a GPU's share; on a CPU it would be the RAM's
+    assert kv["n_games"] == 2 and kv["seeds"] == [0] and kv["call_budget"] == 4 and kv["parallel_episodes"] == 2
+    assert [m["name"] for m in kv["models"]] == ["base"] and "llm" not in kv["models"][0]
+    # the simulator's settings stay the preset's
+    for key in ("capacity_tokens", "policies", "max_num_seqs", "max_num_batched_tokens", "vllm_version", "lockstep"):
+        assert kv[key] == preset["kvcache"][key]
+    # the placeholder bank became one of SkillRL's size that the study's own loader reads
+    bank = load_bank(Path(kv["bank"]))
+    assert len(bank.general_skills) + sum(map(len, bank.task_specific_skills.values())) + \
+        len(bank.common_mistakes) == BANK_ENTRIES == 55
+    assert any("stand-in of 55 entries" in line for line in lines)
+    check_config(cfg, check_files=False, billing=False)  # what the rehearsal runs is a valid config

@@ -8,6 +8,7 @@ import ast
 import hashlib
 import json
 import os
+import re
 import shutil
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -128,6 +129,7 @@ def parse_functions(source: str, public: set[str] | None = None) -> tuple[SkillF
     whose names do not start with an underscore)."""
     tree = parse_untrusted(source)
     names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    lines = _LINE.findall(source)  # once: ast.get_source_segment splits the whole source again for every function
     out = []
     for node in tree.body:
         if not isinstance(node, ast.FunctionDef):
@@ -136,6 +138,20 @@ def parse_functions(source: str, public: set[str] | None = None) -> tuple[SkillF
                           and isinstance(c.func, ast.Name) and c.func.id in names and c.func.id != node.name})
         is_public = (node.name in public) if public is not None else not node.name.startswith("_")
         out.append(SkillFunction(node.name, is_public, f"{node.name}({ast.unparse(node.args)})",
-                                 ast.get_docstring(node) or "", ast.get_source_segment(source, node) or "",
+                                 ast.get_docstring(node) or "", _segment(lines, node),
                                  tuple(callees)))
     return tuple(out)
+
+
+# A line as the parser counts them (ast._splitlines_no_ff): ended by \r\n, \r or \n only, never by the other
+# characters str.splitlines takes (\f, \v, \x85, \u2028, ...), which model-written code may hold.
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+
+def _segment(lines: list[str], node: ast.AST) -> str:
+    """ast.get_source_segment(source, node) from the source's lines (its offsets are in UTF-8 bytes)."""
+    first, last = node.lineno - 1, node.end_lineno - 1
+    if first == last:
+        return lines[first].encode()[node.col_offset:node.end_col_offset].decode()
+    return "".join([lines[first].encode()[node.col_offset:].decode(), *lines[first + 1:last],
+                    lines[last].encode()[:node.end_col_offset].decode()])

@@ -1,17 +1,15 @@
-"""`skillrepro cost ...`: what a config's SpeedRunner DAG will cost (studies/speedrunner/cost.py); `skillrepro
-rehearse`: an API preset run end to end against a stand-in of its provider (studies/speedrunner/rehearsal.py)."""
+"""`skillrepro cost ...`: what a config's SpeedRunner DAG will cost (studies/speedrunner/cost.py)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import pandas as pd
 from snakemake.utils import update_config
 
 from skillrepro.check import check_config
-from skillrepro.config import ConfigError, load_yaml
-from skillrepro.studies.speedrunner import cost, rehearsal
+from skillrepro.config import load_yaml
+from skillrepro.studies.speedrunner import cost
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,18 +26,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("results", type=Path, help="a results folder of a finished run (its runs/ records)")
     c.add_argument("--out", required=True, type=Path, help="the calibration CSV to write")
     c.set_defaults(func=_calibrate)
-
-    r = sub.add_parser("rehearse")  # its help: skillrepro.cli.COMMANDS
-    r.add_argument("--configfile", nargs="+", type=Path, required=True, help="the preset (and any merged after it)")
-    r.add_argument("--directory", type=Path, default=Path("rehearsal"), help="where its results go (default: rehearsal/)")
-    r.add_argument("--target", default="all", help="the preset's target (default: all, every table and figure)")
-    r.add_argument("--cores", type=int, default=2)
-    r.add_argument("--benchmarks", nargs="+", help="only these of the preset's benchmarks")
-    r.add_argument("--variants", nargs="+", help="only these of the preset's variants (methods)")
-    r.add_argument("--train-rollouts", type=int, default=rehearsal.Reduction.train_rollouts)
-    r.add_argument("--library-size", type=int, default=rehearsal.Reduction.library_size)
-    r.add_argument("--snakefile", type=Path, default=Path("Snakefile"))
-    r.set_defaults(func=_rehearse)
 
 
 def _config(files: list[str]) -> dict:
@@ -69,24 +55,3 @@ def _calibrate(a: argparse.Namespace) -> int:
     print(f"{a.out}: {len(table)} rows ({', '.join(sorted(set(table['env'])))}; "
           f"{', '.join(sorted(set(table['method'])))})")
     return 0
-
-
-def _rehearse(a: argparse.Namespace) -> int:
-    if not a.snakefile.is_file():
-        print(f"skillrepro rehearse: no {a.snakefile}: run it from the repository's root or give --snakefile",
-              file=sys.stderr)
-        return 2
-    r = rehearsal.Reduction(train_rollouts=a.train_rollouts, library_size=a.library_size,
-                            benchmarks=tuple(a.benchmarks) if a.benchmarks else None,
-                            variants=tuple(a.variants) if a.variants else None)
-    try:
-        preset: dict = {}
-        for f in a.configfile:
-            update_config(preset, load_yaml(f))
-        check_config(preset, check_files=False, billing=False)  # the preset itself, before anything starts
-        outcome = rehearsal.rehearse(preset, a.directory, r, a.target, a.cores, a.snakefile)
-    except ConfigError as e:
-        print(f"skillrepro rehearse: {e}", file=sys.stderr)
-        return 2
-    print("\n".join(outcome.lines))
-    return 0 if outcome.passed else 1
