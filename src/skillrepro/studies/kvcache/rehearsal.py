@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from skillrepro.studies.kvcache.formats import CATEGORIES
+from skillrepro.studies.kvcache.paths import KV_RUN
 
 # SkillRL's ALFWorld bank has 55 entries (configs/kvcache-gpu.yaml); the stand-in's split of them
 BANK_SIZES = {"general": 13, "per_task": 5, "mistakes": 12}
@@ -60,5 +61,6 @@ def reduce(cfg: dict[str, Any], r: Any, workdir: Path) -> str:
 
 
 def report(workdir: Path) -> list[str]:
-    runs = sorted((workdir / "results" / "kvcache").glob("*/run/*/seed*/episodes.parquet"))
+    """The runs the study played, by format."""
+    runs = sorted(workdir.glob(KV_RUN.format(kvmodel="*", kvfmt="*", kvseed="*") + "/episodes.parquet"))
     return [f"KV-cache runs played: {len(runs)} ({', '.join(sorted({p.parts[-3] for p in runs}))})"]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from skillrepro.config import ConfigError
+from skillrepro.studies.speedrunner.paths import RESULTS, RUN
 
 # Library v0 of a rehearsal's variants by method: the largest size the paper reports. SpeedRunner about 40 and ASI
 # about 160 functions by the end of the distribution shift (section 6.4); Voyager 909, the final Crafter library
@@ -89,8 +90,8 @@ def reduce(cfg: dict[str, Any], r: Any, workdir: Path) -> str:
 def report(workdir: Path) -> list[str]:
     """Each run's last library version: its public functions, keyed benchmark/variant/seed."""
     out = {}
-    runs = workdir / "results" / "runs"
-    for run in sorted(p for p in runs.glob("*/*/seed*") if (p / "library").is_dir()):
+    runs = workdir / RESULTS / "runs"
+    for run in sorted(p for p in workdir.glob(RUN.format(bench="*", variant="*", seed="*")) if (p / "library").is_dir()):
         versions = sorted((run / "library").glob("v*/manifest.json"), key=lambda p: int(p.parent.name[1:]))
         if versions:
             functions = json.loads(versions[-1].read_text()).get("functions", [])
