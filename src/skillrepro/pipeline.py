@@ -67,7 +67,16 @@ def setup_logging(snakemake: Any) -> logging.Logger:
     wildcards = getattr(snakemake, "wildcards", None)
     named = ", ".join(f"{k}={v}" for k, v in wildcards.items()) if hasattr(wildcards, "items") else ""
     JOB.update(name=f"{snakemake.rule} {named}".strip(), log=snakemake.log[0] if snakemake.log else "")
-    return logging.getLogger(f"skillrepro.{snakemake.rule}")
+    log = logging.getLogger(f"skillrepro.{snakemake.rule}")
+    if snakemake.log:  # a job that dies says why in its own log too, not only on Snakemake's console
+        console_hook = sys.excepthook
+
+        def log_failure(kind: type, error: BaseException, trace: Any) -> None:
+            log.error("the job failed", exc_info=(kind, error, trace))
+            console_hook(kind, error, trace)
+
+        sys.excepthook = log_failure
+    return log
 
 
 def announce_logs(log: Any, backend: str) -> None:

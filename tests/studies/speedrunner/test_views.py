@@ -124,6 +124,28 @@ def empty_use() -> pd.DataFrame:
     return views.function_use(frames, pd.DataFrame(columns=["episode_id", "library_version", "success"]))
 
 
+def test_a_paper_scale_library_page_fits_its_size_by_listing_fewer_functions():
+    """Voyager's final library in table 8 has 909 functions; a rehearsal of configs/paper.yaml found its page 605 KB
+    at the smallest limits (over page_kb's 150: the job failed). Past the texts' floor the functions tables list
+    fewer rows, the ones evaluation called first, and say so."""
+    source = "\n\n".join(f'def skill_{i}():\n    """Skill {i}: reach goal {i} of the curriculum."""\n    return {i}\n'
+                           for i in range(911))
+    functions = parse_functions(source)
+    libs = [Library(v, functions[:n]) for v, n in enumerate((909, 910, 911))]
+    frames = pd.DataFrame([{"frame_id": "0", "parent_frame_id": "", "episode_id": "e0", "step": 0,
+                            "function": "skill_3", "arguments": "{}", "primitives": "[]", "return_value": "3",
+                            "exception": "", "duration_s": 0.01}])
+    use = views.function_use(frames, pd.DataFrame([{"episode_id": "e0", "library_version": 2, "success": True}]))
+    limits = views.ViewLimits(**{**vars(LIMITS), "page_kb": 150})
+    page = views.fit(lambda lim: views.library_page(views.RunRecords("crafter/voyager/seed0", (), ()), libs, use,
+                                                    [0, 2], lim), limits)
+    assert len(page.encode()) <= 150 * 1024
+    assert "functions listed: those the evaluation called first, then the newest (all of them: v2/skills.py)" in page
+    v2 = page.split("<h2 id='v2'>")[1]
+    assert "id='v2-skill_3'" in v2 and "id='v2-skill_910'" in v2 and "id='v2-skill_500'" not in v2
+    assert "data:image/png" not in page and "Call graph: not drawn: 911 functions, more than the 200" in v2
+
+
 def test_an_empty_library_page_lists_the_writes_its_sleep_phases_refused_and_why(tmp_path):
     """Each method's transcript as it writes it (speedrunner_session.py, common.save_records for ASI and Voyager): the
     page of a library that stayed empty says why at the top, and under each version lists every refused write

@@ -48,7 +48,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 @dataclass(frozen=True)
 class ViewLimits:
     """config key analysis.views (defaults and descriptions in src/skillrepro/schemas/speedrunner.schema.yaml), and
-    requests_per_phase, which has no key there yet."""
+    requests_per_phase and functions_per_version, which have no key there yet."""
 
     episodes_per_run: int  # evaluated episodes of a run that get a page
     steps_per_episode: int  # steps shown on an episode page: the first half and the last half
@@ -61,6 +61,10 @@ class ViewLimits:
     # analysis.views (the schema has none for it): halved only once texts are at their floor, so a paper-scale
     # phase (100 requests) is shown whole, its texts shortened, and a far larger one still fits.
     requests_per_phase: int = 400
+    # Rows of a library version's functions table, likewise halved only once texts are at their floor: a paper-scale
+    # library (Voyager's 909 functions in table 8) is listed whole where the page holds it, and otherwise the
+    # functions its evaluation called first, then the newest.
+    functions_per_version: int = 1000
 
     def check(self) -> None:
         for name, value in vars(self).items():
@@ -73,7 +77,9 @@ class ViewLimits:
                        frames_per_step=max(1, self.frames_per_step // 2), text_chars=max(100, self.text_chars // 2),
                        diff_lines=self.diff_lines // 2, graphs_per_run=self.graphs_per_run // 2,
                        requests_per_phase=self.requests_per_phase if self.text_chars > 100
-                       else max(2, self.requests_per_phase // 2))
+                       else max(2, self.requests_per_phase // 2),
+                       functions_per_version=self.functions_per_version if self.text_chars > 100
+                       else max(10, self.functions_per_version // 2))
 
 
 class PageTooLarge(ValueError):
@@ -99,7 +105,8 @@ def fit(render: Callable[[ViewLimits], str], limits: ViewLimits,
     if current != limits:
         at_most = shortened(current) if shortened else (
             f"{current.steps_per_episode} steps, {current.frames_per_step} frames per step, {current.text_chars} "
-            f"characters per text, {current.diff_lines} diff lines, {current.graphs_per_run} call graphs")
+            f"characters per text, {current.diff_lines} diff lines, {current.graphs_per_run} call graphs, "
+            f"{current.functions_per_version} functions per version")
         note = f"<p class='note'>Shortened to fit analysis.views.page_kb = {limits.page_kb}: at most {at_most}.</p>"
         page = page.replace("<body>", "<body>" + note, 1)
     return page
@@ -291,6 +298,11 @@ def _why_empty(lib: Library, phase: SleepPhase | None) -> str:
 
 
 # ------------------------------------------------------------------------------------------ call graph
+# A library page draws the call graph of a version of at most this many functions: past it the labels cannot be
+# read at the drawing's largest size (16 inches), and drawing 909 of them took seconds a version.
+MAX_DRAWN = 200
+
+
 def callgraph_png(library: Library) -> bytes:
     """The call graph drawn in layers: functions nobody calls on top, each callee below its deepest caller;
     public functions filled, private ones outlined. A cycle is cut where the layering meets it again."""
@@ -361,7 +373,8 @@ def library_page(run: RunRecords, libraries: list[Library], use: pd.DataFrame, e
     by_use = {(r.version, r.function): r for r in use.itertuples()}
     changed = [lib.version for i, lib in enumerate(libraries)  # an empty library has nothing to draw
                if lib.functions and (i == 0 or graph_of(lib) != graph_of(libraries[i - 1]))]
-    drawn = set(changed[-limits.graphs_per_run:]) if limits.graphs_per_run else set()
+    drawable = [lib.version for lib in libraries if lib.version in changed and len(lib.functions) <= MAX_DRAWN]
+    drawn = set(drawable[-limits.graphs_per_run:]) if limits.graphs_per_run else set()
     body = [f"<h1>Library of {_e(run.run_id)}</h1>",
             "<p>Every library version of the run: its functions, the diff from the version before, its call graph, "
             "and, for versions that were evaluated, how the evaluation episodes used each function.</p>",
@@ -389,6 +402,8 @@ def library_page(run: RunRecords, libraries: list[Library], use: pd.DataFrame, e
         else:
             body.append("<p class='note'>Call graph: " + ("none (no functions)." if not lib.functions else
                         "the same as the version before." if lib.version not in changed
+                        else f"not drawn: {len(lib.functions)} functions, more than the {MAX_DRAWN} a drawing can "
+                             "label (its statistics are in the table above)." if len(lib.functions) > MAX_DRAWN
                         else f"not drawn (only the last {limits.graphs_per_run} changes are, analysis.views.graphs_per_run).")
                         + "</p>")
         body.append(_functions_table(lib, by_use, lib.version in evaluated, limits, phases.get(lib.version)))
@@ -417,7 +432,7 @@ def _diff_html(previous: Library | None, lib: Library, limits: ViewLimits) -> st
                                       f"v{previous.version}/skills.py", f"v{lib.version}/skills.py", lineterm=""))
     shown = lines[:limits.diff_lines]
     more = f"\n... ({len(lines) - len(shown)} more lines)" if len(lines) > len(shown) else ""
-    names = lambda ns: ", ".join(_e(n) for n in ns) or "none"  # noqa: E731
+    names = lambda ns: _e(clip(", ".join(ns), limits.text_chars)) or "none"  # noqa: E731
     notes = "" if previous.notes == lib.notes else " The notes changed."
     return (f"<p>From v{previous.version}: added {names(added)}; removed {names(removed)}; edited {names(edited)}."
             f"{notes}</p>" + (f"<pre class='diff'>{_e(chr(10).join(shown) + more)}</pre>" if lines else ""))
@@ -431,7 +446,14 @@ def _functions_table(lib: Library, by_use: dict, evaluated: bool, limits: ViewLi
                 "<th>errors</th>")
     rows = ["<table class='functions'><tr><th>function</th><th>public</th><th>docstring</th><th>lines</th>"
             f"<th>callees</th>{use_head}</tr>"]
-    for f in lib.functions:
+    shown = lib.functions
+    if len(shown) > limits.functions_per_version:  # the called ones first, then the newest; in library order
+        calls = {f.name: getattr(by_use.get((lib.version, f.name)), "calls", 0) for f in shown}
+        ranked = sorted(range(len(shown)), key=lambda i: (-calls[shown[i].name], -i))
+        shown = tuple(shown[i] for i in sorted(ranked[:limits.functions_per_version]))
+        rows.insert(0, f"<p class='note'>{len(shown)} of {len(lib.functions)} functions listed: those the evaluation "
+                       f"called first, then the newest (all of them: v{lib.version}/skills.py).</p>")
+    for f in shown:
         callees = ", ".join(f"<a href='#{function_anchor(lib.version, c)}'>{_e(c)}</a>" for c in f.callees) or "-"
         u = by_use.get((lib.version, f.name))
         if not evaluated:
