@@ -71,7 +71,9 @@ def test_the_paper_preset_rehearses_past_the_tool_limit(tmp_path):
                           "--benchmarks", "babyai", "--variants", "speedrunner", "asi", "--train-rollouts", "1",
                           "--directory", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "refused: 0" in out.stdout and "rehearsal passed" in out.stdout and "context 0" in out.stdout
+    assert "refused: 0" in out.stdout and "rehearsal passed" in out.stdout
+    ends = next(line for line in out.stdout.splitlines() if line.startswith("terminations: "))
+    assert "budget" in ends and "context" not in ends  # no episode ended by a full context
     assert "babyai/speedrunner/seed0 160" in out.stdout and "babyai/asi/seed0 160" in out.stdout
     cfg = yaml.safe_load((tmp_path / "rehearsal.yaml").read_text())
     assert cfg["llm"]["tool_calling"] == "native" and cfg["llm"]["model"] == "gpt-5.4-mini"
