@@ -50,7 +50,7 @@ def test_paper_scale_dry_run_builds_every_job(tmp_path):
 def gpus_per_rule(dry_run: str) -> dict[str, set[int]]:
     """rule -> the `gpu` values its jobs ask for in a dry run's listing (0 where a job names none)."""
     asked: dict[str, set[int]] = {}
-    for block in dry_run.split("\n\n"):
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", dry_run):  # a job's listing starts at its rule's line
         head = [line for line in block.splitlines() if line.startswith(("rule ", "localrule "))]
         res = [line for line in block.splitlines() if line.strip().startswith("resources:")]
         if head and res:
