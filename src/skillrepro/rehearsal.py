@@ -37,7 +37,6 @@ from snakemake.utils import update_config
 from skillrepro.check import check_config
 from skillrepro.config import ConfigError, load_yaml
 from skillrepro.llm.standin import Seen, StandIn, provider_of
-from skillrepro.llm.vllm_env import vllm_arg
 from skillrepro.studies.kvcache import rehearsal as kvcache_rehearsal
 from skillrepro.studies.speedrunner import rehearsal as speedrunner_rehearsal
 
@@ -83,10 +82,12 @@ def reduced(preset: dict[str, Any], r: Reduction, url: str | None, workdir: Path
         cfg["pricing"] = {m: {"input": 1.0, "cached_input": 0.1, "output": 1.0}  # placeholders: it pays nothing
                           for m in {llm["model"], *(cfg.get("pricing") or {})}}
     else:
-        args = list(llm.get("vllm_args") or [])
-        if vllm_arg(args, "--gpu-memory-utilization") is not None:
-            at = args.index("--gpu-memory-utilization")
-            del args[at:at + 2]
+        args, given = [], iter(llm.get("vllm_args") or [])
+        for a in given:  # every --gpu-memory-utilization, in either form (`--flag value`, `--flag=value`)
+            if a == "--gpu-memory-utilization":
+                next(given, None)
+            elif not a.startswith("--gpu-memory-utilization="):
+                args.append(a)
         llm.update(model=ENGINE_MODEL, base_url=None, response_cache=False, slots=r.engine_slots, vllm_args=args,
                    episodes_in_flight=min(llm.get("episodes_in_flight") or r.engine_slots, r.engine_slots),
                    max_tokens=min(llm.get("max_tokens") or r.engine_max_tokens, r.engine_max_tokens))
