@@ -64,6 +64,18 @@ def test_vllm_length_refusals_are_told_by_measuring_the_prompt():
     assert not refusal(400, body, "vllm", tokens=100, ctx_per_slot=4096, max_tokens=96).context_full
 
 
+def test_gemini_says_nothing_of_the_cause_so_a_full_context_is_told_by_counting_the_prompt():
+    """Google's body is the same for every bad request ({code, message, status}); read by OpenAI's code field
+    alone, a Gemini run whose history outgrew the window failed its job instead of ending the episode."""
+    google = json.dumps([{"error": {"code": 400, "message": "The input token count (1200) exceeds the maximum "
+                                    "number of tokens allowed (1000).", "status": "INVALID_ARGUMENT"}}]).encode()
+    # the request is one short message (~40 characters) and a cap of 96: past a 30-token window by any count
+    assert refusal(400, google, "openai", ctx_per_slot=30, max_tokens=96).context_full
+    # the same body on a prompt that fits by far is another refusal (a bad field): the job fails, naming it
+    e = refusal(400, google, "openai", ctx_per_slot=100_000, max_tokens=96)
+    assert not e.context_full and "status 'INVALID_ARGUMENT'" in str(e) and "The input token count" in str(e)
+
+
 def test_the_tool_limits_are_the_providers_unless_configured():
     assert tool_limits("openai", None).max_tools == 128 and tool_limits("vllm", None) == ToolLimits()
     assert tool_limits("embedded", None).max_tools is None and tool_limits("openai", 512).max_tools == 512

@@ -333,7 +333,8 @@ class LLMClient:
         """The refusal of `request` as an error that names the request (its role, size and tools) and the
         provider's error fields, and says whether it was a full context (llm/limits.py)."""
         full = limits.context_overflow(self.cfg.backend, e.status, e.error, lambda: self._measured_full(request))
-        fields = ", ".join(f"{k} {e.error[k]!r}" for k in ("type", "code", "param") if e.error.get(k) is not None)
+        fields = ", ".join(f"{k} {e.error[k]!r}" for k in ("type", "code", "param", "status")
+                           if e.error.get(k) is not None)
         tools = request.get("tools") or []
         return LLMRequestError(
             f"{e.status} from {self.base_url} ({fields or 'no error code'}) for one {role} request to "
@@ -342,15 +343,20 @@ class LLMClient:
             f"{e.message[:500]}", e.status, e.error, full)
 
     def _measured_full(self, request: dict[str, Any]) -> bool:
-        """Whether the request's prompt, counted by the server's tokenizer with its tools, leaves less than its
-        reply's cap in llm.ctx_per_slot (vLLM's --max-model-len): how a vLLM length refusal is told apart."""
+        """Whether the request's prompt, counted with its tools, leaves less than its reply's cap in
+        llm.ctx_per_slot (vLLM's --max-model-len, an API model's window): by the server's tokenizer on vLLM, by
+        limits.LOW_CHARS_PER_TOKEN on an API that has none (Gemini's)."""
+        cap = int(request.get(self.cfg.max_tokens_param) or 1)
+        if self.cfg.backend == "openai":
+            chars = len(json.dumps([request["messages"], request.get("tools") or []]))
+            return chars // limits.LOW_CHARS_PER_TOKEN + cap > self.cfg.ctx_per_slot
         try:
             n = len(tokenize(server_root(self.base_url), self.cfg.backend, messages=request["messages"],
                              tools=request.get("tools"), model=self.cfg.model, timeout_s=self.cfg.timeout_s))
         except (OSError, KeyError, ValueError) as err:
             log.warning("could not count the refused prompt's tokens with the server's /tokenize: %s", err)
             return False
-        return n + int(request.get(self.cfg.max_tokens_param) or 1) > self.cfg.ctx_per_slot
+        return n + cap > self.cfg.ctx_per_slot
 
     def _count_tokens(self, messages: list[dict[str, Any]], completion: str) -> tuple[int, int]:
         """Prompt and completion tokens by the server's own tokenizer: llama.cpp's /apply-template and

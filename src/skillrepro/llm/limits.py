@@ -15,6 +15,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+# Characters per token at the most a tokenizer packs into one on English prose: a prompt whose characters over
+# this still exceed the window is past it by any tokenizer's count, so a refusal of it is a full context. Used only
+# where the provider has no tokenizer endpoint and its error no field that says so (Gemini's).
+LOW_CHARS_PER_TOKEN = 4
+
 
 @dataclass(frozen=True)
 class ToolLimits:
@@ -40,7 +45,10 @@ LIMITS = {
         "openai", ToolLimits(128, r"[a-zA-Z0-9_-]{1,64}"), 'error.code "context_length_exceeded"',
         "OpenAI API reference, Chat Completions `tools`: at most 128 functions, each name of a-z, A-Z, 0-9, _ and - "
         "up to 64 characters; past that a 400 invalid_request_error (\"Invalid 'tools': array too long. Expected an "
-        "array with maximum length 128\"). A full context is a 400 with code context_length_exceeded."),
+        "array with maximum length 128\"). A full context is a 400 with code context_length_exceeded. Google's "
+        "OpenAI-compatible Gemini endpoint answers every bad request alike, {code: 400, message, status: "
+        "INVALID_ARGUMENT} (the Gemini API's troubleshooting page), so there the client counts the prompt itself "
+        "(`LOW_CHARS_PER_TOKEN`)."),
     "vllm": BackendLimits(
         "vllm", ToolLimits(), "a 400 on a prompt that, counted by the server's /tokenize, leaves less than the reply's cap",
         "vLLM's OpenAI-compatible server sets no tool limit (the chat template writes the tools into the prompt, "
@@ -61,11 +69,15 @@ def tool_limits(backend: str, max_tools: int | None) -> ToolLimits:
 
 def context_overflow(backend: str, status: int, error: dict[str, Any], measured_full: Callable[[], bool]) -> bool:
     """Whether a refused request (`status`, the body's `error` object) was refused because its prompt and reply do
-    not fit the context. `measured_full` counts the prompt with the server's tokenizer, for vLLM, whose errors
-    carry no code of their own; it is called only there."""
+    not fit the context. `measured_full` counts the prompt, for the providers whose errors carry no code of their
+    own: vLLM (by the server's /tokenize) and Gemini (by LOW_CHARS_PER_TOKEN: a prompt that is past the window only
+    by a denser tokenizer's count fails its job, with the request's size in the error, rather than end an episode
+    silently); it is called only there."""
     if status != 400:
         return False
     if backend == "openai":
+        if isinstance(error.get("code"), int) and "status" in error:  # Google's body: no field names the cause
+            return error["status"] == "INVALID_ARGUMENT" and measured_full()
         return error.get("code") == "context_length_exceeded"
     if backend == "embedded":
         return error.get("type") == "exceed_context_size_error"
