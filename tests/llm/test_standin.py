@@ -58,7 +58,8 @@ def test_gemini_is_held_to_its_own_limits_with_googles_error_bodies():
     assert gemini.name == "gemini" and provider_of("http://localhost:8000/v1").name == "openai"
     s = StandIn(gemini, context_tokens=20_000).start()
     try:
-        model = dict(model="gemini-3-flash", max_tokens_param="max_tokens", send_temperature=True, temperature=0.7)
+        model = dict(model="gemini-3-flash", max_tokens_param="max_tokens", send_temperature=True, temperature=0.7,
+                     ctx_per_slot=20_000)  # the preset's window, as the stand-in's
         assert ask(s, tools=[tool(f"t{i}") for i in range(300)], **model).tool_calls[0].name == "t0"  # past 128
         assert ask(s, tools=[tool("mod.skill:v2")], **model).tool_calls  # dots and colons are Gemini's
         for case, breach, words in (
@@ -68,7 +69,9 @@ def test_gemini_is_held_to_its_own_limits_with_googles_error_bodies():
             with pytest.raises(LLMRequestError) as e:
                 ask(s, **model, **case)
             assert e.value.error["status"] == "INVALID_ARGUMENT" and words in e.value.error["message"]
-            assert not e.value.context_full  # Google's body has no OpenAI code: a full context there stops the job
+            # Google's body says nothing of the cause: the client counts the prompt (80,000 characters: past the
+            # window by any tokenizer's count; 513 tools: within it)
+            assert e.value.context_full == (breach == "context_length_exceeded")
             assert s.seen[-1].refused == breach
     finally:
         s.stop()

@@ -15,7 +15,8 @@ from skillrepro.check import check_config
 from skillrepro.studies.kvcache.formats import load_bank
 from skillrepro.config import ConfigError, load_yaml
 from skillrepro.skills import Library
-from skillrepro.rehearsal import ENGINE_MODEL, Reduction, reduced
+from skillrepro.check import GPUMemoryError
+from skillrepro.rehearsal import ENGINE_MODEL, Reduction, preset_memory, reduced
 from skillrepro.studies.kvcache.rehearsal import BANK_ENTRIES
 from skillrepro.studies.speedrunner.rehearsal import PAPER_SIZES, SCRIPTED
 
@@ -106,3 +107,32 @@ def test_a_kv_preset_is_rehearsed_at_a_few_games_with_a_bank_of_the_seminars_siz
         len(bank.common_mistakes) == BANK_ENTRIES == 55
     assert any("stand-in of 55 entries" in line for line in lines)
     check_config(cfg, check_files=False, billing=False)  # what the rehearsal runs is a valid config
+
+
+def test_a_scaffold_preset_is_rehearsed_on_one_query_with_its_decoding_and_every_variant(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # where the command runs, which the preset's relative paths are relative to
+    preset = load_yaml(ROOT / "configs/scaffold-paper.yaml")
+    cfg, lines = reduced(preset, Reduction(), None, tmp_path)
+    sc, given = cfg["scaffold"], preset["scaffold"]
+    assert cfg["llm"]["model"] == ENGINE_MODEL and cfg["llm"]["ctx_per_slot"] == preset["llm"]["ctx_per_slot"]
+    assert (sc["n_queries"], sc["n_scouts"], sc["n_candidates"], sc["n_post"], sc["n_eval"]) == (1, 2, 2, 1, 2)
+    # what shapes a request stays the preset's: decoding, evidence budget, scorer, variants and ablations, pools
+    for key in ("generator_decoding", "evidence_max_tokens", "scorer", "variants", "ablations", "splits", "threshold"):
+        assert sc[key] == given[key]
+    assert sc["generator_max_tokens"] == 256 and sc["executor"]["sciworld"] == {"max_tokens": 64, "top_p": 0.85}
+    assert cfg["benchmarks"]["alfworld"]["options"]["data_path"] is None  # the official games are not here
+    assert {b["llm_call_budget"] for b in cfg["benchmarks"].values()} == {4}
+    t = sc["training"]
+    assert (t["steps"], t["query_batch_size"], t["cohort_iterations"]) == (1, 1, 1) and "global_batch_size" not in t
+    assert t["adapter"] == given["training"]["adapter"] and t["ablations"] == given["training"]["ablations"]
+    assert sc["heldout"]["splits"] == {"alfworld": {"test": 1}, "sciworld": {"test_id": 1, "test_ood": 1}}
+    # the preset's card files, relative to the repository, are read from the rehearsal's own directory too
+    assert sc["heldout"]["skills"]["alfworld"] == str(ROOT / "configs/skills/alfworld.txt")
+    check_config(cfg, check_files=False, billing=False)
+    only, _ = reduced(preset, Reduction(benchmarks=("sciworld",)), None, tmp_path)
+    assert only["scaffold"]["benchmarks"] == ["sciworld"] and list(only["scaffold"]["heldout"]["splits"]) == ["sciworld"]
+    # the preset's GPU jobs at its own sizes, printed; one that cannot fit refuses the rehearsal before any job
+    memory = preset_memory(preset)
+    assert len(memory) == 2 and "GRPO update" in memory[1] and "LoRA adapter" in memory[1] and "80 GiB" in memory[1]
+    with pytest.raises(GPUMemoryError, match="GRPO update.*against 40 GiB"):
+        preset_memory({**preset, "cluster": {"gpu_memory_gib": 40}})

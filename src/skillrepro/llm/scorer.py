@@ -25,7 +25,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import gguf
 
-from skillrepro.llm.models import cache_dir
+from skillrepro.llm.models import MODELS, cache_dir, resolve
 
 
 class ScoringError(ValueError):
@@ -211,6 +211,15 @@ def _converted(p: Path) -> Path:
 
 def load_gguf_tokenizer(gguf_path: str | Path):
     return load_gguf(gguf_path, tokenizer_only=True)[1]
+
+
+def hf_tokenizer(model: str) -> Any:
+    """The Hugging Face tokenizer of `model` as vLLM serves it: a shipped model's from its GGUF file, the one its
+    vLLM folder is made from (its hub id is only the name it is served under, and nothing here reaches the hub);
+    any other model's from its own folder or hub id."""
+    from transformers import AutoTokenizer  # lazy: transformers takes seconds to import
+
+    return load_gguf_tokenizer(resolve(model)) if model in MODELS else AutoTokenizer.from_pretrained(model)
 
 
 class TransformersScorer:

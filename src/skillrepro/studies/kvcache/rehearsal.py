@@ -3,9 +3,8 @@
 It keeps the preset's formats and lockstep, and everything the simulator reads (capacities, policies, the
 scheduler's limits): those cost no engine time. It plays `n_games` games of its first seed for at most the
 rehearsal's call budget of steps, with the first model only (the others name checkpoints that exist only beside a
-GPU), at most the engine's slots in flight, on generated ALFWorld games where the preset names a data folder, and
-a SkillRL bank that is not here becomes a stand-in bank of the seminar's size in SkillRL's schema
-(`standin_bank`), so the real loader reads it.
+GPU), at most the engine's slots in flight, and a SkillRL bank that is not here becomes a stand-in bank of the
+seminar's size in SkillRL's schema (`standin_bank`), so the real loader reads it.
 """
 from __future__ import annotations
 
@@ -51,9 +50,6 @@ def reduce(cfg: dict[str, Any], r: Any, workdir: Path) -> str:
     bank = kv.get("bank")
     if bank and not Path(bank).is_file():
         kv["bank"] = str(standin_bank(workdir / "standin_bank.json"))
-    bench = cfg["benchmarks"].get(kv.get("benchmark", "alfworld"), {})
-    if (bench.get("options") or {}).get("data_path"):  # the preset's ALFWorld games are not here: generated ones
-        bench["options"]["data_path"] = None
     return (f"KV-cache: {kv['n_games']} games x seed {seeds[0]}, at most {kv['call_budget']} steps an episode, "
             f"{kv['parallel_episodes']} in flight, the first model only"
             + (f"; the bank {bank!r} is not here: a stand-in of {BANK_ENTRIES} entries in SkillRL's schema"

@@ -6,8 +6,8 @@ import json
 from typing import Any, Callable, Sequence
 
 from skillrepro.config import ConfigError
-from skillrepro.llm.models import MODELS, resolve
-from skillrepro.llm.scorer import load_gguf_tokenizer
+from skillrepro.llm.models import resolve
+from skillrepro.llm.scorer import hf_tokenizer, load_gguf_tokenizer
 from skillrepro.studies.scaffold.records import EvidenceRecord, Trajectory
 from skillrepro.studies.scaffold.selection import VARIANTS, group_kind
 
@@ -83,9 +83,7 @@ def token_counter(llm: Any) -> Callable[[str], int]:
     if llm.backend == "embedded":
         tok = load_gguf_tokenizer(resolve(llm.model))
     elif llm.backend == "vllm":
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(MODELS[llm.model].hf_id if llm.model in MODELS else llm.model)
+        tok = hf_tokenizer(llm.model)
     else:
         raise ConfigError(f"config key scaffold.evidence_max_tokens: no tokenizer for llm.backend {llm.backend}; "
                           "use scaffold.evidence_max_chars")

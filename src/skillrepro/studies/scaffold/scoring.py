@@ -83,11 +83,10 @@ def load_scorer(cfg: ScaffoldConfig, llm: Any) -> Any:
     if backend == "vllm":
         import os
 
-        from transformers import AutoTokenizer
-
-        served = cfg.scorer_model or (MODELS[llm.model].hf_id if llm.model in MODELS else llm.model)
+        model = cfg.scorer_model or llm.model
+        served = MODELS[model].hf_id if model in MODELS else model
         url = llm.base_url or os.environ.get(URL_ENV)
         if not url:
             raise ValueError(f"scorer backend vllm: no server URL (llm.base_url or ${URL_ENV})")
-        return sc.VLLMScorer(url, served, AutoTokenizer.from_pretrained(served), timeout_s=llm.timeout_s)
+        return sc.VLLMScorer(url, served, sc.hf_tokenizer(model), timeout_s=llm.timeout_s)
     raise ConfigError(f"config key scaffold.scorer.backend: {backend!r}; allowed: auto, transformers, vllm")
