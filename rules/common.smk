@@ -27,6 +27,13 @@ EMBEDDED = {"smollm2-135m": (94, 22.5), "qwen2.5-coder-0.5b": (469, 12), "qwen2.
 EMBEDDED_RUNTIME_MB = 250
 VLLM_MB, VLLM_CPUS = 16000, 4  # `vllm serve` on the job's node: host memory and CPUs beside its GPU (estimate)
 HEADROOM = 1.5  # Slurm kills a job over its memory: ask half as much again
+ENV_MB = {"babyai": 50, "crafter": 300, "scienceworld": 600, "alfworld": 400}  # per environment in flight
+# (scienceworld: a JVM at -Xmx512m, measured 350-480 MB; the others estimated); an env not listed here counts 500
+
+
+def cluster_mb(need_mb) -> int:
+    """mem_mb to ask for a job that needs `need_mb`: HEADROOM over it, rounded up to 100 MB."""
+    return int(-(-need_mb * HEADROOM // 100) * 100)
 
 
 def served(llm=LLM) -> bool:

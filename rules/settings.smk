@@ -21,11 +21,16 @@ def settings(study, kind, **wildcard_of):
     instance a run is evaluated on); a keyed wildcard the job lacks is read under the study's alias for it
     (contract.Study.keyed, as the job's start-up reads it). Each distinct fingerprint is computed once per
     invocation (the config does not change during one), not once per job; an undeclared kind stops the workflow
-    as it is read."""
+    as it is read. A job of a study the config does not configure stops the workflow as its DAG is built, before
+    any job, naming the section: without it the study's tables would be written from no runs."""
     declared = check.study(study)
     declared.kind(kind)
 
     def fingerprint(w):
+        if declared not in check.configured(config):
+            raise check.ConfigError(
+                f"a target of the {study} study needs its config section ({' or '.join(declared.sections)}), "
+                f"which this config does not set: give a preset that sets it, or ask for another target")
         values = declared.keyed(w, **wildcard_of)
         key = (study, kind, tuple(values.items()))
         if key not in _FINGERPRINTS:

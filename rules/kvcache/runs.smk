@@ -80,6 +80,7 @@ rule kvcache_run:
         kv_vllm_server=lambda w: _kv_server_resources(w)[1],
         mem_mb=lambda w: 4000 + _kv_server_resources(w)[2],
         cpus_per_task=lambda w: 1 + _kv_server_resources(w)[3],
+        runtime=480,  # minutes; the Slurm profile decides
     log:
         "logs/kvcache/{kvmodel}/run_{kvfmt}_seed{kvseed}.log",
     benchmark:
@@ -126,6 +127,7 @@ rule kvcache_engine:
         gpu=LLM_GPUS,
         kv_vllm_server=1,
         mem_mb=6000,
+        runtime=240,  # minutes; the Slurm profile decides
     log:
         "logs/kvcache/{kvmodel}/engine_{kvfmt}_seed{kvseed}_blocks{kvblocks}.log",
     benchmark:

@@ -24,6 +24,28 @@ SC_STEPS = {b: SCAFFOLD.steps(b) for b in SC_BENCH}  # GRPO updates per chain on
 SC_COHORT_ITERS = SCAFFOLD.training["cohort_iterations"]
 
 
+# ---- What a SkillScaffold LLM job asks a cluster for: its Python, the environments it plays at once (ENV_MB) and
+# the server it starts on its node (rules/common.smk: llm.model's or a GRPO checkpoint's, where nothing serves the
+# model). Runtimes, in minutes: profiles/slurm/config.yaml decides (tests/project/test_packaging.py).
+SC_JOB_MB = 400  # a job's Python, as SpeedRunner's (measured 130-260 MB)
+SC_IN_FLIGHT = max(1, min(SC_LLM.episodes_in_flight, SC_LLM.slots))
+
+
+def scaffold_mem_mb(bench="sbench", plays=True):
+    """mem_mb of a job on the benchmark its wildcard `bench` names (sbench: an instance, hbench: a benchmark);
+    `plays`: it plays episodes (a Generator or scorer job plays none)."""
+
+    def mem_mb(wildcards):
+        name = Instance.named(wildcards.sbench).bench if bench == "sbench" else getattr(wildcards, bench)
+        envs = SC_IN_FLIGHT * ENV_MB.get(config["benchmarks"][name]["env"], 500) if plays else 0
+        return cluster_mb(SC_JOB_MB + envs + server_mb(SC_LLM))
+
+    return mem_mb
+
+
+SC_CPUS = 1 + server_cpus(SC_LLM)
+
+
 SC_SCOUTS = [f"{SC}/scouts/s{i}/episodes.parquet" for i in range(SCAFFOLD.n_scouts)]
 
 

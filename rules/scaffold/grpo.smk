@@ -37,6 +37,7 @@ rule scaffold_grpo_update:
         gpu=1 if SC_GPU else 0,
         llm=scaffold_torch_units,
         mem_mb=64000 if SC_GPU else 12000,
+        runtime=480,  # minutes; the Slurm profile decides
     log:
         "logs/scaffold/{sbench}/{svariant}/grpo_update_{k}.log",
     benchmark:
@@ -64,6 +65,9 @@ rule scaffold_cohort_early:
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
+        mem_mb=scaffold_mem_mb(),
+        cpus_per_task=SC_CPUS,
+        runtime=480,  # minutes; the Slurm profile decides
     log:
         "logs/scaffold/{sbench}/{svariant}/cohort_early.log",
     benchmark:
@@ -93,6 +97,9 @@ rule scaffold_cohort_eval:
         wall_s=SC_WALL,
     resources:
         llm=SC_LLM.slots,  # a server of its own (see scaffold_llm_units)
+        mem_mb=scaffold_mem_mb(),
+        cpus_per_task=SC_CPUS,
+        runtime=480,  # minutes; the Slurm profile decides
     log:
         "logs/scaffold/{sbench}/{svariant}/cohort_eval_{k}.log",
     benchmark:
@@ -125,6 +132,9 @@ rule scaffold_cohort_control:
         played_by=BASELINE,
     resources:
         llm=SC_LLM.slots,  # a server of its own (see scaffold_llm_units)
+        mem_mb=scaffold_mem_mb(),
+        cpus_per_task=SC_CPUS,
+        runtime=480,  # minutes; the Slurm profile decides
     log:
         "logs/scaffold/{sbench}/{svariant}/cohort_control_{k}.log",
     benchmark:

@@ -37,6 +37,9 @@ rule scaffold_heldout_eval:
         settings=settings("scaffold", "heldout"),
     resources:
         llm=scaffold_heldout_units,
+        mem_mb=scaffold_mem_mb("hbench"),
+        cpus_per_task=SC_CPUS,
+        runtime=480,  # minutes; the Slurm profile decides
     log:
         "logs/scaffold/{hbench}/heldout/{hpolicy}.log",
     benchmark:

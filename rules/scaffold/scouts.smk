@@ -53,6 +53,9 @@ rule scaffold_scout:
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
+        mem_mb=scaffold_mem_mb(),
+        cpus_per_task=SC_CPUS,
+        runtime=480,  # minutes; the Slurm profile decides
     log:
         "logs/scaffold/{sbench}/scout_{i}.log",
     benchmark:
@@ -94,6 +97,9 @@ rule scaffold_generate:
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
+        mem_mb=scaffold_mem_mb(plays=False),
+        cpus_per_task=SC_CPUS,
+        runtime=240,  # minutes; the Slurm profile decides
     log:
         "logs/scaffold/{sbench}/{svariant}/generate.log",
     benchmark:
@@ -116,7 +122,10 @@ rule scaffold_score_free:
         policy=scaffold_policy,
     resources:
         llm=scaffold_scorer_units,
-        mem_mb=8000,
+        # the scorer on the policy's server, or transformers in this job
+        mem_mb=scaffold_mem_mb(plays=False) if SC_SCORER_LLM else 8000,
+        cpus_per_task=SC_CPUS if SC_SCORER_LLM else 1,
+        runtime=240,  # minutes; the Slurm profile decides
     log:
         "logs/scaffold/{sbench}/score_free.log",
     benchmark:
@@ -140,7 +149,10 @@ rule scaffold_score:
         policy=scaffold_policy,
     resources:
         llm=scaffold_scorer_units,
-        mem_mb=8000,
+        # the scorer on the policy's server, or transformers in this job
+        mem_mb=scaffold_mem_mb(plays=False) if SC_SCORER_LLM else 8000,
+        cpus_per_task=SC_CPUS if SC_SCORER_LLM else 1,
+        runtime=240,  # minutes; the Slurm profile decides
     log:
         "logs/scaffold/{sbench}/{svariant}/score.log",
     benchmark:
@@ -207,6 +219,9 @@ rule scaffold_post_scout:
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
+        mem_mb=scaffold_mem_mb(),
+        cpus_per_task=SC_CPUS,
+        runtime=480,  # minutes; the Slurm profile decides
     log:
         "logs/scaffold/{sbench}/{svariant}/post_scout_{i}.log",
     benchmark:
@@ -229,6 +244,9 @@ rule scaffold_eval_free:
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
+        mem_mb=scaffold_mem_mb(),
+        cpus_per_task=SC_CPUS,
+        runtime=480,  # minutes; the Slurm profile decides
     log:
         "logs/scaffold/{sbench}/eval_free_{i}.log",
     benchmark:
@@ -251,6 +269,9 @@ rule scaffold_eval:
         policy=scaffold_policy,
     resources:
         llm=scaffold_llm_units,
+        mem_mb=scaffold_mem_mb(),
+        cpus_per_task=SC_CPUS,
+        runtime=480,  # minutes; the Slurm profile decides
     log:
         "logs/scaffold/{sbench}/{svariant}/eval_{i}.log",
     benchmark:

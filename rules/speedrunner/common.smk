@@ -42,12 +42,10 @@ def _one_at_a_time(bench, variant, split):
 
 
 # ---- What a loop job asks a cluster for (mem_mb, cpus_per_task): every figure in this one block. A job needs
-# its own Python process, an environment per episode in flight, room for one sandboxed skill call, and the model
-# server it starts on its node, if any (rules/common.smk). A job without LLM work asks for the profile's
+# its own Python process, an environment per episode in flight (ENV_MB), room for one sandboxed skill call, and the
+# model server it starts on its node, if any (rules/common.smk). A job without LLM work asks for the profile's
 # default-resources.
 JOB_MB = {"rollout": 300, "evaluate": 300, "induce": 400}  # the job's Python; measured max_rss 130-260 MB
-ENV_MB = {"babyai": 50, "crafter": 300, "scienceworld": 600, "alfworld": 400}  # per environment (scienceworld:
-# a JVM at -Xmx512m, measured 350-480 MB; the others estimated); an env not listed here counts 500
 SANDBOX_MB = SandboxLimits().memory_bytes >> 20  # a skill call's memory limit (skills.sandbox), once a job
 
 
@@ -64,7 +62,7 @@ def job_mem_mb(kind, units=None):
         episodes = units(wildcards) if units else 1
         env = ENV_MB.get(BENCHMARKS[wildcards.bench].env, 500) if kind != "induce" else 0
         need = JOB_MB[kind] + episodes * env + SANDBOX_MB + server_mb(_job_llm(kind))
-        return int(-(-need * HEADROOM // 100) * 100)  # rounded up to 100 MB
+        return cluster_mb(need)
 
     return mem_mb
 

@@ -105,7 +105,7 @@ VIEW_TARGETS = [
 # The study's targets: the paper's tables and figures (figures.smk) and every run's pages; none without runs.
 rule speedrunner_all:
     input:
-        [PAPER_TARGETS, VIEW_TARGETS] if METHODS else [],
+        PAPER_TARGETS, VIEW_TARGETS,
 
 
 # Every run's library page, sleep phase pages and episode pages alone: `snakemake views`, then `snakemake views --report report.html`.

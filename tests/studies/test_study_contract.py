@@ -270,6 +270,22 @@ def test_the_default_target_is_the_configured_studies_targets(tmp_path, preset, 
         assert all(r.startswith(f"{study}_") for r in planned), planned
 
 
+@pytest.mark.parametrize("study,preset,target", [("speedrunner", "configs/kvcache.yaml", "results/tables/main.csv"),
+                                                 ("kvcache", "config.yaml", "kvcache_all"),
+                                                 ("scaffold", "config.yaml", "results/tables/scaffold_rules.csv")])
+def test_a_target_of_a_study_the_config_does_not_set_fails_before_any_job(tmp_path, study, preset, target):
+    """A config needs only llm and benchmarks, so a study's target on a config without the study's section once
+    planned its tables over no runs and wrote a header-only main.csv (exit 0). It stops as the DAG is built,
+    naming the section, and writes nothing."""
+    copy_workflow(tmp_path)
+    run = snakemake(target, "--cores", "1", "--configfile", str(ROOT / preset), cwd=tmp_path, check=False,
+                    env=dict(os.environ, SKILLREPRO_LLM_URL="http://127.0.0.1:9/v1"))
+    sections = next(s for s in STUDIES if s.name == study).sections
+    assert run.returncode != 0 and f"a target of the {study} study needs its config section ({' or '.join(sections)})" \
+        in run.stdout + run.stderr, (run.stdout + run.stderr)[-2000:]
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+
+
 # ------------------------------------------------------------------------------------------ rules
 def rule_files() -> dict[str, str]:
     """Every rules file, by its path under rules/: the shared ones, and each study's in rules/<study>/."""
