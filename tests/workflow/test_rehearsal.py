@@ -131,6 +131,8 @@ def test_a_scaffold_preset_is_rehearsed_on_one_query_with_its_decoding_and_every
     check_config(cfg, check_files=False, billing=False)
     only, _ = reduced(preset, Reduction(benchmarks=("sciworld",)), None, tmp_path)
     assert only["scaffold"]["benchmarks"] == ["sciworld"] and list(only["scaffold"]["heldout"]["splits"]) == ["sciworld"]
+    assert list(only["scaffold"]["executor"]) == list(only["scaffold"]["splits"]) == ["sciworld"]
+    check_config(reduced(preset, Reduction(benchmarks=("alfworld",)), None, tmp_path)[0], check_files=False, billing=False)
     # the preset's GPU jobs at its own sizes, printed; one that cannot fit refuses the rehearsal before any job
     memory = preset_memory(preset)
     assert len(memory) == 2 and "GRPO update" in memory[1] and "LoRA adapter" in memory[1] and "80 GiB" in memory[1]

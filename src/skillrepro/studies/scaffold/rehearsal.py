@@ -29,6 +29,9 @@ def reduce(cfg: dict[str, Any], r: Any, workdir: Path) -> str:
         raise ConfigError(f"rehearse --benchmarks: none of {', '.join(r.benchmarks)} in the preset's "
                           f"scaffold.benchmarks ({', '.join(names)})")
     sc["benchmarks"] = keep
+    for key in ("splits", "executor"):  # per-benchmark settings of the ones kept
+        if sc.get(key):
+            sc[key] = {b: v for b, v in sc[key].items() if b in keep}
     for key, n in COUNTS.items():
         sc[key] = min(sc.get(key, n), n)
     sc.pop("pilot_ks", None)  # the powers of two that fit n_eval
@@ -46,6 +49,8 @@ def reduce(cfg: dict[str, Any], r: Any, workdir: Path) -> str:
         t.pop("global_batch_size", None)  # query_batch_size x (N + L), which the update then takes
     heldout = sc.get("heldout") or {}
     if heldout:
+        if heldout.get("skills"):
+            heldout["skills"] = {b: v for b, v in heldout["skills"].items() if b in keep}
         heldout.update(rollouts=1, every=1,
                        splits={b: {split: 1 for split in (heldout.get("splits") or {}).get(b) or {"test": None}}
                                for b in keep})
