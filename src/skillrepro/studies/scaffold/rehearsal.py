@@ -37,7 +37,7 @@ def reduce(cfg: dict[str, Any], r: Any, workdir: Path) -> str:
     sc.pop("pilot_ks", None)  # the powers of two that fit n_eval
     sc["generator_max_tokens"] = min(sc.get("generator_max_tokens", GENERATOR_MAX_TOKENS), GENERATOR_MAX_TOKENS)
     cap = cfg["llm"].get("max_tokens")
-    for b, executor in (sc.get("executor") or {}).items():
+    for executor in (sc.get("executor") or {}).values():
         if cap and executor.get("max_tokens"):
             executor["max_tokens"] = min(executor["max_tokens"], cap)
     for b in keep:
